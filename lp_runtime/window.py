@@ -1,0 +1,93 @@
+"""The 2D Jacobi window of the lookahead branch (paper section 3.1, Figure 2; DESIGN.md section 1).
+
+Pure Python. W columns by N-1 levels. Level 0 ("row 0") holds the newest accepted token ``c`` as column 0
+and the ``W-1`` guesses stored here, at positions p+1 .. p+W-1; level l (1 <= l <= N-2) holds W tokens,
+column j at position p+l+j. Column j, read top to bottom, is a run of consecutive positions, so a full
+window yields one n-gram per column once the last level's outputs are known.
+
+Each step (``advance``):
+
+* warm-up (fewer than N-2 levels yet): the W new tokens become a new last level (no n-grams yet);
+* otherwise: harvest one n-gram per column ``[row0[j] (c for j=0), L1[j], ..., L_{N-2}[j], new[j]]``,
+  drop row 0, move every level up, append the new tokens as level N-2, and drop the new row 0's first
+  token (column 0 of row 0 is always the newest accepted token).
+
+Worked example, W = 3, N = 3 (one level besides row 0), full window::
+
+    row0 = [a1, a2] (c is column 0),  L1 = [b0, b1, b2],  new = [n0, n1, n2]
+    advance(c, new) -> n-grams [c, b0, n0], [a1, b1, n1], [a2, b2, n2]
+                       row0 = [b1, b2], L1 = [n0, n1, n2]
+"""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+
+class JacobiWindow:
+    """Window state for one sequence.
+
+    Args:
+        window_size: W >= 0 (0 = no lookahead branch; every method is then a no-op).
+        ngram_size: N >= 2 (N - 1 levels including row 0).
+    """
+
+    def __init__(self, window_size: int, ngram_size: int) -> None:
+        if window_size < 0 or ngram_size < 2:
+            raise ValueError(f"window_size={window_size}, ngram_size={ngram_size}: need W >= 0 and N >= 2")
+        self.window_size = window_size
+        self.ngram_size = ngram_size
+        self.row0: list[int] = []  # W-1 tokens: columns 1..W-1 of level 0
+        self.levels: list[list[int]] = []  # levels 1..L, each W tokens; L grows to N-2 in warm-up
+
+    def reset(self, prompt_ids: Sequence[int], seed: int) -> None:
+        """Initialise row 0 with W-1 tokens drawn uniformly (with replacement) from the prompt.
+
+        Uses ``random.Random(seed)`` so a run is reproducible; a one-token prompt simply repeats it.
+        Raises ``ValueError`` for an empty prompt.
+        """
+        if not prompt_ids:
+            raise ValueError("cannot initialise the lookahead window from an empty prompt")
+        rng = random.Random(seed)
+        self.row0 = [int(prompt_ids[rng.randrange(len(prompt_ids))]) for _ in range(max(self.window_size - 1, 0))]
+        self.levels = []
+
+    @property
+    def active(self) -> bool:
+        return self.window_size > 0
+
+    @property
+    def num_levels(self) -> int:
+        """Levels fed besides row 0 (0 .. N-2)."""
+        return len(self.levels)
+
+    @property
+    def full(self) -> bool:
+        return len(self.levels) == self.ngram_size - 2
+
+    def advance(self, c: int, new_tokens: Sequence[int]) -> list[list[int]]:
+        """Feed the W tokens predicted at the last level (column order); return the harvested n-grams.
+
+        ``c`` is the newest accepted token of the step that produced ``new_tokens`` (row 0's column 0).
+        Returns a list of N-token n-grams (empty during warm-up). Raises ``ValueError`` on a wrong length.
+        """
+        if not self.active:
+            return []
+        if len(new_tokens) != self.window_size:
+            raise ValueError(f"got {len(new_tokens)} new window tokens; the window has W={self.window_size} columns")
+        new = [int(t) for t in new_tokens]
+        if not self.full:
+            self.levels.append(new)
+            return []
+        top = [int(c)] + self.row0
+        ngrams = [[top[j]] + [lvl[j] for lvl in self.levels] + [new[j]] for j in range(self.window_size)]
+        if self.levels:
+            self.row0 = self.levels[0][1:]
+            self.levels = self.levels[1:] + [new]
+        else:  # N = 2: row 0 is the last level
+            self.row0 = new[1:]
+        return ngrams
+
+    def state(self) -> tuple:
+        """A hashable snapshot (for the LP consistency check)."""
+        return tuple(self.row0), tuple(tuple(lvl) for lvl in self.levels)

@@ -1,0 +1,133 @@
+import json
+import re
+
+import pytest
+
+from lp_runtime.config import DatasetConfig
+from lp_runtime.data import DatasetError, Question, build_prompt, load_questions
+
+
+def test_mt_bench():
+    qs = load_questions(DatasetConfig(name="mt_bench"))
+    assert len(qs) == 80 and all(len(q.turns) == 2 and not q.raw for q in qs)
+    assert qs[0].question_id == 81 and qs[0].category == "writing"
+    assert {q.category for q in qs} == {
+        "writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"
+    }
+
+
+def test_humaneval():
+    qs = load_questions(DatasetConfig(name="humaneval"))
+    assert len(qs) == 164 and all(q.raw and q.category == "coding" and len(q.turns) == 1 for q in qs)
+    assert qs[12].question_id == "HumanEval/12" and qs[12].turns[0].startswith("from typing import")
+
+
+def test_limit_and_first_turn_only():
+    qs = load_questions(DatasetConfig(name="mt_bench", limit=5, first_turn_only=True))
+    assert [q.question_id for q in qs] == [81, 82, 83, 84, 85]
+    assert all(len(q.turns) == 1 for q in qs)
+
+
+def _write(tmp_path, lines):
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def test_jsonl_valid(tmp_path):
+    path = _write(tmp_path, [
+        json.dumps({"question_id": 1, "category": "math", "turns": ["a", "b"]}),
+        "",
+        json.dumps({"question_id": "x2", "turns": ["c"]}),
+    ])
+    assert load_questions(DatasetConfig(name="jsonl", path=path)) == [
+        Question(1, "math", ["a", "b"], False),
+        Question("x2", "default", ["c"], False),
+    ]
+
+
+FORMAT = 'each line must be a JSON object {"question_id": int or str, "category": str, "turns": [str, ...]}'
+
+
+def _error(path):
+    with pytest.raises(DatasetError) as e:
+        load_questions(DatasetConfig(name="jsonl", path=path))
+    return str(e.value)
+
+
+def test_jsonl_missing_file(tmp_path):
+    path = str(tmp_path / "nope.jsonl")
+    assert _error(path) == f"dataset.path={path!r} does not exist; give a question file in JSONL format ({FORMAT})"
+
+
+def test_jsonl_empty(tmp_path):
+    path = _write(tmp_path, ["", "  "])
+    assert _error(path) == f"dataset.path={path!r} holds no questions; {FORMAT}"
+
+
+def test_jsonl_malformed(tmp_path):
+    path = _write(tmp_path, [json.dumps({"question_id": 1, "turns": ["a"]}), '{"question_id": 2,'])
+    assert _error(path) == f"{path}, line 2: not valid JSON (Expecting property name enclosed in double quotes); {FORMAT}"
+
+
+def test_jsonl_not_object(tmp_path):
+    path = _write(tmp_path, ['["a"]'])
+    assert _error(path) == f"{path}, line 1: expected a JSON object, got list; {FORMAT}"
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"turns": ["a"]}, "field 'question_id' is missing; it must be an int or a string"),
+    ({"question_id": 1.5, "turns": ["a"]}, "field 'question_id' is 1.5; it must be an int or a string"),
+    ({"question_id": True, "turns": ["a"]}, "field 'question_id' is True; it must be an int or a string"),
+    ({"question_id": 1, "category": 3, "turns": ["a"]},
+     "field 'category' is 3; it must be a string (or left out)"),
+    ({"question_id": 1}, "field 'turns' is missing; it must be a non-empty list of non-empty strings"),
+    ({"question_id": 1, "turns": "a"}, "field 'turns' is 'a'; it must be a non-empty list of non-empty strings"),
+    ({"question_id": 1, "turns": []}, "field 'turns' is []; it must be a non-empty list of non-empty strings"),
+    ({"question_id": 1, "turns": ["a", ""]},
+     "field 'turns' is ['a', '']; it must be a non-empty list of non-empty strings"),
+])
+def test_jsonl_bad_field(tmp_path, row, message):
+    path = _write(tmp_path, [json.dumps(row)])
+    assert _error(path) == f"{path}, line 1: {message}"
+
+
+def test_jsonl_duplicate_id(tmp_path):
+    path = _write(tmp_path, [json.dumps({"question_id": 7, "turns": ["a"]})] * 2)
+    assert _error(path) == (
+        f"{path}, line 2: question_id 7 repeats the one on line 1; question ids must be unique"
+    )
+
+
+def test_build_prompt_chat_multi_turn(smollm2):
+    _, tok = smollm2
+    q = Question(1, "writing", ["Name a color.", "Name another one."], raw=False)
+    first = build_prompt(tok, q, [])
+    assert isinstance(first, list) and all(type(t) is int for t in first)
+    assert tok.decode(first).endswith("<|im_start|>user\nName a color.<|im_end|>\n<|im_start|>assistant\n")
+    second = build_prompt(tok, q, ["Blue is a color."])
+    text = tok.decode(second)
+    assert "Blue is a color." in text and "Name a color." in text
+    assert text.endswith("<|im_start|>user\nName another one.<|im_end|>\n<|im_start|>assistant\n")
+    assert second[: len(first)] == first
+    with pytest.raises(ValueError, match=re.escape("question 1 has 2 turn(s); no turn 2 to build a prompt for")):
+        build_prompt(tok, q, ["a", "b"])
+
+
+def test_build_prompt_raw(smollm2):
+    _, tok = smollm2
+    q = load_questions(DatasetConfig(name="humaneval", limit=1))[0]
+    ids = build_prompt(tok, q, [])
+    assert ids == tok(q.turns[0], return_tensors="pt").input_ids[0].tolist()
+    assert tok.decode(ids) == q.turns[0]
+
+
+def test_build_prompt_without_chat_template(smollm2):
+    _, tok = smollm2
+    q = Question(1, "writing", ["Hi.", "Again."], raw=False)
+    saved = tok.chat_template
+    tok.chat_template = None
+    try:
+        assert build_prompt(tok, q, ["Hello."]) == tok("Hi.\nHello.\nAgain.").input_ids
+    finally:
+        tok.chat_template = saved

@@ -1,0 +1,106 @@
+"""Greedy lookahead equals transformers' greedy generate on tiny random models of several architectures.
+
+Grid over (W, N, G) incl. W = 0 (pool only), N = 2, W = 1, G = 1, G larger than the pool, with and without
+the prompt pool; prompts of 1 token and shorter than W + N (CASES.md C1-C4).
+"""
+import pytest
+import torch
+from transformers import (
+    GemmaConfig, GemmaForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+    Qwen2Config, Qwen2ForCausalLM,
+)
+
+from lp_runtime.config import ConfigError, DecodingConfig
+from lp_runtime.decoder import Decoder
+
+from exactness import assert_greedy_equal, hf_greedy
+
+COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
+              pad_token_id=None)
+ARCHS = {
+    "llama": (LlamaForCausalLM, LlamaConfig, {}),
+    "qwen2": (Qwen2ForCausalLM, Qwen2Config, {"use_sliding_window": False}),
+    "mistral": (MistralForCausalLM, MistralConfig, {"sliding_window": None}),
+    "gemma": (GemmaForCausalLM, GemmaConfig, {"head_dim": 8}),
+}
+GRID = [  # (W, N, G, pool_from_prompt)
+    (0, 3, 1, True), (0, 5, 4, True), (1, 3, 1, True), (3, 2, 2, True), (3, 2, 2, False),
+    (4, 4, 1, False), (5, 3, 50, True), (7, 5, 7, True), (2, 5, 0, False),
+]
+PROMPTS = [
+    [7],  # one token (C1)
+    [5, 9, 5],  # shorter than N and than W + N (C2)
+    [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9, 11, 3, 4, 5],  # repetitive: candidates get accepted
+]
+NEW = 40
+
+
+@pytest.fixture(scope="module", params=sorted(ARCHS))
+def tiny(request):
+    model_cls, config_cls, extra = ARCHS[request.param]
+    torch.manual_seed(1234)
+    model = model_cls(config_cls(**COMMON, **extra)).eval()
+    refs = [hf_greedy(model, p, NEW) for p in PROMPTS]
+    return request.param, model, refs
+
+
+@pytest.mark.parametrize("W,N,G,pool", GRID)
+def test_lookahead_equals_generate(tiny, W, N, G, pool):
+    arch, model, refs = tiny
+    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G, pool_from_prompt=pool))
+    total, steps = 0, 0
+    for prompt, ref in zip(PROMPTS, refs):
+        out = dec.generate(prompt, max_new_tokens=NEW)
+        assert_greedy_equal(model, prompt, out.output_ids, ref, f"{arch} W={W} N={N} G={G} pool={pool}")
+        assert sum(out.accept_lengths) == len(out.output_ids) == NEW
+        assert max(out.accept_lengths) <= N and out.finish_reason == "length"
+        total, steps = total + NEW, steps + out.decoding_steps
+    if G == 0:
+        assert steps == total  # no verification branch: one token a step (C4)
+
+
+def test_greedy_method_equals_generate(tiny):
+    arch, model, refs = tiny
+    dec = Decoder(model, DecodingConfig(method="greedy"))
+    for prompt, ref in zip(PROMPTS, refs):
+        out = dec.generate(prompt, max_new_tokens=NEW)
+        assert_greedy_equal(model, prompt, out.output_ids, ref, f"{arch} greedy")
+        assert out.decoding_steps == NEW and out.accept_lengths == [1] * NEW
+
+
+def test_lookahead_accepts_several_tokens_per_step():
+    # A repetitive prompt on a seeded model: the prompt pool must make some steps accept > 1 token,
+    # and a full match must accept N tokens (the bonus token is kept).
+    torch.manual_seed(1234)
+    model = LlamaForCausalLM(LlamaConfig(**COMMON)).eval()
+    prompt = PROMPTS[2]
+    ref = hf_greedy(model, prompt, NEW)
+    out = Decoder(model, DecodingConfig(window_size=0, ngram_size=4, guess_set_size=4)).generate(
+        prompt, max_new_tokens=NEW)
+    assert out.output_ids == ref
+    assert max(out.accept_lengths) == 4
+    assert out.decoding_steps < NEW
+
+
+def test_bad_configs_refused():
+    with pytest.raises(ConfigError, match=r"decoding.guess_set_size=-1 is negative; G must be >= 0"):
+        DecodingConfig(guess_set_size=-1)
+    with pytest.raises(ConfigError, match=r"decoding.ngram_size=1 is too small; N must be >= 2"):
+        DecodingConfig(ngram_size=1)
+    with pytest.raises(ConfigError, match=r"decoding.window_size=-2 is negative; W must be >= 0"):
+        DecodingConfig(window_size=-2)
+
+
+def test_prompt_plus_window_longer_than_context_refused():
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**{**COMMON, "max_position_embeddings": 32})).eval()
+    dec = Decoder(model, DecodingConfig(window_size=8, ngram_size=5, guess_set_size=2))
+    with pytest.raises(ConfigError) as err:
+        dec.generate(list(range(1, 25)), max_new_tokens=4)
+    assert str(err.value) == (
+        "the prompt (24 tokens) plus one lookahead step (W=8, N=5) needs 34 positions; "
+        "the model's context is 32 tokens"
+    )
+    with pytest.raises(ConfigError, match="the prompt is empty"):
+        dec.generate([], max_new_tokens=4)

@@ -1,0 +1,236 @@
+"""The generate entry point: answers JSONL, resume, summary metrics, and one-line errors on bad input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lp_runtime import metrics
+from lp_runtime.config import (DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig, OutputConfig,
+                               RunConfig)
+
+REPO = Path(__file__).resolve().parents[1]
+CHOICE_KEYS = {"index", "turns", "output_ids", "new_tokens", "decoding_steps", "wall_time", "accept_lengths",
+               "finish_reason"}
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+def _record(qid, new_tokens, steps, wall, accepts):
+    return {"question_id": qid, "choices": [{"index": 0, "new_tokens": new_tokens, "decoding_steps": steps,
+                                             "wall_time": wall, "accept_lengths": accepts}]}
+
+
+def test_summarize_exact_numbers():
+    records = [
+        _record(1, [5, 3], [3, 2], [1.0, 0.5], [[1, 2, 2], [2, 1]]),
+        _record(2, [4], [1], [0.5], [[4]]),
+    ]
+    assert metrics.summarize(records) == {
+        "num_questions": 2,
+        "num_turns": 3,
+        "new_tokens": 12,
+        "decoding_steps": 6,
+        "wall_time": 2.0,
+        "step_compression": 2.0,
+        "mean_accepted_tokens": 2.0,
+        "accept_length_histogram": {1: 2, 2: 3, 4: 1},
+        "tokens_per_s": 6.0,
+        "seconds_per_step": 2.0 / 6,
+    }
+
+
+def test_summarize_mean_accepted_differs_from_compression_when_lengths_do_not_sum_to_tokens():
+    s = metrics.summarize([_record(1, [4], [2], [2.0], [[1, 2]])])
+    assert s["step_compression"] == 2.0
+    assert s["mean_accepted_tokens"] == 1.5
+
+
+def test_summarize_empty_has_no_ratios():
+    s = metrics.summarize([])
+    assert (s["num_questions"], s["new_tokens"], s["accept_length_histogram"]) == (0, 0, {})
+    assert s["step_compression"] is s["tokens_per_s"] is s["seconds_per_step"] is s["mean_accepted_tokens"] is None
+
+
+def test_run_summary_has_config_and_versions():
+    s = metrics.run_summary([_record(1, [2], [2], [1.0], [[1, 1]])], RunConfig(), "a.jsonl")
+    assert s["answers"] == "a.jsonl" and s["step_compression"] == 1.0
+    assert s["config"]["decoding"]["ngram_size"] == RunConfig().decoding.ngram_size
+    assert set(s["versions"]) == {"python", "torch", "transformers", "lp_runtime"}
+    json.dumps(s)  # serialisable as is
+
+
+# ------------------------------------------------------------------------------------- end to end (run)
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A 2-layer random Llama with SmolLM2's tokenizer (chat template included), saved as a local folder."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from lp_runtime import models
+
+    cached = Path(models.cache_root()) / "smollm2-135m-instruct"
+    if (cached / "tokenizer.json").is_file():
+        tok = AutoTokenizer.from_pretrained(cached)
+    else:
+        folder, gguf_file, _ = models._bundled_gguf("smollm2")
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    out = tmp_path_factory.mktemp("tiny_llama")
+    LlamaForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _questions_file(path: Path) -> Path:
+    rows = [
+        {"question_id": 81, "category": "writing", "turns": ["Write a haiku about the sea.", "Now make it rhyme."]},
+        {"question_id": 82, "category": "math", "turns": ["What is 2 + 3?"]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _run_config(model_dir: Path, tmp: Path, method: str = "lookahead") -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(name="tiny-llama", path=str(model_dir)),
+        decoding=DecodingConfig(method=method, window_size=2, ngram_size=3, guess_set_size=2),
+        generation=GenerationConfig(max_new_tokens=8),
+        dataset=DatasetConfig(name="jsonl", path=str(_questions_file(tmp / "questions.jsonl"))),
+        output=OutputConfig(path=str(tmp / "out" / "answers.jsonl")),
+        progress=False,
+    )
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_run_writes_answers_resumes_and_trims_a_partial_line(tiny_model_dir, tmp_path):
+    from lp_runtime.generate import run
+
+    cfg = _run_config(tiny_model_dir, tmp_path)
+    answers = Path(cfg.output.path)
+    summary = run(cfg)
+
+    records = _lines(answers)
+    assert [r["question_id"] for r in records] == [81, 82]
+    for r, num_turns in zip(records, (2, 1)):
+        assert set(r) == {"question_id", "category", "answer_id", "model_id", "choices", "tstamp"}
+        assert r["model_id"] == "tiny-llama"
+        (choice,) = r["choices"]
+        assert set(choice) == CHOICE_KEYS and choice["index"] == 0
+        for key in CHOICE_KEYS - {"index"}:
+            assert len(choice[key]) == num_turns, key
+        for ids, n, steps, accepts, reason in zip(choice["output_ids"], choice["new_tokens"],
+                                                  choice["decoding_steps"], choice["accept_lengths"],
+                                                  choice["finish_reason"]):
+            assert n == len(ids) and 1 <= n <= 8
+            assert steps == len(accepts) and sum(accepts) == n
+            assert reason in ("stop", "length")
+    assert records[0]["category"] == "writing"
+    assert summary["num_questions"] == 2 and summary["num_turns"] == 3
+    assert json.loads(Path(cfg.output.resolved_summary_path).read_text())["new_tokens"] == summary["new_tokens"]
+
+    # A second run finds everything done: nothing is appended, the summary is the same.
+    before = answers.read_bytes()
+    again = run(cfg)
+    assert answers.read_bytes() == before
+    assert again["new_tokens"] == summary["new_tokens"] and again["num_turns"] == 3
+
+    # A killed run leaves half a line: it is cut off and that question answered again, identically (greedy).
+    lines = before.decode().splitlines(keepends=True)
+    answers.write_text(lines[0] + lines[1][: len(lines[1]) // 2])
+    third = run(cfg)
+    records3 = _lines(answers)
+    assert [r["question_id"] for r in records3] == [81, 82]
+    assert records3[0] == records[0]
+    assert records3[1]["choices"][0]["output_ids"] == records[1]["choices"][0]["output_ids"]
+    assert third["new_tokens"] == summary["new_tokens"]
+
+
+def test_greedy_and_lookahead_answers_match(tiny_model_dir, tmp_path):
+    from lp_runtime.generate import run
+
+    (tmp_path / "g").mkdir()
+    (tmp_path / "l").mkdir()
+    run(_run_config(tiny_model_dir, tmp_path / "g", method="greedy"))
+    run(_run_config(tiny_model_dir, tmp_path / "l", method="lookahead"))
+    ids = [[r["choices"][0]["output_ids"] for r in _lines(tmp_path / d / "out" / "answers.jsonl")] for d in "gl"]
+    assert ids[0] == ids[1]
+
+
+# ------------------------------------------------------------------------------- bad input, as the CLI
+
+def _cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env.pop("HYDRA_FULL_ERROR", None)
+    args = [f"hydra.run.dir={tmp_path / 'hydra'}", "progress=false", *overrides]
+    if not any(a.startswith("output.path=") for a in overrides):
+        args.append(f"output.path={tmp_path / 'out' / 'answers.jsonl'}")
+    return subprocess.run([sys.executable, "-m", "lp_runtime.generate", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _assert_fails_with(result: subprocess.CompletedProcess, message: str) -> None:
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"error: {message}"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["decoding.window_size=-1"], "decoding.window_size=-1 is negative; W must be >= 0"),
+    (["decoding.ngram_size=1"], "decoding.ngram_size=1 is too small; N must be >= 2"),
+    (["generation.max_new_tokens=abc"], "Error merging override generation.max_new_tokens=abc: "
+                                        "Value 'abc' of type 'str' could not be converted to Integer"),
+    (["decoding.windw_size=3"], "Could not override 'decoding.windw_size': "
+                                "Key 'windw_size' not in 'DecodingConfig'"),
+    (["dataset=jsonl"], "dataset=jsonl needs dataset.path=<question file .jsonl>"),
+])
+def test_bad_config_fails_in_one_line(tmp_path, overrides, message):
+    _assert_fails_with(_cli(tmp_path, *overrides), message)
+
+
+def test_output_under_a_file_fails_before_loading_the_model(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    path = tmp_path / "afile" / "answers.jsonl"
+    _assert_fails_with(_cli(tmp_path, f"output.path={path}", "model.path=/nonexistent"),
+                       f"cannot create the folder for output path {path}: {tmp_path / 'afile'} is a file")
+
+
+def test_output_path_is_a_folder(tmp_path):
+    _assert_fails_with(_cli(tmp_path, f"output.path={tmp_path}", "model.path=/nonexistent"),
+                       f"output path {tmp_path} is a folder; give a file path such as {tmp_path / 'answers.jsonl'}")
+
+
+def test_missing_model_fails_in_one_line(tmp_path):
+    _assert_fails_with(_cli(tmp_path, "model.path=/nonexistent", "dataset.limit=1"),
+                       "model.path='/nonexistent' is not an existing folder. "
+                       "Use a local folder, a HuggingFace id, or bundled:smollm2")
+
+
+def test_empty_dataset_fails_before_loading_the_model(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    _assert_fails_with(_cli(tmp_path, "dataset=jsonl", f"dataset.path={empty}", "model.path=/nonexistent"),
+                       EMPTY_DATASET_MESSAGE.format(path=empty))
+
+
+def test_malformed_dataset_line_fails_before_loading_the_model(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question_id": 1, "category": "x", "turns": ["hi"]}\n{"question_id": 2, \n')
+    _assert_fails_with(_cli(tmp_path, "dataset=jsonl", f"dataset.path={bad}", "model.path=/nonexistent"),
+                       BAD_LINE_MESSAGE.format(path=bad))
+
+
+FORMAT = 'each line must be a JSON object {{"question_id": int or str, "category": str, "turns": [str, ...]}}'
+EMPTY_DATASET_MESSAGE = "dataset.path='{path}' holds no questions; " + FORMAT
+BAD_LINE_MESSAGE = "{path}, line 2: not valid JSON (Expecting property name enclosed in double quotes); " + FORMAT

