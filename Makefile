@@ -25,6 +25,7 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# TODO(lead): wire the benchmark.
+# make bench: 5 MT-Bench first turns + 5 HumanEval, 64 new tokens: HF greedy, HF prompt lookup, our greedy and
+# lookahead (0,3,1) (3,3,2) (7,5,7), interleaved per prompt (conf/bench.yaml); table + CSV/JSON/figures in outputs/bench.
 bench: install
-	@if [ -f scripts/bench.py ]; then $(PY) scripts/bench.py; else echo "scripts/bench.py does not exist yet"; fi
+	$(PY) -m lp_runtime.bench $(BENCH_ARGS)

@@ -7,7 +7,7 @@ objects with ``OmegaConf.to_object`` so nothing past it sees OmegaConf.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 
@@ -21,7 +21,7 @@ def _check(cond: bool, msg: str) -> None:
 
 
 DTYPES = ("float32", "bfloat16", "float16")
-METHODS = ("greedy", "lookahead")
+METHODS = ("greedy", "lookahead", "auto")  # auto: lp_runtime.tuner picks greedy or W, N, G at run time
 
 
 @dataclass
@@ -87,6 +87,51 @@ class DecodingConfig:
         """Input tokens of one lookahead step: pending + window + candidates (DESIGN.md section 1)."""
         window = max(self.window_size - 1, 0) + (self.ngram_size - 2) * self.window_size
         return num_pending + window + num_candidates * (self.ngram_size - 1)
+
+
+@dataclass
+class SamplingConfig:
+    """Logits processing and sampling, the same for plain and lookahead decoding (DESIGN.md section 1).
+
+    Like transformers' ``generate``: ``repetition_penalty`` (> 0, 1 = off) applies in greedy and sampling;
+    ``temperature`` (>= 0; 0 = greedy, > 0 = sample), ``top_k`` (>= 0, 0 = off), ``top_p`` (0 < p <= 1,
+    1 = off) and ``min_p`` (0 <= p < 1, 0 = off) apply when sampling. ``seed``: every random draw is a
+    function of (seed, token position), so a run is reproducible and independent of the LP degree.
+    ``category_temperature``: optional per-question-category temperature (MT-Bench's judge settings),
+    used by the generate entry point in place of ``temperature`` for a listed category.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int = 0
+    category_temperature: Optional[dict[str, float]] = None
+
+    def __post_init__(self) -> None:
+        _check(self.temperature >= 0, f"sampling.temperature={self.temperature} is not allowed; it must be >= 0 (0 = greedy)")
+        _check(self.top_k >= 0, f"sampling.top_k={self.top_k} is not allowed; it must be >= 0 (0 = off)")
+        _check(0 < self.top_p <= 1, f"sampling.top_p={self.top_p} is not allowed; it must be in (0, 1] (1 = off)")
+        _check(0 <= self.min_p < 1, f"sampling.min_p={self.min_p} is not allowed; it must be in [0, 1) (0 = off)")
+        _check(self.repetition_penalty > 0,
+               f"sampling.repetition_penalty={self.repetition_penalty} is not allowed; it must be > 0 (1 = off)")
+        _check(isinstance(self.seed, int) and not isinstance(self.seed, bool),
+               f"sampling.seed={self.seed!r} is not allowed; it must be an integer")
+        for cat, t in (self.category_temperature or {}).items():
+            _check(t >= 0, f"sampling.category_temperature[{cat!r}]={t} is not allowed; it must be >= 0")
+
+    @property
+    def do_sample(self) -> bool:
+        """True when tokens are drawn at random (temperature > 0); False = greedy (argmax)."""
+        return self.temperature > 0
+
+    def for_category(self, category: Optional[str]) -> "SamplingConfig":
+        """This config with ``temperature`` taken from ``category_temperature`` when it lists ``category``."""
+        table = self.category_temperature or {}
+        if category not in table:
+            return self
+        return replace(self, temperature=float(table[category]))
 
 
 @dataclass
@@ -161,6 +206,7 @@ class RunConfig:
 
     model: ModelConfig = field(default_factory=ModelConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
@@ -178,6 +224,7 @@ def register_configs() -> None:
     for group, node in (
         ("model", ModelConfig),
         ("decoding", DecodingConfig),
+        ("sampling", SamplingConfig),
         ("generation", GenerationConfig),
         ("dataset", DatasetConfig),
         ("parallel", ParallelConfig),

@@ -6,6 +6,17 @@ the Jacobi window (lookahead branch) and up to G n-gram candidates (verification
 decoding is the same loop with no window and no candidates (one pending token a step), so both methods
 share every line that touches the model and the cache.
 
+Sampling and logits processing (``sampling.py``; paper appendix B): ``c`` and every candidate token are
+processed against their own prefix with transformers' processors; greedy takes the processed argmax (so a
+repetition penalty matches ``generate(do_sample=False, repetition_penalty=...)``), sampling replaces each
+such argmax by the OUTCOME of that trie node -- sequential rejection of the node's draft children, else a
+residual (or, after a full match, bonus) sample -- with uniforms keyed by (seed, absolute position).
+A node's outcome is a child exactly when that child was accepted, so ``verify.walk_outcomes`` rebuilds the
+step from one int64 per kept position. Under LP each rank decides the nodes of the candidates it computed,
+from candidate tokens every rank holds and draws every rank can make, so the merge exchanges the SAME
+fixed-size int64 buffer as greedy decoding: ONE all-gather per step, sampling or not, and no probabilities
+cross ranks. The window's new tokens stay the raw argmax (guesses only; they never affect the output law).
+
 Usage::
 
     model, tok = load_model(ModelConfig())
@@ -21,13 +32,14 @@ from typing import Optional, Sequence
 
 import torch
 
-from .config import ConfigError, DecodingConfig
+from .config import ConfigError, DecodingConfig, SamplingConfig
 from .kv import check_supported, commit, new_cache
 from .layout import LayoutCache, full_mask
 from .ngram_pool import NGramPool
 from .parallel import LocalGroup, state_hash
+from .sampling import Sampler, check_processors
 from .stopping import StopChecker
-from .verify import greedy_verify
+from .verify import greedy_verify, walk_outcomes
 from .window import JacobiWindow
 
 
@@ -66,15 +78,21 @@ class Decoder:
         eos_token_ids: ids that end generation (may be empty).
         tokenizer: needed for stop strings only.
         lp: the lookahead-parallel group (``parallel.LocalGroup`` for one process).
+        sampling: logits processing and sampling (``SamplingConfig``; default greedy, no processing).
+        logits_processor: extra transformers processors applied after ``sampling``'s; only the classes of
+            ``sampling.SUPPORTED_PROCESSORS`` (``ValueError`` naming any other).
     """
 
     def __init__(self, model, decoding: DecodingConfig, *, eos_token_ids: Sequence[int] = (),
-                 tokenizer=None, lp=None) -> None:
+                 tokenizer=None, lp=None, sampling: Optional[SamplingConfig] = None,
+                 logits_processor: Sequence = ()) -> None:
         self.model = model
         self.cfg = decoding
         self.eos_token_ids = list(eos_token_ids or [])
         self.tokenizer = tokenizer
         self.lp = lp if lp is not None else LocalGroup()
+        self.extra_processors = check_processors(logits_processor or ())
+        self.sampler = Sampler(sampling, self.extra_processors)
         lookahead = decoding.method == "lookahead"
         self.window_size = decoding.window_size if lookahead else 0
         self.ngram_size = decoding.ngram_size
@@ -93,19 +111,37 @@ class Decoder:
             depth = max(depth, num_pending - 1 + self.ngram_size - 1)
         return depth
 
+    @staticmethod
+    def _decide(sampler: Sampler, logits_KV: torch.Tensor, kept: torch.Tensor, history: list[int],
+                candidates: list[list[int]], cand_ids: Sequence[int], num_cols: int, cand_len: int) -> torch.Tensor:
+        """``kept`` (int64 (k,), layout order) with ``c``'s and this rank's candidate tokens' entries replaced by
+        the sampler's decision (processed argmax, or the sampled node outcome); window entries stay raw argmax,
+        so the LP merge exchanges the same int64 buffer as in greedy decoding."""
+        rows = [0] + [1 + num_cols + t for t in range(len(cand_ids) * cand_len)]
+        cells = [(-1, -1)] + [(g, i) for g in cand_ids for i in range(cand_len)]
+        suffixes = [candidates[g][: i + 1] if g >= 0 else [] for g, i in cells]
+        index = torch.tensor(rows, device=logits_KV.device)
+        tokens = sampler.decide(logits_KV[index], history, suffixes, candidates, cells)
+        kept = kept.clone()
+        kept[index] = torch.tensor(tokens, dtype=kept.dtype, device=kept.device)
+        return kept
+
     @torch.inference_mode()
     def generate(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_strings: Sequence[str] = (),
-                 streamer=None) -> GenerationOutput:
+                 streamer=None, sampling: Optional[SamplingConfig] = None) -> GenerationOutput:
         """Decode up to ``max_new_tokens`` tokens after ``prompt_ids`` (a list of token ids).
 
         Greedy output is token-identical to plain greedy decoding up to float near-ties (DESIGN.md
         section 6). ``streamer`` (transformers ``TextStreamer``-compatible: ``put``/``end``) first receives
-        the prompt, then every emitted token in order, exactly once.
+        the prompt, then every emitted token in order, exactly once. ``sampling`` overrides the decoder's
+        sampling settings for this call (e.g. a per-question temperature or seed). Sampled output follows
+        the model's processed distribution exactly (paper appendix B; tests/test_sampling.py).
 
         Raises:
             ConfigError: empty prompt, or the prompt plus one step does not fit the model's context.
         """
         start = time.perf_counter()
+        sampler = self.sampler if sampling is None else Sampler(sampling, self.extra_processors)
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise ConfigError("the prompt is empty; give at least one token")
@@ -164,10 +200,13 @@ class Decoder:
                 logits_to_keep=keep,
             )
             kept_argmax = out.logits[0].argmax(dim=-1)
+            if sampler.active:  # c and candidate tokens: processed against their own prefix (window: raw argmax)
+                kept_argmax = self._decide(sampler, out.logits[0], kept_argmax, history, candidates, cand_ids,
+                                           len(cols), cand_len)
             x1, new_window, cand_argmax = self.lp.merge(
                 kept_argmax, len(pending), num_columns, num_levels, len(candidates), cand_len
             )
-            accepted, _ = greedy_verify(x1, candidates, cand_argmax)
+            accepted, _ = (walk_outcomes if sampler.do_sample else greedy_verify)(x1, candidates, cand_argmax)
             commit(cache, len(ids), len(pending))
             past += len(pending)
             steps += 1
@@ -185,8 +224,8 @@ class Decoder:
                 if pool is not None:
                     for ngram in harvest:
                         pool.add(ngram)
+            history.extend(accepted)
             if pool is not None and self.cfg.pool_from_prompt:
-                history.extend(accepted)
                 pool.add_from_sequence(history, start=len(history) - len(accepted))
             pending = accepted
             if getattr(self.lp, "debug", False):  # every LP rank must hold the same state after the merge (DESIGN.md section 3)

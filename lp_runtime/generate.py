@@ -38,12 +38,6 @@ class OutputError(ValueError):
     """``output.path`` cannot hold the answers (a folder, unwritable, or a corrupt earlier answers file)."""
 
 
-def _rank() -> int:
-    """Global rank of this process (0 when not launched by torchrun). Only rank 0 writes or prints."""
-    # TODO: replace with lp_runtime.distributed once it exists.
-    return int(os.environ.get("RANK", 0))
-
-
 def check_output_path(path: Path, *, create: bool) -> None:
     """Raise ``OutputError`` unless ``path`` can be a file we append to; create its folder if ``create``."""
     if path.is_dir():
@@ -100,10 +94,13 @@ def answer_question(decoder: Any, tokenizer: Any, question: data.Question, cfg: 
     """Decode every turn of ``question`` (each turn's prompt holds the answers so far); the FastChat ``choices[0]``."""
     choice: dict[str, Any] = {"index": 0, "turns": [], "output_ids": [], "new_tokens": [], "decoding_steps": [],
                               "wall_time": [], "accept_lengths": [], "finish_reason": []}
+    # Per-category temperature (MT-Bench's judge settings) when the sampling config lists one.
+    sampling = cfg.sampling.for_category(question.category)
+    choice["seed"], choice["temperature"] = sampling.seed, sampling.temperature
     for _ in question.turns:
         prompt_ids = data.build_prompt(tokenizer, question, choice["turns"])
         out = decoder.generate(prompt_ids, max_new_tokens=cfg.generation.max_new_tokens,
-                               stop_strings=cfg.generation.stop_strings)
+                               stop_strings=cfg.generation.stop_strings, sampling=sampling)
         choice["turns"].append(tokenizer.decode(out.output_ids, skip_special_tokens=True))
         choice["output_ids"].append(list(out.output_ids))
         choice["new_tokens"].append(len(out.output_ids))
@@ -114,14 +111,30 @@ def answer_question(decoder: Any, tokenizer: Any, question: data.Question, cfg: 
     return choice
 
 
+def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: RunConfig, model_id: str) -> dict:
+    """One answers-JSONL line (DESIGN.md section 5) for ``question``."""
+    choice = answer_question(decoder, tokenizer, question, cfg)
+    return {
+        "question_id": question.question_id,
+        "category": question.category,
+        # Deterministic: the same model and outputs give the same id.
+        "answer_id": uuid.uuid5(uuid.NAMESPACE_OID, json.dumps([model_id, question.question_id,
+                                                                choice["output_ids"]])).hex,
+        "model_id": model_id,
+        "choices": [choice],
+        "tstamp": time.time(),
+    }
+
+
 def run(cfg: RunConfig) -> dict:
     """Answer every question of ``cfg.dataset`` not yet in ``cfg.output.path``; write and return the summary.
 
     Cheap checks (output path, dataset) come before the model loads, so bad input fails in about a second.
     Raises ``ConfigError``, ``OutputError``, ``data.DatasetError``, ``models.ModelLoadError`` or ``OSError`` on bad input.
     """
-    rank = _rank()
-    is_main = rank == 0
+    from lp_runtime import distributed, parallel  # torch: imported after the config is known good
+
+    is_main = distributed.detect().rank == 0
     answers_path = Path(cfg.output.path)
     summary_path = Path(cfg.output.resolved_summary_path)
     check_output_path(answers_path, create=is_main)
@@ -129,7 +142,13 @@ def run(cfg: RunConfig) -> dict:
     records = load_answers(answers_path, trim=is_main)
     done = {str(r["question_id"]) for r in records}
     todo = [q for q in data.load_questions(cfg.dataset) if str(q.question_id) not in done]
+    ctx = parallel.setup_parallel(cfg.parallel)
+    if cfg.decoding.method == "auto" and ctx.world_size > 1:
+        raise ConfigError("decoding=auto measures this machine in one process; under torchrun pick "
+                          "decoding.window_size/ngram_size/guess_set_size (e.g. from a single-process auto run)")
+    comm, my_steps = None, 0
 
+    auto = None  # decoding=auto: the tuner's choice, recorded in the summary
     if todo:
         # Imported here so that bad input is reported before torch and transformers load (seconds).
         from lp_runtime import models
@@ -137,27 +156,52 @@ def run(cfg: RunConfig) -> dict:
 
         model, tokenizer = models.load_model(cfg.model)
         eos = models.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)
-        decoder = Decoder(model, cfg.decoding, eos_token_ids=eos, tokenizer=tokenizer)
+        decoding = cfg.decoding
+        if decoding.method == "auto":  # measure (or reuse) this machine's profile, pick greedy or W, N, G
+            from lp_runtime import tuner
+            decoding, auto = tuner.resolve_auto(model, tokenizer, cfg.model.name, cfg.model.dtype,
+                                                eos_token_ids=eos, fallback_questions=todo)
+        decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
+                          sampling=cfg.sampling)
         model_id = cfg.model_id or cfg.model.name
-        for question in tqdm(todo, desc="questions", unit="q", disable=not (cfg.progress and is_main)):
-            choice = answer_question(decoder, tokenizer, question, cfg)
-            record = {
-                "question_id": question.question_id,
-                "category": question.category,
-                # Deterministic: the same model and outputs give the same id.
-                "answer_id": uuid.uuid5(uuid.NAMESPACE_OID, json.dumps([model_id, question.question_id,
-                                                                        choice["output_ids"]])).hex,
-                "model_id": model_id,
-                "choices": [choice],
-                "tstamp": time.time(),
-            }
-            records.append(record)
-            if is_main:
+        # Data parallelism: LP group i answers questions i, i + dp, ...; in round r every group answers one
+        # question, rank 0 gathers them and appends them in dataset order, so the file equals one group's.
+        mine = parallel.shard_questions(todo, ctx.dp_rank, ctx.dp_size)
+        rounds = -(-len(todo) // ctx.dp_size)
+        bar = tqdm(total=len(todo), desc="questions", unit="q", disable=not (cfg.progress and is_main))
+        for r in range(rounds):
+            record = None
+            if r < len(mine):
+                question = mine[r]
+                record = _answer_record(decoder, tokenizer, question, cfg, model_id)
+                my_steps += sum(record["choices"][0]["decoding_steps"])
+            gathered = [record] if ctx.world_size == 1 else distributed.gather_objects_to_rank0(record)
+            if not ctx.is_writer:
+                continue
+            # Every rank of an LP group holds the same record; keep one per question, in dataset order.
+            new = {str(rec["question_id"]): rec for rec in gathered if rec is not None}
+            for question in todo[r * ctx.dp_size : (r + 1) * ctx.dp_size]:
+                record = new[str(question.question_id)]
+                choice = record["choices"][0]
+                records.append(record)
                 append_line(answers_path, record)
                 first_line = (choice["turns"][0].strip().splitlines() or [""])[0]
                 tqdm.write(f"[{question.question_id}] {first_line[:120]}")
+                bar.update(1)
+        bar.close()
+        if ctx.lp_group.size > 1:  # rank 0's view; every rank of a group takes part in each collective
+            stats = ctx.lp_group.stats.as_dict()
+            comm = {"lp_degree": ctx.lp_group.size, "dp_degree": ctx.dp_size, **stats,
+                    "collectives_per_step": stats["collectives"] / max(my_steps, 1),
+                    "bytes_per_step": stats["bytes"] / max(my_steps, 1),
+                    "comm_seconds_per_step": stats["seconds"] / max(my_steps, 1)}
+    ctx.teardown()
 
     summary = metrics.run_summary(records, cfg, str(answers_path))
+    if comm is not None:
+        summary["lp_communication"] = comm
+    if auto is not None:
+        summary["auto_decoding"] = auto
     if is_main:
         tmp = summary_path.with_name(summary_path.name + ".tmp")
         tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence, TypeVar
 
 import torch
@@ -276,7 +276,6 @@ class ParallelContext:
     is_writer: bool
     device: torch.device
     backend: Optional[str] = None
-    extra: dict = field(default_factory=dict)
 
     def teardown(self) -> None:
         """Leave the process group (also done at exit if forgotten)."""

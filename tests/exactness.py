@@ -13,7 +13,7 @@ def hf_greedy(model, prompt, max_new_tokens, eos_token_id=None, **kwargs):
         do_sample=False,
         max_new_tokens=max_new_tokens,
         eos_token_id=eos_token_id,
-        pad_token_id=eos_token_id if eos_token_id is not None else 0,
+        pad_token_id=(eos_token_id[0] if isinstance(eos_token_id, list) else eos_token_id) if eos_token_id else 0,
         **kwargs,
     )
     return out[0, len(prompt):].tolist()

@@ -10,7 +10,7 @@ Every rank builds the same tiny random Llama (fixed seed), joins LP groups of ``
 decodes its data-parallel share of the prompts with the debug consistency check on; global rank 0 writes
 {"results": {"<config>/<prompt>": {output_ids, decoding_steps, accept_lengths}}, "stats": ...}.
 ``--fail`` injects a failure on ``--fail-rank`` after ``--fail-after`` merges: raise, exit (os._exit),
-kill (SIGKILL on itself) or hang (sleep forever, never entering the collective).
+kill (SIGKILL on itself), hang (sleep forever, never entering the collective) or corrupt (a wrong x1).
 """
 from __future__ import annotations
 
@@ -73,6 +73,9 @@ class _Failing:
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.mode == "hang":
                 time.sleep(3600)
+            if self.mode == "corrupt":  # a silently wrong merge: the debug consistency check must catch it
+                x1, window, cands = self.inner.merge(*args, **kwargs)
+                return (x1 + 1) % 64, window, cands
         return self.inner.merge(*args, **kwargs)
 
 
@@ -83,7 +86,7 @@ def main() -> None:
     ap.add_argument("--spec", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--timeout", type=float, default=60.0)
-    ap.add_argument("--fail", choices=["raise", "exit", "kill", "hang"])
+    ap.add_argument("--fail", choices=["raise", "exit", "kill", "hang", "corrupt"])
     ap.add_argument("--fail-rank", type=int, default=1)
     ap.add_argument("--fail-after", type=int, default=3)
     args = ap.parse_args()

@@ -65,7 +65,7 @@ def test_shard_plan_covers_everything_once_and_balances(shape):
     cands = sorted(i for p in plan for i in p[1])
     assert cols == list(range(w)) and cands == list(range(g))
     for p in plan:  # contiguous, ascending blocks
-        assert list(p[0]) == list(range(p[0][0], p[0][0] + len(p[0]))) if p[0] else True
+        assert list(p[0]) == list(range(p[0][0], p[0][0] + len(p[0]))) if p[0] else not p[0]
     worst = max(rank_tokens(p, 0, l, c) for p in plan)
     # Within one level's (or one candidate's) worth of the best contiguous plan.
     assert worst <= _brute_force_best(w, l, g, c, k) + max(l, c)
@@ -237,6 +237,12 @@ def test_rank_stuck_outside_collective_times_out(tmp_path):
     assert "rank: 0" in proc.stderr
 
 
+def test_debug_check_names_diverged_rank(tmp_path):
+    proc, _, secs = _launch(tmp_path, 3, 3, "--timeout", "10", "--fail", "corrupt", "--fail-rank", "2", timeout=120)
+    assert proc.returncode != 0
+    assert "rank(s) [2] hold a different decoding state" in proc.stderr
+
+
 # ------------------------------------------------------------------------------------------ Slurm scripts
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
@@ -301,3 +307,25 @@ def test_slurm_script_runs_locally(tmp_path, tiny_model_dir, questions_file, scr
     want, _ = _answers(ref_out)
     assert lines == 3 and got == want  # every question exactly once, token-identical to one process
     assert list(run_dir.rglob("*.log")), "torchrun per-rank logs missing"
+
+
+def test_torchrun_dp2_writes_one_ordered_file_and_resumes(tmp_path, tiny_model_dir, questions_file):
+    """world 2 = dp2 x lp1: each rank answers its share, rank 0 writes one file in dataset order, identical to
+    one process's; a re-run finds every question done and appends nothing."""
+    ref_out = tmp_path / "ref.jsonl"
+    ref = subprocess.run([sys.executable, "-m", "lp_runtime.generate",
+                          *_generate_args(tiny_model_dir, questions_file, ref_out), "parallel=lp1",
+                          f"hydra.run.dir={tmp_path / 'hydra_ref'}"],
+                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    out = tmp_path / "answers.jsonl"
+    cmd = [TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "lp_runtime.generate",
+           *_generate_args(tiny_model_dir, questions_file, out), "parallel=lp1", f"hydra.run.dir={tmp_path / 'h'}"]
+    for attempt in range(2):
+        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        want = [json.loads(line) for line in ref_out.read_text().splitlines()]
+        assert [r["question_id"] for r in rows] == [0, 1, 2]
+        assert [r["choices"][0]["output_ids"] for r in rows] == [r["choices"][0]["output_ids"] for r in want]
+        assert [r["choices"][0]["decoding_steps"] for r in rows] == [r["choices"][0]["decoding_steps"] for r in want]

@@ -1,0 +1,82 @@
+"""Python API: load a model once, decode many prompts, stream tokens.
+
+Example::
+
+    from transformers import TextStreamer
+    from lp_runtime import LookaheadGenerator
+
+    gen = LookaheadGenerator.from_config()                       # bundled SmolLM2, conf defaults
+    out = gen.generate("Write a haiku about the sea.", streamer=TextStreamer(gen.tokenizer, skip_prompt=True))
+    print(out.text, out.decoding_steps, out.accept_lengths)
+    ids = gen.generate([1, 2, 3], max_new_tokens=16).output_ids  # token ids in, raw completion
+
+A ``str`` prompt is a user message put through the model's chat template; a list of ``{"role", "content"}``
+dicts is a whole conversation; a list of ints is used as is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig
+from .decoder import Decoder, GenerationOutput
+from .models import eos_token_ids, load_model
+
+Prompt = Union[str, Sequence[int], Sequence[dict]]
+
+
+@dataclass
+class TextOutput(GenerationOutput):
+    """``GenerationOutput`` plus ``text``: the new tokens decoded without special tokens."""
+
+    text: str = ""
+
+
+class LookaheadGenerator:
+    """A loaded model + tokenizer and one decoding setting, reused across calls.
+
+    Args:
+        model, tokenizer: a transformers causal LM and its tokenizer.
+        decoding: method and W, N, G (default: ``DecodingConfig()``, the CPU-tuned lookahead setting).
+        generation: default budget, stop strings and EOS ids (``GenerationConfig()``).
+    """
+
+    def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None,
+                 generation: Optional[GenerationConfig] = None) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.generation = generation or GenerationConfig()
+        eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
+        self.decoder = Decoder(model, decoding or DecodingConfig(), eos_token_ids=eos, tokenizer=tokenizer)
+
+    @classmethod
+    def from_config(cls, model: Optional[ModelConfig] = None, decoding: Optional[DecodingConfig] = None,
+                    generation: Optional[GenerationConfig] = None) -> "LookaheadGenerator":
+        """Load the model of ``model`` (default: the bundled SmolLM2) and build a generator."""
+        m, tok = load_model(model or ModelConfig())
+        return cls(m, tok, decoding, generation)
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        """Token ids of ``prompt`` (see the module docstring). Raises ``ConfigError`` for an empty prompt."""
+        if isinstance(prompt, str):
+            prompt = [{"role": "user", "content": prompt}]
+        if len(prompt) == 0:
+            raise ConfigError("the prompt is empty; give text, messages or at least one token id")
+        if isinstance(prompt[0], dict):
+            if not getattr(self.tokenizer, "chat_template", None):
+                return self.tokenizer("\n".join(m["content"] for m in prompt)).input_ids
+            enc = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True)
+            return list(enc["input_ids"] if hasattr(enc, "keys") else enc)
+        return [int(t) for t in prompt]
+
+    def generate(self, prompt: Prompt, *, max_new_tokens: Optional[int] = None,
+                 stop_strings: Optional[Sequence[str]] = None, streamer=None) -> TextOutput:
+        """Decode one prompt; ``streamer`` (e.g. ``transformers.TextStreamer``) gets every token in order."""
+        ids = self.encode(prompt)
+        out = self.decoder.generate(
+            ids,
+            max_new_tokens=max_new_tokens or self.generation.max_new_tokens,
+            stop_strings=self.generation.stop_strings if stop_strings is None else stop_strings,
+            streamer=streamer,
+        )
+        text = self.tokenizer.decode(out.output_ids, skip_special_tokens=True)
+        return TextOutput(**vars(out), text=text)

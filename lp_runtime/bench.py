@@ -1,0 +1,518 @@
+"""Side-by-side benchmark: transformers' greedy and prompt lookup against our greedy and lookahead settings.
+
+Every method decodes the same prompts in the same process, interleaved per prompt (the method order rotates
+from prompt to prompt) so that machine drift and order effects cancel; one warm-up generation per method
+comes first and is not counted. Per method and per dataset category (plus per dataset and "all"):
+
+- ``tokens_per_s``: new tokens / seconds (each call timed whole, prefill included);
+- ``speedup_mean_ratio``: Spec-Bench's speedup, the mean over prompts of (tokens/s) / (baseline tokens/s);
+- ``speedup_total``: total tokens / total time, over the baseline's (long answers weigh more);
+- ``step_compression`` S = tokens / steps (forward passes; transformers' prefill counts as its first step,
+  as it yields the first token), ``mean_accepted`` (tokens per step), ``seconds_per_step``;
+- ``step_tokens``: input tokens of a full step (1 for greedy, 1 + 10 for prompt lookup, pending + window +
+  G candidates for lookahead per ``DecodingConfig.step_tokens``);
+- ``identical``: prompts whose output is token-identical to the baseline's (transformers' greedy).
+
+Results go to ``output_dir``: ``results.csv`` (the table), ``results.json`` (table, per-prompt rows, config,
+versions) and figures (speedup per category; S against tokens per step, log scale, the paper's section 4
+scaling plot; seconds per step against tokens per step). Run from the repository root::
+
+    python -m lp_runtime.bench                                     # conf/bench.yaml: 5 MT-Bench + 5 HumanEval
+    python -m lp_runtime.bench limit=20 generation.max_new_tokens=128 output_dir=outputs/bench/full
+    python -m lp_runtime.bench --multirun decoding.window_size=0,3,7 decoding.ngram_size=3,5
+    python -m lp_runtime.bench decoding=auto                       # adds the tuner's choice as a method
+    python -m lp_runtime.bench 'datasets=[{name:jsonl,path:spec_bench/question.jsonl}]' limit=40
+
+The ``decoding`` group's setting (a ``--multirun`` sweep point) is benchmarked besides ``methods`` and the
+``lookahead`` list. ``parallel.lp`` > 1 needs torchrun with world size = lp (one sweep point per launch).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from lp_runtime import data, metrics
+from lp_runtime.config import (ConfigError, DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig,
+                               ParallelConfig, register_configs)
+
+HF_GREEDY, HF_PROMPT_LOOKUP, GREEDY = "hf_greedy", "hf_prompt_lookup", "greedy"
+FIXED_METHODS = (HF_GREEDY, HF_PROMPT_LOOKUP, GREEDY)
+
+
+@dataclass
+class BenchConfig:
+    """``conf/bench.yaml``. ``datasets``: prompt sets (``DatasetConfig`` each; categories are prefixed with the
+    dataset's name); ``limit``: overrides every dataset's limit when set; ``methods``: any of hf_greedy,
+    hf_prompt_lookup, greedy; ``lookahead``: [W, N, G] settings of ours; ``include_decoding``: also the
+    ``decoding`` group's setting (``decoding=auto``: the tuner's choice)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(max_new_tokens=64))
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    datasets: list[DatasetConfig] = field(default_factory=lambda: [
+        DatasetConfig(name="mt_bench", limit=5, first_turn_only=True), DatasetConfig(name="humaneval", limit=5)])
+    limit: Optional[int] = None
+    methods: list[str] = field(default_factory=lambda: list(FIXED_METHODS))
+    lookahead: list[list[int]] = field(default_factory=lambda: [[0, 3, 1], [3, 3, 2], [7, 5, 7]])
+    include_decoding: bool = True
+    prompt_lookup_num_tokens: int = 10
+    max_matching_ngram_size: int = 2
+    warmup: bool = True
+    figures: bool = True
+    output_dir: str = "outputs/bench"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.methods if m not in FIXED_METHODS]
+        if bad:
+            raise ConfigError(f"methods={bad} not allowed; use any of {', '.join(FIXED_METHODS)}")
+        for s in self.lookahead:
+            if len(s) != 3:
+                raise ConfigError(f"lookahead entry {list(s)} is not [W, N, G]")
+            DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2])
+        if not self.datasets:
+            raise ConfigError("datasets is empty; give at least one prompt set")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"limit={self.limit} is not allowed; it must be >= 1")
+        if self.prompt_lookup_num_tokens < 1:
+            raise ConfigError(f"prompt_lookup_num_tokens={self.prompt_lookup_num_tokens} must be >= 1")
+
+
+# ------------------------------------------------------------------------------------------ the harness
+
+@dataclass
+class Prompt:
+    """One prompt: ``key`` identifies it across methods, ``category`` is ``<dataset>/<category>``."""
+
+    key: str
+    dataset: str
+    category: str
+    ids: list[int]
+
+
+@dataclass
+class Result:
+    """What a runner returns: new token ids, forward passes, tokens per step (None when the method hides them)."""
+
+    output_ids: list[int]
+    steps: int
+    accept_lengths: Optional[list[int]] = None
+
+
+@dataclass
+class Method:
+    """A benchmarked method: ``run(prompt_ids) -> Result``; ``step_tokens``: input tokens of a full step."""
+
+    label: str
+    run: Callable[[list[int]], Result]
+    step_tokens: Optional[float] = None
+
+
+def run_benchmark(prompts: Iterable[Prompt], methods: Sequence[Method], *, baseline: Optional[str] = None,
+                  clock: Callable[[], float] = time.perf_counter, warmup: bool = True,
+                  follow_up: Optional[Callable[[Prompt, list[int]], Optional[Prompt]]] = None,
+                  on_prompt: Optional[Callable[[Prompt], None]] = None) -> list[dict[str, Any]]:
+    """Run every method on every prompt, interleaved; one row per (prompt, method).
+
+    Method order rotates by one per prompt. ``warmup``: one untimed generation per method on the first prompt.
+    ``baseline`` (a label): each row's ``identical`` says whether its output equals the baseline's on that prompt.
+    ``follow_up(prompt, baseline_output)`` may return the next turn's prompt (built from the baseline's answer,
+    so all methods see the same prompt), which is run right after. Row keys: key, dataset, category, method,
+    prompt_tokens, new_tokens, steps, seconds, accepted (sum of accept lengths or None), accept_steps,
+    identical, output_ids.
+    """
+    rows: list[dict[str, Any]] = []
+    queue = list(prompts)[::-1]
+    done = 0
+    while queue:
+        prompt = queue.pop()
+        if warmup and done == 0:
+            for m in methods:
+                m.run(prompt.ids)
+        n = len(methods)
+        order = [methods[(done + i) % n] for i in range(n)] if n else []
+        results: dict[str, tuple[Result, float]] = {}
+        for m in order:
+            t0 = clock()
+            res = m.run(prompt.ids)
+            results[m.label] = (res, clock() - t0)
+        ref = results[baseline][0].output_ids if baseline in results else None
+        for m in methods:  # rows in the methods' order, whatever order they ran in
+            res, seconds = results[m.label]
+            rows.append({
+                "key": prompt.key, "dataset": prompt.dataset, "category": prompt.category, "method": m.label,
+                "prompt_tokens": len(prompt.ids), "new_tokens": len(res.output_ids), "steps": res.steps,
+                "seconds": seconds,
+                "accepted": None if res.accept_lengths is None else sum(res.accept_lengths),
+                "accept_steps": None if res.accept_lengths is None else len(res.accept_lengths),
+                "identical": None if ref is None else list(res.output_ids) == list(ref),
+                "output_ids": list(res.output_ids),
+            })
+        done += 1
+        if on_prompt is not None:
+            on_prompt(prompt)
+        if follow_up is not None and ref is not None:
+            nxt = follow_up(prompt, ref)
+            if nxt is not None:
+                queue.append(nxt)
+    return rows
+
+
+def _div(a: float, b: float) -> Optional[float]:
+    return a / b if b else None
+
+
+def aggregate(rows: Sequence[dict[str, Any]], methods: Sequence[Method], baseline: Optional[str]) -> list[dict]:
+    """Per method and group (each category, each dataset, "all"): the metrics of the module docstring.
+
+    ``speedup_mean_ratio``: mean over the group's prompts of (tokens/s) / (baseline's tokens/s on that prompt);
+    ``speedup_total``: the group's tokens/s over the baseline's. Both None without a baseline.
+    """
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        for g in (r["category"], r["dataset"], "all"):
+            groups.setdefault(g, []).append(r)
+    order = sorted(g for g in groups if "/" in g) + sorted(g for g in groups if "/" not in g and g != "all") + ["all"]
+    out = []
+    for g in order:
+        grows = groups[g]
+        base = {r["key"]: r for r in grows if r["method"] == baseline}
+        base_tps = _div(sum(r["new_tokens"] for r in base.values()), sum(r["seconds"] for r in base.values()))
+        for m in methods:
+            mrows = [r for r in grows if r["method"] == m.label]
+            if not mrows:
+                continue
+            tokens = sum(r["new_tokens"] for r in mrows)
+            seconds = sum(r["seconds"] for r in mrows)
+            steps = sum(r["steps"] for r in mrows)
+            tps = _div(tokens, seconds)
+            ratios = [(r["new_tokens"] / r["seconds"]) / (base[r["key"]]["new_tokens"] / base[r["key"]]["seconds"])
+                      for r in mrows if r["key"] in base and r["seconds"] and base[r["key"]]["new_tokens"]
+                      and base[r["key"]]["seconds"]]
+            known = [r for r in mrows if r["accepted"] is not None]
+            mean_acc = (_div(sum(r["accepted"] for r in known), sum(r["accept_steps"] for r in known))
+                        if len(known) == len(mrows) else _div(tokens, steps))
+            idents = [r["identical"] for r in mrows if r["identical"] is not None]
+            out.append({
+                "method": m.label, "group": g, "prompts": len(mrows), "new_tokens": tokens, "seconds": seconds,
+                "steps": steps, "tokens_per_s": tps,
+                "speedup_mean_ratio": statistics.fmean(ratios) if ratios else None,
+                "speedup_total": _div(tps, base_tps) if (tps is not None and base_tps) else None,
+                "step_compression": _div(tokens, steps), "mean_accepted": mean_acc,
+                "seconds_per_step": _div(seconds, steps), "step_tokens": m.step_tokens,
+                "identical": sum(idents) if idents else None, "compared": len(idents),
+            })
+    return out
+
+
+COLUMNS = ("method", "group", "prompts", "new_tokens", "seconds", "steps", "tokens_per_s", "speedup_mean_ratio",
+           "speedup_total", "step_compression", "mean_accepted", "seconds_per_step", "step_tokens", "identical",
+           "compared")
+
+
+def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None) -> str:
+    """A fixed-width text table of ``aggregate``'s rows (``groups``: which groups, default all)."""
+    head = ("method", "group", "n", "tok/s", "speedup(mean ratio)", "speedup(total)", "S", "acc/step",
+            "ms/step", "q/step", "identical")
+    lines = []
+    for r in table:
+        if groups is not None and r["group"] not in groups:
+            continue
+        f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+        lines.append((r["method"], r["group"], str(r["prompts"]), f(r["tokens_per_s"], ".2f"),
+                      f(r["speedup_mean_ratio"], ".3f"), f(r["speedup_total"], ".3f"),
+                      f(r["step_compression"], ".3f"), f(r["mean_accepted"], ".3f"),
+                      f(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f"),
+                      f(r["step_tokens"], "g"),
+                      "-" if r["identical"] is None else f"{r['identical']}/{r['compared']}"))
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    fmt = lambda row: "  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
+    return "\n".join([fmt(head), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in lines])
+
+
+def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], extra: dict[str, Any]) -> dict[str, str]:
+    """``results.csv`` (the table) and ``results.json`` (table, per-prompt rows without output ids, ``extra``)."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {"csv": os.path.join(out_dir, "results.csv"), "json": os.path.join(out_dir, "results.json")}
+    with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in table:
+            w.writerow({k: r[k] for k in COLUMNS})
+    slim = [{k: v for k, v in r.items() if k != "output_ids"} for r in rows]
+    with open(paths["json"], "w", encoding="utf-8") as f:
+        json.dump({**extra, "table": list(table), "rows": slim}, f, indent=1)
+    return paths
+
+
+def plot(table: Sequence[dict], out_dir: str) -> list[str]:
+    """Three PNG figures from ``aggregate``'s rows; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(dict.fromkeys(r["method"] for r in table))
+    groups = list(dict.fromkeys(r["group"] for r in table))
+    by = {(r["method"], r["group"]): r for r in table}
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(groups) * max(1, len(methods)) / 3), 4.5))
+    width = 0.8 / max(1, len(methods))
+    for i, m in enumerate(methods):
+        ys = [(by.get((m, g)) or {}).get("speedup_mean_ratio") or 0.0 for g in groups]
+        ax.bar([j + i * width for j in range(len(groups))], ys, width, label=m)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], groups, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("speedup over HF greedy (mean of per-prompt ratios)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(os.path.join(out_dir, "speedup_per_category.png"))
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+
+    for name, key, ylabel in (("scaling.png", "step_compression", "step compression S"),
+                              ("step_latency.png", "seconds_per_step", "seconds per step")):
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for g in [g for g in groups if "/" not in g]:
+            pts = [(by[(m, g)]["step_tokens"], by[(m, g)][key], m) for m in methods
+                   if (m, g) in by and by[(m, g)]["step_tokens"] and by[(m, g)][key] is not None]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", label=g)
+                if g == "all":
+                    for x, y, m in pts:
+                        ax.annotate(m, (x, y), fontsize=6)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("input tokens per step (log scale)")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(os.path.join(out_dir, name))
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths
+
+
+# ------------------------------------------------------------------------------------------ the runners
+
+def hf_method(label: str, model, *, max_new_tokens: int, eos_token_ids: Sequence[int],
+              prompt_lookup_num_tokens: Optional[int] = None, max_matching_ngram_size: int = 2) -> Method:
+    """transformers' ``generate``, greedy (with prompt lookup when ``prompt_lookup_num_tokens`` is set).
+
+    Steps are counted with a forward hook (the prefill is step one: it yields the first token).
+    """
+    import torch
+    from transformers import GenerationConfig as HFGenerationConfig
+
+    eos = list(eos_token_ids)
+    extra = {}
+    if prompt_lookup_num_tokens:
+        extra = dict(prompt_lookup_num_tokens=prompt_lookup_num_tokens, max_matching_ngram_size=max_matching_ngram_size)
+    gen_cfg = HFGenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                 eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0, **extra)
+    device = next(model.parameters()).device
+
+    def run(prompt_ids: list[int]) -> Result:
+        calls = [0]
+        hook = model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+        try:
+            ids = torch.tensor([prompt_ids], device=device)
+            with torch.inference_mode():
+                out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen_cfg)
+        finally:
+            hook.remove()
+        return Result(out[0, len(prompt_ids):].tolist(), calls[0], None)
+
+    step = 1 + prompt_lookup_num_tokens if prompt_lookup_num_tokens else 1
+    return Method(label, run, step)
+
+
+def ours_method(label: str, model, decoding: DecodingConfig, *, max_new_tokens: int, eos_token_ids: Sequence[int],
+                tokenizer=None, lp=None) -> Method:
+    """Our ``Decoder`` (greedy or lookahead)."""
+    from lp_runtime.decoder import Decoder
+
+    dec = Decoder(model, decoding, eos_token_ids=eos_token_ids, tokenizer=tokenizer, lp=lp)
+
+    def run(prompt_ids: list[int]) -> Result:
+        out = dec.generate(prompt_ids, max_new_tokens=max_new_tokens)
+        return Result(list(out.output_ids), out.decoding_steps, list(out.accept_lengths))
+
+    return Method(label, run, None)
+
+
+def decoding_label(d: DecodingConfig) -> str:
+    if d.method == "greedy":
+        return GREEDY
+    return f"lookahead W{d.window_size} N{d.ngram_size} G{d.guess_set_size}"
+
+
+def _fill_step_tokens(methods: Sequence[Method], decodings: dict[str, DecodingConfig], table: Sequence[dict]) -> None:
+    """Our methods' tokens per full step, with pending = their measured mean accepted tokens (rounded)."""
+    acc = {r["method"]: r["mean_accepted"] for r in table if r["group"] == "all"}
+    for m in methods:
+        d = decodings.get(m.label)
+        if d is None:
+            continue
+        if d.method == "greedy":
+            m.step_tokens = 1
+        else:
+            pending = max(1, round(acc.get(m.label) or 1))
+            m.step_tokens = d.step_tokens(num_pending=min(pending, d.ngram_size), num_candidates=d.guess_set_size)
+
+
+def load_prompts(cfg: BenchConfig, tokenizer) -> tuple[list[Prompt], dict[str, data.Question]]:
+    """First turns of every dataset's questions as ``Prompt``s, and the questions by prompt key."""
+    prompts, questions = [], {}
+    for ds in cfg.datasets:
+        ds = dataclasses.replace(ds, limit=cfg.limit if cfg.limit is not None else ds.limit)
+        name = ds.name if ds.name != "jsonl" else Path(ds.path or "jsonl").stem
+        for q in data.load_questions(ds):
+            key = f"{name}/{q.question_id}/0"
+            questions[key] = q
+            prompts.append(Prompt(key, name, f"{name}/{q.category}", data.build_prompt(tokenizer, q, [])))
+    return prompts, questions
+
+
+def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """Load the model once, benchmark every method, write results and figures; return the results dict."""
+    from lp_runtime import models, tuner
+    from lp_runtime.parallel import setup_parallel
+
+    ctx = setup_parallel(cfg.parallel)
+    if ctx.dp_size > 1:
+        raise ConfigError(f"the benchmark runs one LP group; launch {cfg.parallel.lp} ranks (world = parallel.lp)")
+    model, tok = models.load_model(cfg.model)
+    eos = models.eos_token_ids(model, tok, cfg.generation.eos_token_ids)
+    prompts, questions = load_prompts(cfg, tok)
+    n_new = cfg.generation.max_new_tokens
+
+    decodings: dict[str, DecodingConfig] = {}
+    for name in cfg.methods:
+        if name == GREEDY:
+            decodings[GREEDY] = DecodingConfig(method="greedy")
+    for w, n, g in cfg.lookahead:
+        d = DecodingConfig(method="lookahead", window_size=w, ngram_size=n, guess_set_size=g)
+        decodings[decoding_label(d)] = d
+    auto = None
+    if cfg.include_decoding:
+        d = cfg.decoding
+        if d.method == "auto":
+            d, auto = tuner.resolve_auto(model, tok, cfg.model.name, cfg.model.dtype, eos_token_ids=eos)
+            decodings[f"auto ({decoding_label(d)})"] = d
+        elif decoding_label(d) not in decodings:
+            decodings[decoding_label(d)] = d
+
+    methods: list[Method] = []
+    if HF_GREEDY in cfg.methods:
+        methods.append(hf_method(HF_GREEDY, model, max_new_tokens=n_new, eos_token_ids=eos))
+    if HF_PROMPT_LOOKUP in cfg.methods:
+        methods.append(hf_method(HF_PROMPT_LOOKUP, model, max_new_tokens=n_new, eos_token_ids=eos,
+                                 prompt_lookup_num_tokens=cfg.prompt_lookup_num_tokens,
+                                 max_matching_ngram_size=cfg.max_matching_ngram_size))
+    for label, d in decodings.items():
+        methods.append(ours_method(label, model, d, max_new_tokens=n_new, eos_token_ids=eos, tokenizer=tok,
+                                   lp=ctx.lp_group))
+    baseline = HF_GREEDY if HF_GREEDY in cfg.methods else methods[0].label
+
+    answers: dict[str, list[str]] = {}  # prompt key -> the baseline's answers to the turns before it
+
+    def follow_up(prompt: Prompt, ref_ids: list[int]) -> Optional[Prompt]:
+        q = questions[prompt.key]
+        stem, turn = prompt.key.rsplit("/", 1)
+        turn = int(turn) + 1
+        if turn >= len(q.turns):
+            return None
+        key = f"{stem}/{turn}"
+        questions[key] = q
+        answers[key] = answers.get(prompt.key, []) + [tok.decode(ref_ids, skip_special_tokens=True)]
+        return Prompt(key, prompt.dataset, prompt.category, data.build_prompt(tok, q, answers[key]))
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(prompts), desc="prompts", unit="p", disable=not (cfg.progress and ctx.is_writer))
+    rows = run_benchmark(prompts, methods, baseline=baseline, clock=clock, warmup=cfg.warmup, follow_up=follow_up,
+                         on_prompt=lambda p: bar.update(1) if p.key.endswith("/0") else None)
+    bar.close()
+    table = aggregate(rows, methods, baseline)
+    _fill_step_tokens(methods, decodings, table)
+    table = aggregate(rows, methods, baseline)
+    extra = {"baseline": baseline, "auto_decoding": auto,
+             "methods": {m.label: {"step_tokens": m.step_tokens,
+                                   "decoding": dataclasses.asdict(decodings[m.label]) if m.label in decodings else None}
+                         for m in methods},
+             "config": dataclasses.asdict(cfg), "versions": metrics.versions(),
+             "device": str(next(model.parameters()).device), "torch_threads": _threads()}
+    result = {**extra, "table": table, "rows": rows}
+    if ctx.is_writer:
+        paths = write_results(cfg.output_dir, table, rows, extra)
+        if cfg.figures:
+            paths.update({f"figure{i}": p for i, p in enumerate(plot(table, cfg.output_dir))})
+        print(format_table(table))
+        print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+        result["paths"] = paths
+    return result
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+# ------------------------------------------------------------------------------------------ entry point
+
+def _hydra_entry():
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
+
+    from lp_runtime.generate import CONF_DIR, _fail, _is_bad_input
+
+    register_configs()
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
+
+    @hydra.main(config_path=CONF_DIR, config_name="bench", version_base=None)
+    def _main(dict_cfg: DictConfig) -> None:
+        try:
+            cfg = OmegaConf.to_object(dict_cfg)
+            assert isinstance(cfg, BenchConfig)
+            from hydra.core.hydra_config import HydraConfig
+            from hydra.types import RunMode
+
+            hc = HydraConfig.get()
+            if hc.mode == RunMode.MULTIRUN:  # one results folder per sweep point
+                cfg.output_dir = os.path.join(cfg.output_dir, "sweep", f"{hc.job.num}_{hc.job.override_dirname}")
+            run(cfg)
+        except Exception as e:
+            if not _is_bad_input(e):
+                raise
+            _fail(e)
+
+    return _main
+
+
+def main() -> None:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from lp_runtime.generate import _fail
+
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        _hydra_entry()()
+    except (HydraException, OmegaConfBaseException) as e:
+        _fail(e)
+
+
+if __name__ == "__main__":
+    main()

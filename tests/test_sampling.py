@@ -1,0 +1,338 @@
+"""Sampling and logits processing (DESIGN.md section 1 "Sampling verification", invariants 3 and 5; CASES P1, P2).
+
+1. ``sample_verify`` on hand-made distributions: output law and acceptance rates against the closed form.
+2. End to end on a tiny vocab-8 Llama: the joint law of the first 3 sampled tokens of lookahead decoding
+   against the exact law enumerated from the model's processed probabilities (temperature, top-k, top-p,
+   min-p, repetition penalty).
+3. Greedy + repetition penalty equals ``generate(do_sample=False, repetition_penalty=1.3)``.
+4. Temperature -> 0 is greedy, seeds reproduce, unsupported processors are refused, the model is untouched.
+
+Every statistical test is a chi-square (or binomial z) test with false-failure probability below 1e-3
+(seeded, so a run is deterministic anyway).
+"""
+import json
+import os
+import random
+import subprocess
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.generation.logits_process import (
+    LogitsProcessorList, MinPLogitsWarper, NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
+)
+
+from lp_runtime.config import ConfigError, DatasetConfig, DecodingConfig, SamplingConfig
+from lp_runtime.data import build_prompt, load_questions
+from lp_runtime.decoder import Decoder
+from lp_runtime.models import eos_token_ids
+from lp_runtime.verify import node_children, node_outcome, sample_verify, walk_outcomes
+
+from exactness import NEAR_TIE, hf_greedy
+from sampling_lp_driver import TINY, build_tiny8, decode_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ALPHA = 1e-3
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread (and the machine is shared)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def chi2_pvalue(counts: dict, probs: dict) -> tuple[float, int]:
+    """Pearson chi-square p-value of ``counts`` against ``probs`` (bins with expected < 5 pooled)."""
+    n = sum(counts.values())
+    for k in counts:
+        assert probs.get(k, 0.0) > 0, f"observed {k} which has probability 0"
+    bins, pool_o, pool_e = [], 0, 0.0
+    for k, p in probs.items():
+        e, o = n * p, counts.get(k, 0)
+        if e < 5:
+            pool_o, pool_e = pool_o + o, pool_e + e
+        else:
+            bins.append((o, e))
+    if pool_e > 0:
+        bins.append((pool_o, pool_e))
+    stat = sum((o - e) ** 2 / e for o, e in bins)
+    df = len(bins) - 1
+    p = torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64))
+    return float(p), df
+
+
+# ---------------------------------------------------------------------------------- 1. verification level
+def test_node_children_and_walk():
+    cands = [[1, 2], [1, 3], [2, 0]]
+    assert node_children(cands, []) == [1, 2]
+    assert node_children(cands, [1]) == [2, 3]
+    assert node_children(cands, [1, 2]) == []
+    assert walk_outcomes(3, cands, [[9, 9], [9, 9], [9, 9]]) == ([3], -1)  # residual sample at c
+    assert walk_outcomes(1, cands, [[3, 9], [2, 7], [9, 9]]) == ([1, 3, 7], 1)  # node [1] read from cand 0
+    assert walk_outcomes(2, cands, [[9, 9], [9, 9], [0, 5]]) == ([2, 0, 5], 2)
+
+
+def test_node_outcome_edges():
+    # p(d) = 1: always accepted; p(d) = 0 (e.g. removed by top-k): never, and never the residual sample.
+    assert all(node_outcome([0.0, 1.0, 0.0], [1], [u, 0.5]) == 1 for u in (0.0, 0.5, 0.999999))
+    assert all(node_outcome([0.5, 0.0, 0.5], [1], [0.0, u]) in (0, 2) for u in (0.0, 0.3, 0.7, 0.999999))
+    assert node_outcome([0.2, 0.3, 0.5], [2, 1], [0.9, 0.9, 0.0]) == 0  # both rejected -> residual {0}
+
+
+def test_sample_verify_matches_closed_form():
+    V = 4
+    p0 = torch.tensor([0.1, 0.4, 0.3, 0.2], dtype=torch.float64)
+    q = {(1,): [0.25, 0.05, 0.3, 0.4], (2,): [0.6, 0.1, 0.2, 0.1],
+         (1, 2): [0.1, 0.2, 0.3, 0.4], (1, 3): [0.7, 0.1, 0.1, 0.1], (2, 0): [0.05, 0.05, 0.0, 0.9]}
+    cands = [[1, 2], [1, 3], [2, 0]]
+    cand_probs = torch.tensor([[q[tuple(c[: i + 1])] for i in range(2)] for c in cands], dtype=torch.float64)
+    exact = {}
+    for x1 in range(V):  # plain autoregressive sampling, stopped where the candidate trie ends
+        if (x1,) not in q:
+            exact[(x1,)] = float(p0[x1])
+            continue
+        for x2 in range(V):
+            pr = float(p0[x1]) * q[(x1,)][x2]
+            if (x1, x2) in q:
+                for x3 in range(V):
+                    exact[(x1, x2, x3)] = pr * q[(x1, x2)][x3]
+            else:
+                exact[(x1, x2)] = pr
+    rng = random.Random(1234)
+    n = 8000
+    counts: dict = {}
+    for _ in range(n):
+        draws: dict = {}  # nodes at the same depth share draws, as in the decoder (keyed by position)
+        acc, _ = sample_verify(p0, cands, cand_probs,
+                               lambda d: draws.setdefault(d, [rng.random() for _ in range(len(cands) + 1)]))
+        counts[tuple(acc)] = counts.get(tuple(acc), 0) + 1
+    pval, df = chi2_pvalue(counts, exact)
+    assert pval > ALPHA, f"chi-square p={pval:.2g} (df={df})"
+    # Acceptance rates: P(first draft accepted) = p0[1] + p0[2]; P(full match) as below. z-bound 3.9 ~ 1e-4.
+    for length, prob in ((2, 0.7), (3, 0.4 * (0.3 + 0.4) + 0.3 * 0.6)):
+        k = sum(c for acc, c in counts.items() if len(acc) >= length)
+        z = (k - n * prob) / (n * prob * (1 - prob)) ** 0.5
+        assert abs(z) < 3.9, f"accept length >= {length}: {k}/{n} vs {prob}"
+
+
+# ---------------------------------------------------------------------------------- 2. end to end, tiny model
+@pytest.fixture(scope="module")
+def tiny8():
+    model = build_tiny8()  # vocab 8, peaked distributions, so drafts are often accepted
+    base = [1, 2, 3]
+    cont = hf_greedy(model, base, 6)
+    # The prompt pool (keyed by the last token 3) then holds the model's own likely continuation.
+    prompt = base + cont + [5, 3] + cont[:1] + [4] + base
+    return model, prompt
+
+
+def hf_processors(cfg: SamplingConfig) -> LogitsProcessorList:
+    """Built here independently of lp_runtime.sampling, in transformers' generate order."""
+    procs = LogitsProcessorList()
+    if cfg.repetition_penalty != 1.0:
+        procs.append(RepetitionPenaltyLogitsProcessor(cfg.repetition_penalty))
+    if cfg.temperature != 1.0:
+        procs.append(TemperatureLogitsWarper(cfg.temperature))
+    if cfg.top_k:
+        procs.append(TopKLogitsWarper(cfg.top_k))
+    if cfg.top_p < 1.0:
+        procs.append(TopPLogitsWarper(cfg.top_p))
+    if cfg.min_p > 0:
+        procs.append(MinPLogitsWarper(cfg.min_p))
+    return procs
+
+
+@torch.inference_mode()
+def exact_joint(model, prompt, cfg: SamplingConfig, length: int) -> dict:
+    procs = hf_processors(cfg)
+    V = model.config.vocab_size
+    law = {(): 1.0}
+    for _ in range(length):
+        nxt = {}
+        for prefix, pr in law.items():
+            if pr == 0:
+                continue
+            ids = torch.tensor([list(prompt) + list(prefix)])
+            scores = procs(ids, model(ids).logits[:, -1].float())
+            probs = torch.softmax(scores.double(), -1)[0].tolist()
+            for t in range(V):
+                if probs[t] > 0:
+                    nxt[prefix + (t,)] = pr * probs[t]
+        law = nxt
+    return law
+
+
+E2E = [  # (sampling config, (W, N, G))
+    (SamplingConfig(temperature=0.7), (0, 3, 3)),
+    (SamplingConfig(temperature=1.0), (2, 3, 3)),
+    (SamplingConfig(temperature=1.0, top_k=3), (0, 4, 2)),
+    (SamplingConfig(temperature=0.9, top_p=0.8, min_p=0.05), (0, 3, 3)),
+    (SamplingConfig(temperature=1.0, repetition_penalty=1.2), (0, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("cfg,wng", E2E, ids=[f"{c.temperature}-k{c.top_k}-p{c.top_p}-r{c.repetition_penalty}"
+                                              for c, _ in E2E])
+def test_lookahead_sampling_law_is_exact(tiny8, cfg, wng):
+    model, prompt = tiny8
+    length, n = 3, 1500
+    W, N, G = wng
+    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G))
+    counts: dict = {}
+    multi = 0
+    for s in range(n):
+        out = dec.generate(prompt, max_new_tokens=length, sampling=replace(cfg, seed=s))
+        counts[tuple(out.output_ids)] = counts.get(tuple(out.output_ids), 0) + 1
+        multi += max(out.accept_lengths) > 1
+    assert multi > n // 10, f"drafts accepted in only {multi}/{n} runs: the test would not exercise verification"
+    pval, df = chi2_pvalue(counts, exact_joint(model, prompt, cfg, length))
+    assert pval > ALPHA, f"chi-square p={pval:.2g} (df={df}), multi-token runs {multi}/{n}"
+
+
+# ---------------------------------------------------------------------------------- 3. greedy + repetition penalty
+@torch.inference_mode()
+def processed_gap(model, prefix, penalty):
+    ids = torch.tensor([list(prefix)])
+    s = RepetitionPenaltyLogitsProcessor(penalty)(ids, model(ids).logits[:, -1].float())[0]
+    top = torch.topk(s, 2).values
+    return float(top[0] - top[1])
+
+
+def assert_equal_or_near_tie(model, prompt, ours, ref, penalty, what):
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        if a != b:
+            gap = processed_gap(model, list(prompt) + ref[:i], penalty)
+            assert gap < NEAR_TIE, f"{what}: differs at {i} ({a} vs {b}), processed top-2 gap {gap:.3g}"
+            return
+    assert len(ours) == len(ref), what
+
+
+@pytest.mark.parametrize("W,N,G", [(0, 3, 1), (0, 5, 4), (3, 4, 3), (0, 2, 2)])
+def test_greedy_repetition_penalty_equals_generate(W, N, G):
+    torch.manual_seed(1234)
+    model = LlamaForCausalLM(LlamaConfig(**{**TINY, "vocab_size": 96})).eval()
+    prompts = [[7], [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9, 11, 3, 4, 5]]
+    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G),
+                  sampling=SamplingConfig(repetition_penalty=1.3))
+    for prompt in prompts:
+        ref = hf_greedy(model, prompt, 40, repetition_penalty=1.3)
+        out = dec.generate(prompt, max_new_tokens=40)
+        assert_equal_or_near_tie(model, prompt, out.output_ids, ref, 1.3, f"W={W} N={N} G={G}")
+        # the penalty must matter here, or the test would prove nothing
+        assert ref != hf_greedy(model, prompt, 40)
+
+
+def test_smollm2_greedy_repetition_penalty_equals_generate(smollm2):
+    model, tok = smollm2
+    eos = eos_token_ids(model, tok, None)
+    questions = load_questions(DatasetConfig(name="mt_bench", limit=2, first_turn_only=True))
+    dec = Decoder(model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=1), eos_token_ids=eos,
+                  tokenizer=tok, sampling=SamplingConfig(repetition_penalty=1.3))
+    for q in questions:
+        prompt = build_prompt(tok, q, [])
+        ref = hf_greedy(model, prompt, 48, eos_token_id=eos, repetition_penalty=1.3)
+        out = dec.generate(prompt, max_new_tokens=48)
+        assert_equal_or_near_tie(model, prompt, out.output_ids, ref, 1.3, f"question {q.question_id}")
+
+
+# ---------------------------------------------------------------------------------- 4. limits, seeds, refusal, P2
+def test_low_temperature_is_greedy_and_seeds_reproduce():
+    torch.manual_seed(1234)
+    model = LlamaForCausalLM(LlamaConfig(**{**TINY, "vocab_size": 96})).eval()
+    prompt = [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9, 11, 3, 4, 5]
+    dec = Decoder(model, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2))
+    greedy = dec.generate(prompt, max_new_tokens=30).output_ids
+    assert greedy == hf_greedy(model, prompt, 30)
+    cold = dec.generate(prompt, max_new_tokens=30, sampling=SamplingConfig(temperature=1e-4, seed=5)).output_ids
+    assert cold == greedy
+    hot = SamplingConfig(temperature=1.0, seed=11)
+    a = dec.generate(prompt, max_new_tokens=30, sampling=hot)
+    b = Decoder(model, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2), sampling=hot).generate(
+        prompt, max_new_tokens=30)
+    assert a.output_ids == b.output_ids and a.accept_lengths == b.accept_lengths
+    c = dec.generate(prompt, max_new_tokens=30, sampling=replace(hot, seed=12))
+    assert c.output_ids != a.output_ids
+
+
+def test_config_validation_and_unsupported_processor():
+    for kwargs, msg in (
+        ({"temperature": -0.1}, "sampling.temperature=-0.1 is not allowed; it must be >= 0 (0 = greedy)"),
+        ({"top_k": -1}, "sampling.top_k=-1 is not allowed; it must be >= 0 (0 = off)"),
+        ({"top_p": 0.0}, "sampling.top_p=0.0 is not allowed; it must be in (0, 1] (1 = off)"),
+        ({"min_p": 1.0}, "sampling.min_p=1.0 is not allowed; it must be in [0, 1) (0 = off)"),
+        ({"repetition_penalty": 0.0}, "sampling.repetition_penalty=0.0 is not allowed; it must be > 0 (1 = off)"),
+        ({"seed": 1.5}, "sampling.seed=1.5 is not allowed; it must be an integer"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            SamplingConfig(**kwargs)
+        assert str(err.value) == msg
+    assert not SamplingConfig().do_sample and SamplingConfig(temperature=0.7).do_sample
+    mt = SamplingConfig(temperature=0.7, category_temperature={"math": 0.0})
+    assert mt.for_category("math").temperature == 0.0 and mt.for_category("writing").temperature == 0.7
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**TINY)).eval()
+    with pytest.raises(ValueError) as err:
+        Decoder(model, DecodingConfig(), logits_processor=[NoRepeatNGramLogitsProcessor(2)])
+    assert str(err.value) == (
+        "logits processor NoRepeatNGramLogitsProcessor is not supported by lp_runtime; supported: "
+        "RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, "
+        "MinPLogitsWarper"
+    )
+    # A supported processor passed through the API is applied (greedy + penalty = generate's).
+    prompt = [1, 2, 3, 1, 2, 4, 1, 2]
+    dec = Decoder(model, DecodingConfig(), logits_processor=[RepetitionPenaltyLogitsProcessor(1.5)])
+    assert dec.generate(prompt, max_new_tokens=12).output_ids == hf_greedy(model, prompt, 12, repetition_penalty=1.5)
+
+
+@torch.inference_mode()
+def test_model_untouched_after_lookahead_sampling():  # CASES P2
+    torch.manual_seed(3)
+    model = LlamaForCausalLM(LlamaConfig(**{**TINY, "vocab_size": 96})).eval()
+    prompt = [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5]
+    ids = torch.tensor([prompt])
+    before_logits = model(ids).logits.clone()
+    before_gen = hf_greedy(model, prompt, 20, repetition_penalty=1.3)
+    torch.manual_seed(9)
+    before_sample = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=0.8,
+                                   max_new_tokens=10, pad_token_id=0)
+    Decoder(model, DecodingConfig(window_size=3, ngram_size=4, guess_set_size=3),
+            sampling=SamplingConfig(temperature=0.8, top_k=5, repetition_penalty=1.2)).generate(prompt, max_new_tokens=20)
+    assert torch.equal(model(ids).logits, before_logits)
+    assert hf_greedy(model, prompt, 20, repetition_penalty=1.3) == before_gen
+    torch.manual_seed(9)
+    after_sample = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=0.8,
+                                  max_new_tokens=10, pad_token_id=0)
+    assert torch.equal(after_sample, before_sample)
+
+
+# ---------------------------------------------------------------------------------- LP: K = 2 ranks
+def test_lp2_sampling_equals_single_process(tiny8, tmp_path):
+    """Draws are keyed by (seed, position), so K = 2 ranks give the same samples as K = 1 (hence the same law,
+    which the tests above check for K = 1), with one all-gather per step."""
+    model, prompt = tiny8
+    seeds = list(range(60))
+    for cfg, (W, N, G) in (E2E[1], E2E[4]):
+        spec = {"prompt": prompt, "W": W, "N": N, "G": G, "max_new_tokens": 6, "seeds": seeds,
+                "sampling": {k: v for k, v in asdict(cfg).items() if k != "seed"}}
+        (tmp_path / "spec.json").write_text(json.dumps(spec))
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        cmd = [str(ROOT / ".venv" / "bin" / "torchrun"), "--standalone", "--nproc-per-node=2",
+               str(ROOT / "tests" / "sampling_lp_driver.py"), "--spec", str(tmp_path / "spec.json"),
+               "--out", str(tmp_path / "out.json")]
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = json.loads((tmp_path / "out.json").read_text())
+        ref_out, ref_lens = decode_seeds(model, spec)
+        assert got["outputs"] == ref_out
+        assert got["accept_lengths"] == ref_lens
+        steps = sum(len(x) for x in ref_lens)
+        assert got["stats"]["collectives"] == steps  # one collective per step, sampling included
+        assert any(max(x) > 1 for x in ref_lens)
