@@ -132,6 +132,8 @@ def _read_humaneval(path: str) -> list[Question]:
 
 def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     """Questions of a ``{question_id, category, turns}`` JSONL file; ``name`` is how messages refer to it."""
+    if path and os.path.isdir(path):
+        raise DatasetError(f"{name} is a folder; give a question file in JSONL format ({_FORMAT})")
     if not path or not os.path.isfile(path):
         raise DatasetError(f"{name} does not exist; give a question file in JSONL format ({_FORMAT})")
     questions: list[Question] = []

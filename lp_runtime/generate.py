@@ -55,6 +55,12 @@ def check_output_path(path: Path, *, create: bool) -> None:
     target = path if path.exists() else path.parent
     if target.exists() and not os.access(target, os.W_OK):
         raise OutputError(f"output path {path} is not writable")
+    if create:  # os.access says yes to root everywhere; opening for append is the real test
+        try:
+            with open(path, "a", encoding="utf-8"):
+                pass
+        except OSError as e:
+            raise OutputError(f"output path {path} is not writable: {e.strerror}") from None
 
 
 def load_answers(path: Path, *, trim: bool) -> list[dict]:
@@ -99,8 +105,12 @@ def answer_question(decoder: Any, tokenizer: Any, question: data.Question, cfg: 
     choice["seed"], choice["temperature"] = sampling.seed, sampling.temperature
     for _ in question.turns:
         prompt_ids = data.build_prompt(tokenizer, question, choice["turns"])
-        out = decoder.generate(prompt_ids, max_new_tokens=cfg.generation.max_new_tokens,
-                               stop_strings=cfg.generation.stop_strings, sampling=sampling)
+        try:
+            out = decoder.generate(prompt_ids, max_new_tokens=cfg.generation.max_new_tokens,
+                                   stop_strings=cfg.generation.stop_strings, sampling=sampling)
+        except ConfigError as e:  # e.g. a prompt longer than the context: say which question
+            raise ConfigError(f"question {question.question_id!r}, turn {len(choice['turns']) + 1}: {e}; "
+                              "the answers written so far are kept (remove or shorten it, then re-run)") from None
         choice["turns"].append(tokenizer.decode(out.output_ids, skip_special_tokens=True))
         choice["output_ids"].append(list(out.output_ids))
         choice["new_tokens"].append(len(out.output_ids))
@@ -262,6 +272,10 @@ def main() -> None:
         _hydra_main()
     except (HydraException, OmegaConfBaseException) as e:
         _fail(e)
+    except KeyboardInterrupt:
+        print("interrupted; the answers written so far are complete: re-run the same command to resume",
+              file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -234,3 +234,16 @@ def test_malformed_dataset_line_fails_before_loading_the_model(tmp_path):
 FORMAT = 'each line must be a JSON object {{"question_id": int or str, "category": str, "turns": [str, ...]}}'
 EMPTY_DATASET_MESSAGE = "dataset.path='{path}' holds no questions; " + FORMAT
 BAD_LINE_MESSAGE = "{path}, line 2: not valid JSON (Expecting property name enclosed in double quotes); " + FORMAT
+
+
+def test_unwritable_output_fails_before_loading_the_model(tmp_path):
+    # As root os.access() says yes everywhere; /proc refuses new files even to root.
+    _assert_fails_with(_cli(tmp_path, "output.path=/proc/lp_runtime_answers.jsonl", "model.path=/nonexistent"),
+                       "output path /proc/lp_runtime_answers.jsonl is not writable: No such file or directory")
+
+
+def test_dataset_path_is_a_folder(tmp_path):
+    from lp_runtime.data import _FORMAT
+
+    _assert_fails_with(_cli(tmp_path, "dataset=jsonl", f"dataset.path={tmp_path}", "model.path=/nonexistent"),
+                       f"dataset.path={str(tmp_path)!r} is a folder; give a question file in JSONL format ({_FORMAT})")
