@@ -165,30 +165,6 @@ def test_profile_saved_and_reused(tmp_path):
 
 # ---------------------------------------------------------------------------------------- tiny model
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """A 2-layer random Llama with SmolLM2's tokenizer, saved as a local folder (as tests/test_generate.py)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from lp_runtime import models
-
-    cached = Path(models.cache_root()) / "smollm2-135m-instruct"
-    if (cached / "tokenizer.json").is_file():
-        tok = AutoTokenizer.from_pretrained(cached)
-    else:
-        folder, gguf_file, _ = models._bundled_gguf("smollm2")
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    out = tmp_path_factory.mktemp("tiny_llama")
-    LlamaForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
 def test_resolve_auto_on_a_tiny_model(tiny_model_dir, tmp_path, monkeypatch):
     """The real measurement path end to end (tiny sizes); the choice itself is tested above."""
     from lp_runtime.config import ModelConfig

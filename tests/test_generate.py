@@ -66,30 +66,6 @@ def test_run_summary_has_config_and_versions():
 
 # ------------------------------------------------------------------------------------- end to end (run)
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """A 2-layer random Llama with SmolLM2's tokenizer (chat template included), saved as a local folder."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from lp_runtime import models
-
-    cached = Path(models.cache_root()) / "smollm2-135m-instruct"
-    if (cached / "tokenizer.json").is_file():
-        tok = AutoTokenizer.from_pretrained(cached)
-    else:
-        folder, gguf_file, _ = models._bundled_gguf("smollm2")
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    out = tmp_path_factory.mktemp("tiny_llama")
-    LlamaForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
 def _questions_file(path: Path) -> Path:
     rows = [
         {"question_id": 81, "category": "writing", "turns": ["Write a haiku about the sea.", "Now make it rhyme."]},

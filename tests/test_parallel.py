@@ -279,6 +279,16 @@ def _generate_args(model_dir, questions, out):
             "decoding.guess_set_size=2", "parallel.backend=gloo", "progress=false"]
 
 
+def _single_process_answers(tmp_path, model_dir, questions):
+    """The reference: the same job in one process (parallel=lp1); returns the answers path."""
+    ref_out = tmp_path / "ref.jsonl"
+    ref = subprocess.run([sys.executable, "-m", "lp_runtime.generate", *_generate_args(model_dir, questions, ref_out),
+                          "parallel=lp1", f"hydra.run.dir={tmp_path / 'hydra_ref'}"],
+                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    return ref_out
+
+
 def _answers(path):
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     return {r["question_id"]: r["choices"][0]["output_ids"] for r in rows}, len(rows)
@@ -288,12 +298,7 @@ def _answers(path):
 def test_slurm_script_runs_locally(tmp_path, tiny_model_dir, questions_file, script):
     """NEEDS generate.py's LP integration (lead): parallel=lp2 over 2 ranks answers every question once,
     with the same tokens as one process."""
-    ref_out = tmp_path / "ref.jsonl"
-    ref = subprocess.run([sys.executable, "-m", "lp_runtime.generate",
-                          *_generate_args(tiny_model_dir, questions_file, ref_out), "parallel=lp1",
-                          f"hydra.run.dir={tmp_path / 'hydra_ref'}"],
-                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    ref_out = _single_process_answers(tmp_path, tiny_model_dir, questions_file)
     out = tmp_path / "answers.jsonl"
     run_dir = tmp_path / "run"
     env = dict(_env(), SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost",
@@ -312,12 +317,7 @@ def test_slurm_script_runs_locally(tmp_path, tiny_model_dir, questions_file, scr
 def test_torchrun_dp2_writes_one_ordered_file_and_resumes(tmp_path, tiny_model_dir, questions_file):
     """world 2 = dp2 x lp1: each rank answers its share, rank 0 writes one file in dataset order, identical to
     one process's; a re-run finds every question done and appends nothing."""
-    ref_out = tmp_path / "ref.jsonl"
-    ref = subprocess.run([sys.executable, "-m", "lp_runtime.generate",
-                          *_generate_args(tiny_model_dir, questions_file, ref_out), "parallel=lp1",
-                          f"hydra.run.dir={tmp_path / 'hydra_ref'}"],
-                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    ref_out = _single_process_answers(tmp_path, tiny_model_dir, questions_file)
     out = tmp_path / "answers.jsonl"
     cmd = [TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "lp_runtime.generate",
            *_generate_args(tiny_model_dir, questions_file, out), "parallel=lp1", f"hydra.run.dir={tmp_path / 'h'}"]
