@@ -15,7 +15,7 @@ from lp_runtime.config import (DatasetConfig, DecodingConfig, GenerationConfig, 
 
 REPO = Path(__file__).resolve().parents[1]
 CHOICE_KEYS = {"index", "turns", "output_ids", "new_tokens", "decoding_steps", "wall_time", "accept_lengths",
-               "finish_reason"}
+               "finish_reason", "seed", "temperature"}
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -104,7 +104,8 @@ def test_run_writes_answers_resumes_and_trims_a_partial_line(tiny_model_dir, tmp
         assert r["model_id"] == "tiny-llama"
         (choice,) = r["choices"]
         assert set(choice) == CHOICE_KEYS and choice["index"] == 0
-        for key in CHOICE_KEYS - {"index"}:
+        assert choice["seed"] == 0 and choice["temperature"] == 0.0  # per question, not per turn
+        for key in CHOICE_KEYS - {"index", "seed", "temperature"}:
             assert len(choice[key]) == num_turns, key
         for ids, n, steps, accepts, reason in zip(choice["output_ids"], choice["new_tokens"],
                                                   choice["decoding_steps"], choice["accept_lengths"],
