@@ -1,5 +1,5 @@
-"""../shared/cases/CASES.md, greedy decoding: stopping (S1-S6), streaming (T1), shapes (C1-C4 are in
-test_exactness_tiny.py; C5 in test_parallel.py).
+"""../shared/cases/CASES.md, greedy decoding: stopping (S1-S6), streaming (T1), shapes (C1-C4 and precision F1
+are in test_exactness_tiny.py; C5 in test_parallel.py).
 
 Where a case needs a specific next token, the model is a tiny Llama (for the real cache and mask path)
 whose logits are replaced by a fixed successor table: the next token after t is ``succ[t]``.
