@@ -53,6 +53,8 @@ class GenerationOutput:
         decoding_steps: forward passes after the prefill.
         accept_lengths: tokens emitted by each step (sums to ``len(output_ids)``).
         wall_time: seconds from the call to its return, prefill included.
+        step_tokens: input tokens this process fed to each step's forward pass (pending + window + candidates;
+            under LP this rank's share), what the step's cost depends on.
     """
 
     output_ids: list[int]
@@ -60,6 +62,7 @@ class GenerationOutput:
     decoding_steps: int
     accept_lengths: list[int] = field(default_factory=list)
     wall_time: float = 0.0
+    step_tokens: list[int] = field(default_factory=list)
 
 
 def _context_length(model) -> Optional[int]:
@@ -176,7 +179,7 @@ class Decoder:
         if pool is not None and self.cfg.pool_from_prompt:
             pool.add_from_sequence(history)
         cand_len = self.ngram_size - 1
-        steps, accept_lengths = 0, []
+        steps, accept_lengths, step_tokens = 0, [], []
 
         while True:
             c = pending[-1]
@@ -210,6 +213,7 @@ class Decoder:
             commit(cache, len(ids), len(pending))
             past += len(pending)
             steps += 1
+            step_tokens.append(len(ids))
 
             emitted = stopper.push(accepted)
             accept_lengths.append(len(emitted))
@@ -240,4 +244,5 @@ class Decoder:
             decoding_steps=steps,
             accept_lengths=accept_lengths,
             wall_time=time.perf_counter() - start,
+            step_tokens=step_tokens,
         )

@@ -7,11 +7,12 @@ measures, once per (model name, device, dtype):
 1. the latency curve: seconds of one forward pass of q = 1, 2, 3, 4, 6, 8, 16, 32, 64 tokens over a ~200-token
    cache (median of a few reps, logits only for part of the step via ``logits_to_keep``);
 2. the acceptance of each candidate (W, N, G) on a small calibration set (a few prompts, short generations):
-   step compression S = tokens / steps and the mean accepted tokens per step;
+   step compression S = tokens / steps, the mean accepted tokens per step, and how many input tokens each
+   step really carried (a pool-only step often has fewer than G candidates, or none);
 
 then ``choose`` (a pure function, tested on synthetic numbers) picks the setting with the highest expected
-tokens/s = S / latency(tokens per step), tokens per step from ``DecodingConfig.step_tokens``, and falls back to
-plain greedy unless a setting beats it by more than ``margin`` (3%: timing noise). The profile (curve, table,
+tokens/s = S / (mean over the calibration steps of latency(step tokens)), and falls back to plain greedy unless a
+setting beats it by more than ``margin`` (3%: timing noise). The profile (curve, table,
 choice) is saved as JSON under ``models.cache_root()/tuner/`` and reused while the candidate set is the same::
 
     python -m lp_runtime.generate decoding=auto dataset.limit=3          # tunes on first use, then reuses
@@ -23,6 +24,7 @@ import json
 import os
 import statistics
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -31,21 +33,24 @@ from .config import DecodingConfig
 LATENCY_QS = (1, 2, 3, 4, 6, 8, 16, 32, 64)
 CACHE_TOKENS = 200
 # (W, N, G): pool-only settings (prompt lookup with the bonus token, best on CPUs) up to the paper's 7B setting.
-CANDIDATES = ((0, 3, 1), (0, 3, 2), (0, 4, 1), (0, 5, 2), (3, 3, 2), (5, 4, 5), (7, 5, 7), (15, 5, 15))
+CANDIDATES = ((0, 3, 1), (0, 3, 2), (0, 4, 1), (0, 4, 2), (0, 5, 2), (3, 3, 2), (5, 4, 5), (7, 5, 7), (15, 5, 15))
 MARGIN = 0.03
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2  # 2: acceptance rows carry the measured step sizes
 
 
 @dataclass(frozen=True)
 class Acceptance:
     """Acceptance of one setting on the calibration set: ``step_compression`` S = tokens / steps,
-    ``mean_accepted`` = mean tokens accepted per step (what the next step re-feeds as pending tokens)."""
+    ``mean_accepted`` = mean tokens accepted per step (what the next step re-feeds as pending tokens),
+    ``step_tokens_hist`` = {input tokens of a step: number of such steps} as measured (None: unknown, then a
+    full step is assumed, see ``expected_step_tokens``)."""
 
     window_size: int
     ngram_size: int
     guess_set_size: int
     step_compression: float
     mean_accepted: float
+    step_tokens_hist: Optional[dict[int, int]] = None
 
     def decoding(self) -> DecodingConfig:
         return DecodingConfig(method="lookahead", window_size=self.window_size, ngram_size=self.ngram_size,
@@ -78,22 +83,39 @@ def expected_step_tokens(row: Acceptance) -> int:
     return row.decoding().step_tokens(num_pending=pending, num_candidates=row.guess_set_size)
 
 
+def expected_step(curve: dict[int, float], row: Acceptance) -> tuple[float, float]:
+    """(seconds, input tokens) of a mean step of ``row``'s setting: averaged over the measured step sizes, or a full
+    step (``expected_step_tokens``) when they are unknown.
+
+    >>> expected_step({1: 1.0, 3: 2.0}, Acceptance(0, 3, 1, 1.2, 1.2, {1: 1, 3: 3}))
+    (1.75, 2.5)
+    """
+    if row.step_tokens_hist:
+        hist = {int(q): int(n) for q, n in row.step_tokens_hist.items()}
+        total = sum(hist.values())
+        seconds = sum(n * interpolate(curve, q) for q, n in hist.items()) / total
+        return seconds, sum(n * q for q, n in hist.items()) / total
+    q = expected_step_tokens(row)
+    return interpolate(curve, q), q
+
+
 def choose(curve: dict[int, float], table: Sequence[Acceptance], margin: float = MARGIN) -> dict[str, Any]:
     """Pick the setting with the highest expected tokens/s, or greedy unless one beats it by more than ``margin``.
 
     ``curve``: {tokens in the step: seconds per step}; ``table``: acceptance per candidate. Expected tokens/s of a
-    setting = S / latency(expected_step_tokens); of greedy = 1 / latency(1). Returns ``{"decoding": DecodingConfig,
-    "expected_tokens_per_s", "greedy_tokens_per_s", "expected_speedup", "scores": [...]}``; ``scores`` lists every
-    candidate (W, N, G, S, step tokens, expected tokens/s), best first.
+    setting = S / seconds of its mean step (``expected_step``); of greedy = 1 / latency(1). Returns
+    ``{"decoding": DecodingConfig, "expected_tokens_per_s", "greedy_tokens_per_s", "expected_speedup",
+    "scores": [...]}``; ``scores`` lists every candidate (W, N, G, S, mean step tokens, expected tokens/s), best
+    first.
     """
     greedy = 1.0 / interpolate(curve, 1)
     scores = []
     for row in table:
-        q = expected_step_tokens(row)
+        seconds, q = expected_step(curve, row)
         scores.append({"window_size": row.window_size, "ngram_size": row.ngram_size,
                        "guess_set_size": row.guess_set_size, "step_compression": row.step_compression,
                        "mean_accepted": row.mean_accepted, "step_tokens": q,
-                       "expected_tokens_per_s": row.step_compression / interpolate(curve, q)})
+                       "expected_tokens_per_s": row.step_compression / seconds})
     scores.sort(key=lambda s: -s["expected_tokens_per_s"])
     if scores and scores[0]["expected_tokens_per_s"] > greedy * (1.0 + margin):
         best = scores[0]
@@ -164,7 +186,8 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
 def measure_acceptance(model, tokenizer, prompts: Sequence[Sequence[int]],
                        candidates: Sequence[tuple[int, int, int]] = CANDIDATES, *, max_new_tokens: int = 32,
                        eos_token_ids: Sequence[int] = ()) -> list[Acceptance]:
-    """Decode every prompt with every candidate (W, N, G); S and mean accepted tokens over all prompts."""
+    """Decode every prompt with every candidate (W, N, G); S, mean accepted tokens and the histogram of step
+    sizes (input tokens per step) over all prompts."""
     from .decoder import Decoder
 
     table = []
@@ -173,12 +196,15 @@ def measure_acceptance(model, tokenizer, prompts: Sequence[Sequence[int]],
                       eos_token_ids=eos_token_ids, tokenizer=tokenizer)
         tokens = steps = 0
         accepts: list[int] = []
+        hist: Counter[int] = Counter()
         for prompt in prompts:
             out = dec.generate(prompt, max_new_tokens=max_new_tokens)
             tokens += len(out.output_ids)
             steps += out.decoding_steps
             accepts += out.accept_lengths
-        table.append(Acceptance(w, n, g, tokens / max(steps, 1), sum(accepts) / max(len(accepts), 1)))
+            hist.update(out.step_tokens)
+        table.append(Acceptance(w, n, g, tokens / max(steps, 1), sum(accepts) / max(len(accepts), 1),
+                                dict(sorted(hist.items()))))
     return table
 
 

@@ -122,6 +122,20 @@ def test_choose_hand_computed():
     assert tuner.choose(flat, table)["decoding"].window_size == 7
 
 
+def test_choose_uses_measured_step_sizes():
+    # W0 N4 G2 with S = 1.5: as a full step (pending round(1.5) = 2, q = 2 + 2 * 3 = 8) it costs 0.049 s, 30.6 tok/s,
+    # under greedy's 33.3. Measured: 6 steps of 1 token (no candidate), 3 of 4 (one), 1 of 7 (two):
+    # (6 * 0.030 + 3 * 0.045 + 1 * (0.045 + 3/4 * 0.004)) / 10 = 0.0363 s, mean q = (6 + 12 + 7) / 10 = 2.5,
+    # 1.5 / 0.0363 = 41.3 tok/s: it beats greedy.
+    full = tuner.Acceptance(0, 4, 2, 1.5, 1.5)
+    measured = tuner.Acceptance(0, 4, 2, 1.5, 1.5, {1: 6, 4: 3, 7: 1})
+    assert tuner.choose(CURVE, [full])["decoding"].method == "greedy"
+    choice = tuner.choose(CURVE, [measured])
+    assert choice["decoding"] == DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2)
+    assert choice["scores"][0]["step_tokens"] == pytest.approx(2.5)
+    assert choice["expected_tokens_per_s"] == pytest.approx(1.5 / 0.0363)
+
+
 def test_choose_falls_back_to_greedy():
     steep = {1: 0.030, 2: 0.060, 3: 0.090, 64: 1.92}  # cost proportional to tokens: nothing can pay
     choice = tuner.choose(steep, [tuner.Acceptance(0, 3, 1, 1.3, 1.3), tuner.Acceptance(7, 5, 7, 2.4, 2.4)])
@@ -177,6 +191,10 @@ def test_resolve_auto_on_a_tiny_model(tiny_model_dir, tmp_path, monkeypatch):
     table = tuner.measure_acceptance(model, tok, [[1, 2, 3, 1, 2]], [(0, 3, 1), (2, 3, 1)], max_new_tokens=4)
     assert [(r.window_size, r.guess_set_size) for r in table] == [(0, 1), (2, 1)]
     assert all(1.0 <= r.step_compression <= 3.0 for r in table)
+    for r in table:  # every step counted once (steps * S = the 1-4 tokens made), none larger than a full step
+        tokens = sum(r.step_tokens_hist.values()) * r.step_compression
+        assert round(tokens, 6) in (1, 2, 3, 4)
+        assert 1 <= min(r.step_tokens_hist) and max(r.step_tokens_hist) <= r.decoding().step_tokens(3, 1)
 
 
 def test_bench_cli_smoke(tiny_model_dir, tmp_path):
