@@ -69,7 +69,7 @@ def test_greedy_method_equals_generate(tiny):
     for prompt, ref in zip(PROMPTS, refs):
         out = dec.generate(prompt, max_new_tokens=NEW)
         assert_greedy_equal(model, prompt, out.output_ids, ref, f"{arch} greedy")
-        assert out.decoding_steps == NEW and out.accept_lengths == [1] * NEW
+        assert out.decoding_steps == NEW and out.accept_lengths == [1] * NEW and out.step_tokens == [1] * NEW
 
 
 def test_lookahead_accepts_several_tokens_per_step():
@@ -84,6 +84,11 @@ def test_lookahead_accepts_several_tokens_per_step():
     assert out.output_ids == ref
     assert max(out.accept_lengths) == 4
     assert out.decoding_steps < NEW
+    # step sizes: the pending tokens (the previous step's accepted run) plus N - 1 tokens per candidate, 0..G of them
+    pending = [1] + out.accept_lengths[:-1]
+    extra = [q - p for q, p in zip(out.step_tokens, pending)]
+    assert len(out.step_tokens) == out.decoding_steps
+    assert all(e % 3 == 0 and 0 <= e // 3 <= 4 for e in extra) and max(extra) > 0, (out.step_tokens, pending)
 
 
 def test_bad_configs_refused():
