@@ -26,6 +26,6 @@ test: install
 	$(PY) -m pytest -q
 
 # make bench: 5 MT-Bench first turns + 5 HumanEval, 64 new tokens: HF greedy, HF prompt lookup, our greedy and
-# lookahead (0,3,1) (3,3,2) (7,5,7), interleaved per prompt (conf/bench.yaml); table + CSV/JSON/figures in outputs/bench.
+# lookahead (0,3,1) (0,4,2) (3,4,3), interleaved per prompt (conf/bench.yaml); table + CSV/JSON/figures in outputs/bench.
 bench: install
 	$(PY) -m lp_runtime.bench $(BENCH_ARGS)

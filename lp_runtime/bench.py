@@ -61,7 +61,7 @@ class BenchConfig:
         DatasetConfig(name="mt_bench", limit=5, first_turn_only=True), DatasetConfig(name="humaneval", limit=5)])
     limit: Optional[int] = None
     methods: list[str] = field(default_factory=lambda: list(FIXED_METHODS))
-    lookahead: list[list[int]] = field(default_factory=lambda: [[0, 3, 1], [3, 3, 2], [7, 5, 7]])
+    lookahead: list[list[int]] = field(default_factory=lambda: [[0, 3, 1], [0, 4, 2], [3, 4, 3]])
     include_decoding: bool = True
     prompt_lookup_num_tokens: int = 10
     max_matching_ngram_size: int = 2

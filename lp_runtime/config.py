@@ -61,8 +61,8 @@ class DecodingConfig:
 
     method: str = "lookahead"
     window_size: int = 0
-    ngram_size: int = 3
-    guess_set_size: int = 1
+    ngram_size: int = 4
+    guess_set_size: int = 2
     pool_from_prompt: bool = True
     seed: int = 0
 

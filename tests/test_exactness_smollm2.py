@@ -26,7 +26,7 @@ def prompts_and_refs(smollm2):
     return eos, prompts, refs
 
 
-@pytest.mark.parametrize("W,N,G", [(0, 3, 1), (3, 4, 3)])
+@pytest.mark.parametrize("W,N,G", [(0, 4, 2), (3, 4, 3)])
 def test_smollm2_lookahead_equals_generate(smollm2, prompts_and_refs, W, N, G):
     model, tok = smollm2
     eos, prompts, refs = prompts_and_refs
