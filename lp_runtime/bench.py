@@ -272,8 +272,8 @@ def plot(table: Sequence[dict], out_dir: str) -> list[str]:
         ax.bar([j + i * width for j in range(len(groups))], ys, width, label=m)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], groups, rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel("speedup over HF greedy (mean of per-prompt ratios)")
-    ax.legend(fontsize=7)
+    ax.set_ylabel("speedup over HF greedy\n(mean of per-prompt ratios)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside the bars
     fig.tight_layout()
     paths.append(os.path.join(out_dir, "speedup_per_category.png"))
     fig.savefig(paths[-1], dpi=120)
