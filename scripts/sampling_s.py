@@ -1,7 +1,7 @@
 """Step compression S (tokens / decoding steps) of lookahead sampling vs greedy on MT-Bench first turns.
 
     .venv/bin/python scripts/sampling_s.py --limit 20 --max-new-tokens 256 --temperatures 0 0.7 1.0 \\
-        --window 0 --ngram 3 --guess 1 --seed 0
+        --window 0 --ngram 3 --guess 1 --seed 0 --output results/sampling_s/w0n3g1.json
 
 Prints one line per temperature (0 = greedy): S, mean accepted tokens per step, tokens/s; and a JSON summary.
 """
@@ -12,6 +12,8 @@ import json
 import os
 import sys
 import time
+
+import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -32,6 +34,7 @@ def main() -> None:
     ap.add_argument("--guess", type=int, default=1)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--output", default=None, help="also write the JSON summary to this file")
     args = ap.parse_args()
 
     model, tok = load_model(ModelConfig(path=args.model, dtype="float32", device="auto"))
@@ -54,8 +57,14 @@ def main() -> None:
                "tokens_per_s": tokens / wall}
         rows.append(row)
         print(f"T={temp:<4} S={row['S']:.3f} tokens={tokens} steps={steps} tok/s={row['tokens_per_s']:.1f}", flush=True)
-    print(json.dumps({"model": args.model, "W": args.window, "N": args.ngram, "G": args.guess,
-                      "questions": len(prompts), "max_new_tokens": args.max_new_tokens, "results": rows}))
+    summary = {"model": args.model, "W": args.window, "N": args.ngram, "G": args.guess, "top_p": args.top_p,
+               "questions": len(prompts), "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+               "threads": torch.get_num_threads(), "results": rows}
+    print(json.dumps(summary))
+    if args.output:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        with open(args.output, "w") as f:
+            json.dump(summary, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -208,6 +208,7 @@ def test_bench_cli_smoke(tiny_model_dir, tmp_path):
     args = [sys.executable, "-m", "lp_runtime.bench", f"hydra.run.dir={tmp_path / 'hydra'}", "progress=false",
             f"model.path={tiny_model_dir}", "model.name=tiny", "generation.max_new_tokens=8",
             f"datasets=[{{name:jsonl,path:'{questions}',first_turn_only:true}}]", "lookahead=[[0,3,1],[2,3,2]]",
+            "decoding.ngram_size=3", "decoding.guess_set_size=1",  # the decoding group's setting: one of the list
             f"output_dir={out}"]
     res = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
