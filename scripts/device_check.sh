@@ -2,7 +2,7 @@
 # GPU check (exactness in fp32, latency curve in bf16, predicted speedup); needs only torch + transformers.
 #   scripts/device_check.sh OUTDIR                                   # GPU machine, < 8 minutes
 #   scripts/device_check.sh OUTDIR --device cpu --quick              # smoke test on a CPU
-#   scripts/device_check.sh OUTDIR --results outputs/bench/full/results.json   # S from a CPU bench run
+#   scripts/device_check.sh OUTDIR --results results/bench_cpu/results.json    # S from a CPU bench run (the default)
 # On the device tool: run "scripts/device_check.sh \$OUT --results <a results.json in the working tree>";
 # the results JSON must travel (commit it, or copy it to an un-ignored path, or name it in carry).
 # Hydra is not needed (scripts/device_check.py imports lp_runtime's core directly). Optional wheels in .whl/
