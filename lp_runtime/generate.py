@@ -56,11 +56,14 @@ def check_output_path(path: Path, *, create: bool) -> None:
     if target.exists() and not os.access(target, os.W_OK):
         raise OutputError(f"output path {path} is not writable")
     if create:  # os.access says yes to root everywhere; opening for append is the real test
+        existed = path.exists()
         try:
             with open(path, "a", encoding="utf-8"):
                 pass
         except OSError as e:
             raise OutputError(f"output path {path} is not writable: {e.strerror}") from None
+        if not existed:  # leave no empty file behind if the run fails before writing
+            path.unlink()
 
 
 def load_answers(path: Path, *, trim: bool) -> list[dict]:
@@ -212,6 +215,11 @@ def run(cfg: RunConfig) -> dict:
         summary["lp_communication"] = comm
     if auto is not None:
         summary["auto_decoding"] = auto
+    if is_main and not todo and summary_path.exists():
+        # Nothing answered now: the summary on disk describes the run that made the answers; keep it.
+        print(f"all {len(records)} questions of the dataset are already in {answers_path}; nothing to do "
+              f"(summary kept: {summary_path})")
+        return json.loads(summary_path.read_text(encoding="utf-8"))
     if is_main:
         tmp = summary_path.with_name(summary_path.name + ".tmp")
         tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
