@@ -128,10 +128,16 @@ def init(backend: str = "auto", timeout_s: float = 120.0) -> RankInfo:
     return info
 
 
-def destroy() -> None:
-    """Leave the process group if this module joined it (safe to call twice, and at exit)."""
+def destroy(barrier: bool = False) -> None:
+    """Leave the process group if this module joined it (safe to call twice, and at exit).
+
+    ``barrier``: wait for every rank first (the normal end of a run), so that no rank tears its gloo connections
+    down while a peer still uses them (a peer then aborts: "terminate called without an active exception").
+    Bounded by the group's timeout. Not at exit after a failure, where a peer may be gone."""
     if _STATE["initialized_here"] and dist.is_initialized():
         try:
+            if barrier:
+                dist.barrier()
             dist.destroy_process_group()
         except Exception:  # at exit after a peer died: nothing left to clean up
             pass

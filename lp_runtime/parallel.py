@@ -278,8 +278,8 @@ class ParallelContext:
     backend: Optional[str] = None
 
     def teardown(self) -> None:
-        """Leave the process group (also done at exit if forgotten)."""
-        distributed.destroy()
+        """Wait for every rank, then leave the process group (also done at exit if forgotten, without the wait)."""
+        distributed.destroy(barrier=True)
 
 
 def setup_parallel(cfg: ParallelConfig) -> ParallelContext:
