@@ -1,0 +1,304 @@
+"""What to feed in a lookahead step: the cost-aware step policy (issue 9; DESIGN.md sections 1 and 7).
+
+Pure Python, no torch, no model. Each step the decoder holds a candidate tree (``lookup.CandidateTree``:
+``tokens``, ``parents`` with -1 = the root ``c``, ``prob`` = the lookup's raw estimate of P(node accepted |
+parent accepted)) and asks the policy which nodes to feed and whether to feed the Jacobi window.
+
+``CostPolicy`` maximises expected accepted tokens per second of the step:
+
+* E[tokens] = 1 + sum over fed nodes of P(the path root -> node is accepted): the step always yields ``c``'s
+  next token, and a greedy walk accepts a node exactly when its whole path matched, so the expected length of
+  the accepted path is the sum of the fed nodes' path probabilities;
+* cost = latency(q), q = pending + window tokens (if fed) + nodes, read off the measured latency curve
+  (``LatencyCurve``: seconds of one forward pass against q, piecewise linear between measured points).
+
+Path probabilities never grow along a path, so the best subset of k nodes is the k nodes of highest path
+probability, and that set is ancestor-closed (ties go to the lower index, and parents precede children). The
+policy evaluates EVERY prefix size k = 0..K, not only until the first dip: on a curve such as float32 on a
+2-core CPU (q = 2-3 dearer than q = 4-8) a step of 5 nodes can pay where 1-2 do not. k = 0 is a plain
+one-token step, which costs what greedy costs.
+
+Acceptance estimates are calibrated online (``observe``): per (depth bucket, raw-probability bucket) the
+policy counts trials (a fed node whose parent was accepted) and successes, and estimates
+P = (s + k * raw) / (n + k): a Beta prior of strength k centred on the lookup's raw estimate, so estimates
+start at the lookup's counts and move to what verification really accepts.
+
+The window earns nothing in the step that feeds it: its harvested n-grams become candidates in later steps.
+Its value per windowed step (``window_gain``, tokens) is a prior (0.15 tokens a step: the S difference between
+(W, N, G) = (3, 4, 3) and (0, 4, 2) measured on MT-Bench, docs/benchmarks.md section 1) refined online when
+the tree marks which nodes only the window proposed (an optional ``tree.from_window`` list of bools):
+gain = (window-only nodes accepted + k_w * prior) / (windowed steps + k_w). The window is fed when
+(E[tokens] + gain) / latency(q + window) beats E[tokens] / latency(q), i.e. only where the curve is flat
+enough at this q (a GPU, or bfloat16 on a CPU with native bf16 matmul), never on a steep curve.
+
+Example (flat curve up to 4 tokens, then dearer)::
+
+    >>> from types import SimpleNamespace as T
+    >>> pol = CostPolicy({1: 0.010, 4: 0.010, 8: 0.020})
+    >>> tree = T(tokens=[7, 8, 9], parents=[-1, 0, -1], prob=[0.9, 0.8, 0.1])
+    >>> pol.choose(tree, num_pending=1, window_tokens=0).nodes   # all three fit in the flat part (q = 4)
+    (0, 1, 2)
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+WINDOW_GAIN_PRIOR = 0.15
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """The policy's decision for one step.
+
+    Attributes:
+        nodes: indices into the candidate tree to feed, ascending (tree order), ancestor-closed.
+        use_window: feed the Jacobi window this step.
+        expected_tokens: expected accepted tokens of the step (>= 1; the window's later value excluded).
+        expected_seconds: latency of the step's forward pass read off the curve (seconds).
+    """
+
+    nodes: tuple[int, ...]
+    use_window: bool
+    expected_tokens: float
+    expected_seconds: float
+
+
+class FeedAll:
+    """Feed every node and the window whenever there is one: a fixed (W, N, G) as the user asked."""
+
+    def choose(self, tree, num_pending: int, window_tokens: int) -> StepChoice:
+        return StepChoice(tuple(range(len(tree.tokens))), window_tokens > 0, float("nan"), float("nan"))
+
+    def observe(self, tree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None:
+        return None
+
+
+def interpolate(curve: Mapping[int, float], q: float) -> float:
+    """Seconds of a step of ``q`` tokens: piecewise linear in q between measured points, linear past the ends.
+
+    Raises ``ValueError`` for an empty curve.
+
+    >>> interpolate({1: 1.0, 3: 2.0, 5: 6.0}, 2)
+    1.5
+    >>> interpolate({1: 1.0, 3: 2.0, 5: 6.0}, 7)
+    10.0
+    """
+    pts = sorted((int(k), float(v)) for k, v in curve.items())
+    if not pts:
+        raise ValueError("the latency curve is empty")
+    if len(pts) == 1:
+        return pts[0][1]
+    i = 0
+    while i < len(pts) - 2 and q > pts[i + 1][0]:
+        i += 1
+    (q0, t0), (q1, t1) = pts[i], pts[i + 1]
+    return t0 + (t1 - t0) * (q - q0) / (q1 - q0)
+
+
+class LatencyCurve:
+    """Seconds of one forward pass against the tokens q in it, from measured points (``interpolate``), with the
+    values for q = 1..``max_q`` tabulated once so a step's choice costs a list lookup per candidate size.
+
+    Raises ``ValueError`` for an empty curve, a q < 1 or a non-positive time.
+    """
+
+    def __init__(self, points: Mapping[int, float], max_q: int = 512) -> None:
+        pts = {int(q): float(t) for q, t in points.items()}
+        if not pts:
+            raise ValueError("the latency curve is empty")
+        bad = {q: t for q, t in pts.items() if q < 1 or not t > 0}
+        if bad:
+            raise ValueError(f"latency curve points {bad} are not allowed; q must be >= 1 and seconds > 0")
+        self.points = dict(sorted(pts.items()))
+        self._table = [0.0] + [max(interpolate(pts, q), 1e-12) for q in range(1, max_q + 1)]
+
+    def __call__(self, q: int) -> float:
+        if 0 < q < len(self._table):
+            return self._table[q]
+        return max(interpolate(self.points, q), 1e-12)
+
+
+class AcceptanceCalibration:
+    """Online calibration of the lookup's raw acceptance estimates (Beta prior centred on the raw value).
+
+    Trials are counted per (depth bucket, raw-probability bucket): depth 1..``max_depth`` (deeper nodes share
+    the last bucket), raw probability in ``num_prob_buckets`` equal bins of [0, 1].
+    ``estimate(depth, raw) = (successes + strength * raw) / (trials + strength)``, clipped to
+    [``floor``, 1 - ``floor``] so no node is ever certain or impossible.
+
+    >>> cal = AcceptanceCalibration(strength=2.0)
+    >>> cal.estimate(1, 0.5)
+    0.5
+    >>> for hit in (False, False, False, False, False, False): cal.update(1, 0.5, hit)
+    >>> cal.estimate(1, 0.5)        # (0 + 2 * 0.5) / (6 + 2)
+    0.125
+    """
+
+    def __init__(self, strength: float = 4.0, max_depth: int = 4, num_prob_buckets: int = 5,
+                 floor: float = 1e-3) -> None:
+        if strength <= 0:
+            raise ValueError(f"strength={strength}; the prior's strength must be > 0")
+        self.strength = strength
+        self.max_depth = max_depth
+        self.num_prob_buckets = num_prob_buckets
+        self.floor = floor
+        self.trials: dict[tuple[int, int], int] = {}
+        self.successes: dict[tuple[int, int], int] = {}
+
+    def bucket(self, depth: int, raw: float) -> tuple[int, int]:
+        b = min(int(max(raw, 0.0) * self.num_prob_buckets), self.num_prob_buckets - 1)
+        return min(max(depth, 1), self.max_depth), b
+
+    def estimate(self, depth: int, raw: float) -> float:
+        key = self.bucket(depth, raw)
+        raw = min(max(float(raw), 0.0), 1.0)
+        p = (self.successes.get(key, 0) + self.strength * raw) / (self.trials.get(key, 0) + self.strength)
+        return min(max(p, self.floor), 1.0 - self.floor)
+
+    def update(self, depth: int, raw: float, accepted: bool) -> None:
+        key = self.bucket(depth, raw)
+        self.trials[key] = self.trials.get(key, 0) + 1
+        self.successes[key] = self.successes.get(key, 0) + int(bool(accepted))
+
+
+def node_depths(parents: Sequence[int]) -> list[int]:
+    """Depth of each node (children of the root: 1); parents must precede children.
+
+    >>> node_depths([-1, 0, 1, -1, 3])
+    [1, 2, 3, 1, 2]
+    """
+    depth: list[int] = []
+    for i, par in enumerate(parents):
+        assert par < i, f"node {i}'s parent {par} does not precede it"
+        depth.append(1 if par < 0 else depth[par] + 1)
+    return depth
+
+
+def path_probabilities(parents: Sequence[int], probs: Sequence[float]) -> list[float]:
+    """P(path root -> node accepted) = product of the per-node probabilities along the path.
+
+    >>> path_probabilities([-1, 0, -1], [0.5, 0.5, 0.25])
+    [0.5, 0.25, 0.25]
+    """
+    out: list[float] = []
+    for par, p in zip(parents, probs):
+        out.append(p if par < 0 else out[par] * p)
+    return out
+
+
+def best_prefix(path_probs: Sequence[float], base_q: int, curve: LatencyCurve,
+                bonus_tokens: float = 0.0) -> tuple[tuple[int, ...], float, float]:
+    """The node set with the highest (1 + bonus + sum of path probs) / latency(base_q + nodes).
+
+    Nodes are taken in order of decreasing path probability (lower index first on ties); every prefix size is
+    evaluated and the best kept (the smallest on ties). Returns (nodes ascending, expected tokens, seconds).
+
+    >>> best_prefix([0.9, 0.1], 1, LatencyCurve({1: 1.0, 2: 1.0, 3: 2.0}))
+    ((0,), 1.9, 1.0)
+    """
+    order = sorted(range(len(path_probs)), key=lambda i: (-path_probs[i], i))
+    tokens = 1.0 + bonus_tokens
+    best_k, best_tokens, best_s = 0, tokens, curve(base_q)
+    best_rate = best_tokens / best_s
+    for k, i in enumerate(order, start=1):
+        tokens += path_probs[i]
+        seconds = curve(base_q + k)
+        if tokens / seconds > best_rate * (1.0 + 1e-12):
+            best_k, best_tokens, best_s, best_rate = k, tokens, seconds, tokens / seconds
+    return tuple(sorted(order[:best_k])), best_tokens, best_s
+
+
+class CostPolicy:
+    """Feed the candidate nodes (and the window) that maximise expected accepted tokens per second.
+
+    Args:
+        curve: {tokens in the step q: seconds of one forward pass} (the tuner's measured profile) or a
+            ``LatencyCurve``.
+        calibration: the acceptance calibration (default ``AcceptanceCalibration()``); kept across calls, so a
+            policy held by a decoder keeps learning from prompt to prompt.
+        window_gain: prior value of feeding the window, in accepted tokens per windowed step.
+        window_strength: pseudo-steps of that prior when it is refined online.
+        max_nodes: never feed more nodes than this (None: no limit besides the curve).
+
+    Methods follow the decoder's ``step_policy`` hook (CORE_INTERFACE.md): ``choose`` then ``observe`` each step.
+    """
+
+    def __init__(self, curve, *, calibration: Optional[AcceptanceCalibration] = None,
+                 window_gain: float = WINDOW_GAIN_PRIOR, window_strength: float = 32.0,
+                 max_nodes: Optional[int] = None) -> None:
+        self.curve = curve if isinstance(curve, LatencyCurve) else LatencyCurve(curve)
+        self.calibration = calibration or AcceptanceCalibration()
+        self.window_gain_prior = window_gain
+        self.window_strength = window_strength
+        self.max_nodes = max_nodes
+        self.window_steps = 0
+        self.window_accepted = 0
+        self.steps = 0
+        self.sum_expected_tokens = 0.0
+        self.sum_expected_seconds = 0.0
+        self.sum_fed_nodes = 0
+        self._last: Optional[StepChoice] = None
+
+    @property
+    def window_gain(self) -> float:
+        """Current estimate of the window's value, accepted tokens per windowed step."""
+        return ((self.window_accepted + self.window_strength * self.window_gain_prior)
+                / (self.window_steps + self.window_strength))
+
+    def node_probabilities(self, tree) -> list[float]:
+        """Calibrated P(node accepted | parent accepted) for every node of ``tree``."""
+        depths = node_depths(tree.parents)
+        return [self.calibration.estimate(d, p) for d, p in zip(depths, tree.prob)]
+
+    def choose(self, tree, num_pending: int, window_tokens: int) -> StepChoice:
+        """The nodes and window to feed after ``num_pending`` pending tokens (``window_tokens``: tokens the
+        window would add, 0 when there is none). Empty tree and no paying window: a plain step (nodes=())."""
+        if num_pending < 1:
+            raise ValueError(f"num_pending={num_pending}; a step feeds at least the newest accepted token")
+        paths = path_probabilities(tree.parents, self.node_probabilities(tree))
+        if self.max_nodes is not None and len(paths) > self.max_nodes:
+            keep = set(sorted(range(len(paths)), key=lambda i: (-paths[i], i))[: self.max_nodes])
+            paths = [p if i in keep else 0.0 for i, p in enumerate(paths)]  # a zero never pays
+        nodes, tokens, seconds = best_prefix(paths, num_pending, self.curve)
+        choice = StepChoice(nodes, False, tokens, seconds)
+        if window_tokens > 0:
+            gain = self.window_gain
+            w_nodes, w_tokens, w_seconds = best_prefix(paths, num_pending + window_tokens, self.curve, gain)
+            if w_tokens / w_seconds > tokens / seconds:
+                choice = StepChoice(w_nodes, True, w_tokens - gain, w_seconds)
+        self._last = choice
+        return choice
+
+    def observe(self, tree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None:
+        """Learn from one verified step: ``fed_nodes`` (indices fed), ``accepted_nodes`` (the accepted path).
+
+        A fed node is a trial when its parent is the root or was accepted; it succeeded when it was accepted.
+        """
+        depths = node_depths(tree.parents)
+        accepted = set(int(i) for i in accepted_nodes)
+        fed = set(int(i) for i in fed_nodes)
+        assert accepted <= fed, f"accepted nodes {sorted(accepted - fed)} were not fed"
+        for i in sorted(fed):
+            par = tree.parents[i]
+            if par < 0 or par in accepted:
+                self.calibration.update(depths[i], tree.prob[i], i in accepted)
+        last = self._last
+        if last is not None:
+            self.steps += 1
+            self.sum_expected_tokens += last.expected_tokens
+            self.sum_expected_seconds += last.expected_seconds
+            self.sum_fed_nodes += len(fed)
+            if last.use_window:
+                self.window_steps += 1
+        from_window = getattr(tree, "from_window", None)
+        if from_window is not None:
+            self.window_accepted += sum(1 for i in accepted if from_window[i])
+        self._last = None
+
+    def expected_speedup(self) -> Optional[float]:
+        """Expected tokens/s of the steps chosen so far over a plain one-token step's (None before any step)."""
+        if not self.steps or not self.sum_expected_seconds:
+            return None
+        return (self.sum_expected_tokens / self.sum_expected_seconds) * self.curve(1)
