@@ -41,7 +41,6 @@ Example (flat curve up to 4 tokens, then dearer)::
 """
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 

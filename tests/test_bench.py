@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from lp_runtime.bench import Method, Prompt, Result, aggregate, format_table, run_benchmark
-from lp_runtime.config import DecodingConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
