@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 import os
 import statistics
 import time
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from lp_runtime import data, metrics
-from lp_runtime.config import (ConfigError, DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig,
+from lp_runtime.config import (DTYPES, ConfigError, DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig,
                                ParallelConfig, register_configs)
 
 HF_GREEDY, HF_PROMPT_LOOKUP, GREEDY = "hf_greedy", "hf_prompt_lookup", "greedy"
@@ -49,9 +50,13 @@ FIXED_METHODS = (HF_GREEDY, HF_PROMPT_LOOKUP, GREEDY)
 @dataclass
 class BenchConfig:
     """``conf/bench.yaml``. ``datasets``: prompt sets (``DatasetConfig`` each; categories are prefixed with the
-    dataset's name); ``limit``: overrides every dataset's limit when set; ``methods``: any of hf_greedy,
-    hf_prompt_lookup, greedy; ``lookahead``: [W, N, G] settings of ours; ``include_decoding``: also the
-    ``decoding`` group's setting (``decoding=auto``: the tuner's choice)."""
+    dataset's name); ``limit``: overrides every dataset's limit when set; ``per_category``: {dataset name: k}
+    takes the first k questions of EACH category of that dataset, in file order (before ``limit``);
+    ``dtypes``: run every method in each of these dtypes in the same interleaved run (one model copy each),
+    each compared with transformers' greedy in its own dtype (empty: ``model.dtype`` only); ``methods``: any of
+    hf_greedy, hf_prompt_lookup, greedy; ``lookahead``: [W, N, G] settings of ours; ``include_decoding``: also
+    the ``decoding`` group's setting (``decoding=auto``: the cost policy); ``ablation``: also decoding=auto with
+    each lever off in turn (``ABLATIONS``)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
@@ -60,6 +65,9 @@ class BenchConfig:
     datasets: list[DatasetConfig] = field(default_factory=lambda: [
         DatasetConfig(name="mt_bench", limit=5, first_turn_only=True), DatasetConfig(name="humaneval", limit=5)])
     limit: Optional[int] = None
+    per_category: dict[str, int] = field(default_factory=dict)
+    dtypes: list[str] = field(default_factory=list)
+    ablation: bool = False
     methods: list[str] = field(default_factory=lambda: list(FIXED_METHODS))
     lookahead: list[list[int]] = field(default_factory=lambda: [[0, 3, 1], [0, 4, 2], [3, 4, 3]])
     include_decoding: bool = True
@@ -82,6 +90,14 @@ class BenchConfig:
             raise ConfigError("datasets is empty; give at least one prompt set")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"limit={self.limit} is not allowed; it must be >= 1")
+        bad = {k: v for k, v in self.per_category.items() if v < 1}
+        if bad:
+            raise ConfigError(f"per_category={bad} is not allowed; each count must be >= 1")
+        for d in self.dtypes:
+            if d not in DTYPES or d == "auto":
+                raise ConfigError(f"dtypes entry {d!r} is not allowed; use any of float32, bfloat16, float16")
+        if self.ablation and self.decoding.method != "auto":
+            raise ConfigError("ablation=true switches decoding=auto's levers off one at a time; add decoding=auto")
         if self.prompt_lookup_num_tokens < 1:
             raise ConfigError(f"prompt_lookup_num_tokens={self.prompt_lookup_num_tokens} must be >= 1")
 
@@ -105,15 +121,20 @@ class Result:
     output_ids: list[int]
     steps: int
     accept_lengths: Optional[list[int]] = None
+    step_tokens: Optional[list[int]] = None
 
 
 @dataclass
 class Method:
-    """A benchmarked method: ``run(prompt_ids) -> Result``; ``step_tokens``: input tokens of a full step."""
+    """A benchmarked method: ``run(prompt_ids) -> Result``; ``step_tokens``: input tokens of a full step;
+    ``baseline``: the label its outputs and speed are compared with (None: the run's baseline);
+    ``dtype``: the model dtype it runs in (for the parting check)."""
 
     label: str
     run: Callable[[list[int]], Result]
     step_tokens: Optional[float] = None
+    baseline: Optional[str] = None
+    dtype: Optional[str] = None
 
 
 def run_benchmark(prompts: Iterable[Prompt], methods: Sequence[Method], *, baseline: Optional[str] = None,
@@ -125,9 +146,10 @@ def run_benchmark(prompts: Iterable[Prompt], methods: Sequence[Method], *, basel
     Method order rotates by one per prompt. ``warmup``: one untimed generation per method on the first prompt.
     ``baseline`` (a label): each row's ``identical`` says whether its output equals the baseline's on that prompt.
     ``follow_up(prompt, baseline_output)`` may return the next turn's prompt (built from the baseline's answer,
-    so all methods see the same prompt), which is run right after. Row keys: key, dataset, category, method,
-    prompt_tokens, new_tokens, steps, seconds, accepted (sum of accept lengths or None), accept_steps,
-    identical, output_ids.
+    so all methods see the same prompt), which is run right after. A method's ``baseline`` overrides ``baseline``
+    for its row. Row keys: key, dataset, category, method, prompt_tokens, new_tokens, steps, seconds, accepted
+    (sum of accept lengths or None), accept_steps, identical, fed_tokens (input tokens over all steps, or None),
+    output_ids.
     """
     rows: list[dict[str, Any]] = []
     queue = list(prompts)[::-1]
@@ -147,13 +169,16 @@ def run_benchmark(prompts: Iterable[Prompt], methods: Sequence[Method], *, basel
         ref = results[baseline][0].output_ids if baseline in results else None
         for m in methods:  # rows in the methods' order, whatever order they ran in
             res, seconds = results[m.label]
+            own = m.baseline or baseline
+            own_ref = results[own][0].output_ids if own in results else None
             rows.append({
                 "key": prompt.key, "dataset": prompt.dataset, "category": prompt.category, "method": m.label,
                 "prompt_tokens": len(prompt.ids), "new_tokens": len(res.output_ids), "steps": res.steps,
                 "seconds": seconds,
                 "accepted": None if res.accept_lengths is None else sum(res.accept_lengths),
                 "accept_steps": None if res.accept_lengths is None else len(res.accept_lengths),
-                "identical": None if ref is None else list(res.output_ids) == list(ref),
+                "identical": None if own_ref is None else list(res.output_ids) == list(own_ref),
+                "fed_tokens": None if res.step_tokens is None else sum(res.step_tokens),
                 "output_ids": list(res.output_ids),
             })
         done += 1
@@ -174,7 +199,10 @@ def aggregate(rows: Sequence[dict[str, Any]], methods: Sequence[Method], baselin
     """Per method and group (each category, each dataset, "all"): the metrics of the module docstring.
 
     ``speedup_mean_ratio``: mean over the group's prompts of (tokens/s) / (baseline's tokens/s on that prompt);
-    ``speedup_total``: the group's tokens/s over the baseline's. Both None without a baseline.
+    ``speedup_total``: the group's tokens/s over the baseline's. Both None without a baseline. Each method is
+    compared with its own ``baseline`` when it has one. ``fed_per_step``: input tokens per step (ours);
+    ``partings``: outputs that part from the baseline, ``ties``: how many of them part at a rounding tie
+    (rows carry ``parting`` after ``check_partings``).
     """
     groups: dict[str, list[dict]] = {}
     for r in rows:
@@ -184,12 +212,13 @@ def aggregate(rows: Sequence[dict[str, Any]], methods: Sequence[Method], baselin
     out = []
     for g in order:
         grows = groups[g]
-        base = {r["key"]: r for r in grows if r["method"] == baseline}
-        base_tps = _div(sum(r["new_tokens"] for r in base.values()), sum(r["seconds"] for r in base.values()))
         for m in methods:
             mrows = [r for r in grows if r["method"] == m.label]
             if not mrows:
                 continue
+            own = m.baseline or baseline
+            base = {r["key"]: r for r in grows if r["method"] == own}
+            base_tps = _div(sum(r["new_tokens"] for r in base.values()), sum(r["seconds"] for r in base.values()))
             tokens = sum(r["new_tokens"] for r in mrows)
             seconds = sum(r["seconds"] for r in mrows)
             steps = sum(r["steps"] for r in mrows)
@@ -201,6 +230,8 @@ def aggregate(rows: Sequence[dict[str, Any]], methods: Sequence[Method], baselin
             mean_acc = (_div(sum(r["accepted"] for r in known), sum(r["accept_steps"] for r in known))
                         if len(known) == len(mrows) else _div(tokens, steps))
             idents = [r["identical"] for r in mrows if r["identical"] is not None]
+            fed = [r for r in mrows if r.get("fed_tokens") is not None]
+            partings = [r["parting"] for r in mrows if r.get("parting")]
             out.append({
                 "method": m.label, "group": g, "prompts": len(mrows), "new_tokens": tokens, "seconds": seconds,
                 "steps": steps, "tokens_per_s": tps,
@@ -209,19 +240,22 @@ def aggregate(rows: Sequence[dict[str, Any]], methods: Sequence[Method], baselin
                 "step_compression": _div(tokens, steps), "mean_accepted": mean_acc,
                 "seconds_per_step": _div(seconds, steps), "step_tokens": m.step_tokens,
                 "identical": sum(idents) if idents else None, "compared": len(idents),
+                "fed_per_step": (_div(sum(r["fed_tokens"] for r in fed), sum(r["steps"] for r in fed))
+                                 if fed and len(fed) == len(mrows) else None),
+                "partings": len(partings), "ties": sum(1 for p in partings if p["tie"]),
             })
     return out
 
 
 COLUMNS = ("method", "group", "prompts", "new_tokens", "seconds", "steps", "tokens_per_s", "speedup_mean_ratio",
-           "speedup_total", "step_compression", "mean_accepted", "seconds_per_step", "step_tokens", "identical",
-           "compared")
+           "speedup_total", "step_compression", "mean_accepted", "seconds_per_step", "step_tokens", "fed_per_step",
+           "identical", "compared", "partings", "ties")
 
 
 def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None) -> str:
     """A fixed-width text table of ``aggregate``'s rows (``groups``: which groups, default all)."""
     head = ("method", "group", "n", "tok/s", "speedup(mean ratio)", "speedup(total)", "S", "acc/step",
-            "ms/step", "q/step", "identical")
+            "ms/step", "q/step", "fed/step", "identical", "ties/partings")
     lines = []
     for r in table:
         if groups is not None and r["group"] not in groups:
@@ -231,25 +265,29 @@ def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None) 
                       f(r["speedup_mean_ratio"], ".3f"), f(r["speedup_total"], ".3f"),
                       f(r["step_compression"], ".3f"), f(r["mean_accepted"], ".3f"),
                       f(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f"),
-                      f(r["step_tokens"], "g"),
-                      "-" if r["identical"] is None else f"{r['identical']}/{r['compared']}"))
+                      f(r["step_tokens"], "g"), f(r.get("fed_per_step"), ".2f"),
+                      "-" if r["identical"] is None else f"{r['identical']}/{r['compared']}",
+                      f"{r.get('ties', 0)}/{r.get('partings', 0)}"))
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     fmt = lambda row: "  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
     return "\n".join([fmt(head), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in lines])
 
 
 def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], extra: dict[str, Any]) -> dict[str, str]:
-    """``results.csv`` (the table) and ``results.json`` (table, per-prompt rows without output ids, ``extra``)."""
+    """``results.csv`` (the table), ``results.json`` (table, per-prompt rows with output ids, ``extra``) and
+    ``table.txt`` (``format_table``: every group, categories included)."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {"csv": os.path.join(out_dir, "results.csv"), "json": os.path.join(out_dir, "results.json")}
+    paths = {"csv": os.path.join(out_dir, "results.csv"), "json": os.path.join(out_dir, "results.json"),
+             "table": os.path.join(out_dir, "table.txt")}
+    with open(paths["table"], "w", encoding="utf-8") as f:
+        f.write(format_table(table) + "\n")
     with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         for r in table:
             w.writerow({k: r[k] for k in COLUMNS})
-    slim = [{k: v for k, v in r.items() if k != "output_ids"} for r in rows]
     with open(paths["json"], "w", encoding="utf-8") as f:
-        json.dump({**extra, "table": list(table), "rows": slim}, f, indent=1)
+        json.dump({**extra, "table": list(table), "rows": list(rows)}, f, indent=1)
     return paths
 
 
@@ -332,27 +370,54 @@ def hf_method(label: str, model, *, max_new_tokens: int, eos_token_ids: Sequence
         return Result(out[0, len(prompt_ids):].tolist(), calls[0], None)
 
     step = 1 + prompt_lookup_num_tokens if prompt_lookup_num_tokens else 1
-    return Method(label, run, step)
+    return Method(label, run, step, dtype=str(model.dtype).replace("torch.", ""))
+
+
+ABLATIONS = {  # label suffix -> decoder options switched off (decoding=auto has them all on)
+    "-copy_kv": {"copy_kv": False},            # re-feed the accepted tokens next step (the LP scheme)
+    "-policy": {"policy": "feed_all"},         # feed every candidate node (and the window), fixed W, N, G
+    "-static_mask": {"static_mask": False},    # concatenate a new (q, past + q) mask each step
+    "window": {"window": True},                # window on (W = 3 unless auto chose one) / off when auto chose W > 0
+}
+
+
+def configure_decoder(dec, options: dict[str, Any]) -> None:
+    """Switch a ``Decoder``'s levers (``ABLATIONS``) by its public attributes; unknown options raise ``ConfigError``."""
+    from lp_runtime.policy import FeedAll
+
+    for key, value in options.items():
+        if key == "policy":
+            if value != "feed_all":
+                raise ConfigError(f"policy={value!r}: only 'feed_all' can replace the cost policy")
+            dec.step_policy = FeedAll()
+        elif key in ("copy_kv", "static_mask"):
+            if not hasattr(dec, key):
+                raise ConfigError(f"this decoder has no {key!r} lever")
+            setattr(dec, key, bool(value))
+        elif key != "window":
+            raise ConfigError(f"unknown decoder option {key!r}; use any of policy, copy_kv, static_mask, window")
 
 
 def ours_method(label: str, model, decoding: DecodingConfig, *, max_new_tokens: int, eos_token_ids: Sequence[int],
-                tokenizer=None, lp=None) -> Method:
-    """Our ``Decoder`` (greedy or lookahead)."""
+                tokenizer=None, lp=None, options: Optional[dict[str, Any]] = None) -> Method:
+    """Our ``Decoder`` (greedy, lookahead or auto), with ``options`` (``configure_decoder``) applied."""
     from lp_runtime.decoder import Decoder
 
     dec = Decoder(model, decoding, eos_token_ids=eos_token_ids, tokenizer=tokenizer, lp=lp)
+    configure_decoder(dec, options or {})
 
     def run(prompt_ids: list[int]) -> Result:
         out = dec.generate(prompt_ids, max_new_tokens=max_new_tokens)
-        return Result(list(out.output_ids), out.decoding_steps, list(out.accept_lengths))
+        return Result(list(out.output_ids), out.decoding_steps, list(out.accept_lengths), list(out.step_tokens))
 
-    return Method(label, run, None)
+    return Method(label, run, None, dtype=str(model.dtype).replace("torch.", ""))
 
 
 def decoding_label(d: DecodingConfig) -> str:
     if d.method == "greedy":
         return GREEDY
-    return f"lookahead W{d.window_size} N{d.ngram_size} G{d.guess_set_size}"
+    name = "auto" if d.method == "auto" else "lookahead"
+    return f"{name} W{d.window_size} N{d.ngram_size} G{d.guess_set_size}"
 
 
 def _fill_step_tokens(methods: Sequence[Method], decodings: dict[str, DecodingConfig], table: Sequence[dict]) -> None:
@@ -369,21 +434,86 @@ def _fill_step_tokens(methods: Sequence[Method], decodings: dict[str, DecodingCo
             m.step_tokens = d.step_tokens(num_pending=min(pending, d.ngram_size), num_candidates=d.guess_set_size)
 
 
+def select_per_category(questions: Sequence[data.Question], k: int) -> list[data.Question]:
+    """The first ``k`` questions of each category, in file order (MT-Bench lists its 8 categories in blocks of 10,
+    so its first 20 questions cover 2 categories only).
+
+    >>> qs = [data.Question(i, c, ["t"]) for i, c in enumerate("aaabbbc")]
+    >>> [q.question_id for q in select_per_category(qs, 2)]
+    [0, 1, 3, 4, 6]
+    """
+    seen: dict[str, int] = {}
+    out = []
+    for q in questions:
+        if seen.get(q.category, 0) < k:
+            seen[q.category] = seen.get(q.category, 0) + 1
+            out.append(q)
+    return out
+
+
 def load_prompts(cfg: BenchConfig, tokenizer) -> tuple[list[Prompt], dict[str, data.Question]]:
     """First turns of every dataset's questions as ``Prompt``s, and the questions by prompt key."""
     prompts, questions = [], {}
     for ds in cfg.datasets:
-        ds = dataclasses.replace(ds, limit=cfg.limit if cfg.limit is not None else ds.limit)
         name = ds.name if ds.name != "jsonl" else Path(ds.path or "jsonl").stem
-        for q in data.load_questions(ds):
+        k = cfg.per_category.get(name)
+        limit = cfg.limit if cfg.limit is not None else ds.limit
+        chosen = data.load_questions(dataclasses.replace(ds, limit=None if k else limit))
+        if k:
+            chosen = select_per_category(chosen, k)[:limit]
+        for q in chosen:
             key = f"{name}/{q.question_id}/0"
             questions[key] = q
             prompts.append(Prompt(key, name, f"{name}/{q.category}", data.build_prompt(tokenizer, q, [])))
     return prompts, questions
 
 
+def is_rounding_tie(gap: float, top: float, dtype: str) -> bool:
+    """Whether two greedy decodings may part at a next-token distribution whose top-2 logit gap is ``gap`` (top
+    logit ``top``): in float32 a near-tie (gap < 1e-4, DESIGN.md section 6); in bfloat16 / float16 a rounding tie,
+    gap <= 8 units in the last place of ``top`` in that dtype (README "Precision"; tests/test_exactness_tiny F1).
+
+    >>> is_rounding_tie(0.0625, 20.0, "bfloat16"), is_rounding_tie(1.5, 20.0, "bfloat16")   # ulp(20) = 0.125
+    (True, False)
+    """
+    if dtype == "float32":
+        return gap < 1e-4
+    mantissa = {"bfloat16": 7, "float16": 10}[dtype]
+    ulp = 2.0 ** (math.floor(math.log2(abs(top))) - mantissa) if top else 2.0 ** -mantissa
+    return gap <= 8 * ulp
+
+
+def check_partings(rows: list[dict], methods: Sequence[Method], models_by_dtype: dict[str, Any],
+                   prompts: dict[str, list[int]], baseline: str) -> None:
+    """For every row whose output parts from its baseline's, add ``parting`` = {index, ours, theirs, gap, top,
+    tie}: the top-2 logit gap of the model (in the method's dtype) after the prompt plus the baseline's tokens
+    before the parting point, and whether that is a rounding tie (``is_rounding_tie``). Rows that stop early
+    without a differing token part at the shorter length."""
+    import torch
+
+    by_label = {m.label: m for m in methods}
+    refs = {(r["key"], r["method"]): r["output_ids"] for r in rows}
+    for r in rows:
+        m = by_label[r["method"]]
+        own = m.baseline or baseline
+        ref = refs.get((r["key"], own))
+        if ref is None or r["identical"] in (None, True) or m.dtype not in models_by_dtype:
+            continue
+        ours = r["output_ids"]
+        i = next((j for j, (a, b) in enumerate(zip(ours, ref)) if a != b), min(len(ours), len(ref)))
+        model = models_by_dtype[m.dtype]
+        prefix = list(prompts[r["key"]]) + list(ref[:i])
+        with torch.inference_mode():
+            logits = model(torch.tensor([prefix], device=next(model.parameters()).device)).logits[0, -1].float()
+        top2 = torch.topk(logits, 2).values
+        gap, top = float(top2[0] - top2[1]), float(top2[0])
+        r["parting"] = {"index": i, "ours": ours[i] if i < len(ours) else None,
+                        "theirs": ref[i] if i < len(ref) else None, "gap": gap, "top": top,
+                        "tie": is_rounding_tie(gap, top, m.dtype)}
+
+
 def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
-    """Load the model once, benchmark every method, write results and figures; return the results dict."""
+    """Load the model once per dtype, benchmark every method, write results and figures; return the results dict."""
     from lp_runtime import models, tuner
     from lp_runtime.parallel import setup_parallel
 
@@ -394,34 +524,54 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
     eos = models.eos_token_ids(model, tok, cfg.generation.eos_token_ids)
     prompts, questions = load_prompts(cfg, tok)
     n_new = cfg.generation.max_new_tokens
-
-    decodings: dict[str, DecodingConfig] = {}
-    for name in cfg.methods:
-        if name == GREEDY:
-            decodings[GREEDY] = DecodingConfig(method="greedy")
-    for w, n, g in cfg.lookahead:
-        d = DecodingConfig(method="lookahead", window_size=w, ngram_size=n, guess_set_size=g)
-        decodings[decoding_label(d)] = d
-    auto = None
-    if cfg.include_decoding:
-        d = cfg.decoding
-        if d.method == "auto":
-            d, auto = tuner.resolve_auto(model, tok, cfg.model.name, cfg.model.dtype, eos_token_ids=eos)
-            decodings[f"auto ({decoding_label(d)})"] = d
-        elif decoding_label(d) not in decodings:
-            decodings[decoding_label(d)] = d
+    dtypes = list(cfg.dtypes) or [tuner.dtype_name(model)]
+    models_by_dtype = {}
+    for d in dtypes:
+        models_by_dtype[d] = model if d == tuner.dtype_name(model) else models.load_model(
+            dataclasses.replace(cfg.model, dtype=d))[0]
+    multi = len(dtypes) > 1
+    named = (lambda d, label: f"{d} {label}") if multi else (lambda d, label: label)  # noqa: E731
 
     methods: list[Method] = []
-    if HF_GREEDY in cfg.methods:
-        methods.append(hf_method(HF_GREEDY, model, max_new_tokens=n_new, eos_token_ids=eos))
-    if HF_PROMPT_LOOKUP in cfg.methods:
-        methods.append(hf_method(HF_PROMPT_LOOKUP, model, max_new_tokens=n_new, eos_token_ids=eos,
-                                 prompt_lookup_num_tokens=cfg.prompt_lookup_num_tokens,
-                                 max_matching_ngram_size=cfg.max_matching_ngram_size))
-    for label, d in decodings.items():
-        methods.append(ours_method(label, model, d, max_new_tokens=n_new, eos_token_ids=eos, tokenizer=tok,
-                                   lp=ctx.lp_group))
-    baseline = HF_GREEDY if HF_GREEDY in cfg.methods else methods[0].label
+    decodings: dict[str, DecodingConfig] = {}
+    autos: dict[str, Any] = {}
+    for d in dtypes:
+        m_d = models_by_dtype[d]
+        base = named(d, HF_GREEDY) if HF_GREEDY in cfg.methods else None
+        mine: list[tuple[str, DecodingConfig, dict]] = []
+        if GREEDY in cfg.methods:
+            mine.append((GREEDY, DecodingConfig(method="greedy"), {}))
+        for w, n, g in cfg.lookahead:
+            dc = DecodingConfig(method="lookahead", window_size=w, ngram_size=n, guess_set_size=g)
+            mine.append((decoding_label(dc), dc, {}))
+        if cfg.include_decoding:
+            dc = cfg.decoding
+            if dc.method == "auto":
+                dc, autos[d] = tuner.resolve_auto(m_d, tok, cfg.model.name, dc, eos_token_ids=eos)
+                mine.append((decoding_label(dc), dc, {}))
+                if cfg.ablation:
+                    for suffix, opts in ABLATIONS.items():
+                        if suffix == "window":
+                            w = 0 if dc.window_size else 3
+                            mine.append((f"{decoding_label(dc)} W->{w}", dataclasses.replace(dc, window_size=w), {}))
+                        else:
+                            mine.append((f"{decoding_label(dc)} {suffix}", dc, opts))
+            elif decoding_label(dc) not in [x[0] for x in mine]:
+                mine.append((decoding_label(dc), dc, {}))
+        if HF_GREEDY in cfg.methods:
+            methods.append(hf_method(named(d, HF_GREEDY), m_d, max_new_tokens=n_new, eos_token_ids=eos))
+        if HF_PROMPT_LOOKUP in cfg.methods:
+            methods.append(hf_method(named(d, HF_PROMPT_LOOKUP), m_d, max_new_tokens=n_new, eos_token_ids=eos,
+                                     prompt_lookup_num_tokens=cfg.prompt_lookup_num_tokens,
+                                     max_matching_ngram_size=cfg.max_matching_ngram_size))
+        for label, dc, opts in mine:
+            methods.append(ours_method(named(d, label), m_d, dc, max_new_tokens=n_new, eos_token_ids=eos,
+                                       tokenizer=tok, lp=ctx.lp_group, options=opts))
+            decodings[named(d, label)] = dc
+        for m in methods:
+            if base and m.baseline is None and m.dtype == d:
+                m.baseline = base
+    baseline = methods[0].label
 
     answers: dict[str, list[str]] = {}  # prompt key -> the baseline's answers to the turns before it
 
@@ -438,15 +588,23 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
 
     from tqdm import tqdm
 
+    prompt_ids: dict[str, list[int]] = {}
+
+    def seen(p: Prompt) -> None:
+        prompt_ids[p.key] = p.ids
+        if p.key.endswith("/0"):
+            bar.update(1)
+
     bar = tqdm(total=len(prompts), desc="prompts", unit="p", disable=not (cfg.progress and ctx.is_writer))
     rows = run_benchmark(prompts, methods, baseline=baseline, clock=clock, warmup=cfg.warmup, follow_up=follow_up,
-                         on_prompt=lambda p: bar.update(1) if p.key.endswith("/0") else None)
+                         on_prompt=seen)
     bar.close()
+    check_partings(rows, methods, models_by_dtype, prompt_ids, baseline)
     table = aggregate(rows, methods, baseline)
     _fill_step_tokens(methods, decodings, table)
     table = aggregate(rows, methods, baseline)
-    extra = {"baseline": baseline, "auto_decoding": auto,
-             "methods": {m.label: {"step_tokens": m.step_tokens,
+    extra = {"baseline": baseline, "dtypes": dtypes, "auto_decoding": autos or None,
+             "methods": {m.label: {"step_tokens": m.step_tokens, "baseline": m.baseline or baseline, "dtype": m.dtype,
                                    "decoding": dataclasses.asdict(decodings[m.label]) if m.label in decodings else None}
                          for m in methods},
              "config": dataclasses.asdict(cfg), "versions": metrics.versions(),
@@ -456,7 +614,7 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
         paths = write_results(cfg.output_dir, table, rows, extra)
         if cfg.figures:
             paths.update({f"figure{i}": p for i, p in enumerate(plot(table, cfg.output_dir))})
-        print(format_table(table))
+        print(format_table(table, groups=[g for g in dict.fromkeys(r["group"] for r in table) if "/" not in g]))
         print("\n".join(f"{k}: {v}" for k, v in paths.items()))
         result["paths"] = paths
     return result

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lp_runtime.bench import Method, Prompt, Result, aggregate, format_table, run_benchmark
+from lp_runtime.bench import (Method, Prompt, Result, aggregate, check_partings, format_table, is_rounding_tie,
+                              run_benchmark)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,6 +86,121 @@ def test_harness_follow_up_turns_use_the_baseline_answer():
     rows = run_benchmark([Prompt("d/1/0", "d", "d/c", [1])], [m], baseline="m", clock=clock, warmup=False,
                          follow_up=follow)
     assert [r["key"] for r in rows] == ["d/1/0", "d/1/1"] and seen == [(1,), (1, 9, 9)]
+
+
+def test_per_method_baseline_and_tokens_fed():
+    """Two dtypes in one run: each method is compared with the baseline of its own dtype."""
+    clock = FakeClock()
+    prompts = [Prompt("a/1/0", "a", "a/x", [1])]
+
+    def method(label, out, steps, seconds, fed=None, baseline=None):
+        def run(ids):
+            clock.t += seconds
+            return Result(out, steps, [1] * steps, fed)
+        return Method(label, run, 1, baseline=baseline)
+
+    ms = [method("f32 base", [5, 6], 2, 2.0), method("f32 ours", [5, 6], 1, 1.0, [4], "f32 base"),
+          method("bf16 base", [5, 7], 2, 1.0, None, "bf16 base"), method("bf16 ours", [5, 7], 2, 0.5, [1, 3], "bf16 base")]
+    rows = run_benchmark(prompts, ms, baseline="f32 base", clock=clock, warmup=False)
+    assert [r["identical"] for r in rows] == [True, True, True, True]   # bf16 compared with bf16's greedy
+    assert [r["fed_tokens"] for r in rows] == [None, 4, None, 4]
+    table = {r["method"]: r for r in aggregate(rows, ms, "f32 base") if r["group"] == "all"}
+    assert table["f32 ours"]["speedup_mean_ratio"] == pytest.approx(2.0)
+    assert table["bf16 ours"]["speedup_mean_ratio"] == pytest.approx(2.0)   # over bf16 greedy (4 vs 2 tok/s)
+    assert table["bf16 base"]["speedup_mean_ratio"] == pytest.approx(1.0)
+    assert table["f32 ours"]["fed_per_step"] == 4.0 and table["bf16 ours"]["fed_per_step"] == 2.0
+    assert table["f32 base"]["fed_per_step"] is None and table["bf16 ours"]["partings"] == 0
+
+
+def test_rounding_tie_rule():
+    assert is_rounding_tie(5e-5, 10.0, "float32") and not is_rounding_tie(2e-4, 10.0, "float32")
+    # bfloat16 has 8 significant bits: ulp(20.0) = 2**(4 - 7) = 0.125, so ties are gaps <= 1.0
+    assert is_rounding_tie(1.0, 20.0, "bfloat16") and not is_rounding_tie(1.01, 20.0, "bfloat16")
+    assert is_rounding_tie(0.0, -3.0, "bfloat16") and not is_rounding_tie(0.07, 1.5, "bfloat16")  # ulp 1/128
+    assert is_rounding_tie(8 * 2.0 ** -10, 1.0, "float16") and not is_rounding_tie(0.01, 1.0, "float16")
+
+
+def test_check_partings_measures_the_gap_in_the_methods_dtype():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from exactness import hf_greedy, top2_gap
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.3,
+                                         bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
+    model16 = LlamaForCausalLM(model.config).eval().to(torch.bfloat16)
+    model16.load_state_dict(model.state_dict())
+    prompt = [3, 4, 5]
+    ref = hf_greedy(model16, prompt, 8)
+    ours = ref[:5] + [(ref[5] + 1) % 96] + ref[6:]
+    ms = [Method("bf16 base", None, dtype="bfloat16"), Method("bf16 ours", None, dtype="bfloat16", baseline="bf16 base"),
+          Method("f32 ours", None, dtype="float32")]
+    rows = [{"key": "k", "method": "bf16 base", "output_ids": ref, "identical": True},
+            {"key": "k", "method": "bf16 ours", "output_ids": ours, "identical": False},
+            {"key": "k", "method": "f32 ours", "output_ids": ref[:6], "identical": False}]
+    check_partings(rows, ms, {"bfloat16": model16, "float32": model}, {"k": prompt}, "bf16 base")
+    assert "parting" not in rows[0]
+    part = rows[1]["parting"]
+    assert (part["index"], part["ours"], part["theirs"]) == (5, ours[5], ref[5])
+    assert part["gap"] == pytest.approx(top2_gap(model16, prompt + ref[:5]))   # in bfloat16, on the reference prefix
+    assert part["tie"] == is_rounding_tie(part["gap"], part["top"], "bfloat16")
+    assert rows[2]["parting"]["index"] == 6 and rows[2]["parting"]["ours"] is None   # stopped early: parts at the end
+
+
+def test_mt_bench_prompts_spread_over_categories(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from lp_runtime.bench import BenchConfig, load_prompts
+    from lp_runtime.config import DatasetConfig
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = BenchConfig(datasets=[DatasetConfig(name="mt_bench", first_turn_only=True),
+                                DatasetConfig(name="humaneval", limit=20)], per_category={"mt_bench": 3})
+    prompts, _ = load_prompts(cfg, tok)
+    cats = [p.category for p in prompts]
+    assert len(prompts) == 44 and cats.count("humaneval/coding") == 20
+    mt = [c for c in cats if c.startswith("mt_bench/")]
+    assert len(mt) == 24 and len(set(mt)) == 8 and all(mt.count(c) == 3 for c in set(mt))
+    assert [p.key for p in prompts[:4]] == ["mt_bench/81/0", "mt_bench/82/0", "mt_bench/83/0", "mt_bench/91/0"]
+
+
+def test_bench_config_errors():
+    from lp_runtime.bench import BenchConfig
+    from lp_runtime.config import ConfigError, DecodingConfig
+
+    with pytest.raises(ConfigError, match=r"per_category=\{'mt_bench': 0\} is not allowed"):
+        BenchConfig(per_category={"mt_bench": 0})
+    with pytest.raises(ConfigError, match="dtypes entry 'auto' is not allowed"):
+        BenchConfig(dtypes=["auto"])
+    with pytest.raises(ConfigError, match="ablation=true switches decoding=auto's levers off"):
+        BenchConfig(ablation=True, decoding=DecodingConfig(method="lookahead"))
+
+
+def test_run_two_dtypes_in_one_run(tiny_model_dir, tmp_path, monkeypatch):
+    from lp_runtime.bench import BenchConfig, run
+    from lp_runtime.config import DatasetConfig, GenerationConfig, ModelConfig
+
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path / "cache"))
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "writing", "turns": ["Write a haiku."]}) + "\n")
+    cfg = BenchConfig(model=ModelConfig(name="tiny", path=str(tiny_model_dir), device="cpu"),
+                      generation=GenerationConfig(max_new_tokens=6),
+                      datasets=[DatasetConfig(name="jsonl", path=str(questions))], dtypes=["float32", "bfloat16"],
+                      methods=["hf_greedy", "greedy"], lookahead=[[0, 3, 1]], include_decoding=False,
+                      figures=False, progress=False, output_dir=str(tmp_path / "out"))
+    res = run(cfg)
+    labels = ["float32 hf_greedy", "float32 greedy", "float32 lookahead W0 N3 G1",
+              "bfloat16 hf_greedy", "bfloat16 greedy", "bfloat16 lookahead W0 N3 G1"]
+    assert list(res["methods"]) == labels
+    assert [res["methods"][m]["baseline"] for m in labels] == ["float32 hf_greedy"] * 3 + ["bfloat16 hf_greedy"] * 3
+    alls = {r["method"]: r for r in res["table"] if r["group"] == "all"}
+    for m in labels[:3]:
+        assert alls[m]["identical"] == 1, m
+    for m in labels[3:]:  # bfloat16: identical, or a parting that was checked
+        assert alls[m]["identical"] + alls[m]["partings"] == 1, m
+    assert (tmp_path / "out" / "table.txt").read_text().count("q/writing") == 6
 
 
 # ---------------------------------------------------------------------------------------- CLI
