@@ -188,15 +188,30 @@ def auto_decoding(curve: dict[int, float], limits: DecodingConfig) -> DecodingCo
                           pool_from_prompt=True, seed=limits.seed)
 
 
-def model_profile(model, model_name: str, *, retune: Optional[bool] = None, root: Optional[str] = None,
+def model_key(model) -> str:
+    """The name a loaded model's profile is kept under: the last part of its ``name_or_path`` (the folder or
+    HuggingFace id it was loaded from), so the entry point, the Python API and the scripts share one profile."""
+    path = str(getattr(model.config, "_name_or_path", "") or "").rstrip("/\\")
+    return os.path.basename(path) or model.config.model_type
+
+
+def model_profile(model, *, retune: Optional[bool] = None, root: Optional[str] = None,
                   reps: int = 5) -> dict[str, Any]:
-    """``latency_profile`` of a loaded model (measured with ``measure_latency`` on first use).
+    """``latency_profile`` of a loaded model under ``model_key`` (measured with ``measure_latency`` on first use).
     ``retune`` defaults to the environment variable ``LP_RUNTIME_RETUNE=1``."""
     if retune is None:
         retune = os.environ.get("LP_RUNTIME_RETUNE") == "1"
     device = str(next(model.parameters()).device)
-    return latency_profile(model_name, device, dtype_name(model), root=root, retune=retune,
+    return latency_profile(model_key(model), device, dtype_name(model), root=root, retune=retune,
                            measure=lambda: measure_latency(model, reps=reps))
+
+
+def auto_policy(model, *, root: Optional[str] = None):
+    """A ``CostPolicy`` on the model's latency profile (measured once, then reused): what ``decoding=auto``
+    decodes with."""
+    from .policy import CostPolicy
+
+    return CostPolicy(curve_of(model_profile(model, root=root, retune=False)))
 
 
 def expected_speedup(curve: dict[int, float], tokens: int, step_tokens: Sequence[int]) -> float:
@@ -234,7 +249,7 @@ def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int =
     return [data.build_prompt(tokenizer, q, []) for q in questions]
 
 
-def resolve_auto(model, tokenizer, model_name: str, limits: Optional[DecodingConfig] = None, *,
+def resolve_auto(model, tokenizer, model_name: Optional[str] = None, limits: Optional[DecodingConfig] = None, *,
                  eos_token_ids: Sequence[int] = (), fallback_questions: Sequence[Any] = (),
                  max_new_tokens: int = 32, retune: Optional[bool] = None,
                  root: Optional[str] = None) -> tuple[DecodingConfig, dict[str, Any]]:
@@ -243,15 +258,16 @@ def resolve_auto(model, tokenizer, model_name: str, limits: Optional[DecodingCon
 
     The expected speedup over plain greedy comes from decoding a small calibration set (``calibration_prompts``,
     ``max_new_tokens`` each) with the cost policy once per profile: its tokens and step sizes priced on the
-    curve (``expected_speedup``). Both are kept in the profile, so later runs start at once.
+    curve (``expected_speedup``). Both are kept in the profile, so later runs start at once. ``model_name`` only
+    names the model in the printed line (the profile is keyed by ``model_key``).
     """
     from .decoder import Decoder
 
     limits = limits or DecodingConfig(method="auto")
-    profile = model_profile(model, model_name, retune=retune, root=root)
+    profile = model_profile(model, retune=retune, root=root)
     curve = curve_of(profile)
     decoding = auto_decoding(curve, limits)
-    key = f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size}"
+    key = f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size} T{max_new_tokens}"
     calib = (profile.get("calibration") or {}).get(key)
     if calib is None:
         dec = Decoder(model, decoding, eos_token_ids=eos_token_ids, tokenizer=tokenizer)
@@ -266,8 +282,8 @@ def resolve_auto(model, tokenizer, model_name: str, limits: Optional[DecodingCon
         profile.setdefault("calibration", {})[key] = calib
         save_profile(profile["path"], profile)
     lat = LatencyCurve(curve)
-    print(f"decoding=auto: cost policy, (W, N, G) <= ({decoding.window_size}, {decoding.ngram_size}, "
-          f"{decoding.guess_set_size}), {dtype_name(model)} on {profile['device']}, step latency "
+    print(f"decoding=auto: {model_name or model_key(model)}, cost policy, (W, N, G) <= ({decoding.window_size}, "
+          f"{decoding.ngram_size}, {decoding.guess_set_size}), {dtype_name(model)} on {profile['device']}, step latency "
           f"{1e3 * lat(1):.1f} ms (q=1) / {1e3 * lat(8):.1f} ms (q=8); expected speedup over greedy "
           f"{calib['expected_speedup']:.2f}x (S {calib['tokens'] / max(calib['steps'], 1):.2f} at "
           f"{calib['mean_step_tokens']:.1f} tokens/step on the calibration set); profile {profile['path']}",

@@ -142,7 +142,7 @@ def main() -> None:
     if args.save_profile:
         for d in dtypes:
             if (d, tuner.DEFAULT_VARIANT) in curves and args.qs == list(tuner.LATENCY_QS):
-                prof = tuner.latency_profile(args.model_name, device, d, measure=lambda c=curves[(d, tuner.DEFAULT_VARIANT)]: c,
+                prof = tuner.latency_profile(tuner.model_key(model), device, d, measure=lambda c=curves[(d, tuner.DEFAULT_VARIANT)]: c,
                                              retune=True)
                 log("tuner profile", prof["path"])
     log(f"done in {time.perf_counter() - t0:.0f}s")

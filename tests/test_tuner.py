@@ -65,9 +65,9 @@ def test_profile_saved_and_reused(tmp_path):
     assert len(calls) == 5
     # extra keys (the calibration) survive a reuse
     p = tuner.latency_profile("m/x", "cpu", "float32", **kw)
-    p["calibration"] = {"W0 N6 G4": {"expected_speedup": 1.3}}
+    p["calibration"] = {"W0 N6 G4 T32": {"expected_speedup": 1.3}}
     tuner.save_profile(p["path"], p)
-    assert tuner.latency_profile("m/x", "cpu", "float32", **kw)["calibration"]["W0 N6 G4"]["expected_speedup"] == 1.3
+    assert tuner.latency_profile("m/x", "cpu", "float32", **kw)["calibration"]["W0 N6 G4 T32"]["expected_speedup"] == 1.3
 
 
 @pytest.fixture(scope="module")
