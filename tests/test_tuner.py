@@ -129,3 +129,28 @@ def test_dtype_auto_loads_the_native_dtype(tiny_model_dir):
     model, _ = models.load_model(ModelConfig(name="tiny", path=str(tiny_model_dir), device="cpu", dtype="auto"))
     assert model.dtype == (torch.bfloat16 if models.native_bf16(torch.device("cpu")) else torch.float32)
     assert tuner.dtype_name(model) == str(model.dtype).replace("torch.", "")
+
+
+def test_resolve_auto_prints_one_line_and_reuses_the_profile(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    from transformers import AutoTokenizer
+
+    from lp_runtime.data import Question
+
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    model, _ = models.load_model(ModelConfig(name="tiny", path=str(tiny_model_dir), device="cpu"))
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    flat = {1: 0.01, 64: 0.01}
+    tuner.latency_profile(tuner.model_key(model), "cpu", "float32", measure=lambda: flat)  # as if measured
+    fallback = [Question(1, "writing", ["Write a haiku about the sea."])]
+    limits = DecodingConfig(method="auto", ngram_size=4, guess_set_size=2)
+    d1, e1 = tuner.resolve_auto(model, tok, "tiny", limits, fallback_questions=fallback, max_new_tokens=4)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("decoding=auto: tiny, cost policy, (W, N, G) <= (15, 4, 2)")
+    assert "expected speedup over greedy" in lines[0]
+    assert d1 == DecodingConfig(method="auto", window_size=15, ngram_size=4, guess_set_size=2)
+    assert e1["reused_profile"] is True and e1["calibration"]["tokens"] >= 4
+    saved = json.loads(Path(e1["profile"]).read_text())
+    assert saved["calibration"]["W15 N4 G2 T4"] == e1["calibration"]
+    monkeypatch.setattr(tuner, "calibration_prompts", lambda *a, **k: pytest.fail("calibrated again"))
+    d2, e2 = tuner.resolve_auto(model, tok, "tiny", limits, fallback_questions=fallback, max_new_tokens=4)
+    assert d2 == d1 and e2["calibration"] == e1["calibration"]
