@@ -21,7 +21,10 @@ def _check(cond: bool, msg: str) -> None:
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: lp_runtime.models.resolve_dtype
-METHODS = ("greedy", "lookahead", "auto")  # auto: lp_runtime.tuner picks greedy or W, N, G at run time
+METHODS = ("greedy", "lookahead", "auto")  # auto: lookahead with lp_runtime.policy.CostPolicy on the measured curve
+LOOKUPS = ("suffix", "pool")
+RANKINGS = ("counts", "recency")
+COMMITS = ("copy", "refeed")
 
 
 @dataclass
@@ -59,6 +62,14 @@ class DecodingConfig:
     ngram_size N (tokens per n-gram, >= 2), guess_set_size G (max verification candidates per step,
     0 = no verification branch), pool_from_prompt (seed the n-gram pool with the prompt's n-grams and keep
     adding the output's), seed (initialises the window's level 0 from the prompt reproducibly).
+
+    Candidates (issue 10; ``lookup.py``): ``lookup`` "suffix" (longest-suffix match over the prompt, the
+    output and the window's n-grams; continuations up to ``max_depth`` tokens after long matches) or "pool"
+    (the reference code's n-gram pool keyed by the newest token, N-1 tokens per candidate); ``tree``
+    (candidates sharing a prefix share its tokens in the step; false = separate chains); ``ranking``
+    "counts" (how often a continuation followed the key, recency breaking ties) or "recency".
+    ``commit``: "copy" keeps the accepted candidate's KV so the next step feeds one token (one process; LP
+    always re-feeds) or "refeed" (the accepted tokens are fed again next step).
     """
 
     method: str = "lookahead"
@@ -67,8 +78,18 @@ class DecodingConfig:
     guess_set_size: int = 2
     pool_from_prompt: bool = True
     seed: int = 0
+    lookup: str = "suffix"
+    tree: bool = True
+    ranking: str = "counts"
+    max_depth: int = 10
+    commit: str = "copy"
 
     def __post_init__(self) -> None:
+        _check(self.lookup in LOOKUPS, f"decoding.lookup={self.lookup!r} is not allowed; use one of {', '.join(LOOKUPS)}")
+        _check(self.ranking in RANKINGS,
+               f"decoding.ranking={self.ranking!r} is not allowed; use one of {', '.join(RANKINGS)}")
+        _check(self.commit in COMMITS, f"decoding.commit={self.commit!r} is not allowed; use one of {', '.join(COMMITS)}")
+        _check(self.max_depth >= 1, f"decoding.max_depth={self.max_depth} is not allowed; it must be >= 1")
         _check(self.method in METHODS, f"decoding.method={self.method!r} is not allowed; use one of {', '.join(METHODS)}")
         _check(self.window_size >= 0, f"decoding.window_size={self.window_size} is negative; W must be >= 0")
         _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")

@@ -1,21 +1,29 @@
 """The decode loop for one sequence: prefill, lookahead steps, stopping, metrics.
 
 Lookahead decoding (Fu et al. 2024, sections 3.1-3.3, Algorithm 1 in appendix A) with the step layout of
-DESIGN.md section 1: each step is ONE forward pass over the pending tokens (accepted last step, ``c`` last),
-the Jacobi window (lookahead branch) and up to G n-gram candidates (verification branch). Plain greedy
-decoding is the same loop with no window and no candidates (one pending token a step), so both methods
-share every line that touches the model and the cache.
+DESIGN.md section 1 and the candidates of issue 10. Each step (``generate``'s loop, CORE_INTERFACE.md):
 
-Sampling and logits processing (``sampling.py``; paper appendix B): ``c`` and every candidate token are
-processed against their own prefix with transformers' processors; greedy takes the processed argmax (so a
-repetition penalty matches ``generate(do_sample=False, repetition_penalty=...)``), sampling replaces each
-such argmax by the OUTCOME of that trie node -- sequential rejection of the node's draft children, else a
-residual (or, after a full match, bonus) sample -- with uniforms keyed by (seed, absolute position).
-A node's outcome is a child exactly when that child was accepted, so ``verify.walk_outcomes`` rebuilds the
-step from one int64 per kept position. Under LP each rank decides the nodes of the candidates it computed,
-from candidate tokens every rank holds and draws every rank can make, so the merge exchanges the SAME
-fixed-size int64 buffer as greedy decoding: ONE all-gather per step, sampling or not, and no probabilities
-cross ranks. The window's new tokens stay the raw argmax (guesses only; they never affect the output law).
+1. the lookup (``lookup.py``) proposes a candidate TREE from the longest suffix match over the prompt, the
+   output and the window's n-grams;
+2. the step policy (default ``FeedAll``) chooses which nodes to feed and whether to feed the window;
+3. ``_step``: ONE forward pass over [pending][window][chosen tree nodes] (shared prefixes fed once), then
+   verification by walking the tree (greedy, or sampling per node);
+4. commit: in one process copy-KV (the accepted path's KV rows are kept, so the next step feeds only the
+   bonus token); under LP re-feed (the accepted tokens are the next step's pending tokens);
+5. ``step_policy.observe`` sees what was fed and accepted.
+
+Plain greedy decoding is the same loop with no window and no candidates (one pending token a step).
+
+Sampling and logits processing (``sampling.py``; paper appendix B): ``c`` and every tree node are processed
+against their own prefix with transformers' processors; greedy takes the processed argmax (so a repetition
+penalty matches ``generate(do_sample=False, repetition_penalty=...)``), sampling replaces each such argmax by
+the OUTCOME of that node -- sequential rejection of the node's draft children, else a residual (or, at a
+leaf, bonus) sample -- with uniforms keyed by (seed, absolute position). A node's outcome is a child exactly
+when that child was accepted, so ``verify.walk_outcomes`` rebuilds the step from one int64 per kept position.
+Under LP each rank decides the nodes of the subtrees it computed, from tree tokens every rank holds and
+draws every rank can make, so the merge exchanges the SAME fixed-size int64 buffer as greedy decoding: ONE
+all-gather per step, sampling or not, and no probabilities cross ranks. The window's new tokens stay the raw
+argmax (guesses only; they never affect the output law).
 
 Usage::
 
@@ -35,11 +43,11 @@ import torch
 from .config import ConfigError, DecodingConfig, SamplingConfig
 from .kv import check_supported, commit, new_cache
 from .layout import LayoutCache, full_mask
-from .ngram_pool import NGramPool
-from .parallel import LocalGroup, state_hash
+from .lookup import CandidateTree, FeedAll, PoolLookup, SuffixLookup
+from .parallel import LocalGroup, state_hash, sub_parents
 from .sampling import Sampler, check_processors
 from .stopping import StopChecker
-from .verify import greedy_verify, walk_outcomes
+from .verify import greedy_verify, node_children, walk_outcomes
 from .window import JacobiWindow
 
 
@@ -77,18 +85,20 @@ class Decoder:
         model: a transformers ``PreTrainedModel`` for causal LM (used through its public forward:
             ``input_ids``, ``position_ids``, a float 4D ``attention_mask``, ``past_key_values``,
             ``logits_to_keep``); it is never modified.
-        decoding: method and W, N, G (``DecodingConfig``).
+        decoding: method, W, N, G and the candidate/commit variants (``DecodingConfig``).
         eos_token_ids: ids that end generation (may be empty).
         tokenizer: needed for stop strings only.
         lp: the lookahead-parallel group (``parallel.LocalGroup`` for one process).
         sampling: logits processing and sampling (``SamplingConfig``; default greedy, no processing).
         logits_processor: extra transformers processors applied after ``sampling``'s; only the classes of
             ``sampling.SUPPORTED_PROCESSORS`` (``ValueError`` naming any other).
+        step_policy: what each step feeds (``choose(tree, num_pending=, window_tokens=) -> StepChoice`` and
+            ``observe(tree, fed_nodes, accepted_nodes)``; CORE_INTERFACE.md); default ``lookup.FeedAll``.
     """
 
     def __init__(self, model, decoding: DecodingConfig, *, eos_token_ids: Sequence[int] = (),
                  tokenizer=None, lp=None, sampling: Optional[SamplingConfig] = None,
-                 logits_processor: Sequence = ()) -> None:
+                 logits_processor: Sequence = (), step_policy=None) -> None:
         self.model = model
         self.cfg = decoding
         self.eos_token_ids = list(eos_token_ids or [])
@@ -96,13 +106,18 @@ class Decoder:
         self.lp = lp if lp is not None else LocalGroup()
         self.extra_processors = check_processors(logits_processor or ())
         self.sampler = Sampler(sampling, self.extra_processors)
+        self.step_policy = step_policy if step_policy is not None else FeedAll()
         lookahead = decoding.method == "lookahead"
         self.window_size = decoding.window_size if lookahead else 0
         self.ngram_size = decoding.ngram_size
         self.guess_set_size = decoding.guess_set_size if lookahead else 0
         self.use_pool = lookahead and (self.guess_set_size > 0)
+        # Deepest candidate node: N-1 for the pool, longer continuations after long suffix matches.
+        self.tree_depth = self.ngram_size - 1 if decoding.lookup == "pool" else max(decoding.max_depth,
+                                                                                    self.ngram_size - 1)
+        self.copy_kv = decoding.commit == "copy" and self.lp.size == 1  # LP re-feeds (KV lives on one rank)
         self.device = next(model.parameters()).device
-        self.layouts = LayoutCache(self.ngram_size, self.device, model.dtype)
+        self.layouts = LayoutCache(self.device, model.dtype)
         self.context_length = _context_length(model)
 
     def _max_depth(self, num_pending: int, with_window: bool, with_candidates: bool) -> int:
@@ -111,23 +126,71 @@ class Decoder:
         if with_window and self.window_size > 0:
             depth = max(depth, num_pending - 1 + self.window_size - 1 + self.ngram_size - 2)
         if with_candidates:
-            depth = max(depth, num_pending - 1 + self.ngram_size - 1)
+            depth = max(depth, num_pending - 1 + self.tree_depth)
         return depth
+
+    def _new_lookup(self):
+        """The candidate source for one sequence (None without a verification branch)."""
+        if not self.use_pool:
+            return None
+        cfg = self.cfg
+        if cfg.lookup == "pool":
+            return PoolLookup(self.ngram_size, self.guess_set_size, from_prompt=cfg.pool_from_prompt)
+        return SuffixLookup(self.ngram_size, self.guess_set_size, max_depth=cfg.max_depth, ranking=cfg.ranking,
+                            index_history=cfg.pool_from_prompt)
+
+    def _propose(self, lookup) -> CandidateTree:
+        if lookup is None:
+            return CandidateTree()
+        tree = lookup.propose()
+        if self.cfg.lookup == "pool":
+            return tree.merged() if self.cfg.tree else tree
+        return tree if self.cfg.tree else tree.chains()
+
+    def _window_tokens(self, window: JacobiWindow) -> int:
+        """Window tokens one process would feed this step (row 0 columns 1..W-1 + W per level)."""
+        return max(self.window_size - 1, 0) + window.num_levels * self.window_size if window.active else 0
 
     @staticmethod
     def _decide(sampler: Sampler, logits_KV: torch.Tensor, kept: torch.Tensor, history: list[int],
-                candidates: list[list[int]], cand_ids: Sequence[int], num_cols: int, cand_len: int) -> torch.Tensor:
-        """``kept`` (int64 (k,), layout order) with ``c``'s and this rank's candidate tokens' entries replaced by
+                tree: CandidateTree, nodes: Sequence[int], num_cols: int) -> torch.Tensor:
+        """``kept`` (int64 (k,), layout order) with ``c``'s and this rank's tree nodes' entries replaced by
         the sampler's decision (processed argmax, or the sampled node outcome); window entries stay raw argmax,
         so the LP merge exchanges the same int64 buffer as in greedy decoding."""
-        rows = [0] + [1 + num_cols + t for t in range(len(cand_ids) * cand_len)]
-        cells = [(-1, -1)] + [(g, i) for g in cand_ids for i in range(cand_len)]
-        suffixes = [candidates[g][: i + 1] if g >= 0 else [] for g, i in cells]
+        rows = [0] + [1 + num_cols + k for k in range(len(nodes))]
+        suffixes = [[]] + [[tree.tokens[m] for m in tree.path(n)] for n in nodes]
+        children = [node_children(tree.tokens, tree.parents, n) for n in (-1, *nodes)]
         index = torch.tensor(rows, device=logits_KV.device)
-        tokens = sampler.decide(logits_KV[index], history, suffixes, candidates, cells)
+        tokens = sampler.decide(logits_KV[index], history, suffixes, children)
         kept = kept.clone()
         kept[index] = torch.tensor(tokens, dtype=kept.dtype, device=kept.device)
         return kept
+
+    def _step(self, cache, past: int, pending: list[int], window: JacobiWindow, num_columns: int,
+              tree: CandidateTree, sampler: Sampler, history: list[int]):
+        """ONE forward pass: [pending][this rank's window columns][this rank's tree nodes], then the merge.
+
+        Returns (x1, the W new window tokens, one output per tree node, tokens fed, in-step index of each of
+        this rank's tree nodes or None under LP).
+        """
+        num_levels = window.num_levels if num_columns else 0
+        cols, nodes = self.lp.plan(len(pending), num_columns, num_levels, tree.parents)
+        layout, depth, inner, keep = self.layouts.get(len(pending), cols, num_levels,
+                                                      sub_parents(tree.parents, nodes))
+        ids = layout.input_ids(pending, window.row0, window.levels, [tree.tokens[n] for n in nodes])
+        out = self.model(
+            input_ids=torch.tensor([ids], device=self.device),
+            position_ids=(depth + past)[None],
+            attention_mask=None if layout.is_chain else full_mask(inner, past),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+        kept = out.logits[0].argmax(dim=-1)
+        if sampler.active:  # c and tree nodes: processed against their own prefix (window: raw argmax)
+            kept = self._decide(sampler, out.logits[0], kept, history, tree, nodes, len(cols))
+        x1, new_window, node_out = self.lp.merge(kept, len(pending), num_columns, num_levels, tree.parents)
+        return x1, new_window, node_out, len(ids), layout.tree_start
 
     @torch.inference_mode()
     def generate(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_strings: Sequence[str] = (),
@@ -174,46 +237,41 @@ class Decoder:
         window = JacobiWindow(self.window_size, self.ngram_size)
         if window.active:
             window.reset(prompt, self.cfg.seed)
-        pool = NGramPool(self.ngram_size, self.guess_set_size) if self.use_pool else None
+        lookup = self._new_lookup()
         history = list(prompt)
-        if pool is not None and self.cfg.pool_from_prompt:
-            pool.add_from_sequence(history)
-        cand_len = self.ngram_size - 1
+        if lookup is not None:
+            lookup.extend(prompt)
         steps, accept_lengths, step_tokens = 0, [], []
 
         while True:
-            c = pending[-1]
-            candidates = pool.candidates(c) if pool is not None else []
-            num_columns = self.window_size
-            if ctx is not None and past + self._max_depth(len(pending), True, bool(candidates)) >= ctx:
-                num_columns, candidates = 0, []  # near the context's end: plain steps only
+            # What to feed: the lookup proposes a tree, the step policy picks nodes and the window.
+            proposed = self._propose(lookup)
+            choice = self.step_policy.choose(proposed, num_pending=len(pending),
+                                             window_tokens=self._window_tokens(window))
+            tree = proposed if len(choice.nodes) == len(proposed) else proposed.select(choice.nodes)
+            num_columns = self.window_size if choice.use_window else 0
+            fed_nodes = choice.nodes
+            tree_depth = max(tree.depths(), default=0)
+            span = len(pending) - 1 + max(tree_depth, self.window_size - 1 + self.ngram_size - 2 if num_columns else 0)
+            if ctx is not None and past + span >= ctx:
+                num_columns, tree, fed_nodes = 0, CandidateTree(), ()  # near the context's end: plain steps only
                 if past + len(pending) > ctx:
                     stopper.finish_reason = "length"
                     break
-            num_levels = window.num_levels if num_columns else 0
-            cols, cand_ids = self.lp.plan(len(pending), num_columns, num_levels, len(candidates), cand_len)
-            layout, depth, inner, keep = self.layouts.get(len(pending), cols, num_levels, len(cand_ids))
-            ids = layout.input_ids(pending, window.row0, window.levels, [candidates[g] for g in cand_ids])
-            out = self.model(
-                input_ids=torch.tensor([ids], device=self.device),
-                position_ids=(depth + past)[None],
-                attention_mask=None if layout.is_chain else full_mask(inner, past),
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=keep,
-            )
-            kept_argmax = out.logits[0].argmax(dim=-1)
-            if sampler.active:  # c and candidate tokens: processed against their own prefix (window: raw argmax)
-                kept_argmax = self._decide(sampler, out.logits[0], kept_argmax, history, candidates, cand_ids,
-                                           len(cols), cand_len)
-            x1, new_window, cand_argmax = self.lp.merge(
-                kept_argmax, len(pending), num_columns, num_levels, len(candidates), cand_len
-            )
-            accepted, _ = (walk_outcomes if sampler.do_sample else greedy_verify)(x1, candidates, cand_argmax)
-            commit(cache, len(ids), len(pending))
-            past += len(pending)
+
+            x1, new_window, node_out, num_fed, tree_start = self._step(
+                cache, past, pending, window, num_columns, tree, sampler, history)
+            verify = walk_outcomes if sampler.do_sample else greedy_verify
+            accepted, path = verify(x1, tree.tokens, tree.parents, node_out)
+            if self.copy_kv:  # keep the accepted nodes' KV: the next step feeds only the bonus token
+                commit(cache, num_fed, len(pending), [tree_start + n for n in path])
+                past += len(pending) + len(path)
+            else:
+                commit(cache, num_fed, len(pending))
+                past += len(pending)
             steps += 1
-            step_tokens.append(len(ids))
+            step_tokens.append(num_fed)
+            self.step_policy.observe(proposed, fed_nodes, [fed_nodes[n] for n in path])
 
             emitted = stopper.push(accepted)
             accept_lengths.append(len(emitted))
@@ -224,16 +282,15 @@ class Decoder:
                 break
 
             if num_columns:
-                harvest = window.advance(c, new_window)
-                if pool is not None:
-                    for ngram in harvest:
-                        pool.add(ngram)
+                for ngram in window.advance(pending[-1], new_window):
+                    if lookup is not None:
+                        lookup.add_ngram(ngram)
             history.extend(accepted)
-            if pool is not None and self.cfg.pool_from_prompt:
-                pool.add_from_sequence(history, start=len(history) - len(accepted))
-            pending = accepted
+            if lookup is not None:
+                lookup.extend(accepted)
+            pending = accepted[-1:] if self.copy_kv else accepted
             if getattr(self.lp, "debug", False):  # every LP rank must hold the same state after the merge (DESIGN.md section 3)
-                self.lp.check_consistent(state_hash(window.state(), list(pool.items()) if pool else None,
+                self.lp.check_consistent(state_hash(window.state(), lookup.state() if lookup else None,
                                                     past, stopper.output))
 
         if streamer is not None:

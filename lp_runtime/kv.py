@@ -1,10 +1,14 @@
 """KV cache for the decode loop: construction, the support check, and committing a step.
 
 A step feeds the pending tokens first, so committing it keeps a prefix of the step's new entries and drops
-the rest (window and candidates): one ``crop`` of the cache's tail (DESIGN.md section 1).
+the rest (window and candidates): one ``crop`` of the cache's tail (DESIGN.md section 1). In one process the
+accepted path's candidate entries are kept too (copy-KV), so the next step feeds only the bonus token.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
+import torch
 from transformers import DynamicCache
 
 from .config import ConfigError
@@ -35,7 +39,26 @@ def check_supported(model, max_total_tokens: int) -> None:
         )
 
 
-def commit(cache: DynamicCache, num_fed: int, num_keep: int) -> None:
-    """Keep the first ``num_keep`` of the ``num_fed`` entries the last step appended; drop the others."""
+def commit(cache: DynamicCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:
+    """Commit the last step: of the ``num_fed`` entries it appended keep the first ``num_keep`` (the pending
+    tokens), then the entries at step offsets ``gather`` (ascending, each >= ``num_keep``: the accepted path's
+    tree nodes) moved into place right after them; drop the rest.
+
+    Copy-KV commit (issue 9 lever 1): a tree node's KV was computed with exactly the context plain decoding
+    gives it (the committed cache, the pending tokens and its ancestors, at its final position), so keeping
+    it saves re-feeding the accepted tokens next step. Uses the cache's public ``layers[i].keys/.values``
+    ((B, H, T, D) tensors) and ``crop``.
+    """
+    if gather:
+        assert all(g >= num_keep for g in gather) and list(gather) == sorted(gather), gather
+        base = cache.get_seq_length() - num_fed
+        dst = base + num_keep
+        for layer in cache.layers:
+            if layer.keys is None or layer.keys.numel() == 0:
+                continue
+            src = torch.tensor([base + g for g in gather], device=layer.keys.device)
+            layer.keys[..., dst : dst + len(gather), :] = layer.keys.index_select(-2, src)
+            layer.values[..., dst : dst + len(gather), :] = layer.values.index_select(-2, src)
+        num_keep += len(gather)
     if num_fed > num_keep:
         cache.crop(num_keep - num_fed)

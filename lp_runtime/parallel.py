@@ -1,7 +1,7 @@
 """Lookahead parallelism (paper section 3.4; DESIGN.md section 3): who computes what in a step, and the merge.
 
 Every rank of an LP group holds the whole model and the same decoding state. Per step, ``shard_plan`` (a pure
-function of the step's shape and the group size) gives each rank some window columns and some candidates;
+function of the step's shape and the group size) gives each rank some window columns and some whole subtrees of the candidate tree;
 each rank feeds the same pending tokens (so every KV cache stays identical with no KV traffic), runs its
 forward pass with no communication, and then ONE all-gather of fixed-size int64 buffers (each rank's kept
 argmaxes) lets every rank run the same deterministic merge and end the step with the same window, pool and
@@ -33,25 +33,38 @@ from .config import ParallelConfig
 Plan = tuple[tuple[int, ...], tuple[int, ...]]
 
 
-def split_outputs(argmax: Sequence[int], num_columns: int, num_candidates: int,
-                  cand_len: int) -> tuple[int, list[int], list[list[int]]]:
-    """Split one rank's kept argmaxes (layout order: ``c``, window columns, candidate tokens).
+def root_subtrees(parents: Sequence[int]) -> list[list[int]]:
+    """The candidate tree's nodes grouped by root child (one group per child of ``c``, in tree order).
 
-    Returns (x1 = argmax at ``c``, one new token per window column, one argmax row of ``cand_len`` per candidate).
+        >>> root_subtrees([-1, 0, -1, 1, 2])
+        [[0, 1, 3], [2, 4]]
+    """
+    top: list[int] = []
+    groups: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        r = i if p < 0 else top[p]
+        top.append(r)
+        groups.setdefault(r, []).append(i)
+    return list(groups.values())
+
+
+def split_outputs(argmax: Sequence[int], num_columns: int, num_nodes: int) -> tuple[int, list[int], list[int]]:
+    """Split one rank's kept outputs (layout order: ``c``, window columns, candidate tree nodes).
+
+    Returns (x1 = the output at ``c``, one new token per window column, one output per tree node).
     """
     x1 = int(argmax[0])
     window = [int(t) for t in argmax[1 : 1 + num_columns]]
-    base = 1 + num_columns
-    cands = [[int(t) for t in argmax[base + g * cand_len : base + (g + 1) * cand_len]] for g in range(num_candidates)]
-    return x1, window, cands
+    nodes = [int(t) for t in argmax[1 + num_columns : 1 + num_columns + num_nodes]]
+    return x1, window, nodes
 
 
 # ---------------------------------------------------------------------------------------------- shard plan
-def rank_tokens(plan: Plan, num_pending: int, num_levels: int, cand_len: int) -> int:
-    """Input tokens one rank feeds for its ``(columns, candidates)``: pending + row 0 columns 1..max(C)
-    + ``num_levels`` per column + ``cand_len`` per candidate (layout.py's token tree)."""
-    cols, cands = plan
-    return num_pending + (max(cols) if cols else 0) + num_levels * len(cols) + cand_len * len(cands)
+def rank_tokens(plan: Plan, num_pending: int, num_levels: int, subtree_sizes: Sequence[int]) -> int:
+    """Input tokens one rank feeds for its ``(columns, subtrees)``: pending + row 0 columns 1..max(C)
+    + ``num_levels`` per column + the nodes of its subtrees (layout.py's token tree)."""
+    cols, trees = plan
+    return num_pending + (max(cols) if cols else 0) + num_levels * len(cols) + sum(subtree_sizes[t] for t in trees)
 
 
 def _pack_columns(num_columns: int, num_levels: int, world: int, limit: int) -> Optional[list[int]]:
@@ -73,53 +86,74 @@ def _pack_columns(num_columns: int, num_levels: int, world: int, limit: int) -> 
 
 
 @functools.lru_cache(maxsize=4096)
-def shard_plan(num_pending: int, num_columns: int, num_levels: int, num_candidates: int, world: int,
-               *, cand_len: int) -> tuple[Plan, ...]:
-    """Each rank's ``(window columns, candidate indices)`` for one step, balanced on input tokens.
+def shard_plan(num_pending: int, num_columns: int, num_levels: int, subtree_sizes: tuple[int, ...],
+               world: int) -> tuple[Plan, ...]:
+    """Each rank's ``(window columns, candidate subtrees)`` for one step, balanced on input tokens.
 
-    A rank computing columns C feeds the pending tokens (the same on every rank, so they do not affect the
-    balance), row 0 columns 1..max(C) (row 0 is causal), ``num_levels`` tokens per column and ``cand_len``
-    (= N-1) tokens per candidate. The plan minimises (over a simple family) the largest rank's tokens T:
-    columns go in contiguous blocks to ranks 0, 1, ..., each block as long as it fits in T (so later blocks,
-    which pay for a longer row-0 prefix, are shorter), then candidates go one by one to the least-loaded rank
-    (lowest rank on ties). T is the smallest value for which this fits. Every column and every candidate is
-    assigned exactly once; ranks may be idle (world > columns + candidates). Pure and deterministic
-    (cached); ``num_pending`` is accepted for the interface only.
+    The candidate tree is split into the subtrees of the root's children (``root_subtrees``); a subtree stays
+    on one rank, so every node's ancestors are on its rank and nothing is fed twice (flat candidates are the
+    special case of one chain per subtree). A rank computing columns C feeds the pending tokens (the same on
+    every rank, so they do not affect the balance), row 0 columns 1..max(C) (row 0 is causal),
+    ``num_levels`` tokens per column and the nodes of its subtrees. The plan minimises (over a simple family)
+    the largest rank's tokens T: columns go in contiguous blocks to ranks 0, 1, ..., each block as long as it
+    fits in T (so later blocks, which pay for a longer row-0 prefix, are shorter), then subtrees, largest
+    first (lower index on ties), each to the least-loaded rank (lowest rank on ties). T is the smallest value
+    for which this fits, starting from the bounds max(one column block, largest subtree, total / world).
+    Every column and subtree is assigned exactly once; ranks may be idle. Pure and deterministic (cached);
+    ``num_pending`` is accepted for the interface only.
 
-    Worked example: W = 6 columns, L = 2 levels, G = 3 candidates of N-1 = 3 tokens, world = 3::
+    Worked example: W = 6 columns, L = 2 levels, 3 subtrees of 3 nodes (e.g. chains of N-1 = 3), world = 3::
 
-        >>> shard_plan(1, 6, 2, 3, 3, cand_len=3)
+        >>> shard_plan(1, 6, 2, (3, 3, 3), 3)
         (((0, 1, 2, 3), ()), ((4, 5), ()), ((), (0, 1, 2)))
 
     Besides the pending tokens, rank 0 feeds row 0 columns 1..3 (3) + 2 levels x 4 columns (8) = 11 tokens;
-    rank 1: row 0 columns 1..5 (5) + 2 x 2 = 9; rank 2: 3 candidates x 3 = 9. One process feeds 5 + 12 + 9 = 26.
+    rank 1: row 0 columns 1..5 (5) + 2 x 2 = 9; rank 2: 3 subtrees x 3 = 9. One process feeds 5 + 12 + 9 = 26.
 
-    Raises ``ValueError`` for negative counts or ``world < 1``.
+    Raises ``ValueError`` for negative counts, empty subtrees or ``world < 1``.
     """
-    if min(num_pending, num_columns, num_levels, num_candidates) < 0 or world < 1 or cand_len < 1:
+    sizes = tuple(int(x) for x in subtree_sizes)
+    if min(num_pending, num_columns, num_levels) < 0 or world < 1 or any(x < 1 for x in sizes):
         raise ValueError(
             f"shard_plan(num_pending={num_pending}, num_columns={num_columns}, num_levels={num_levels}, "
-            f"num_candidates={num_candidates}, world={world}, cand_len={cand_len}): counts must be >= 0, "
-            "world and cand_len >= 1"
+            f"subtree_sizes={sizes}, world={world}): counts must be >= 0, subtrees >= 1 node, world >= 1"
         )
-    limit = max(num_columns - 1 + num_levels if num_columns else 0, cand_len if num_candidates else 0)
-    while True:  # terminates: at the one-rank total every column fits one block and the rest holds all candidates
+    col_total = (num_columns - 1 + num_levels * num_columns) if num_columns else 0
+    limit = max(num_columns - 1 + num_levels if num_columns else 0, max(sizes, default=0),
+                -(-(col_total + sum(sizes)) // world))
+    order = sorted(range(len(sizes)), key=lambda t: (-sizes[t], t))
+    while True:  # terminates: at the one-rank total every column fits one block and rank 0 can hold the rest
         ends = _pack_columns(num_columns, num_levels, world, limit)
         if ends is not None:
             loads = [0] * world
             starts = [0] + ends[:-1]
             for r, (s, e) in enumerate(zip(starts, ends)):
                 loads[r] = (e - 1) + num_levels * (e - s)
-            if sum((limit - x) // cand_len for x in loads) >= num_candidates:
+            trees: list[list[int]] = [[] for _ in range(world)]
+            for t in order:
+                r = min(range(world), key=lambda i: (loads[i], i))
+                trees[r].append(t)
+                loads[r] += sizes[t]
+            if max(loads) <= limit:
                 break
         limit += 1
     cols = [tuple(range(s, e)) for s, e in zip(starts, ends)] + [()] * (world - len(ends))
-    cands: list[list[int]] = [[] for _ in range(world)]
-    for g in range(num_candidates):
-        r = min(range(world), key=lambda i: (loads[i], i))
-        cands[r].append(g)
-        loads[r] += cand_len
-    return tuple((cols[r], tuple(cands[r])) for r in range(world))
+    return tuple((cols[r], tuple(sorted(trees[r]))) for r in range(world))
+
+
+def tree_plan(num_pending: int, num_columns: int, num_levels: int, parents: Sequence[int],
+              world: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """Each rank's (window columns, candidate node indices ascending) from ``shard_plan`` over the tree's
+    root subtrees."""
+    groups = root_subtrees(parents)
+    plan = shard_plan(num_pending, num_columns, num_levels, tuple(len(g) for g in groups), world)
+    return tuple((cols, tuple(sorted(n for t in trees for n in groups[t]))) for cols, trees in plan)
+
+
+def sub_parents(parents: Sequence[int], nodes: Sequence[int]) -> tuple[int, ...]:
+    """The parent array of the ancestor-closed ``nodes`` (ascending), re-indexed among themselves."""
+    where = {n: i for i, n in enumerate(nodes)}
+    return tuple(-1 if parents[n] < 0 else where[parents[n]] for n in nodes)
 
 
 # ---------------------------------------------------------------------------------------------- groups
@@ -158,15 +192,15 @@ class LocalGroup:
     def __init__(self) -> None:
         self.stats = CommStats()
 
-    def plan(self, num_pending: int, num_columns: int, num_levels: int, num_candidates: int,
-             cand_len: Optional[int] = None) -> Plan:
-        """This rank's (window columns, candidate indices): all of them."""
-        return tuple(range(num_columns)), tuple(range(num_candidates))
+    def plan(self, num_pending: int, num_columns: int, num_levels: int,
+             parents: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """This rank's (window columns, candidate node indices): all of them."""
+        return tuple(range(num_columns)), tuple(range(len(parents)))
 
-    def merge(self, kept_argmax: torch.Tensor, num_pending: int, num_columns: int, num_levels: int,
-              num_candidates: int, cand_len: int) -> tuple[int, list[int], list[list[int]]]:
-        """(x1, new window tokens for all W columns, argmax rows for all candidates); one host sync."""
-        return split_outputs(kept_argmax.tolist(), num_columns, num_candidates, cand_len)
+    def merge(self, kept: torch.Tensor, num_pending: int, num_columns: int, num_levels: int,
+              parents: Sequence[int]) -> tuple[int, list[int], list[int]]:
+        """(x1, new window tokens for all W columns, one output per tree node); one host sync."""
+        return split_outputs(kept.tolist(), num_columns, len(parents))
 
     def check_consistent(self, state_hash: int) -> None:
         """Debug check that every rank holds the same state; trivially true for one rank."""
@@ -179,8 +213,8 @@ class LPGroup:
         group: the LP process group (``distributed.make_groups``; None = the default group).
         debug: check every step that all ranks hold the same state (one extra 8-byte-per-rank all-gather).
         slot_size: int64 entries each rank contributes per step. None (default): the largest slot this
-            step's plan needs, ``1 + max over ranks (columns + candidates x (N-1))``, which every rank computes
-            identically from the shared state; give ``slot_size_for(W, N, G)`` for one fixed shape per decoder
+            step's plan needs, ``1 + max over ranks (columns + tree nodes)``, which every rank computes
+            identically from the shared state; give ``slot_size_for(W, max_nodes)`` for one fixed shape per decoder
             (static buffers, CUDA graphs).
     """
 
@@ -195,37 +229,32 @@ class LPGroup:
         self._checks = 0
 
     @staticmethod
-    def slot_size_for(window_size: int, ngram_size: int, guess_set_size: int) -> int:
-        """The largest slot any step of a decoder with these W, N, G can need: 1 + W + G x (N-1)."""
-        return 1 + window_size + guess_set_size * (ngram_size - 1)
+    def slot_size_for(window_size: int, max_nodes: int) -> int:
+        """The largest slot any step of a decoder with W window columns and at most ``max_nodes`` tree nodes
+        can need: 1 + W + max_nodes."""
+        return 1 + window_size + max_nodes
 
-    def _plan(self, num_pending, num_columns, num_levels, num_candidates, cand_len) -> tuple[Plan, ...]:
-        return shard_plan(num_pending, num_columns, num_levels, num_candidates, self.size, cand_len=cand_len)
+    def plan(self, num_pending: int, num_columns: int, num_levels: int,
+             parents: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """This rank's (window columns, candidate node indices ascending) from ``tree_plan``."""
+        return tree_plan(num_pending, num_columns, num_levels, parents, self.size)[self.rank]
 
-    def plan(self, num_pending: int, num_columns: int, num_levels: int, num_candidates: int,
-             cand_len: Optional[int] = None) -> Plan:
-        """This rank's (window columns, candidate indices) from ``shard_plan``; ``cand_len`` = N-1 weighs
-        candidates against columns and must be the value later given to ``merge``."""
-        if cand_len is None:
-            raise ValueError("LPGroup.plan needs cand_len (= N-1) to balance candidates against window columns")
-        return self._plan(num_pending, num_columns, num_levels, num_candidates, cand_len)[self.rank]
+    def merge(self, kept: torch.Tensor, num_pending: int, num_columns: int, num_levels: int,
+              parents: Sequence[int]) -> tuple[int, list[int], list[int]]:
+        """Exchange every rank's kept outputs (one all-gather) and reassemble the whole step's outputs.
 
-    def merge(self, kept_argmax: torch.Tensor, num_pending: int, num_columns: int, num_levels: int,
-              num_candidates: int, cand_len: int) -> tuple[int, list[int], list[list[int]]]:
-        """Exchange every rank's kept argmaxes (one all-gather) and reassemble the whole step's outputs.
-
-        ``kept_argmax``: int64 (1 + |C| + |cands| x cand_len,) in this rank's layout order. Returns
-        (x1 from rank 0's slot, the W new window tokens in column order, one argmax row per candidate), the
-        same on every rank. Raises ``RuntimeError`` when a peer dies or times out.
+        ``kept``: int64 (1 + |C| + |nodes|,) in this rank's layout order. Returns (x1 from rank 0's slot,
+        the W new window tokens in column order, one output per tree node), the same on every rank. Raises
+        ``RuntimeError`` when a peer dies or times out.
         """
-        plans = self._plan(num_pending, num_columns, num_levels, num_candidates, cand_len)
-        need = 1 + max(len(c) + len(g) * cand_len for c, g in plans)
+        plans = tree_plan(num_pending, num_columns, num_levels, parents, self.size)
+        need = 1 + max(len(c) + len(n) for c, n in plans)
         slot = self.slot_size if self.slot_size is not None else need
         assert slot >= need, f"slot_size={slot} < {need} needed by this step's plan"
-        assert kept_argmax.numel() == 1 + len(plans[self.rank][0]) + len(plans[self.rank][1]) * cand_len
-        device = distributed.comm_device(self.group, kept_argmax.device)
+        assert kept.numel() == 1 + len(plans[self.rank][0]) + len(plans[self.rank][1])
+        device = distributed.comm_device(self.group, kept.device)
         buf = torch.zeros(slot, dtype=torch.int64, device=device)
-        buf[: kept_argmax.numel()] = kept_argmax.to(device=device, dtype=torch.int64)
+        buf[: kept.numel()] = kept.to(device=device, dtype=torch.int64)
         start = time.perf_counter()
         rows = distributed.all_gather_fixed(buf, self.group).tolist()  # the step's one host sync
         self.stats.seconds += time.perf_counter() - start
@@ -233,14 +262,13 @@ class LPGroup:
         self.stats.bytes += self.size * slot * 8
 
         window = [0] * num_columns
-        cand_rows: list[list[int]] = [[] for _ in range(num_candidates)]
-        for row, (cols, cands) in zip(rows, plans):
+        node_out = [0] * len(parents)
+        for row, (cols, nodes) in zip(rows, plans):
             for i, j in enumerate(cols):
                 window[j] = row[1 + i]
-            base = 1 + len(cols)
-            for i, g in enumerate(cands):
-                cand_rows[g] = row[base + i * cand_len : base + (i + 1) * cand_len]
-        return rows[0][0], window, cand_rows
+            for i, n in enumerate(nodes):
+                node_out[n] = row[1 + len(cols) + i]
+        return rows[0][0], window, node_out
 
     def check_consistent(self, state_hash: int) -> None:
         """Debug: all-gather each rank's state hash; raise ``RuntimeError`` naming the ranks that differ from

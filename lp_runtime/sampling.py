@@ -4,7 +4,7 @@ Processing is transformers' own: ``RepetitionPenaltyLogitsProcessor``, then (whe
 ``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``, ``MinPLogitsWarper`` -- the
 classes and the order ``generate`` uses (``GenerationMixin._get_logits_processor``), each added only when it
 changes anything, as ``generate`` does. Every kept position is processed against its OWN prefix: the
-accepted sequence (prompt + output so far) plus, for a candidate's token i, that candidate's tokens 0..i.
+accepted sequence (prompt + output so far) plus, for a candidate tree node, the tokens of its path.
 
 Random draws are keyed, not streamed: the uniforms that decide the token at absolute sequence position t are
 ``uniforms(seed, t, n)``, a generator seeded by (seed, t). Each position's token is decided exactly once on
@@ -24,7 +24,7 @@ from transformers.generation.logits_process import (
 )
 
 from .config import SamplingConfig
-from .verify import node_children, node_outcome
+from .verify import node_outcome
 
 SUPPORTED_PROCESSORS = (RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
                         TopPLogitsWarper, MinPLogitsWarper)
@@ -112,21 +112,21 @@ class Sampler:
         return scores
 
     def decide(self, logits_RV: torch.Tensor, history: Sequence[int], suffixes: Sequence[Sequence[int]],
-               candidates: Sequence[Sequence[int]], rows: Sequence[tuple[int, int]]) -> list[int]:
+               children: Sequence[Sequence[int]]) -> list[int]:
         """The token each kept position contributes to verification (one int per row, layout order).
 
-        ``rows[r]`` = (g, i): candidate g's token i, or (-1, -1) for ``c``. Greedy: the argmax of the processed
-        scores. Sampling: the outcome of the node (the accepted prefix ``history + suffixes[r]``) under
-        sequential rejection of its children (``verify.node_outcome``), with draws keyed by the absolute
-        position of the token it decides, ``len(history) + len(suffixes[r])``.
+        Row r is a node of the candidate tree (or the root ``c``): ``suffixes[r]`` its path's tokens after
+        ``history`` and ``children[r]`` the distinct draft tokens to try there (``verify.node_children``).
+        Greedy: the argmax of the processed scores. Sampling: the node's outcome under sequential rejection
+        of its children (``verify.node_outcome``), with draws keyed by the absolute position of the token it
+        decides, ``len(history) + len(suffixes[r])``.
         """
         scores = self.process(logits_RV, history, suffixes)
         if not self.do_sample:
             return scores.argmax(dim=-1).tolist()
         probs = torch.softmax(scores.double(), dim=-1)
         out = []
-        for r, (g, i) in enumerate(rows):
-            children = node_children(candidates, candidates[g][: i + 1] if g >= 0 else [])
-            u = uniforms(self.cfg.seed, len(history) + len(suffixes[r]), len(children) + 1)
-            out.append(node_outcome(probs[r], children, u))
+        for r, kids in enumerate(children):
+            u = uniforms(self.cfg.seed, len(history) + len(suffixes[r]), len(kids) + 1)
+            out.append(node_outcome(probs[r], kids, u))
         return out

@@ -10,60 +10,75 @@ from typing import Callable, Sequence
 import torch
 
 
-def greedy_verify(next_token: int, candidates: Sequence[Sequence[int]],
-                  cand_argmax: Sequence[Sequence[int]]) -> tuple[list[int], int]:
-    """Longest verified candidate prefix plus the bonus token.
+def _children(parents: Sequence[int]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        out.setdefault(int(p), []).append(i)
+    return out
+
+
+def greedy_verify(next_token: int, tokens: Sequence[int], parents: Sequence[int],
+                  node_argmax: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Greedy verification of a candidate tree: the longest verified path plus the bonus token.
 
     Args:
-        next_token: x1, the argmax at ``c`` (the newest accepted token).
-        candidates: G' candidates, each N-1 token ids (positions p+1 .. p+N-1).
-        cand_argmax: for each candidate, the argmax at each of its N-1 tokens (same shape).
+        next_token: x1, the argmax at ``c`` (the root).
+        tokens, parents: the candidate tree (``lookup.CandidateTree``; parent -1 = ``c``, parents first).
+        node_argmax: the argmax at each node (what the model predicts after the node's path).
 
-    Candidate g's token i is verified while it equals the argmax at its token i-1 (x1 for i = 0). The
-    longest run m wins (the first candidate on ties); the step accepts those m tokens plus the bonus token
-    the model predicted after them, so 1 .. N tokens (DESIGN.md section 1: a full match keeps the bonus).
+    A node is verified when its parent is (the root always is) and its token equals the argmax at its parent
+    (x1 at the root). The deepest verified node wins (the first in tree order on ties, which for separate
+    chains is the first candidate); the step accepts its path plus the bonus token predicted after it, so
+    1 .. depth+1 tokens. Shared prefixes give at most one verified child per node; duplicated siblings
+    (separate chains) are all checked.
 
     Returns:
-        (accepted token ids, index of the winning candidate or -1 when none matched).
+        (accepted token ids, node indices of the accepted path, root child first; [] when none matched).
 
-    Example::
+    Example (tree: 7 -> 8 -> 9 and 7 -> 3; argmax 8 after 7, 4 after 7 8, ...)::
 
-        >>> greedy_verify(7, [[7, 8, 9], [7, 3, 1]], [[8, 9, 4], [5, 0, 0]])
-        ([7, 8, 9, 4], 0)
-        >>> greedy_verify(7, [[6, 8, 9]], [[8, 9, 4]])
-        ([7], -1)
+        >>> greedy_verify(7, [7, 8, 3, 9], [-1, 0, 0, 1], [8, 9, 0, 4])
+        ([7, 8, 9, 4], [0, 1, 3])
+        >>> greedy_verify(7, [6, 8], [-1, 0], [8, 9])
+        ([7], [])
     """
-    best_len, best = 0, -1
-    for g, (cand, out) in enumerate(zip(candidates, cand_argmax)):
-        m, expected = 0, next_token
-        while m < len(cand) and cand[m] == expected:
-            expected = out[m]
-            m += 1
-        if m > best_len:
-            best_len, best = m, g
+    depth = [0] * len(tokens)
+    best, best_depth = -1, 0
+    for i, (t, p) in enumerate(zip(tokens, parents)):
+        if p < 0:
+            ok = int(t) == int(next_token)
+        else:
+            ok = depth[p] > 0 and int(t) == int(node_argmax[p])
+        if ok:
+            depth[i] = 1 if p < 0 else depth[p] + 1
+            if depth[i] > best_depth:
+                best, best_depth = i, depth[i]
     if best < 0:
-        return [int(next_token)], -1
-    cand, out = candidates[best], cand_argmax[best]
-    return [int(t) for t in cand[:best_len]] + [int(out[best_len - 1])], best
+        return [int(next_token)], []
+    path = []
+    node = best
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    path.reverse()
+    return [int(tokens[n]) for n in path] + [int(node_argmax[best])], path
 
 
 # ------------------------------------------------------------------------------------ sampling (appendix B)
-def node_children(candidates: Sequence[Sequence[int]], prefix: Sequence[int]) -> list[int]:
-    """The distinct tokens that follow ``prefix`` in the candidates that start with it, in candidate order.
+def node_children(tokens: Sequence[int], parents: Sequence[int], node: int) -> list[int]:
+    """The distinct draft tokens to try at ``node`` (-1 = the root ``c``): its children's tokens in tree order.
 
-    The candidates form a trie; a node is an accepted prefix, its children the draft tokens to try there.
-    ``[]`` when no candidate continues ``prefix`` (a full match: the next token is the bonus token).
+    ``[]`` for a leaf (the next token is the bonus token).
 
-        >>> node_children([[7, 8], [7, 3], [6, 1], [7, 8]], [])
+        >>> node_children([7, 8, 3, 6, 8], [-1, 0, 0, -1, 0], -1)
         [7, 6]
-        >>> node_children([[7, 8], [7, 3], [6, 1], [7, 8]], [7])
+        >>> node_children([7, 8, 3, 6, 8], [-1, 0, 0, -1, 0], 0)
         [8, 3]
     """
-    k = len(prefix)
     out: list[int] = []
-    for cand in candidates:
-        if len(cand) > k and list(cand[:k]) == list(prefix) and int(cand[k]) not in out:
-            out.append(int(cand[k]))
+    for t, p in zip(tokens, parents):
+        if p == node and int(t) not in out:
+            out.append(int(t))
     return out
 
 
@@ -97,53 +112,55 @@ def node_outcome(probs, children: Sequence[int], u: Sequence[float]) -> int:
     return min(idx, p.numel() - 1)
 
 
-def walk_outcomes(next_token: int, candidates: Sequence[Sequence[int]],
-                  cand_out: Sequence[Sequence[int]]) -> tuple[list[int], int]:
-    """Accepted tokens of a sampling step from per-node outcomes (``node_outcome`` at every kept position).
+def walk_outcomes(next_token: int, tokens: Sequence[int], parents: Sequence[int],
+                  node_out: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Accepted tokens of a sampling step from per-node outcomes (``node_outcome`` at every kept node).
 
-    ``next_token``: the outcome at ``c``; ``cand_out[g][i]``: the outcome at candidate g's token i (the node
-    ``cand_g[:i+1]``). A node's outcome is an accepted child exactly when it is one of its children, so the
-    walk follows it while some candidate continues with it, reading each node from the FIRST candidate that
-    reaches it (all candidates with that prefix share the node), and stops after a residual or bonus sample.
+    ``next_token``: the outcome at ``c``; ``node_out[i]``: the outcome at node i (the token decided after
+    node i's path). A node's outcome is an accepted draft exactly when some child carries it, so the walk
+    moves to the FIRST child with that token while there is one, and stops after a residual or bonus sample.
 
-    Returns (accepted tokens, 1 .. N of them; index of the candidate followed last or -1).
+    Returns (accepted tokens, node indices of the accepted path).
 
-        >>> walk_outcomes(7, [[7, 8], [7, 3]], [[5, 0], [3, 9]])   # 7 accepted, then 5 is a residual sample
-        ([7, 5], 0)
-        >>> walk_outcomes(7, [[7, 8], [7, 3]], [[3, 0], [3, 9]])   # 7, then 3 (child of [7]), then bonus 9
-        ([7, 3, 9], 1)
+        >>> walk_outcomes(7, [7, 8, 3], [-1, 0, 0], [5, 0, 9])   # 7 accepted, then 5 is a residual sample
+        ([7, 5], [0])
+        >>> walk_outcomes(7, [7, 8, 3], [-1, 0, 0], [3, 0, 9])   # 7, then 3 (child of 7), then bonus 9
+        ([7, 3, 9], [0, 2])
     """
-    accepted, token, alive, last = [int(next_token)], int(next_token), list(range(len(candidates))), -1
-    depth = 0
-    while alive and depth < len(candidates[alive[0]]):
-        alive = [g for g in alive if int(candidates[g][depth]) == token]
-        if not alive:
-            break
-        last = alive[0]
-        token = int(cand_out[last][depth])
+    kids = _children(parents)
+    accepted, path, node, token = [int(next_token)], [], -1, int(next_token)
+    while True:
+        nxt = next((c for c in kids.get(node, ()) if int(tokens[c]) == token), None)
+        if nxt is None:
+            return accepted, path
+        node = nxt
+        path.append(node)
+        token = int(node_out[node])
         accepted.append(token)
-        depth += 1
-    return accepted, last
 
 
-def sample_verify(root_probs, candidates: Sequence[Sequence[int]], cand_probs,
-                  uniforms_at: Callable[[int], Sequence[float]]) -> tuple[list[int], int]:
-    """Sampling verification of one step (paper appendix B), end to end, no model needed.
+def sample_verify(root_probs, tokens: Sequence[int], parents: Sequence[int], node_probs,
+                  uniforms_at: Callable[[int], Sequence[float]]) -> tuple[list[int], list[int]]:
+    """Sampling verification of one step over a candidate tree (paper appendix B), no model needed.
 
     Args:
         root_probs: float (V,), the processed distribution at ``c``.
-        candidates: G' candidates of N-1 token ids.
-        cand_probs: float (G', N-1, V), the processed distribution after each candidate token (against that
-            candidate's own prefix).
-        uniforms_at: depth -> at least G'+1 uniforms in [0, 1) for the node at that depth (depth 0 = ``c``);
-            the decoder keys them by (seed, absolute position).
+        tokens, parents: the candidate tree.
+        node_probs: float (n, V), the processed distribution after each node (against the node's own path).
+        uniforms_at: depth -> uniforms in [0, 1) for the node at that depth (depth 0 = ``c``), at least one
+            more than the node's distinct children; the decoder keys them by (seed, absolute position).
 
     The accepted tokens are distributed exactly as sampling them one by one from the model would be:
-    ``node_outcome`` at every node, then ``walk_outcomes``. Returns (accepted tokens, candidate index or -1).
+    ``node_outcome`` at every node, then ``walk_outcomes``. Returns (accepted tokens, accepted path).
     """
-    n = len(candidates) + 1
-    x1 = node_outcome(root_probs, node_children(candidates, []), list(uniforms_at(0))[:n])
-    cand_out = [[node_outcome(cand_probs[g][i], node_children(candidates, cand[: i + 1]),
-                              list(uniforms_at(i + 1))[:n]) for i in range(len(cand))]
-                for g, cand in enumerate(candidates)]
-    return walk_outcomes(x1, candidates, cand_out)
+    depth = [0] * len(tokens)
+    for i, p in enumerate(parents):
+        depth[i] = 1 if p < 0 else depth[p] + 1
+
+    def outcome(probs, node, d):
+        kids = node_children(tokens, parents, node)
+        return node_outcome(probs, kids, list(uniforms_at(d))[: len(kids) + 1])
+
+    x1 = outcome(root_probs, -1, 0)
+    out = [outcome(node_probs[i], i, depth[i]) for i in range(len(tokens))]
+    return walk_outcomes(x1, tokens, parents, out)

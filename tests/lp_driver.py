@@ -42,10 +42,13 @@ def tiny_model():
 
 
 def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=None):
-    """{"<ci>/<pi>": {output_ids, decoding_steps, accept_lengths}} for every config and the given prompts."""
+    """{"<ci>/<pi>": {output_ids, decoding_steps, accept_lengths}} for every config and the given prompts.
+
+    Re-feed commit everywhere: LP always re-feeds, and K ranks must equal one process in that mode."""
     out = {}
     for ci, c in enumerate(configs):
-        dec = Decoder(model, DecodingConfig(window_size=c["W"], ngram_size=c["N"], guess_set_size=c["G"]), lp=lp)
+        dec = Decoder(model, DecodingConfig(window_size=c["W"], ngram_size=c["N"], guess_set_size=c["G"],
+                                            commit="refeed"), lp=lp)
         for pi in (prompt_ids if prompt_ids is not None else range(len(prompts))):
             g = dec.generate(prompts[pi], max_new_tokens=max_new_tokens)
             out[f"{ci}/{pi}"] = {"output_ids": g.output_ids, "decoding_steps": g.decoding_steps,

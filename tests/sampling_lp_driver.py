@@ -39,7 +39,8 @@ def build_tiny8():
 
 
 def decode_seeds(model, spec, lp=None):
-    dec = Decoder(model, DecodingConfig(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"]), lp=lp)
+    dec = Decoder(model, DecodingConfig(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"],
+                                        commit="refeed"), lp=lp)  # LP re-feeds; one process must match it
     outs, lens = [], []
     for s in spec["seeds"]:
         o = dec.generate(spec["prompt"], max_new_tokens=spec["max_new_tokens"],

@@ -5,7 +5,7 @@ Hand-written token ids and exact expected results (DESIGN.md section 1).
 import pytest
 import torch
 
-from lp_runtime.layout import LayoutCache, build_layout, full_mask
+from lp_runtime.layout import LayoutCache, build_layout, full_mask, tree_ancestors
 from lp_runtime.ngram_pool import NGramPool
 from lp_runtime.stopping import StopChecker
 from lp_runtime.verify import greedy_verify
@@ -15,7 +15,7 @@ from lp_runtime.window import JacobiWindow
 # ---------------------------------------------------------------- layout and mask
 def test_layout_every_pair():
     # P=2 pending (p0, c), W=3, N=3 (one level), one candidate of N-1=2 tokens.
-    lay = build_layout(num_pending=2, columns=[0, 1, 2], num_levels=1, num_candidates=1, ngram_size=3)
+    lay = build_layout(num_pending=2, columns=[0, 1, 2], num_levels=1, tree_parents=[-1, 0])
     names = ["p0", "c", "r1", "r2", "a0", "a1", "a2", "k0", "k1"]
     sees = {
         "p0": {"p0"},
@@ -32,13 +32,13 @@ def test_layout_every_pair():
     assert torch.equal(lay.ancestors, expected)
     assert lay.depth.tolist() == [0, 1, 2, 3, 2, 3, 4, 2, 3]
     assert lay.keep_index.tolist() == [1, 4, 5, 6, 7, 8]
-    assert lay.input_ids([10, 11], [20, 21], [[30, 31, 32]], [[40, 41]]) == [10, 11, 20, 21, 30, 31, 32, 40, 41]
+    assert lay.input_ids([10, 11], [20, 21], [[30, 31, 32]], [40, 41]) == [10, 11, 20, 21, 30, 31, 32, 40, 41]
     assert not lay.is_chain
 
 
 def test_layout_two_levels_and_candidates_never_see_each_other():
     # P=1, W=2, N=4 (levels 1 and 2), two candidates of 3 tokens.
-    lay = build_layout(1, [0, 1], 2, 2, ngram_size=4)
+    lay = build_layout(1, [0, 1], 2, [-1, 0, 1, -1, 3, 4])
     # order: c | r1 | L1: a0 a1 | L2: b0 b1 | cand0: x0 x1 x2 | cand1: y0 y1 y2
     names = ["c", "r1", "a0", "a1", "b0", "b1", "x0", "x1", "x2", "y0", "y1", "y2"]
     sees = {
@@ -56,7 +56,7 @@ def test_layout_two_levels_and_candidates_never_see_each_other():
 
 def test_layout_column_subset_feeds_row0_prefix():
     # An LP rank computing only column 3 must still feed row 0 columns 1..3 (row 0 is causal).
-    lay = build_layout(1, [3], 1, 0, ngram_size=3)
+    lay = build_layout(1, [3], 1)
     assert lay.row0_fed == 3
     assert lay.num_tokens == 1 + 3 + 1
     assert lay.depth.tolist() == [0, 1, 2, 3, 4]
@@ -64,21 +64,66 @@ def test_layout_column_subset_feeds_row0_prefix():
 
 
 def test_layout_plain_step_is_chain_and_n2_reads_row0():
-    assert build_layout(3, [], 0, 0, ngram_size=5).is_chain
-    lay = build_layout(1, [0, 1, 2], 0, 1, ngram_size=2)  # N=2: row 0 is the last level
+    assert build_layout(3, [], 0).is_chain
+    lay = build_layout(1, [0, 1, 2], 0, [-1])  # N=2: row 0 is the last level
     assert lay.keep_index.tolist() == [0, 0, 1, 2, 3]
     with pytest.raises(ValueError, match="num_pending=0"):
-        build_layout(0, [], 0, 0, ngram_size=3)
+        build_layout(0, [], 0)
+    with pytest.raises(ValueError, match="parents must precede children"):
+        build_layout(1, [], 0, [-1, 1])
+
+
+# A tree with shared prefixes: c -> a -> {b, d -> e}; c -> f.  Index: a0 b1 d2 e3 f4.
+TREE = [-1, 0, 0, 2, -1]
+
+
+def test_tree_ancestors_table():
+    depth, anc = tree_ancestors(TREE)
+    assert depth.tolist() == [1, 2, 2, 3, 1]
+    assert anc.astype(int).tolist() == [
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 0, 1, 0, 0],
+        [1, 0, 1, 1, 0],
+        [0, 0, 0, 0, 1],
+    ]
+
+
+def test_tree_layout_with_window_every_pair():
+    # P=1 (c), W=2, N=3 (one level), the tree above: shared prefix a fed once.
+    lay = build_layout(1, [0, 1], 1, TREE)
+    names = ["c", "r1", "l0", "l1", "a", "b", "d", "e", "f"]
+    sees = {
+        "c": {"c"}, "r1": {"c", "r1"}, "l0": {"c", "l0"}, "l1": {"c", "r1", "l1"},
+        "a": {"c", "a"}, "b": {"c", "a", "b"}, "d": {"c", "a", "d"}, "e": {"c", "a", "d", "e"}, "f": {"c", "f"},
+    }
+    expected = torch.tensor([[b in sees[x] for b in names] for x in names])
+    assert torch.equal(lay.ancestors, expected)
+    assert lay.depth.tolist() == [0, 1, 1, 2, 1, 2, 2, 3, 1]
+    assert lay.keep_index.tolist() == [0, 2, 3, 4, 5, 6, 7, 8]
+    assert lay.tree_start == 4
+
+
+def test_layout_cache_tree_block_equals_build_layout():
+    cache = LayoutCache(torch.device("cpu"), torch.float32, max_trees=2)
+    blocked = torch.finfo(torch.float32).min
+    for parents in (TREE, [-1, 0, 1], [-1, -1], TREE):
+        lay = build_layout(2, [0, 1, 2], 1, parents)
+        info, depth, inner, keep = cache.get(2, [0, 1, 2], 1, parents)
+        assert torch.equal(depth, lay.depth) and torch.equal(keep, lay.keep_index)
+        assert torch.equal(inner, torch.zeros(inner.shape).masked_fill_(~lay.ancestors, blocked))
+        assert info.tree_start == lay.tree_start and info.num_tokens == lay.num_tokens
+    assert len(cache._trees) == 2  # LRU-bounded
 
 
 def test_full_mask_is_float_additive():
-    cache = LayoutCache(3, torch.device("cpu"), torch.float32)
-    _, _, inner, _ = cache.get(1, (0,), 1, 0)
+    cache = LayoutCache(torch.device("cpu"), torch.float32)
+    _, _, inner, _ = cache.get(1, (0,), 1)
     m = full_mask(inner, past_len=4)
     assert m.shape == (1, 1, 2, 6) and m.dtype == torch.float32
     blocked = torch.finfo(torch.float32).min
     assert m[0, 0].tolist() == [[0, 0, 0, 0, 0, blocked], [0, 0, 0, 0, 0, 0]]
-    assert cache.get(1, (0,), 1, 0)[2] is inner  # built once
+    assert cache.get(1, (0,), 1)[2] is inner  # built once
 
 
 # ---------------------------------------------------------------- n-gram pool
@@ -160,18 +205,23 @@ def test_window_reset_is_seeded_and_checks_length():
 
 # ---------------------------------------------------------------- greedy verification
 @pytest.mark.parametrize(
-    "x1, cands, outs, accepted, winner",
+    "x1, tokens, parents, outs, accepted, path",
     [
-        (7, [], [], [7], -1),  # no candidates: one token
-        (7, [[6, 8]], [[8, 9]], [7], -1),  # first token wrong
-        (7, [[7, 5]], [[8, 9]], [7, 8], 0),  # one matched + bonus
-        (7, [[7, 8]], [[8, 9]], [7, 8, 9], 0),  # full match: N-1 + bonus = N tokens
-        (7, [[7, 3, 1], [7, 8, 2], [7, 8, 2]], [[5, 0, 0], [8, 4, 0], [8, 2, 6]], [7, 8, 2, 6], 2),
-        (7, [[7, 8, 1], [7, 8, 2]], [[8, 5, 0], [8, 6, 0]], [7, 8, 5], 0),  # tie: first candidate
+        (7, [], [], [], [7], []),  # no candidates: one token
+        (7, [6, 8], [-1, 0], [8, 9], [7], []),  # first token wrong
+        (7, [7, 5], [-1, 0], [8, 9], [7, 8], [0]),  # one matched + bonus
+        (7, [7, 8], [-1, 0], [8, 9], [7, 8, 9], [0, 1]),  # full match: path + bonus
+        # tree 7 -> {3, 8 -> 2}: the argmax after 7 is 8, after 7 8 is 2, after 7 8 2 is 6
+        (7, [7, 3, 8, 2], [-1, 0, 0, 2], [8, 0, 2, 6], [7, 8, 2, 6], [0, 2, 3]),
+        # separate chains with a duplicated prefix: the deepest match wins, the first on ties
+        (7, [7, 8, 1, 7, 8, 2], [-1, 0, 1, -1, 3, 4], [8, 5, 0, 8, 5, 0], [7, 8, 5], [0, 1]),
+        (7, [7, 8, 1, 7, 8, 2], [-1, 0, 1, -1, 3, 4], [8, 2, 0, 8, 2, 4], [7, 8, 2, 4], [3, 4, 5]),
+        # a verified child under an unverified parent does not count
+        (7, [6, 9], [-1, 0], [9, 1], [7], []),
     ],
 )
-def test_greedy_verify(x1, cands, outs, accepted, winner):
-    assert greedy_verify(x1, cands, outs) == (accepted, winner)
+def test_greedy_verify_tree(x1, tokens, parents, outs, accepted, path):
+    assert greedy_verify(x1, tokens, parents, outs) == (accepted, path)
 
 
 # ---------------------------------------------------------------- stopping

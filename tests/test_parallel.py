@@ -22,8 +22,8 @@ import torch
 
 from lp_runtime import distributed
 from lp_runtime.config import ConfigError, ParallelConfig
-from lp_runtime.parallel import (LocalGroup, LPGroup, rank_tokens, setup_parallel, shard_plan, shard_questions,
-                                 split_outputs, state_hash)
+from lp_runtime.parallel import (LocalGroup, LPGroup, rank_tokens, root_subtrees, setup_parallel, shard_plan,
+                                 shard_questions, split_outputs, state_hash, sub_parents, tree_plan)
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
@@ -38,8 +38,8 @@ SHAPES = [  # (num_columns, num_levels, num_candidates, cand_len, world)
 ]
 
 
-def _brute_force_best(num_columns, num_levels, num_candidates, cand_len, world) -> int:
-    """Smallest possible largest-rank load over contiguous column blocks and any candidate placement."""
+def _brute_force_best(num_columns, num_levels, sizes, world) -> int:
+    """Smallest possible largest-rank load over contiguous column blocks and any subtree placement."""
     splits = [[]] if num_columns == 0 else [
         [tuple(range(x, y)) for x, y in zip((0, *cuts), (*cuts, num_columns))]
         for nb in range(1, min(world, num_columns) + 1)
@@ -48,10 +48,10 @@ def _brute_force_best(num_columns, num_levels, num_candidates, cand_len, world) 
     best = None
     for blocks in splits:
         loads = [max(b) + num_levels * len(b) for b in blocks] + [0] * (world - len(blocks))
-        for assign in itertools.product(range(world), repeat=num_candidates):
+        for assign in itertools.product(range(world), repeat=len(sizes)):
             ld = list(loads)
-            for r in assign:
-                ld[r] += cand_len
+            for r, size in zip(assign, sizes):
+                ld[r] += size
             best = max(ld) if best is None else min(best, max(ld))
     return best
 
@@ -59,41 +59,56 @@ def _brute_force_best(num_columns, num_levels, num_candidates, cand_len, world) 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_shard_plan_covers_everything_once_and_balances(shape):
     w, l, g, c, k = shape
-    plan = shard_plan(1, w, l, g, k, cand_len=c)
-    assert len(plan) == k
-    cols = sorted(j for p in plan for j in p[0])
-    cands = sorted(i for p in plan for i in p[1])
-    assert cols == list(range(w)) and cands == list(range(g))
-    for p in plan:  # contiguous, ascending blocks
-        assert list(p[0]) == list(range(p[0][0], p[0][0] + len(p[0]))) if p[0] else not p[0]
-    worst = max(rank_tokens(p, 0, l, c) for p in plan)
-    # Within one level's (or one candidate's) worth of the best contiguous plan.
-    assert worst <= _brute_force_best(w, l, g, c, k) + max(l, c)
-    assert shard_plan(1, w, l, g, k, cand_len=c) == plan  # deterministic
+    for sizes in ((c,) * g, tuple(range(c + g - 1, c - 1, -1))[:g][::-1]):  # uniform chains; uneven subtrees
+        plan = shard_plan(1, w, l, sizes, k)
+        assert len(plan) == k
+        cols = sorted(j for p in plan for j in p[0])
+        trees = sorted(i for p in plan for i in p[1])
+        assert cols == list(range(w)) and trees == list(range(g))
+        for p in plan:  # contiguous, ascending blocks
+            assert list(p[0]) == list(range(p[0][0], p[0][0] + len(p[0]))) if p[0] else not p[0]
+        worst = max(rank_tokens(p, 0, l, sizes) for p in plan)
+        # Within one level's (or one subtree's) worth of the best contiguous plan.
+        assert worst <= _brute_force_best(w, l, sizes, k) + max(l, *sizes, 0)
+        assert shard_plan(1, w, l, sizes, k) == plan  # deterministic
 
 
 def test_shard_plan_examples():
-    assert shard_plan(1, 6, 2, 3, 3, cand_len=3) == (((0, 1, 2, 3), ()), ((4, 5), ()), ((), (0, 1, 2)))
+    assert shard_plan(1, 6, 2, (3, 3, 3), 3) == (((0, 1, 2, 3), ()), ((4, 5), ()), ((), (0, 1, 2)))
     # C5: more ranks than columns; every rank gets at most one item, idle ranks are fine.
-    plan = shard_plan(1, 2, 1, 1, 4, cand_len=2)
+    plan = shard_plan(1, 2, 1, (2,), 4)
     assert sorted(j for p in plan for j in p[0]) == [0, 1] and sum(len(p[1]) for p in plan) == 1
-    assert [rank_tokens(p, 1, 1, 2) for p in plan] == [2, 3, 3, 1]  # 1 pending + (col 0) | (row0 1 + col 1) | cand
+    assert [rank_tokens(p, 1, 1, (2,)) for p in plan] == [2, 3, 3, 1]  # 1 pending + (col 0) | (row0 1 + col 1) | cand
     # Pool-only (W = 0): candidates spread one per rank, extra ranks idle.
-    assert shard_plan(2, 0, 0, 2, 3, cand_len=4) == (((), (0,)), ((), (1,)), ((), ()))
+    assert shard_plan(2, 0, 0, (4, 4), 3) == (((), (0,)), ((), (1,)), ((), ()))
     # One rank: everything, like LocalGroup.
-    assert shard_plan(1, 5, 2, 3, 1, cand_len=2) == ((tuple(range(5)), (0, 1, 2)),)
+    assert shard_plan(1, 5, 2, (2, 2, 2), 1) == ((tuple(range(5)), (0, 1, 2)),)
     # Later column blocks are shorter: they pay for the longer row-0 prefix.
-    sizes = [len(p[0]) for p in shard_plan(1, 16, 1, 0, 4, cand_len=1) if p[0]]
+    sizes = [len(p[0]) for p in shard_plan(1, 16, 1, (), 4) if p[0]]
     assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
+    # Uneven subtrees: largest first to the least-loaded rank; a subtree is never split.
+    assert shard_plan(1, 0, 0, (1, 5, 2, 2), 2) == (((), (1,)), ((), (0, 2, 3)))
     with pytest.raises(ValueError, match="counts must be >= 0"):
-        shard_plan(1, -1, 0, 0, 2, cand_len=1)
+        shard_plan(1, -1, 0, (), 2)
+    with pytest.raises(ValueError, match="subtrees >= 1 node"):
+        shard_plan(1, 1, 0, (0,), 2)
+
+
+def test_tree_plan_keeps_subtrees_whole():
+    parents = [-1, 0, 0, -1, 3, -1, 1]  # subtrees {0, 1, 2, 6}, {3, 4}, {5}
+    assert root_subtrees(parents) == [[0, 1, 2, 6], [3, 4], [5]]
+    plan = tree_plan(1, 0, 0, parents, 2)
+    assert plan == (((), (0, 1, 2, 6)), ((), (3, 4, 5)))
+    assert sub_parents(parents, plan[0][1]) == (-1, 0, 0, 1)
+    assert sub_parents(parents, plan[1][1]) == (-1, 0, -1)
+    assert tree_plan(1, 3, 1, parents, 1) == (((0, 1, 2), tuple(range(7))),)
 
 
 def test_local_group_and_split_outputs():
     lg = LocalGroup()
-    assert lg.plan(1, 3, 1, 2) == ((0, 1, 2), (0, 1)) and not lg.debug
-    assert split_outputs([9, 1, 2, 3, 4, 5, 6, 7], 3, 2, 2) == (9, [1, 2, 3], [[4, 5], [6, 7]])
-    assert lg.merge(torch.tensor([9, 1, 2, 3, 4, 5]), 1, 3, 1, 1, 2) == (9, [1, 2, 3], [[4, 5]])
+    assert lg.plan(1, 3, 1, [-1, 0]) == ((0, 1, 2), (0, 1)) and not lg.debug
+    assert split_outputs([9, 1, 2, 3, 4, 5, 6, 7], 3, 4) == (9, [1, 2, 3], [4, 5, 6, 7])
+    assert lg.merge(torch.tensor([9, 1, 2, 3, 4, 5]), 1, 3, 1, [-1, 0]) == (9, [1, 2, 3], [4, 5])
     lg.check_consistent(123)
 
 
@@ -146,7 +161,7 @@ def test_shard_questions_and_state_hash():
     with pytest.raises(ValueError):
         shard_questions(qs, 3, 3)
     assert state_hash((1, 2), [3], 4) == state_hash((1, 2), [3], 4) != state_hash((1, 2), [3], 5)
-    assert LPGroup.slot_size_for(15, 5, 15) == 1 + 15 + 60
+    assert LPGroup.slot_size_for(15, 60) == 1 + 15 + 60
 
 
 # ------------------------------------------------------------------------------------------ multi-rank runs

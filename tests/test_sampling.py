@@ -70,13 +70,16 @@ def chi2_pvalue(counts: dict, probs: dict) -> tuple[float, int]:
 
 # ---------------------------------------------------------------------------------- 1. verification level
 def test_node_children_and_walk():
-    cands = [[1, 2], [1, 3], [2, 0]]
-    assert node_children(cands, []) == [1, 2]
-    assert node_children(cands, [1]) == [2, 3]
-    assert node_children(cands, [1, 2]) == []
-    assert walk_outcomes(3, cands, [[9, 9], [9, 9], [9, 9]]) == ([3], -1)  # residual sample at c
-    assert walk_outcomes(1, cands, [[3, 9], [2, 7], [9, 9]]) == ([1, 3, 7], 1)  # node [1] read from cand 0
-    assert walk_outcomes(2, cands, [[9, 9], [9, 9], [0, 5]]) == ([2, 0, 5], 2)
+    # tree: 1 -> {2, 3}, 2 -> 0   (index: 1:0, 2:1, 3:2, 2:3, 0:4)
+    tokens, parents = [1, 2, 3, 2, 0], [-1, 0, 0, -1, 3]
+    assert node_children(tokens, parents, -1) == [1, 2]
+    assert node_children(tokens, parents, 0) == [2, 3]
+    assert node_children(tokens, parents, 1) == []
+    assert walk_outcomes(3, tokens, parents, [9, 9, 9, 9, 9]) == ([3], [])  # residual sample at c
+    assert walk_outcomes(1, tokens, parents, [3, 2, 7, 9, 9]) == ([1, 3, 7], [0, 2])
+    assert walk_outcomes(2, tokens, parents, [9, 9, 9, 0, 5]) == ([2, 0, 5], [3, 4])
+    # duplicated siblings (separate chains): the walk follows the first one
+    assert walk_outcomes(1, [1, 2, 1, 3], [-1, 0, -1, 2], [3, 0, 3, 6]) == ([1, 3], [0])
 
 
 def test_node_outcome_edges():
@@ -86,33 +89,56 @@ def test_node_outcome_edges():
     assert node_outcome([0.2, 0.3, 0.5], [2, 1], [0.9, 0.9, 0.0]) == 0  # both rejected -> residual {0}
 
 
+def tree_law(p0, q, tokens, parents) -> dict:
+    """Plain autoregressive sampling stopped where the draft tree ends: the law a tree step must reproduce.
+
+    ``q[prefix]``: the distribution after the accepted ``prefix`` (a tuple) for every node path. A duplicated
+    sibling is never reached (the walk follows the first child with a token), so only first children count."""
+    paths, reach, seen = {}, set(), set()
+    for i, p in enumerate(parents):
+        paths[i] = (paths[p] if p >= 0 else ()) + (tokens[i],)
+        if (p < 0 or p in reach) and (p, tokens[i]) not in seen:
+            reach.add(i)
+        seen.add((p, tokens[i]))
+    nodes = {paths[i] for i in reach}
+    law, frontier = {}, [((), 1.0)]
+    while frontier:
+        prefix, pr = frontier.pop()
+        dist = p0 if not prefix else q[prefix]
+        for x, px in enumerate(dist):
+            if px == 0:
+                continue
+            if prefix + (x,) in nodes:
+                frontier.append((prefix + (x,), pr * float(px)))
+            else:
+                law[prefix + (x,)] = law.get(prefix + (x,), 0.0) + pr * float(px)
+    return law
+
+
+def _run_tree(p0, q, tokens, parents, n, seed):
+    paths = {}
+    for i, p in enumerate(parents):
+        paths[i] = (paths[p] if p >= 0 else ()) + (tokens[i],)
+    node_probs = torch.tensor([q[paths[i]] for i in range(len(tokens))], dtype=torch.float64)
+    rng = random.Random(seed)
+    counts: dict = {}
+    for _ in range(n):
+        draws: dict = {}  # nodes at the same depth share draws, as in the decoder (keyed by position)
+        acc, _ = sample_verify(p0, tokens, parents, node_probs,
+                               lambda d: draws.setdefault(d, [rng.random() for _ in range(len(tokens) + 1)]))
+        counts[tuple(acc)] = counts.get(tuple(acc), 0) + 1
+    return counts
+
+
 def test_sample_verify_matches_closed_form():
     V = 4
     p0 = torch.tensor([0.1, 0.4, 0.3, 0.2], dtype=torch.float64)
     q = {(1,): [0.25, 0.05, 0.3, 0.4], (2,): [0.6, 0.1, 0.2, 0.1],
          (1, 2): [0.1, 0.2, 0.3, 0.4], (1, 3): [0.7, 0.1, 0.1, 0.1], (2, 0): [0.05, 0.05, 0.0, 0.9]}
-    cands = [[1, 2], [1, 3], [2, 0]]
-    cand_probs = torch.tensor([[q[tuple(c[: i + 1])] for i in range(2)] for c in cands], dtype=torch.float64)
-    exact = {}
-    for x1 in range(V):  # plain autoregressive sampling, stopped where the candidate trie ends
-        if (x1,) not in q:
-            exact[(x1,)] = float(p0[x1])
-            continue
-        for x2 in range(V):
-            pr = float(p0[x1]) * q[(x1,)][x2]
-            if (x1, x2) in q:
-                for x3 in range(V):
-                    exact[(x1, x2, x3)] = pr * q[(x1, x2)][x3]
-            else:
-                exact[(x1, x2)] = pr
-    rng = random.Random(1234)
+    tokens, parents = [1, 2, 3, 2, 0], [-1, 0, 0, -1, 3]  # the candidates [1 2], [1 3], [2 0] as a tree
     n = 8000
-    counts: dict = {}
-    for _ in range(n):
-        draws: dict = {}  # nodes at the same depth share draws, as in the decoder (keyed by position)
-        acc, _ = sample_verify(p0, cands, cand_probs,
-                               lambda d: draws.setdefault(d, [rng.random() for _ in range(len(cands) + 1)]))
-        counts[tuple(acc)] = counts.get(tuple(acc), 0) + 1
+    counts = _run_tree(p0, q, tokens, parents, n, 1234)
+    exact = tree_law(p0.tolist(), q, tokens, parents)
     pval, df = chi2_pvalue(counts, exact)
     assert pval > ALPHA, f"chi-square p={pval:.2g} (df={df})"
     # Acceptance rates: P(first draft accepted) = p0[1] + p0[2]; P(full match) as below. z-bound 3.9 ~ 1e-4.
@@ -120,6 +146,29 @@ def test_sample_verify_matches_closed_form():
         k = sum(c for acc, c in counts.items() if len(acc) >= length)
         z = (k - n * prob) / (n * prob * (1 - prob)) ** 0.5
         assert abs(z) < 3.9, f"accept length >= {length}: {k}/{n} vs {prob}"
+
+
+def test_sample_verify_deep_branching_tree_and_chains():
+    """A 3-deep tree with branching at two levels, and the same drafts as separate chains (duplicated
+    prefixes): both reproduce plain sampling's law (chi-square) and accept long runs."""
+    V = 3
+    rng = random.Random(5)
+    p0 = [0.5, 0.3, 0.2]
+    tokens, parents = [0, 1, 2, 0, 1, 1, 2, 0], [-1, 0, 0, 1, 1, 2, -1, 6]
+    # paths: 0, 0 1, 0 2, 0 1 0, 0 1 1, 0 2 1, 2, 2 0
+    q = {}
+    paths = {}
+    for i, p in enumerate(parents):
+        paths[i] = (paths[p] if p >= 0 else ()) + (tokens[i],)
+        w = [rng.random() + 0.05 for _ in range(V)]
+        q[paths[i]] = [x / sum(w) for x in w]
+    for name, (tk, pa) in {"tree": (tokens, parents),
+                           "chains": ([0, 1, 0, 0, 1, 1, 0, 2, 1, 2, 0], [-1, 0, 1, -1, 3, 4, -1, 6, 7, -1, 9])}.items():
+        exact = tree_law(p0, q, tk, pa)
+        counts = _run_tree(torch.tensor(p0, dtype=torch.float64), q, tk, pa, 6000, 77)
+        pval, df = chi2_pvalue(counts, exact)
+        assert pval > ALPHA, f"{name}: chi-square p={pval:.2g} (df={df})"
+        assert sum(c for a, c in counts.items() if len(a) == 4) > 300, name  # full 3-deep matches happen
 
 
 # ---------------------------------------------------------------------------------- 2. end to end, tiny model

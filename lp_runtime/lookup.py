@@ -1,0 +1,325 @@
+"""Candidate lookup: a suffix match over the text so far and the window's n-grams, proposed as a token tree.
+
+(Paper section 3.2's verification branch, with the lookup of SuffixDecoding, arXiv 2411.04975, and
+prompt-lookup decoding.) Pure Python, no torch.
+
+Sources ("documents"): the accepted sequence (prompt + output so far, growing) and every distinct n-gram the
+Jacobi window harvested (the paper's lookahead branch stays the source of new n-grams). Each document is
+indexed by its k-token keys, k = 1 .. ``max_key``: in the accepted sequence every k-gram, in an n-gram its
+first k tokens (the paper keys n-grams by their head).
+
+``propose`` matches the longest suffix of the accepted sequence (its last 1 .. ``max_key`` tokens) and
+collects every occurrence that has a continuation, longest key first, newest first; an occurrence's *match
+length* l is the longest key under which it was found. Its continuation (the tokens that followed it, at most
+``depth_for(l)`` of them: N-1 for a 1-token match, longer for longer matches, never past ``max_depth``) is
+inserted in a trie with weight ``MATCH_WEIGHT ** (l - 1)``, so a longer match outweighs several shorter ones.
+A trie node's ``prob`` is the honest frequency estimate ``w(node) / (w(continuing past its parent) + 1)``
+(the +1 keeps a single observation from claiming certainty). The tree is grown best-first from the root by
+estimated path probability (the product of ``prob`` along the path; ``ranking="recency"`` orders by the
+newest occurrence instead), under two caps: at most ``num_leaves`` (G) leaves and ``max_nodes`` nodes.
+
+Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 nodes; ids are letters)::
+
+    accepted: a b c a b d a b        the suffix "a b" occurs twice before the end; "b" alone adds nothing new
+    occurrences: "a b|d a" (newest, l = 2), "a b|c a" (l = 2); weights 4 each (MATCH_WEIGHT = 4)
+    trie: root -> c (w 4) -> a (4);  root -> d (4) -> a (4)
+    prob: c = d = 4 / (8 + 1) = 0.444;  c->a = d->a = 4 / (4 + 1) = 0.8
+    tree (ties broken by recency, newest first): tokens [d, c, a, a], parents [-1, -1, 0, 1]
+
+``CandidateTree.chains`` turns a tree into separate root-to-leaf chains (the flat candidates of the
+reference code, shared prefixes fed once per candidate): the ablation ``tree=False``.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+MATCH_WEIGHT = 4.0  # one occurrence matching l+1 tokens counts as this many matching l
+
+
+@dataclass
+class CandidateTree:
+    """Draft tokens as a tree rooted at ``c``, the newest accepted token (CORE_INTERFACE.md).
+
+    Attributes:
+        tokens: node token ids, parents before children (topological order).
+        parents: parent node index per node; -1 = the root ``c``.
+        prob: estimated P(node accepted | its parent accepted), in [0, 1].
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    prob: list[float] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def depths(self) -> list[int]:
+        """1-based depth of each node (a root child has depth 1)."""
+        out: list[int] = []
+        for p in self.parents:
+            out.append(1 if p < 0 else out[p] + 1)
+        return out
+
+    def path(self, node: int) -> list[int]:
+        """Node indices from the root's child down to ``node`` (inclusive); [] for -1."""
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = self.parents[node]
+        return out[::-1]
+
+    def children(self, node: int) -> list[int]:
+        """Indices of ``node``'s children in tree order (node -1 = the root)."""
+        return [i for i, p in enumerate(self.parents) if p == node]
+
+    def select(self, nodes: Sequence[int]) -> "CandidateTree":
+        """The sub-tree of the ancestor-closed ``nodes`` (ascending), re-indexed. ``ValueError`` otherwise."""
+        where = {n: i for i, n in enumerate(nodes)}
+        parents = []
+        for n in nodes:
+            p = self.parents[n]
+            if p >= 0 and p not in where:
+                raise ValueError(f"node {n} selected without its parent {p}: a selection must be ancestor-closed")
+            parents.append(-1 if p < 0 else where[p])
+        return CandidateTree([self.tokens[n] for n in nodes], parents, [self.prob[n] for n in nodes])
+
+    def chains(self) -> "CandidateTree":
+        """Each root-to-leaf path as its own chain (shared prefixes repeated), leaves in tree order."""
+        leaves = [i for i in range(len(self)) if i not in set(self.parents)]
+        out = CandidateTree()
+        for leaf in leaves:
+            prev = -1
+            for n in self.path(leaf):
+                out.tokens.append(self.tokens[n])
+                out.parents.append(prev)
+                out.prob.append(self.prob[n])
+                prev = len(out.tokens) - 1
+        return out
+
+    def merged(self) -> "CandidateTree":
+        """Siblings with the same token merged (shared prefixes fed once); the first one's ``prob`` kept."""
+        out, where, remap = CandidateTree(), {}, []
+        for t, p, pr in zip(self.tokens, self.parents, self.prob):
+            key = (-1 if p < 0 else remap[p], t)
+            if key not in where:
+                out.tokens.append(t)
+                out.parents.append(key[0])
+                out.prob.append(pr)
+                where[key] = len(out.tokens) - 1
+            remap.append(where[key])
+        return out
+
+    @staticmethod
+    def from_chains(chains: Sequence[Sequence[int]], prob: float = 0.5) -> "CandidateTree":
+        """Separate chains from the root (no sharing), every node with ``prob``."""
+        out = CandidateTree()
+        for chain in chains:
+            prev = -1
+            for t in chain:
+                out.tokens.append(int(t))
+                out.parents.append(prev)
+                out.prob.append(prob)
+                prev = len(out.tokens) - 1
+        return out
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """What one step feeds (CORE_INTERFACE.md): ``nodes`` of the proposed tree (ancestor-closed, ascending)
+    and whether to feed the window; the expectations are a policy's estimates (None when not estimated)."""
+
+    nodes: tuple[int, ...]
+    use_window: bool
+    expected_tokens: Optional[float] = None
+    expected_seconds: Optional[float] = None
+
+
+class FeedAll:
+    """The fixed-(W, N, G) policy: feed every proposed node, and the window whenever there is one."""
+
+    def choose(self, tree: CandidateTree, *, num_pending: int, window_tokens: int) -> StepChoice:
+        return StepChoice(nodes=tuple(range(len(tree))), use_window=window_tokens > 0)
+
+    def observe(self, tree: CandidateTree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None:
+        """No learning: a fixed setting feeds the same whatever was accepted."""
+
+
+class _Node:
+    __slots__ = ("token", "weight", "cont", "recency", "kids")
+
+    def __init__(self, token: int) -> None:
+        self.token, self.weight, self.cont, self.recency, self.kids = token, 0.0, 0.0, -1, {}
+
+
+class SuffixLookup:
+    """Suffix-match candidate source for one sequence (see the module docstring).
+
+    Args:
+        ngram_size: N; a 1-token match proposes up to N-1 tokens, and harvested n-grams have N tokens.
+        num_leaves: G, the most leaves (distinct continuations) in a proposed tree (0 = propose nothing).
+        max_nodes: most nodes in a tree (default G x (N-1): the reference code's verification tokens).
+        max_depth: longest continuation proposed (>= N-1); reached only by long matches.
+        max_key: longest suffix matched (tokens, >= 1).
+        ranking: "counts" (estimated path probability; recency breaks ties) or "recency" (newest first).
+        max_occurrences: most occurrences read per proposal (newest first within each key length).
+        index_history: match over the accepted sequence too (``pool_from_prompt``); False: n-grams only.
+    """
+
+    def __init__(self, ngram_size: int, num_leaves: int, *, max_nodes: Optional[int] = None, max_depth: int = 10,
+                 max_key: int = 4, ranking: str = "counts", max_occurrences: int = 64,
+                 index_history: bool = True) -> None:
+        if ngram_size < 2 or num_leaves < 0 or max_key < 1:
+            raise ValueError(f"ngram_size={ngram_size}, num_leaves={num_leaves}, max_key={max_key}: "
+                             "need N >= 2, G >= 0, max_key >= 1")
+        if ranking not in ("counts", "recency"):
+            raise ValueError(f"ranking={ranking!r}; use 'counts' or 'recency'")
+        self.ngram_size = ngram_size
+        self.num_leaves = num_leaves
+        self.max_nodes = num_leaves * (ngram_size - 1) if max_nodes is None else max_nodes
+        self.max_depth = max(max_depth, ngram_size - 1)
+        self.max_key = max_key
+        self.ranking = ranking
+        self.max_occurrences = max_occurrences
+        self.index_history = index_history
+        self.history: list[int] = []
+        self._docs: list[tuple[int, ...]] = []  # harvested n-grams (doc id = index + 1; doc 0 = history)
+        self._doc_ids: dict[tuple[int, ...], int] = {}
+        self._stamp: list[int] = []  # per n-gram doc: clock when last harvested
+        self._clock = 0
+        self._index: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # key -> [(doc, end index)], oldest first
+
+    # ------------------------------------------------------------------ sources
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append accepted tokens (the prompt first, then each step's accepted tokens)."""
+        for t in tokens:
+            self.history.append(int(t))
+            i = len(self.history) - 1
+            for k in range(1, min(self.max_key, i + 1) + 1 if self.index_history else 1):
+                self._index.setdefault(tuple(self.history[i - k + 1 : i + 1]), []).append((0, i))
+            self._clock += 1
+
+    def add_ngram(self, ngram: Sequence[int]) -> None:
+        """Add one harvested n-gram (any length >= 2); a re-harvested one only becomes the newest."""
+        key = tuple(int(t) for t in ngram)
+        self._clock += 1
+        doc = self._doc_ids.get(key)
+        if doc is not None:
+            self._stamp[doc - 1] = self._clock
+            return
+        self._docs.append(key)
+        self._stamp.append(self._clock)
+        doc = len(self._docs)
+        self._doc_ids[key] = doc
+        for k in range(1, min(self.max_key, len(key) - 1) + 1):
+            self._index.setdefault(key[:k], []).append((doc, k - 1))
+
+    def state(self) -> tuple:
+        """A hashable summary (for the LP consistency check)."""
+        return len(self.history), self._clock, tuple(self._docs[-8:]), tuple(self._stamp[-8:])
+
+    def depth_for(self, match_len: int) -> int:
+        """Continuation length proposed after a ``match_len``-token match: (N-1) x match_len, at most max_depth."""
+        return min(self.max_depth, (self.ngram_size - 1) * match_len)
+
+    # ------------------------------------------------------------------ proposal
+    def _occurrences(self) -> list[tuple[int, int, int, int]]:
+        """(doc, end, match length, recency) of occurrences of the suffix with a continuation, best first."""
+        hist, seen, out = self.history, set(), []
+        last = len(hist) - 1
+        for m in range(min(self.max_key, len(hist)), 0, -1):
+            for doc, end in reversed(self._index.get(tuple(hist[-m:]), ())):
+                if (doc, end) in seen or (doc == 0 and end == last):
+                    continue
+                seen.add((doc, end))
+                stamp = end if doc == 0 else self._stamp[doc - 1]
+                out.append((doc, end, m, stamp))
+                if len(out) >= self.max_occurrences:
+                    return out
+        return out
+
+    def _trie(self) -> _Node:
+        root = _Node(-1)
+        for doc, end, m, stamp in self._occurrences():
+            seq = self.history if doc == 0 else self._docs[doc - 1]
+            cont = seq[end + 1 : end + 1 + self.depth_for(m)]
+            w = MATCH_WEIGHT ** (m - 1)
+            node = root
+            for t in cont:
+                node.cont += w
+                child = node.kids.get(t)
+                if child is None:
+                    child = node.kids[t] = _Node(t)
+                child.weight += w
+                child.recency = max(child.recency, stamp)
+                node = child
+        return root
+
+    def propose(self) -> CandidateTree:
+        """The candidate tree for the current accepted sequence (empty when nothing matches or G = 0).
+
+        Nodes come best first (by estimated path probability, or recency), so the tree's order is also a
+        priority order; ``parents`` always precede children.
+        """
+        tree = CandidateTree()
+        if self.num_leaves == 0 or self.max_nodes == 0 or not self.history:
+            return tree
+        root = self._trie()
+        heap: list = []
+        counter = 0
+
+        def push(node: _Node, parent_idx: int, parent: _Node, path_p: float) -> None:
+            nonlocal counter
+            p = node.weight / (parent.cont + 1.0)
+            key = (-node.recency,) if self.ranking == "recency" else (-path_p * p, -node.recency)
+            heapq.heappush(heap, (*key, counter, node, parent_idx, p, path_p * p))
+            counter += 1
+
+        for kid in root.kids.values():
+            push(kid, -1, root, 1.0)
+        has_kids: set[int] = set()
+        leaves = 0
+        while heap and len(tree) < self.max_nodes:
+            *_, node, parent_idx, p, path_p = heapq.heappop(heap)
+            adds_leaf = parent_idx < 0 or parent_idx in has_kids
+            if adds_leaf and leaves >= self.num_leaves:
+                continue
+            leaves += adds_leaf
+            has_kids.add(parent_idx)
+            tree.tokens.append(node.token)
+            tree.parents.append(parent_idx)
+            tree.prob.append(p)
+            idx = len(tree) - 1
+            for kid in node.kids.values():
+                push(kid, idx, node, path_p)
+        return tree
+
+
+class PoolLookup:
+    """The reference code's source (ablation ``lookup=pool``): ``NGramPool`` keyed by the newest token,
+    G candidates of N-1 tokens, newest first, proposed as separate chains with prob 1/2 per node."""
+
+    def __init__(self, ngram_size: int, num_leaves: int, from_prompt: bool = True) -> None:
+        from .ngram_pool import NGramPool
+
+        self.pool = NGramPool(ngram_size, num_leaves)
+        self.from_prompt = from_prompt
+        self.history: list[int] = []
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        start = len(self.history)
+        self.history.extend(int(t) for t in tokens)
+        if self.from_prompt:
+            self.pool.add_from_sequence(self.history, start=start)
+
+    def add_ngram(self, ngram: Sequence[int]) -> None:
+        self.pool.add(ngram)
+
+    def state(self) -> tuple:
+        return tuple((k, tuple(v)) for k, v in self.pool.items())
+
+    def propose(self) -> CandidateTree:
+        if not self.history:
+            return CandidateTree()
+        return CandidateTree.from_chains(self.pool.candidates(self.history[-1]))

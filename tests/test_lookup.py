@@ -1,0 +1,108 @@
+"""Candidate lookup (lookup.py): suffix matching, the candidate tree, its caps and ranking, FeedAll.
+
+Hand-written token ids (letters as small ints) and exact expected trees.
+"""
+import pytest
+
+from lp_runtime.lookup import MATCH_WEIGHT, CandidateTree, FeedAll, PoolLookup, StepChoice, SuffixLookup
+
+a, b, c, d, e, f, g, h = range(1, 9)
+
+
+def lookup(history, ngram_size=3, leaves=2, **kw):
+    lk = SuffixLookup(ngram_size, leaves, **kw)
+    lk.extend(history)
+    return lk
+
+
+def test_docstring_example():
+    tree = lookup([a, b, c, a, b, d, a, b], ngram_size=3, leaves=2, max_nodes=4, max_key=2).propose()
+    assert tree.tokens == [d, c, a, a] and tree.parents == [-1, -1, 0, 1]
+    assert tree.prob == pytest.approx([4 / 9, 4 / 9, 0.8, 0.8])
+
+
+@pytest.mark.parametrize(
+    "history, kw, tokens, parents",
+    [
+        # no earlier occurrence of the suffix: nothing to propose
+        ([a, b, c], {}, [], []),
+        # one 1-token match: N-1 = 2 tokens (prompt lookup)
+        ([a, b, c, d, a], {}, [b, c], [-1, 0]),
+        # a 2-token match proposes (N-1) x 2 = 4 tokens, capped by max_nodes
+        ([a, b, c, d, e, f, a, b], {"max_nodes": 10}, [c, d, e, f], [-1, 0, 1, 2]),
+        ([a, b, c, d, e, f, a, b], {"max_nodes": 3}, [c, d, e], [-1, 0, 1]),
+        # max_depth bounds long matches: 3-token match would allow 6, max_depth 5
+        ([a, b, c, d, e, f, g, h, a, b, c], {"max_nodes": 10, "max_depth": 5}, [d, e, f, g, h], [-1, 0, 1, 2, 3]),
+        # counts: "a -> b" seen twice, "a -> c" once: b first; shared prefix b fed once; e (newer) before d
+        ([a, b, d, a, b, e, a, c, f, a], {"leaves": 3, "max_nodes": 10},
+         [b, c, e, d, f], [-1, -1, 0, 0, 1]),
+        # G = 1 leaf: only the best branch, however many nodes are allowed
+        ([a, b, d, a, b, e, a, c, f, a], {"leaves": 1, "max_nodes": 10}, [b, e], [-1, 0]),
+        # a 2-token match outweighs more frequent 1-token matches (MATCH_WEIGHT = 4 > 2 occurrences)
+        ([g, a, c, h, a, b, h, a, b, g, a], {"leaves": 1, "max_nodes": 10}, [c, h, a, b], [-1, 0, 1, 2]),
+    ],
+)
+def test_propose_table(history, kw, tokens, parents):
+    kw = dict(kw)
+    leaves = kw.pop("leaves", 2)
+    tree = lookup(history, ngram_size=3, leaves=leaves, **kw).propose()
+    assert (tree.tokens, tree.parents) == (tokens, parents)
+    assert all(0 <= p <= 1 for p in tree.prob)
+
+
+def test_counts_vs_recency_and_probabilities():
+    hist = [a, b, d, a, b, e, a, c, f, a]
+    counts = lookup(hist, leaves=1, max_nodes=2).propose()
+    recency = lookup(hist, leaves=1, max_nodes=2, ranking="recency").propose()
+    assert counts.tokens == [b, e] and recency.tokens == [c, f]
+    # b followed a twice out of 3 continuations: 2 / (3 + 1); then e once out of b's 2: 1 / (2 + 1)
+    assert counts.prob == pytest.approx([2 / 4, 1 / 3])
+    assert MATCH_WEIGHT == 4.0
+
+
+def test_window_ngrams_are_a_source_and_dedup():
+    lk = lookup([a, b, c], ngram_size=3, leaves=2, max_nodes=4)
+    assert len(lk.propose()) == 0
+    lk.add_ngram([c, d, e])
+    lk.add_ngram([c, d, e])  # re-harvested: counted once, refreshed
+    lk.add_ngram([b, c, f])  # keyed "b c": a 2-token match with the history's suffix
+    tree = lk.propose()
+    assert tree.tokens == [f, d, e] and tree.parents == [-1, -1, 1]
+    assert lk.state()[0] == 3
+    n_only = SuffixLookup(3, 2, index_history=False)
+    n_only.extend([a, b, a])
+    assert len(n_only.propose()) == 0  # the history is matched, not indexed
+    n_only.add_ngram([a, g, h])
+    assert n_only.propose().tokens == [g, h]
+
+
+def test_tree_helpers():
+    t = CandidateTree([b, c, d, e], [-1, 0, 0, -1], [0.5, 0.4, 0.3, 0.2])
+    assert t.depths() == [1, 2, 2, 1] and t.path(2) == [0, 2] and t.children(-1) == [0, 3]
+    s = t.select((0, 2))
+    assert (s.tokens, s.parents, s.prob) == ([b, d], [-1, 0], [0.5, 0.3])
+    with pytest.raises(ValueError, match="ancestor-closed"):
+        t.select((1,))
+    ch = t.chains()
+    assert (ch.tokens, ch.parents) == ([b, c, b, d, e], [-1, 0, -1, 2, -1])
+    m = ch.merged()
+    assert (m.tokens, m.parents) == (t.tokens, t.parents)
+    assert CandidateTree.from_chains([(b, c), (b, d)]).merged().parents == [-1, 0, 0]
+
+
+def test_pool_lookup_and_feed_all():
+    pl = PoolLookup(3, 2)
+    pl.extend([a, b, c, a, b, d, a])
+    tree = pl.propose()
+    assert (tree.tokens, tree.parents) == ([b, d, b, c], [-1, 0, -1, 2])
+    choice = FeedAll().choose(tree, num_pending=1, window_tokens=0)
+    assert choice == StepChoice(nodes=(0, 1, 2, 3), use_window=False)
+    assert FeedAll().choose(CandidateTree(), num_pending=2, window_tokens=5).use_window
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="ranking='size'"):
+        SuffixLookup(3, 2, ranking="size")
+    with pytest.raises(ValueError, match="need N >= 2"):
+        SuffixLookup(1, 2)
+    assert len(lookup([a, a, a], leaves=0).propose()) == 0

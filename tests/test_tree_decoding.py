@@ -1,0 +1,126 @@
+"""Tree candidates and copy-KV commit end to end (issue 10, issue 9 lever 1).
+
+Copy-KV output == re-feed output == transformers' greedy (tiny model and SmolLM2 float32), same steps; the
+candidate variants all stay exact; the step policy hook sees every step; the config rejects bad variants.
+"""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lp_runtime.config import ConfigError, DatasetConfig, DecodingConfig
+from lp_runtime.data import build_prompt, load_questions
+from lp_runtime.decoder import Decoder
+from lp_runtime.kv import commit, new_cache
+from lp_runtime.lookup import FeedAll, StepChoice
+from lp_runtime.models import eos_token_ids
+
+sys.path.insert(0, str(Path(__file__).parent))
+from exactness import assert_greedy_equal, hf_greedy  # noqa: E402
+from lp_driver import tiny_model  # noqa: E402
+
+PROMPTS = [
+    [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9],
+    [7, 8, 9, 7, 8, 9, 7, 8, 9, 7, 8, 9, 1, 2, 3, 1, 2, 3, 1, 2],
+]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    model = tiny_model()
+    return model, [hf_greedy(model, p, 40) for p in PROMPTS]
+
+
+def test_commit_gathers_rows_into_place():
+    cache = new_cache()
+    kv = torch.arange(10, dtype=torch.float32).view(1, 1, 10, 1).repeat(1, 2, 1, 3)
+    cache.update(kv, kv + 100, 0)
+    commit(cache, num_fed=6, num_keep=2, gather=[3, 5])  # step = entries 4..9; keep 4, 5, then 7, 9
+    layer = cache.layers[0]
+    assert layer.keys[0, 0, :, 0].tolist() == [0, 1, 2, 3, 4, 5, 7, 9]
+    assert layer.values[0, 1, :, 0].tolist() == [100, 101, 102, 103, 104, 105, 107, 109]
+    commit(cache, num_fed=3, num_keep=1)  # re-feed commit: keep a prefix only
+    assert cache.get_seq_length() == 6
+
+
+@pytest.mark.parametrize("wng", [(0, 3, 2), (2, 3, 1), (4, 4, 3), (7, 5, 4), (3, 2, 2)])
+@pytest.mark.parametrize("variant", [{}, {"lookup": "pool"}, {"tree": False}, {"ranking": "recency"},
+                                     {"max_depth": 3}])
+def test_copy_equals_refeed_equals_generate(tiny, wng, variant):
+    model, refs = tiny
+    w, n, g = wng
+    for p, ref in zip(PROMPTS, refs):
+        outs = {}
+        for mode in ("copy", "refeed"):
+            cfg = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=mode, **variant)
+            outs[mode] = Decoder(model, cfg).generate(p, max_new_tokens=40)
+            assert outs[mode].output_ids == ref, (mode, variant)
+        assert outs["copy"].accept_lengths == outs["refeed"].accept_lengths
+        # copy-KV feeds one pending token after the first step; re-feed feeds every accepted token again
+        assert sum(outs["copy"].step_tokens) <= sum(outs["refeed"].step_tokens)
+    assert any(max(Decoder(model, DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, **variant))
+                   .generate(p, max_new_tokens=40).accept_lengths) > 1 for p in PROMPTS)  # candidates accepted
+
+
+class Recorder(FeedAll):
+    """FeedAll that records what it was shown, and feeds only the first node when asked to."""
+
+    def __init__(self, first_only=False):
+        self.seen, self.first_only = [], first_only
+
+    def choose(self, tree, *, num_pending, window_tokens):
+        if self.first_only:
+            return StepChoice(nodes=tuple(range(min(1, len(tree)))), use_window=False)
+        return super().choose(tree, num_pending=num_pending, window_tokens=window_tokens)
+
+    def observe(self, tree, fed_nodes, accepted_nodes):
+        assert set(accepted_nodes) <= set(fed_nodes)
+        for n in accepted_nodes:  # accepted nodes form a path in the proposed tree
+            assert tree.parents[n] < 0 or tree.parents[n] in accepted_nodes
+        self.seen.append((len(tree), len(fed_nodes), len(accepted_nodes)))
+
+
+def test_step_policy_hook(tiny):
+    model, refs = tiny
+    rec = Recorder()
+    out = Decoder(model, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2), step_policy=rec).generate(
+        PROMPTS[1], max_new_tokens=40)
+    assert out.output_ids == refs[1] and len(rec.seen) == out.decoding_steps
+    assert [s[2] + 1 for s in rec.seen][:-1] == out.accept_lengths[:-1]
+    small = Recorder(first_only=True)
+    out = Decoder(model, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2), step_policy=small).generate(
+        PROMPTS[1], max_new_tokens=40)
+    assert out.output_ids == refs[1]
+    assert max(out.step_tokens[1:]) <= 2 and max(out.accept_lengths) == 2  # 1 pending + 1 node: at most 2 tokens
+
+
+def test_config_rejects_bad_variants():
+    for kwargs, msg in (
+        ({"lookup": "trie"}, "decoding.lookup='trie' is not allowed; use one of suffix, pool"),
+        ({"ranking": "size"}, "decoding.ranking='size' is not allowed; use one of counts, recency"),
+        ({"commit": "move"}, "decoding.commit='move' is not allowed; use one of copy, refeed"),
+        ({"max_depth": 0}, "decoding.max_depth=0 is not allowed; it must be >= 1"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            DecodingConfig(**kwargs)
+        assert str(err.value) == msg
+
+
+def test_smollm2_copy_equals_refeed_equals_generate(smollm2):
+    model, tok = smollm2
+    eos = eos_token_ids(model, tok, None)
+    qs = load_questions(DatasetConfig(name="mt_bench", limit=1, first_turn_only=True))
+    qs += load_questions(DatasetConfig(name="humaneval", limit=1))
+    for q in qs:
+        prompt = build_prompt(tok, q, [])  # chat template for MT-Bench, raw prompt for HumanEval
+        ref = hf_greedy(model, prompt, 40, eos_token_id=eos)
+        steps = {}
+        for mode in ("copy", "refeed"):
+            dec = Decoder(model, DecodingConfig(window_size=7, ngram_size=5, guess_set_size=7, commit=mode),
+                          eos_token_ids=eos, tokenizer=tok)
+            out = dec.generate(prompt, max_new_tokens=40)
+            assert_greedy_equal(model, prompt, out.output_ids, ref, f"{mode} q{q.question_id}")
+            steps[mode] = out.decoding_steps
+        assert steps["copy"] == steps["refeed"] < 40
