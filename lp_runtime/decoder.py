@@ -42,7 +42,7 @@ import torch
 
 from .config import ConfigError, DecodingConfig, SamplingConfig
 from .kv import check_supported, commit, new_cache
-from .layout import LayoutCache, full_mask
+from .layout import LayoutCache, MaskBuffer, full_mask
 from .lookup import CandidateTree, FeedAll, PoolLookup, SuffixLookup
 from .parallel import LocalGroup, state_hash, sub_parents
 from .sampling import Sampler, check_processors
@@ -93,7 +93,13 @@ class Decoder:
         logits_processor: extra transformers processors applied after ``sampling``'s; only the classes of
             ``sampling.SUPPORTED_PROCESSORS`` (``ValueError`` naming any other).
         step_policy: what each step feeds (``choose(tree, num_pending=, window_tokens=) -> StepChoice`` and
-            ``observe(tree, fed_nodes, accepted_nodes)``; CORE_INTERFACE.md); default ``lookup.FeedAll``.
+            ``observe(tree, fed_nodes, accepted_nodes)``; CORE_INTERFACE.md); default ``lookup.FeedAll``, or
+            with ``decoding.method="auto"`` a ``policy.CostPolicy`` on this machine's latency profile
+            (``tuner.auto_policy``: measured once per model/device/dtype, then read from the cache).
+
+    Attributes switched by the benchmark's ablation: ``copy_kv`` (False: re-feed the accepted tokens),
+    ``static_mask`` (False: concatenate a new mask each step instead of writing into ``layout.MaskBuffer``),
+    ``step_policy``.
     """
 
     def __init__(self, model, decoding: DecodingConfig, *, eos_token_ids: Sequence[int] = (),
@@ -106,8 +112,12 @@ class Decoder:
         self.lp = lp if lp is not None else LocalGroup()
         self.extra_processors = check_processors(logits_processor or ())
         self.sampler = Sampler(sampling, self.extra_processors)
+        if step_policy is None and decoding.method == "auto":
+            from .tuner import auto_policy
+
+            step_policy = auto_policy(model)
         self.step_policy = step_policy if step_policy is not None else FeedAll()
-        lookahead = decoding.method == "lookahead"
+        lookahead = decoding.method in ("lookahead", "auto")  # auto: lookahead, the cost policy picks each step
         self.window_size = decoding.window_size if lookahead else 0
         self.ngram_size = decoding.ngram_size
         self.guess_set_size = decoding.guess_set_size if lookahead else 0
@@ -118,6 +128,8 @@ class Decoder:
         self.copy_kv = decoding.commit == "copy" and self.lp.size == 1  # LP re-feeds (KV lives on one rank)
         self.device = next(model.parameters()).device
         self.layouts = LayoutCache(self.device, model.dtype)
+        self.static_mask = True
+        self._mask_buffer = MaskBuffer(model.dtype, self.device)
         self.context_length = _context_length(model)
 
     def _max_depth(self, num_pending: int, with_window: bool, with_candidates: bool) -> int:
@@ -181,7 +193,8 @@ class Decoder:
         out = self.model(
             input_ids=torch.tensor([ids], device=self.device),
             position_ids=(depth + past)[None],
-            attention_mask=None if layout.is_chain else full_mask(inner, past),
+            attention_mask=None if layout.is_chain else (
+                self._mask_buffer.view(inner, past) if self.static_mask else full_mask(inner, past)),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=keep,

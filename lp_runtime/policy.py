@@ -33,45 +33,19 @@ enough at this q (a GPU, or bfloat16 on a CPU with native bf16 matmul), never on
 
 Example (flat curve up to 4 tokens, then dearer)::
 
-    >>> from types import SimpleNamespace as T
+    >>> from lp_runtime.lookup import CandidateTree
     >>> pol = CostPolicy({1: 0.010, 4: 0.010, 8: 0.020})
-    >>> tree = T(tokens=[7, 8, 9], parents=[-1, 0, -1], prob=[0.9, 0.8, 0.1])
+    >>> tree = CandidateTree(tokens=[7, 8, 9], parents=[-1, 0, -1], prob=[0.9, 0.8, 0.1])
     >>> pol.choose(tree, num_pending=1, window_tokens=0).nodes   # all three fit in the flat part (q = 4)
     (0, 1, 2)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
+from .lookup import StepChoice
+
 WINDOW_GAIN_PRIOR = 0.15
-
-
-@dataclass(frozen=True)
-class StepChoice:
-    """The policy's decision for one step.
-
-    Attributes:
-        nodes: indices into the candidate tree to feed, ascending (tree order), ancestor-closed.
-        use_window: feed the Jacobi window this step.
-        expected_tokens: expected accepted tokens of the step (>= 1; the window's later value excluded).
-        expected_seconds: latency of the step's forward pass read off the curve (seconds).
-    """
-
-    nodes: tuple[int, ...]
-    use_window: bool
-    expected_tokens: float
-    expected_seconds: float
-
-
-class FeedAll:
-    """Feed every node and the window whenever there is one: a fixed (W, N, G) as the user asked."""
-
-    def choose(self, tree, num_pending: int, window_tokens: int) -> StepChoice:
-        return StepChoice(tuple(range(len(tree.tokens))), window_tokens > 0, float("nan"), float("nan"))
-
-    def observe(self, tree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None:
-        return None
 
 
 def interpolate(curve: Mapping[int, float], q: float) -> float:

@@ -1,12 +1,11 @@
 """The cost-aware step policy (lp_runtime/policy.py): synthetic latency curves and acceptance tables, exact choices."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from lp_runtime.policy import (AcceptanceCalibration, CostPolicy, FeedAll, LatencyCurve, StepChoice, best_prefix,
-                               interpolate, node_depths, path_probabilities)
+from lp_runtime.lookup import CandidateTree, FeedAll, StepChoice
+from lp_runtime.policy import (AcceptanceCalibration, CostPolicy, LatencyCurve, best_prefix, interpolate, node_depths,
+                               path_probabilities)
 
 # Measured on the 2-core CPU on 2026-11-30 (ms, SmolLM2, 200-token cache; DESIGN.md section 7b).
 FLOAT32 = {1: 38.5, 2: 61.8, 3: 75.8, 4: 58.9, 8: 59.2, 16: 70.6, 32: 95.0, 64: 142.8}
@@ -18,8 +17,7 @@ GENTLE = {1: 10.0, 101: 20.0}                  # 0.1 ms per extra token (GPU-lik
 
 
 def tree(parents, prob, tokens=None, from_window=None):
-    t = SimpleNamespace(tokens=tokens or list(range(100, 100 + len(parents))), parents=list(parents),
-                        prob=list(prob))
+    t = CandidateTree(tokens or list(range(100, 100 + len(parents))), list(parents), list(prob))
     if from_window is not None:
         t.from_window = list(from_window)
     return t
@@ -198,6 +196,4 @@ def test_expected_speedup_and_feed_all():
     t = star(0.5, 0.5)
     pol.observe(t, pol.choose(t, 1, 0).nodes, [0])
     assert pol.expected_speedup() == pytest.approx(2.0)   # 2 expected tokens for the price of one
-    assert FeedAll().choose(t, 2, 5) == StepChoice((0, 1), True, pytest.approx(float("nan"), nan_ok=True),
-                                                   pytest.approx(float("nan"), nan_ok=True))
-    assert FeedAll().choose(t, 1, 0).use_window is False
+    assert FeedAll().choose(t, num_pending=2, window_tokens=5) == StepChoice((0, 1), True)

@@ -91,11 +91,12 @@ def test_measure_latency_variants(tiny_llama):
 def test_mask_buffer_equals_full_mask_in_values_and_logits(tiny_llama):
     from lp_runtime.kv import new_cache
 
-    layouts = LayoutCache(3, torch.device("cpu"), torch.float32)
+    layouts = LayoutCache(torch.device("cpu"), torch.float32)
     buf = MaskBuffer(torch.float32, "cpu", rows=4, cols=8)  # small: the steps below make it grow
     gen = torch.Generator().manual_seed(1)
     with torch.inference_mode():
-        for past, shape in ((5, (2, [1, 2], 1, 2)), (9, (1, [], 0, 1)), (30, (2, [1, 2], 1, 2)), (31, (1, [1], 1, 0))):
+        for past, shape in ((5, (2, [1, 2], 1, [-1, 0, -1])), (9, (1, [], 0, [-1, 0])),
+                            (30, (2, [1, 2], 1, [-1, 0, 0, 1])), (31, (1, [1], 1, []))):
             lay, depth, inner, _ = layouts.get(*shape)
             view = buf.view(inner, past)
             assert torch.equal(view, full_mask(inner, past)), (past, shape)  # old blocks were cleared
