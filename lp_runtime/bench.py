@@ -383,7 +383,7 @@ ABLATIONS = {  # label suffix -> decoder options switched off (decoding=auto has
 
 def configure_decoder(dec, options: dict[str, Any]) -> None:
     """Switch a ``Decoder``'s levers (``ABLATIONS``) by its public attributes; unknown options raise ``ConfigError``."""
-    from lp_runtime.policy import FeedAll
+    from lp_runtime.lookup import FeedAll
 
     for key, value in options.items():
         if key == "policy":

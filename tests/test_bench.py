@@ -203,6 +203,33 @@ def test_run_two_dtypes_in_one_run(tiny_model_dir, tmp_path, monkeypatch):
     assert (tmp_path / "out" / "table.txt").read_text().count("q/writing") == 6
 
 
+def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    from lp_runtime.bench import BenchConfig, run
+    from lp_runtime.config import DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig
+
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path / "cache"))
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "code", "turns": ["def f(x): return x + x"]}) + "\n")
+    cfg = BenchConfig(model=ModelConfig(name="tiny", path=str(tiny_model_dir), device="cpu"),
+                      decoding=DecodingConfig(method="auto", ngram_size=4, guess_set_size=2),
+                      generation=GenerationConfig(max_new_tokens=6), ablation=True,
+                      datasets=[DatasetConfig(name="jsonl", path=str(questions))], methods=["hf_greedy"],
+                      lookahead=[], figures=False, progress=False, output_dir=str(tmp_path / "out"))
+    from lp_runtime import tuner
+
+    float32 = {1: 0.0385, 2: 0.0618, 3: 0.0758, 4: 0.0589, 8: 0.0592, 16: 0.0706, 32: 0.095, 64: 0.1428}
+    tuner.latency_profile(Path(tiny_model_dir).name, "cpu", "float32", measure=lambda: float32)  # as if measured
+    res = run(cfg)
+    auto = "auto W0 N4 G2"  # the window does not pay on this (float32, 2-core CPU) curve
+    assert list(res["methods"]) == ["hf_greedy", auto, f"{auto} -copy_kv", f"{auto} -policy",
+                                    f"{auto} -static_mask", f"{auto} W->3"]
+    assert res["auto_decoding"]["float32"]["chosen"]["method"] == "auto"
+    assert capsys.readouterr().out.count("decoding=auto: ") == 1
+    alls = {r["method"]: r for r in res["table"] if r["group"] == "all"}
+    for label in res["methods"]:
+        assert alls[label]["identical"] == 1, label
+
+
 # ---------------------------------------------------------------------------------------- CLI
 
 def test_bench_cli_smoke(tiny_model_dir, tmp_path):
