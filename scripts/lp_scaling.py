@@ -55,8 +55,9 @@ def main() -> None:
         summary = json.loads(answers.with_suffix(".summary.json").read_text())
         comm = summary.get("lp_communication", {})
         levels = n - 2
-        plan = shard_plan(1, w, levels, g, k, cand_len=n - 1)
-        per_rank = [rank_tokens(p, 1, levels, n - 1) for p in plan]
+        sizes = (n - 1,) * g  # a full step of G separate chains (the tree's nodes vary per step; see s_table.py)
+        plan = shard_plan(1, w, levels, sizes, k)
+        per_rank = [rank_tokens(p, 1, levels, sizes) for p in plan]
         rows.append({
             "K": k, "W": w, "N": n, "G": g,
             "step_tokens_one_process": DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g).step_tokens(1, g),

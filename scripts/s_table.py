@@ -1,0 +1,205 @@
+"""Step compression S of lookahead decoding per setting and candidate variant, and its LP scaling (issue 10).
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/s_table.py --settings 15,5,15 7,5,7 0,4,2 \\
+        --variants counts tree suffix pool --ks 1 2 4 8 --out results/s_table
+
+Prompts (fixed, so anyone can repeat it): the first turn of the first 2 MT-Bench questions of each of the 8
+categories (16 prompts, SmolLM2 chat template via ``data.build_prompt``) and HumanEval problems 0-7 (raw
+prompt). SmolLM2-135M float32, greedy, ``--max-new-tokens`` (128). S = new tokens / forward passes (every
+step emits tokens); no timing is taken, so S and tokens fed per step are deterministic and can be measured
+on a busy machine. Every output is compared with transformers' greedy ``generate`` (cached in
+``OUT/refs_<n>.json``); a difference counts as a near-tie only when the plain model's top-2 logit gap at the
+first differing token is below 1e-4.
+
+Variants (``DecodingConfig`` fields): ``pool`` = the reference code's n-gram pool keyed by the newest token,
+separate chains (lookup=pool tree=false); ``suffix`` = suffix lookup, separate chains, recency ranking;
+``tree`` = suffix lookup as a token tree, recency ranking; ``counts`` = tree + counts ranking (the default).
+``--commit`` chooses copy-KV (default; the next step feeds only the bonus token) or re-feed.
+
+LP scaling (``--ks``): W = G = K x 15, N = 5, the ``counts`` variant with re-feed commit (what K ranks run),
+in ONE process (K ranks give the same tokens and steps); per-rank input tokens come from the shard plan
+(``parallel.tree_plan``) of every step's actual candidate tree, averaged over steps.
+
+Each run is saved as ``OUT/runs/<name>.json`` and skipped when present (rerun to resume); the script ends by
+printing the markdown tables of every run in ``OUT`` and writing ``OUT/s_table.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
+from lp_runtime.data import build_prompt, load_questions  # noqa: E402
+from lp_runtime.decoder import Decoder  # noqa: E402
+from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
+
+VARIANTS = {
+    "pool": dict(lookup="pool", tree=False, ranking="recency"),
+    "suffix": dict(lookup="suffix", tree=False, ranking="recency"),
+    "tree": dict(lookup="suffix", tree=True, ranking="recency"),
+    "counts": dict(lookup="suffix", tree=True, ranking="counts"),
+}
+NEAR_TIE = 1e-4
+
+
+def prompt_set(tok):
+    """[(group, id, token ids)]: 16 MT-Bench first turns (2 per category, file order) + HumanEval 0-7."""
+    mt = load_questions(DatasetConfig(name="mt_bench", first_turn_only=True))
+    per_cat: dict[str, list] = {}
+    for q in mt:
+        per_cat.setdefault(q.category, [])
+        if len(per_cat[q.category]) < 2:
+            per_cat[q.category].append(q)
+    assert len(per_cat) == 8, sorted(per_cat)
+    out = [("mt_bench", q.question_id, build_prompt(tok, q, [])) for qs in per_cat.values() for q in qs]
+    he = load_questions(DatasetConfig(name="humaneval", limit=8))
+    return out + [("humaneval", q.question_id, build_prompt(tok, q, [])) for q in he]
+
+
+@torch.inference_mode()
+def hf_greedy(model, prompt, n, eos):
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                         eos_token_id=eos, pad_token_id=eos[0] if eos else 0)
+    return out[0, len(prompt):].tolist()
+
+
+@torch.inference_mode()
+def top2_gap(model, prefix):
+    logits = model(torch.tensor([prefix])).logits[0, -1].float()
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])
+
+
+class PlanProbe(LocalGroup):
+    """One process that also records, per step, each of K ranks' input tokens under the shard plan."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k, self.rank_tokens = k, []
+
+    def plan(self, num_pending, num_columns, num_levels, parents):
+        row = []
+        for cols, nodes in tree_plan(num_pending, num_columns, num_levels, parents, self.k):
+            row.append(num_pending + (max(cols) if cols else 0) + num_levels * len(cols) + len(nodes))
+        self.rank_tokens.append(row)
+        return super().plan(num_pending, num_columns, num_levels, parents)
+
+
+def run(model, tok, eos, prompts, refs, name, decoding, n_new, out_dir, probe_k=None):
+    path = out_dir / "runs" / f"{name}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    probe = PlanProbe(probe_k) if probe_k else None
+    dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=probe)
+    rows, start = [], time.time()
+    for (group, qid, prompt), ref in zip(prompts, refs):
+        if probe:
+            probe.rank_tokens = []
+        out = dec.generate(prompt, max_new_tokens=n_new)
+        status = "identical"
+        if out.output_ids != ref:
+            i = next((j for j, (a, b) in enumerate(zip(out.output_ids, ref)) if a != b), None)
+            gap = top2_gap(model, list(prompt) + ref[:i]) if i is not None else float("inf")
+            status = "near-tie" if gap < NEAR_TIE else f"DIFFERENT (gap {gap:.3g})"
+        row = {"group": group, "id": qid, "new_tokens": len(out.output_ids), "steps": out.decoding_steps,
+               "fed_tokens": sum(out.step_tokens), "status": status}
+        if probe:
+            row["rank_tokens"] = [sum(r[k] for r in probe.rank_tokens) for k in range(probe_k)]
+        rows.append(row)
+        print(f"  {name} {group} {qid}: S {row['new_tokens'] / row['steps']:.2f} {status}", flush=True)
+    res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": time.time() - start,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=1) + "\n")
+    return res
+
+
+def summarize(res):
+    out = {}
+    for group in ("mt_bench", "humaneval"):
+        rows = [r for r in res["rows"] if r["group"] == group]
+        steps = sum(r["steps"] for r in rows)
+        out[group] = {"S": sum(r["new_tokens"] for r in rows) / steps, "fed_per_step": sum(r["fed_tokens"] for r in rows) / steps,
+                      "identical": sum(r["status"] == "identical" for r in rows),
+                      "near_tie": sum(r["status"] == "near-tie" for r in rows), "prompts": len(rows)}
+        if rows and "rank_tokens" in rows[0]:
+            k = len(rows[0]["rank_tokens"])
+            out[group]["rank_tokens_per_step"] = [sum(r["rank_tokens"][i] for r in rows) / steps for i in range(k)]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--settings", nargs="*", default=["15,5,15", "7,5,7", "0,4,2"], help="W,N,G triples")
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--commit", default="copy", choices=["copy", "refeed"])
+    ap.add_argument("--ks", type=int, nargs="*", default=[], help="LP scaling: W = G = K x 15, N = 5")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--out", default="results/s_table")
+    args = ap.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    out_dir = ROOT / args.out
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
+    eos = eos_token_ids(model, tok, None)
+    prompts = prompt_set(tok)
+    ref_path = out_dir / f"refs_{args.max_new_tokens}.json"
+    if ref_path.exists():
+        refs = json.loads(ref_path.read_text())
+    else:
+        refs = [hf_greedy(model, p, args.max_new_tokens, eos) for _, _, p in prompts]
+        ref_path.write_text(json.dumps(refs) + "\n")
+
+    for setting in args.settings:
+        w, n, g = (int(x) for x in setting.split(","))
+        for v in args.variants:
+            dec = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=args.commit, **VARIANTS[v])
+            run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}_{args.commit}", dec, args.max_new_tokens, out_dir)
+    for k in args.ks:
+        dec = DecodingConfig(window_size=15 * k, ngram_size=5, guess_set_size=15 * k, commit="refeed",
+                             **VARIANTS["counts"])
+        run(model, tok, eos, prompts, refs, f"lp_k{k}", dec, args.max_new_tokens, out_dir, probe_k=k)
+
+    table = {}
+    for path in sorted((out_dir / "runs").glob("*.json")):
+        res = json.loads(path.read_text())
+        table[res["name"]] = {"decoding": res["decoding"], "date": res["date"], **summarize(res)}
+    (out_dir / "s_table.json").write_text(json.dumps(table, indent=1) + "\n")
+
+    print("\n| setting (W, N, G) | variant | commit | MT-Bench S | fed/step | HumanEval S | fed/step | identical |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, t in table.items():
+        if name.startswith("lp_"):
+            continue
+        d, m, h = t["decoding"], t["mt_bench"], t["humaneval"]
+        variant = next((v for v, kw in VARIANTS.items() if all(d[key] == val for key, val in kw.items())), "?")
+        print(f"| ({d['window_size']}, {d['ngram_size']}, {d['guess_set_size']}) | {variant} | {d['commit']} | "
+              f"{m['S']:.2f} | {m['fed_per_step']:.1f} | {h['S']:.2f} | {h['fed_per_step']:.1f} | "
+              f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']} |")
+    lp = {name: t for name, t in table.items() if name.startswith("lp_")}
+    if lp:
+        print("\n| K | (W, N, G) | MT-Bench S | HumanEval S | tokens/step, 1 process (MT / HE) | "
+              "per-rank tokens/step (MT) | per-rank tokens/step (HE) | identical |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, t in sorted(lp.items(), key=lambda kv: kv[1]["decoding"]["window_size"]):
+            d, m, h = t["decoding"], t["mt_bench"], t["humaneval"]
+            ranks = lambda x: "[" + ", ".join(f"{v:.0f}" for v in x["rank_tokens_per_step"]) + "]"  # noqa: E731
+            print(f"| {d['window_size'] // 15} | ({d['window_size']}, 5, {d['guess_set_size']}) | {m['S']:.2f} | "
+                  f"{h['S']:.2f} | {m['fed_per_step']:.0f} / {h['fed_per_step']:.0f} | {ranks(m)} | {ranks(h)} | "
+                  f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']} |")
+
+
+if __name__ == "__main__":
+    main()
