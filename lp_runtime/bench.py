@@ -321,8 +321,9 @@ def plot(table: Sequence[dict], out_dir: str) -> list[str]:
                               ("step_latency.png", "seconds_per_step", "seconds per step")):
         fig, ax = plt.subplots(figsize=(6, 4.5))
         for g in [g for g in groups if "/" not in g]:
-            pts = [(by[(m, g)]["step_tokens"], by[(m, g)][key], m) for m in methods
-                   if (m, g) in by and by[(m, g)]["step_tokens"] and by[(m, g)][key] is not None]
+            fed = lambda r: r.get("fed_per_step") or r["step_tokens"]  # noqa: E731  (measured, else nominal)
+            pts = [(fed(by[(m, g)]), by[(m, g)][key], m) for m in methods
+                   if (m, g) in by and fed(by[(m, g)]) and by[(m, g)][key] is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", label=g)
                 if g == "all":

@@ -6,6 +6,8 @@ DynamicCache + mask concatenated each step, ``static_mask`` = a preallocated mas
 (dtype, variant) pairs are measured in ``--rounds`` interleaved rounds (the machine drifts) and each q keeps
 the median over rounds. Writes ``OUT/<model>__<device>__<dtype>__<variant>.json``, ``OUT/latency_curves.json``
 (all of them), ``OUT/latency_curves.md`` (a table) and ``OUT/latency_curves.png`` (ms and ratio to q = 1).
+``compile`` is not in the defaults: on the 2-core CPU (shared at the time) its warm-up compiles took over 6
+minutes for two step sizes without finishing, so it is not cheap here; try it with ``--variants compile``.
 With ``--save-profile`` the ``static_mask`` curve of each dtype also becomes the tuner's cached profile, so
 ``decoding=auto`` uses it. Run on a quiet machine (nothing else on the cores)::
 
