@@ -159,7 +159,8 @@ class SuffixLookup:
     Args:
         ngram_size: N; a 1-token match proposes up to N-1 tokens, and harvested n-grams have N tokens.
         num_leaves: G, the most leaves (distinct continuations) in a proposed tree (0 = propose nothing).
-        max_nodes: most nodes in a tree (default G x (N-1): the reference code's verification tokens).
+        max_nodes: most nodes in a tree (default max(G x (N-1), max_depth): the reference code's verification
+            tokens, and room for one full-depth continuation).
         max_depth: longest continuation proposed (>= N-1); reached only by long matches.
         max_key: longest suffix matched (tokens, >= 1).
         ranking: "counts" (estimated path probability; recency breaks ties) or "recency" (newest first).
@@ -177,8 +178,8 @@ class SuffixLookup:
             raise ValueError(f"ranking={ranking!r}; use 'counts' or 'recency'")
         self.ngram_size = ngram_size
         self.num_leaves = num_leaves
-        self.max_nodes = num_leaves * (ngram_size - 1) if max_nodes is None else max_nodes
         self.max_depth = max(max_depth, ngram_size - 1)
+        self.max_nodes = max(num_leaves * (ngram_size - 1), self.max_depth) if max_nodes is None else max_nodes
         self.max_key = max_key
         self.ranking = ranking
         self.max_occurrences = max_occurrences
