@@ -324,3 +324,21 @@ class PoolLookup:
         if not self.history:
             return CandidateTree()
         return CandidateTree.from_chains(self.pool.candidates(self.history[-1]))
+
+
+def new_lookup(cfg):
+    """The candidate source ``cfg`` (a ``DecodingConfig``) asks for: ``PoolLookup`` or ``SuffixLookup``."""
+    n, g = cfg.ngram_size, cfg.guess_set_size
+    if cfg.lookup == "pool":
+        return PoolLookup(n, g, from_prompt=cfg.pool_from_prompt)
+    return SuffixLookup(n, g, max_depth=cfg.max_depth, ranking=cfg.ranking, index_history=cfg.pool_from_prompt)
+
+
+def propose(lookup, cfg) -> CandidateTree:
+    """``lookup``'s tree in the shape ``cfg.tree`` asks for: shared prefixes merged, or separate chains."""
+    if lookup is None:
+        return CandidateTree()
+    tree = lookup.propose()
+    if cfg.lookup == "pool":
+        return tree.merged() if cfg.tree else tree
+    return tree if cfg.tree else tree.chains()

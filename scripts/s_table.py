@@ -41,7 +41,9 @@ from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.lookup import new_lookup, propose  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
+from lp_runtime.verify import greedy_verify  # noqa: E402
 
 VARIANTS = {
     "pool": dict(lookup="pool", tree=False, ranking="recency"),
@@ -129,11 +131,44 @@ def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_
     return res
 
 
+def replay(prompts, refs, name, decoding, max_new, out_dir):
+    """S of a pool-only (W = 0) setting without the model: with no window the candidates depend only on the
+    accepted text, and greedy verification accepts the longest tree path that matches the greedy continuation
+    plus the bonus token, so replaying transformers' greedy output gives the decoder's exact steps (whenever
+    its output is token-identical, which the model-in-the-loop runs and tests check). Fed tokens assume
+    copy-KV (1 pending token + the tree)."""
+    assert decoding.window_size == 0
+    path = out_dir / "runs" / f"{name}.json"
+    rows = []
+    for (group, qid, prompt), ref in zip(prompts, refs):
+        lk = new_lookup(decoding)
+        lk.extend(prompt)
+        pos = steps = fed = 0
+        while pos < len(ref):
+            tree = propose(lk, decoding)
+            out = []
+            for i in range(len(tree)):
+                toks = [tree.tokens[m] for m in tree.path(i)]
+                end = pos + len(toks)
+                out.append(ref[end] if end < len(ref) and ref[pos:end] == toks else -1)
+            accepted, _ = greedy_verify(ref[pos], tree.tokens, tree.parents, out)
+            accepted = accepted[: len(ref) - pos]
+            lk.extend(accepted)
+            pos, steps, fed = pos + len(accepted), steps + 1, fed + 1 + len(tree)
+        rows.append({"group": group, "id": qid, "new_tokens": len(ref), "steps": steps, "fed_tokens": fed,
+                     "status": "replay"})
+    res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": 0.0, "max_new_tokens": max_new,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "replay": True}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=1) + "\n")
+    return res
+
+
 def summarize(res):
     out = {}
     for group in ("mt_bench", "humaneval"):
         rows = [r for r in res["rows"] if r["group"] == group]
-        steps = sum(r["steps"] for r in rows)
+        steps = sum(r["steps"] for r in rows) or float("nan")
         out[group] = {"S": sum(r["new_tokens"] for r in rows) / steps, "fed_per_step": sum(r["fed_tokens"] for r in rows) / steps,
                       "identical": sum(r["status"] == "identical" for r in rows),
                       "near_tie": sum(r["status"] == "near-tie" for r in rows), "prompts": len(rows)}
@@ -150,6 +185,8 @@ def main() -> None:
     ap.add_argument("--commit", default="copy", choices=["copy", "refeed"])
     ap.add_argument("--ks", type=int, nargs="*", default=[], help="LP scaling: W = G = K x 15, N = 5")
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--replay", action="store_true",
+                    help="W = 0 settings only: replay transformers' greedy output through the lookup (no model)")
     ap.add_argument("--mt-limit", type=int, default=16, help="first k MT-Bench prompts (8 = one per category)")
     ap.add_argument("--he-limit", type=int, default=8, help="first k HumanEval prompts")
     ap.add_argument("--out", default="results/s_table")
@@ -179,6 +216,9 @@ def main() -> None:
         w, n, g = (int(x) for x in setting.split(","))
         for v in args.variants:
             dec = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=args.commit, **VARIANTS[v])
+            if args.replay:
+                replay(prompts, refs, f"w{w}n{n}g{g}_{v}_replay{tag}", dec, args.max_new_tokens, out_dir)
+                continue
             run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}_{args.commit}{tag}", dec, args.max_new_tokens, out_dir)
     for k in args.ks:
         dec = DecodingConfig(window_size=15 * k, ngram_size=5, guess_set_size=15 * k, commit="refeed",
@@ -186,9 +226,10 @@ def main() -> None:
         run(model, tok, eos, prompts, refs, f"lp_k{k}{tag}", dec, args.max_new_tokens, out_dir, probe_k=k)
 
     table = {}
-    for path in sorted((out_dir / "runs").glob("*.json")):
+    for path in sorted((out_dir / "runs").glob("*.json")):  # finished runs, then what a stopped run got through
         res = json.loads(path.read_text())
-        table[res["name"]] = {"decoding": res["decoding"], "date": res["date"], **summarize(res)}
+        name = res["name"] + (" (partial)" if path.name.endswith(".partial.json") else "")
+        table[name] = {"decoding": res["decoding"], "date": res["date"], **summarize(res)}
     (out_dir / "s_table.json").write_text(json.dumps(table, indent=1) + "\n")
 
     print("\n| setting (W, N, G) | variant | commit | MT-Bench S | fed/step | HumanEval S | fed/step | identical |")
@@ -198,9 +239,10 @@ def main() -> None:
             continue
         d, m, h = t["decoding"], t["mt_bench"], t["humaneval"]
         variant = next((v for v, kw in VARIANTS.items() if all(d[key] == val for key, val in kw.items())), "?")
-        print(f"| ({d['window_size']}, {d['ngram_size']}, {d['guess_set_size']}) | {variant} | {d['commit']} | "
-              f"{m['S']:.2f} | {m['fed_per_step']:.1f} | {h['S']:.2f} | {h['fed_per_step']:.1f} | "
-              f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']} |")
+        ident = "replay" if name.count("_replay") else f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']}"
+        print(f"| ({d['window_size']}, {d['ngram_size']}, {d['guess_set_size']}) | {variant} | "
+              f"{'copy' if 'replay' in name else d['commit']} | {m['S']:.2f} ({m['prompts']}) | {m['fed_per_step']:.1f} | "
+              f"{h['S']:.2f} ({h['prompts']}) | {h['fed_per_step']:.1f} | {ident} |")
     lp = {name: t for name, t in table.items() if name.startswith("lp_")}
     if lp:
         print("\n| K | (W, N, G) | MT-Bench S | HumanEval S | tokens/step, 1 process (MT / HE) | "
@@ -208,7 +250,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|")
         for name, t in sorted(lp.items(), key=lambda kv: kv[1]["decoding"]["window_size"]):
             d, m, h = t["decoding"], t["mt_bench"], t["humaneval"]
-            ranks = lambda x: "[" + ", ".join(f"{v:.0f}" for v in x["rank_tokens_per_step"]) + "]"  # noqa: E731
+            ranks = lambda x: "[" + ", ".join(f"{v:.0f}" for v in x.get("rank_tokens_per_step", [])) + "]"  # noqa: E731
             print(f"| {d['window_size'] // 15} | ({d['window_size']}, 5, {d['guess_set_size']}) | {m['S']:.2f} | "
                   f"{h['S']:.2f} | {m['fed_per_step']:.0f} / {h['fed_per_step']:.0f} | {ranks(m)} | {ranks(h)} | "
                   f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']} |")
