@@ -43,7 +43,7 @@ import torch
 from .config import ConfigError, DecodingConfig, SamplingConfig
 from .kv import check_supported, commit, new_cache
 from .layout import LayoutCache, MaskBuffer, full_mask
-from .lookup import CandidateTree, FeedAll, PoolLookup, SuffixLookup
+from .lookup import CandidateTree, FeedAll, new_lookup, propose
 from .parallel import LocalGroup, state_hash, sub_parents
 from .sampling import Sampler, check_processors
 from .stopping import StopChecker
@@ -141,24 +141,6 @@ class Decoder:
             depth = max(depth, num_pending - 1 + self.tree_depth)
         return depth
 
-    def _new_lookup(self):
-        """The candidate source for one sequence (None without a verification branch)."""
-        if not self.use_pool:
-            return None
-        cfg = self.cfg
-        if cfg.lookup == "pool":
-            return PoolLookup(self.ngram_size, self.guess_set_size, from_prompt=cfg.pool_from_prompt)
-        return SuffixLookup(self.ngram_size, self.guess_set_size, max_depth=cfg.max_depth, ranking=cfg.ranking,
-                            index_history=cfg.pool_from_prompt)
-
-    def _propose(self, lookup) -> CandidateTree:
-        if lookup is None:
-            return CandidateTree()
-        tree = lookup.propose()
-        if self.cfg.lookup == "pool":
-            return tree.merged() if self.cfg.tree else tree
-        return tree if self.cfg.tree else tree.chains()
-
     def _window_tokens(self, window: JacobiWindow) -> int:
         """Window tokens one process would feed this step (row 0 columns 1..W-1 + W per level)."""
         return max(self.window_size - 1, 0) + window.num_levels * self.window_size if window.active else 0
@@ -250,7 +232,7 @@ class Decoder:
         window = JacobiWindow(self.window_size, self.ngram_size)
         if window.active:
             window.reset(prompt, self.cfg.seed)
-        lookup = self._new_lookup()
+        lookup = new_lookup(self.cfg) if self.use_pool else None
         history = list(prompt)
         if lookup is not None:
             lookup.extend(prompt)
@@ -258,7 +240,7 @@ class Decoder:
 
         while True:
             # What to feed: the lookup proposes a tree, the step policy picks nodes and the window.
-            proposed = self._propose(lookup)
+            proposed = propose(lookup, self.cfg)
             choice = self.step_policy.choose(proposed, num_pending=len(pending),
                                              window_tokens=self._window_tokens(window))
             tree = proposed if len(choice.nodes) == len(proposed) else proposed.select(choice.nodes)

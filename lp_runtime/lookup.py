@@ -159,7 +159,8 @@ class SuffixLookup:
     Args:
         ngram_size: N; a 1-token match proposes up to N-1 tokens, and harvested n-grams have N tokens.
         num_leaves: G, the most leaves (distinct continuations) in a proposed tree (0 = propose nothing).
-        max_nodes: most nodes in a tree (default G x (N-1): the reference code's verification tokens).
+        max_nodes: most nodes in a tree (default max(G x (N-1), max_depth): the reference code's verification
+            tokens, and room for one full-depth continuation).
         max_depth: longest continuation proposed (>= N-1); reached only by long matches.
         max_key: longest suffix matched (tokens, >= 1).
         ranking: "counts" (estimated path probability; recency breaks ties) or "recency" (newest first).
@@ -177,8 +178,8 @@ class SuffixLookup:
             raise ValueError(f"ranking={ranking!r}; use 'counts' or 'recency'")
         self.ngram_size = ngram_size
         self.num_leaves = num_leaves
-        self.max_nodes = num_leaves * (ngram_size - 1) if max_nodes is None else max_nodes
         self.max_depth = max(max_depth, ngram_size - 1)
+        self.max_nodes = max(num_leaves * (ngram_size - 1), self.max_depth) if max_nodes is None else max_nodes
         self.max_key = max_key
         self.ranking = ranking
         self.max_occurrences = max_occurrences
@@ -323,3 +324,21 @@ class PoolLookup:
         if not self.history:
             return CandidateTree()
         return CandidateTree.from_chains(self.pool.candidates(self.history[-1]))
+
+
+def new_lookup(cfg):
+    """The candidate source ``cfg`` (a ``DecodingConfig``) asks for: ``PoolLookup`` or ``SuffixLookup``."""
+    n, g = cfg.ngram_size, cfg.guess_set_size
+    if cfg.lookup == "pool":
+        return PoolLookup(n, g, from_prompt=cfg.pool_from_prompt)
+    return SuffixLookup(n, g, max_depth=cfg.max_depth, ranking=cfg.ranking, index_history=cfg.pool_from_prompt)
+
+
+def propose(lookup, cfg) -> CandidateTree:
+    """``lookup``'s tree in the shape ``cfg.tree`` asks for: shared prefixes merged, or separate chains."""
+    if lookup is None:
+        return CandidateTree()
+    tree = lookup.propose()
+    if cfg.lookup == "pool":
+        return tree.merged() if cfg.tree else tree
+    return tree if cfg.tree else tree.chains()

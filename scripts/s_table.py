@@ -8,7 +8,7 @@ categories (16 prompts, SmolLM2 chat template via ``data.build_prompt``) and Hum
 prompt). SmolLM2-135M float32, greedy, ``--max-new-tokens`` (128). S = new tokens / forward passes (every
 step emits tokens); no timing is taken, so S and tokens fed per step are deterministic and can be measured
 on a busy machine. Every output is compared with transformers' greedy ``generate`` (cached in
-``OUT/refs_<n>.json``); a difference counts as a near-tie only when the plain model's top-2 logit gap at the
+``OUT/refs_128.json``, in prompt order); a difference counts as a near-tie only when the plain model's top-2 logit gap at the
 first differing token is below 1e-4.
 
 Variants (``DecodingConfig`` fields): ``pool`` = the reference code's n-gram pool keyed by the newest token,
@@ -41,7 +41,9 @@ from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.lookup import new_lookup, propose  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
+from lp_runtime.verify import greedy_verify  # noqa: E402
 
 VARIANTS = {
     "pool": dict(lookup="pool", tree=False, ranking="recency"),
@@ -53,7 +55,8 @@ NEAR_TIE = 1e-4
 
 
 def prompt_set(tok):
-    """[(group, id, token ids)]: 16 MT-Bench first turns (2 per category, file order) + HumanEval 0-7."""
+    """[(group, id, token ids)]: 16 MT-Bench first turns (the first 2 questions of each category, listed
+    first-of-each-category then second-of-each, so a prefix of 8 covers every category) + HumanEval 0-7."""
     mt = load_questions(DatasetConfig(name="mt_bench", first_turn_only=True))
     per_cat: dict[str, list] = {}
     for q in mt:
@@ -61,7 +64,7 @@ def prompt_set(tok):
         if len(per_cat[q.category]) < 2:
             per_cat[q.category].append(q)
     assert len(per_cat) == 8, sorted(per_cat)
-    out = [("mt_bench", q.question_id, build_prompt(tok, q, [])) for qs in per_cat.values() for q in qs]
+    out = [("mt_bench", qs[i].question_id, build_prompt(tok, qs[i], [])) for i in range(2) for qs in per_cat.values()]
     he = load_questions(DatasetConfig(name="humaneval", limit=8))
     return out + [("humaneval", q.question_id, build_prompt(tok, q, [])) for q in he]
 
@@ -96,17 +99,20 @@ class PlanProbe(LocalGroup):
         return super().plan(num_pending, num_columns, num_levels, parents)
 
 
-def run(model, tok, eos, prompts, refs, name, decoding, n_new, out_dir, probe_k=None):
+def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k=None):
     path = out_dir / "runs" / f"{name}.json"
+    partial = path.with_suffix(".partial.json")
     if path.exists():
         return json.loads(path.read_text())
     probe = PlanProbe(probe_k) if probe_k else None
     dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=probe)
-    rows, start = [], time.time()
-    for (group, qid, prompt), ref in zip(prompts, refs):
+    rows = json.loads(partial.read_text())["rows"] if partial.exists() else []
+    start = time.time()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for (group, qid, prompt), ref in list(zip(prompts, refs))[len(rows):]:
         if probe:
             probe.rank_tokens = []
-        out = dec.generate(prompt, max_new_tokens=n_new)
+        out = dec.generate(prompt, max_new_tokens=max_new)
         status = "identical"
         if out.output_ids != ref:
             i = next((j for j, (a, b) in enumerate(zip(out.output_ids, ref)) if a != b), None)
@@ -118,8 +124,41 @@ def run(model, tok, eos, prompts, refs, name, decoding, n_new, out_dir, probe_k=
             row["rank_tokens"] = [sum(r[k] for r in probe.rank_tokens) for k in range(probe_k)]
         rows.append(row)
         print(f"  {name} {group} {qid}: S {row['new_tokens'] / row['steps']:.2f} {status}", flush=True)
-    res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": time.time() - start,
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": time.time() - start,
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "max_new_tokens": max_new}
+        partial.write_text(json.dumps(res, indent=1) + "\n")  # a long run can be stopped and resumed
+    partial.rename(path)
+    return res
+
+
+def replay(prompts, refs, name, decoding, max_new, out_dir):
+    """S of a pool-only (W = 0) setting without the model: with no window the candidates depend only on the
+    accepted text, and greedy verification accepts the longest tree path that matches the greedy continuation
+    plus the bonus token, so replaying transformers' greedy output gives the decoder's exact steps (whenever
+    its output is token-identical, which the model-in-the-loop runs and tests check). Fed tokens assume
+    copy-KV (1 pending token + the tree)."""
+    assert decoding.window_size == 0
+    path = out_dir / "runs" / f"{name}.json"
+    rows = []
+    for (group, qid, prompt), ref in zip(prompts, refs):
+        lk = new_lookup(decoding)
+        lk.extend(prompt)
+        pos = steps = fed = 0
+        while pos < len(ref):
+            tree = propose(lk, decoding)
+            out = []
+            for i in range(len(tree)):
+                toks = [tree.tokens[m] for m in tree.path(i)]
+                end = pos + len(toks)
+                out.append(ref[end] if end < len(ref) and ref[pos:end] == toks else -1)
+            accepted, _ = greedy_verify(ref[pos], tree.tokens, tree.parents, out)
+            accepted = accepted[: len(ref) - pos]
+            lk.extend(accepted)
+            pos, steps, fed = pos + len(accepted), steps + 1, fed + 1 + len(tree)
+        rows.append({"group": group, "id": qid, "new_tokens": len(ref), "steps": steps, "fed_tokens": fed,
+                     "status": "replay"})
+    res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": 0.0, "max_new_tokens": max_new,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "replay": True}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res, indent=1) + "\n")
     return res
@@ -129,7 +168,7 @@ def summarize(res):
     out = {}
     for group in ("mt_bench", "humaneval"):
         rows = [r for r in res["rows"] if r["group"] == group]
-        steps = sum(r["steps"] for r in rows)
+        steps = sum(r["steps"] for r in rows) or float("nan")
         out[group] = {"S": sum(r["new_tokens"] for r in rows) / steps, "fed_per_step": sum(r["fed_tokens"] for r in rows) / steps,
                       "identical": sum(r["status"] == "identical" for r in rows),
                       "near_tie": sum(r["status"] == "near-tie" for r in rows), "prompts": len(rows)}
@@ -146,6 +185,10 @@ def main() -> None:
     ap.add_argument("--commit", default="copy", choices=["copy", "refeed"])
     ap.add_argument("--ks", type=int, nargs="*", default=[], help="LP scaling: W = G = K x 15, N = 5")
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--replay", action="store_true",
+                    help="W = 0 settings only: replay transformers' greedy output through the lookup (no model)")
+    ap.add_argument("--mt-limit", type=int, default=16, help="first k MT-Bench prompts (8 = one per category)")
+    ap.add_argument("--he-limit", type=int, default=8, help="first k HumanEval prompts")
     ap.add_argument("--out", default="results/s_table")
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -155,27 +198,38 @@ def main() -> None:
     model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
     eos = eos_token_ids(model, tok, None)
     prompts = prompt_set(tok)
-    ref_path = out_dir / f"refs_{args.max_new_tokens}.json"
+    ref_path = out_dir / "refs_128.json"  # greedy is prefix-consistent: shorter runs compare with a prefix
     if ref_path.exists():
         refs = json.loads(ref_path.read_text())
     else:
-        refs = [hf_greedy(model, p, args.max_new_tokens, eos) for _, _, p in prompts]
+        refs = [hf_greedy(model, p, 128, eos) for _, _, p in prompts]
         ref_path.write_text(json.dumps(refs) + "\n")
+    assert args.max_new_tokens <= 128, "the cached references hold 128 tokens"
+    keep = [i for i, (grp, _, _) in enumerate(prompts)
+            if sum(g == grp for g, _, _ in prompts[: i + 1]) <= (args.mt_limit if grp == "mt_bench" else args.he_limit)]
+    prompts = [prompts[i] for i in keep]
+    refs = [refs[i][: args.max_new_tokens] for i in keep]
+    tag = "" if (args.mt_limit, args.he_limit, args.max_new_tokens) == (16, 8, 128) else \
+        f"_mt{args.mt_limit}he{args.he_limit}t{args.max_new_tokens}"
 
     for setting in args.settings:
         w, n, g = (int(x) for x in setting.split(","))
         for v in args.variants:
             dec = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=args.commit, **VARIANTS[v])
-            run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}_{args.commit}", dec, args.max_new_tokens, out_dir)
+            if args.replay:
+                replay(prompts, refs, f"w{w}n{n}g{g}_{v}_replay{tag}", dec, args.max_new_tokens, out_dir)
+                continue
+            run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}_{args.commit}{tag}", dec, args.max_new_tokens, out_dir)
     for k in args.ks:
         dec = DecodingConfig(window_size=15 * k, ngram_size=5, guess_set_size=15 * k, commit="refeed",
                              **VARIANTS["counts"])
-        run(model, tok, eos, prompts, refs, f"lp_k{k}", dec, args.max_new_tokens, out_dir, probe_k=k)
+        run(model, tok, eos, prompts, refs, f"lp_k{k}{tag}", dec, args.max_new_tokens, out_dir, probe_k=k)
 
     table = {}
-    for path in sorted((out_dir / "runs").glob("*.json")):
+    for path in sorted((out_dir / "runs").glob("*.json")):  # finished runs, then what a stopped run got through
         res = json.loads(path.read_text())
-        table[res["name"]] = {"decoding": res["decoding"], "date": res["date"], **summarize(res)}
+        name = res["name"] + (" (partial)" if path.name.endswith(".partial.json") else "")
+        table[name] = {"decoding": res["decoding"], "date": res["date"], **summarize(res)}
     (out_dir / "s_table.json").write_text(json.dumps(table, indent=1) + "\n")
 
     print("\n| setting (W, N, G) | variant | commit | MT-Bench S | fed/step | HumanEval S | fed/step | identical |")
@@ -185,9 +239,10 @@ def main() -> None:
             continue
         d, m, h = t["decoding"], t["mt_bench"], t["humaneval"]
         variant = next((v for v, kw in VARIANTS.items() if all(d[key] == val for key, val in kw.items())), "?")
-        print(f"| ({d['window_size']}, {d['ngram_size']}, {d['guess_set_size']}) | {variant} | {d['commit']} | "
-              f"{m['S']:.2f} | {m['fed_per_step']:.1f} | {h['S']:.2f} | {h['fed_per_step']:.1f} | "
-              f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']} |")
+        ident = "replay" if name.count("_replay") else f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']}"
+        print(f"| ({d['window_size']}, {d['ngram_size']}, {d['guess_set_size']}) | {variant} | "
+              f"{'copy' if 'replay' in name else d['commit']} | {m['S']:.2f} ({m['prompts']}) | {m['fed_per_step']:.1f} | "
+              f"{h['S']:.2f} ({h['prompts']}) | {h['fed_per_step']:.1f} | {ident} |")
     lp = {name: t for name, t in table.items() if name.startswith("lp_")}
     if lp:
         print("\n| K | (W, N, G) | MT-Bench S | HumanEval S | tokens/step, 1 process (MT / HE) | "
@@ -195,7 +250,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|")
         for name, t in sorted(lp.items(), key=lambda kv: kv[1]["decoding"]["window_size"]):
             d, m, h = t["decoding"], t["mt_bench"], t["humaneval"]
-            ranks = lambda x: "[" + ", ".join(f"{v:.0f}" for v in x["rank_tokens_per_step"]) + "]"  # noqa: E731
+            ranks = lambda x: "[" + ", ".join(f"{v:.0f}" for v in x.get("rank_tokens_per_step", [])) + "]"  # noqa: E731
             print(f"| {d['window_size'] // 15} | ({d['window_size']}, 5, {d['guess_set_size']}) | {m['S']:.2f} | "
                   f"{h['S']:.2f} | {m['fed_per_step']:.0f} / {h['fed_per_step']:.0f} | {ranks(m)} | {ranks(h)} | "
                   f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']} |")

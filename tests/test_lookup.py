@@ -106,3 +106,11 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="need N >= 2"):
         SuffixLookup(1, 2)
     assert len(lookup([a, a, a], leaves=0).propose()) == 0
+
+
+def test_default_budget():
+    # G x (N-1) verification tokens, and always room for one full-depth continuation
+    assert SuffixLookup(4, 2).max_nodes == 10 and SuffixLookup(5, 15).max_nodes == 60
+    assert SuffixLookup(4, 2, max_depth=2).max_depth == 3  # never below N-1
+    lk = lookup([a, b, c, d, e, f, g, h, a, b, c], ngram_size=4, leaves=1)  # 3-token match: up to 9 deep
+    assert lk.propose().tokens == [d, e, f, g, h, a, b, c]
