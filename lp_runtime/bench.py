@@ -378,8 +378,23 @@ ABLATIONS = {  # label suffix -> decoder options switched off (decoding=auto has
     "-copy_kv": {"copy_kv": False},            # re-feed the accepted tokens next step (the LP scheme)
     "-policy": {"policy": "feed_all"},         # feed every candidate node (and the window), fixed W, N, G
     "-static_mask": {"static_mask": False},    # concatenate a new (q, past + q) mask each step
-    "window": {"window": True},                # window on (W = 3 unless auto chose one) / off when auto chose W > 0
+    "window": {"window": "always"},            # W = 3 fed every step where auto chose W = 0; W = 0 where it chose a window
 }
+
+
+class WindowAlways:
+    """A step policy that feeds the window every step and the nodes its ``inner`` policy picks (the window lever
+    of the ablation: the cost policy alone would not feed a window that does not pay)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def choose(self, tree, *, num_pending: int, window_tokens: int):
+        choice = self.inner.choose(tree, num_pending=num_pending, window_tokens=0)
+        return dataclasses.replace(choice, use_window=window_tokens > 0)
+
+    def observe(self, tree, fed_nodes, accepted_nodes) -> None:
+        self.inner.observe(tree, fed_nodes, accepted_nodes)
 
 
 def configure_decoder(dec, options: dict[str, Any]) -> None:
@@ -395,7 +410,11 @@ def configure_decoder(dec, options: dict[str, Any]) -> None:
             if not hasattr(dec, key):
                 raise ConfigError(f"this decoder has no {key!r} lever")
             setattr(dec, key, bool(value))
-        elif key != "window":
+        elif key == "window":
+            if value != "always":
+                raise ConfigError(f"window={value!r}: only 'always' (feed the window every step) is a lever")
+            dec.step_policy = WindowAlways(dec.step_policy)
+        else:
             raise ConfigError(f"unknown decoder option {key!r}; use any of policy, copy_kv, static_mask, window")
 
 
@@ -552,9 +571,11 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
                 mine.append((decoding_label(dc), dc, {}))
                 if cfg.ablation:
                     for suffix, opts in ABLATIONS.items():
-                        if suffix == "window":
-                            w = 0 if dc.window_size else 3
-                            mine.append((f"{decoding_label(dc)} W->{w}", dataclasses.replace(dc, window_size=w), {}))
+                        if suffix == "window" and dc.window_size:  # auto feeds a window: switch it off
+                            mine.append((f"{decoding_label(dc)} W->0", dataclasses.replace(dc, window_size=0), {}))
+                        elif suffix == "window":  # auto has none: W = 3 fed every step
+                            mine.append((f"{decoding_label(dc)} W->3 always", dataclasses.replace(dc, window_size=3),
+                                         opts))
                         else:
                             mine.append((f"{decoding_label(dc)} {suffix}", dc, opts))
             elif decoding_label(dc) not in [x[0] for x in mine]:

@@ -222,12 +222,14 @@ def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsy
     res = run(cfg)
     auto = "auto W0 N4 G2"  # the window does not pay on this (float32, 2-core CPU) curve
     assert list(res["methods"]) == ["hf_greedy", auto, f"{auto} -copy_kv", f"{auto} -policy",
-                                    f"{auto} -static_mask", f"{auto} W->3"]
+                                    f"{auto} -static_mask", f"{auto} W->3 always"]
     assert res["auto_decoding"]["float32"]["chosen"]["method"] == "auto"
     assert capsys.readouterr().out.count("decoding=auto: ") == 1
     alls = {r["method"]: r for r in res["table"] if r["group"] == "all"}
     for label in res["methods"]:
         assert alls[label]["identical"] == 1, label
+    # the window lever feeds W = 3's window (2 + 2 x 3 = 8 tokens) every step after its warm-up: more than auto
+    assert alls[f"{auto} W->3 always"]["fed_per_step"] > alls[auto]["fed_per_step"] + 5
 
 
 # ---------------------------------------------------------------------------------------- CLI
