@@ -6,9 +6,13 @@ Run from the repository root (config groups in ``conf/``; overrides are Hydra's 
     python -m lp_runtime.generate model=llama2_7b_chat decoding=paper dataset=humaneval generation.max_new_tokens=256
     torchrun --standalone --nproc-per-node=1 -m lp_runtime.generate hydra.run.dir=outputs/hydra/run1 dataset.limit=3
 
+    python -m lp_runtime.generate -m decoding=greedy,lookahead dataset.limit=5   # a sweep: one folder per job
+
 (``launch/torchrun_single_node.sh`` wraps the torchrun line.) Answers go to ``output.path`` (default
-``outputs/answers.jsonl``, relative to the launch directory), one JSON line per question, written and fsynced as
-each question finishes; re-running with the same path skips the questions already there. The summary
+``outputs/answers.jsonl``, relative to the launch directory; in a ``--multirun`` job ``answers.jsonl`` in the job's
+folder, see ``lp_runtime.jobs``), one JSON line per question, written and fsynced as each question finishes. The
+settings that made them are recorded beside it (``lp_runtime.settings``); re-running with the same path and the
+same settings skips the questions already there, other settings are refused before the model loads. The summary
 (``lp_runtime.metrics``) goes next to it. A bad setting, model, dataset or output path ends the job with
 ``error: <message>`` on stderr and exit code 2.
 """

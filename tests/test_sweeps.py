@@ -195,7 +195,6 @@ def test_help_lists_no_schema_and_a_failed_run_leaves_no_folder(tmp_path):
 # ---------------------------------------------------------------------------- submitit launcher, locally
 
 def test_submitit_local_launcher_sweep_with_two_ranks_per_job(tiny_model_dir, tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     res = _cli(tmp_path, "--multirun", "hydra/launcher=lp_local", "hydra.launcher.tasks_per_node=2",
                "parallel=lp2", "parallel.backend=gloo", "parallel.timeout_s=60", "decoding.window_size=0,2",
                *_sweep_args(tiny_model_dir, tmp_path), timeout=420)
