@@ -163,7 +163,7 @@ def run(cfg: RunConfig) -> dict:
     loads, so bad input fails in seconds. Raises ``ConfigError``, ``OutputError``, ``settings.SettingsMismatchError``,
     ``data.DatasetError``, ``models.ModelLoadError`` or ``OSError`` on bad input.
     """
-    from lp_runtime import distributed, models, parallel  # torch: imported after the config is known good
+    from lp_runtime import distributed, parallel  # torch: imported after the config is known good
 
     rank_info = distributed.detect()
     is_main = rank_info.rank == 0
@@ -172,12 +172,15 @@ def run(cfg: RunConfig) -> dict:
     settings_path = Path(cfg.output.resolved_settings_path)
     check_output_path(answers_path, create=is_main)
     check_output_path(summary_path, create=is_main)
+    questions = data.load_questions(cfg.dataset)
+    from lp_runtime import models  # transformers: seconds, so after the checks above
+
     fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
     current = settings.run_settings(cfg, model_fingerprint=fingerprint, world_size=rank_info.world_size)
     settings.check(answers_path, settings_path, current)  # before anything touches the file
     records = load_answers(answers_path, trim=is_main)
     done = {str(r["question_id"]) for r in records}
-    todo = [q for q in data.load_questions(cfg.dataset) if str(q.question_id) not in done]
+    todo = [q for q in questions if str(q.question_id) not in done]
     ctx = parallel.setup_parallel(cfg.parallel)
     if cfg.decoding.method == "auto" and ctx.world_size > 1:
         raise ConfigError("decoding=auto measures this machine in one process; under torchrun pick "

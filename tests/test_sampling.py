@@ -232,7 +232,8 @@ def test_greedy_repetition_penalty_equals_generate(W, N, G):
 def test_smollm2_greedy_repetition_penalty_equals_generate(smollm2):
     model, tok = smollm2
     eos = eos_token_ids(model, tok, None)
-    questions = load_questions(DatasetConfig(name="mt_bench", limit=2, first_turn_only=True))
+    # One real prompt end to end; the (W, N, G) combinations run on the tiny model above.
+    questions = load_questions(DatasetConfig(name="mt_bench", limit=1, first_turn_only=True))
     dec = Decoder(model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=1), eos_token_ids=eos,
                   tokenizer=tok, sampling=SamplingConfig(repetition_penalty=1.3))
     for q in questions:
