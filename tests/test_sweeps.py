@@ -209,3 +209,26 @@ def test_submitit_local_launcher_sweep_with_two_ranks_per_job(tiny_model_dir, tm
         (answer,) = [json.loads(x) for x in (folder / "answers.jsonl").read_text().splitlines()]
         outputs.append(answer["choices"][0]["output_ids"])
     assert outputs[0] == outputs[1]  # W = 0 and W = 2: the same greedy tokens
+
+
+@pytest.mark.parametrize("executor", ["slurm", "local"])
+def test_submitit_task_becomes_a_rank(monkeypatch, executor):
+    from lp_runtime import distributed
+
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", executor)
+    if executor == "slurm":  # what srun gives task 3 of a 2-node x 2-task job
+        for k, v in dict(SLURM_JOB_ID="4242", SLURM_PROCID="3", SLURM_NTASKS="4", SLURM_LOCALID="1",
+                         SLURM_NODEID="1", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="gpu[01-02]").items():
+            monkeypatch.setenv(k, v)
+        want = distributed.RankInfo(3, 4, 1, "slurm")
+    else:  # what submitit's local controller gives its second task
+        for k, v in dict(SUBMITIT_LOCAL_JOB_ID="4242", SUBMITIT_LOCAL_NTASKS="2", SUBMITIT_LOCAL_GLOBALID="1",
+                         SUBMITIT_LOCAL_LOCALID="1", SUBMITIT_LOCAL_NODEID="0", SUBMITIT_LOCAL_JOB_NUM_NODES="1").items():
+            monkeypatch.setenv(k, v)
+        want = distributed.RankInfo(1, 2, 1, "torchrun")
+    jobs.submitit_rank_env()
+    assert distributed.detect() == want
+    assert os.environ["MASTER_PORT"] == "24242" and os.environ["LOCAL_RANK"] == "1"
+    assert executor == "slurm" or os.environ["MASTER_ADDR"] == "127.0.0.1"
