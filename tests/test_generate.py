@@ -195,7 +195,8 @@ def test_output_path_is_a_folder(tmp_path):
 
 
 def test_missing_model_fails_in_one_line(tmp_path):
-    _assert_fails_with(_cli(tmp_path, "model.path=/nonexistent", "dataset.limit=1"),
+    out = tmp_path / "out" / "deeper" / "answers.jsonl"
+    _assert_fails_with(_cli(tmp_path, "model.path=/nonexistent", "dataset.limit=1", f"output.path={out}"),
                        "model.path='/nonexistent' is not an existing folder. "
                        "Use a local folder, a HuggingFace id, or bundled:smollm2")
     assert not (tmp_path / "out").exists()  # no empty answers file, summary or folder left behind

@@ -179,17 +179,21 @@ def test_port_for_job():
     assert jobs.port_for_job("local") == 20000
 
 
-def test_help_lists_no_schema_and_a_failed_run_leaves_no_folder(tmp_path):
-    res = _cli(tmp_path, "--help")
-    assert res.returncode == 0 and "_schema" not in res.stdout
-    assert "model: codellama_13b" in res.stdout
-    out = tmp_path / "new" / "deeper" / "answers.jsonl"
-    res = _cli(tmp_path, f"hydra.run.dir={tmp_path / 'h'}", "model=nosuch", f"output.path={out}")
-    assert res.returncode == 2 and "_schema" not in res.stderr and "smollm2_135m" in res.stderr
-    res = _cli(tmp_path, f"hydra.run.dir={tmp_path / 'h'}", "model.path=/nonexistent", f"output.path={out}",
-               "dataset.limit=1")
-    assert res.returncode == 2 and "model.path='/nonexistent' is not an existing folder" in res.stderr
-    assert not (tmp_path / "new").exists()
+def test_no_schema_among_the_choices_of_a_group():
+    """--help and Hydra's "Available options" errors list these options (the CLI's one-line error for a failed run
+    leaving no folder is in test_generate.py::test_missing_model_fails_in_one_line)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from lp_runtime.generate import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        loader = GlobalHydra.instance().config_loader()
+        for group in ("model", "decoding", "sampling", "dataset", "parallel"):
+            options = loader.get_group_options(group)
+            assert options and not [o for o in options if o.endswith("_schema")], (group, options)
+        assert {"lp_slurm", "lp_local"} <= set(loader.get_group_options("hydra/launcher"))
+        assert "smollm2_135m" in loader.get_group_options("model")
 
 
 # ---------------------------------------------------------------------------- submitit launcher, locally
