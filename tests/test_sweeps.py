@@ -179,7 +179,7 @@ def test_port_for_job():
     assert jobs.port_for_job("local") == 20000
 
 
-def test_no_schema_among_the_choices_of_a_group():
+def test_no_schema_among_the_choices_and_the_slurm_preset_composes():
     """--help and Hydra's "Available options" errors list these options (the CLI's one-line error for a failed run
     leaving no folder is in test_generate.py::test_missing_model_fails_in_one_line)."""
     from hydra import initialize_config_dir
@@ -194,6 +194,13 @@ def test_no_schema_among_the_choices_of_a_group():
             assert options and not [o for o in options if o.endswith("_schema")], (group, options)
         assert {"lp_slurm", "lp_local"} <= set(loader.get_group_options("hydra/launcher"))
         assert "smollm2_135m" in loader.get_group_options("model")
+        from hydra import compose
+
+        cfg = compose("generate", overrides=["hydra/launcher=lp_slurm", "hydra.launcher.tasks_per_node=4"],
+                      return_hydra_config=True)
+        launcher = cfg.hydra.launcher
+        assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+        assert (launcher.tasks_per_node, launcher.nodes, launcher.setup) == (4, 1, ["export HYDRA_FULL_ERROR=1"])
 
 
 # ---------------------------------------------------------------------------- submitit launcher, locally
