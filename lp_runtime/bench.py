@@ -252,40 +252,59 @@ COLUMNS = ("method", "group", "prompts", "new_tokens", "seconds", "steps", "toke
            "identical", "compared", "partings", "ties")
 
 
-def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None) -> str:
-    """A fixed-width text table of ``aggregate``'s rows (``groups``: which groups, default all)."""
-    head = ("method", "group", "n", "tok/s", "speedup(mean ratio)", "speedup(total)", "S", "acc/step",
-            "ms/step", "q/step", "fed/step", "identical", "ties/partings")
-    lines = []
-    for r in table:
-        if groups is not None and r["group"] not in groups:
-            continue
-        f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-        lines.append((r["method"], r["group"], str(r["prompts"]), f(r["tokens_per_s"], ".2f"),
-                      f(r["speedup_mean_ratio"], ".3f"), f(r["speedup_total"], ".3f"),
-                      f(r["step_compression"], ".3f"), f(r["mean_accepted"], ".3f"),
-                      f(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f"),
-                      f(r["step_tokens"], "g"), f(r.get("fed_per_step"), ".2f"),
-                      "-" if r["identical"] is None else f"{r['identical']}/{r['compared']}",
-                      f"{r.get('ties', 0)}/{r.get('partings', 0)}"))
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+# (header, cell) of the text table; lp_runtime.report passes its own columns to the same formatter.
+TABLE_COLUMNS: tuple[tuple[str, Callable[[dict], str]], ...] = (
+    ("method", lambda r: r["method"]),
+    ("group", lambda r: r["group"]),
+    ("n", lambda r: str(r["prompts"])),
+    ("tok/s", lambda r: _fmt(r["tokens_per_s"], ".2f")),
+    ("speedup(mean ratio)", lambda r: _fmt(r["speedup_mean_ratio"], ".3f")),
+    ("speedup(total)", lambda r: _fmt(r["speedup_total"], ".3f")),
+    ("S", lambda r: _fmt(r["step_compression"], ".3f")),
+    ("acc/step", lambda r: _fmt(r["mean_accepted"], ".3f")),
+    ("ms/step", lambda r: _fmt(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f")),
+    ("q/step", lambda r: _fmt(r["step_tokens"], "g")),
+    ("fed/step", lambda r: _fmt(r.get("fed_per_step"), ".2f")),
+    ("identical", lambda r: "-" if r["identical"] is None else f"{r['identical']}/{r['compared']}"),
+    ("ties/partings", lambda r: f"{r.get('ties', 0)}/{r.get('partings', 0)}"),
+)
+
+
+def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None, *,
+                 columns: Sequence[tuple[str, Callable[[dict], str]]] = TABLE_COLUMNS, left: int = 2,
+                 markdown: bool = False) -> str:
+    """A fixed-width text table of ``aggregate``'s rows (``groups``: which groups, default all).
+
+    ``columns``: (header, row -> cell text) pairs; the first ``left`` columns are left-aligned, the rest
+    right-aligned. ``markdown``: a GitHub markdown table instead of plain text.
+    """
+    head = tuple(h for h, _ in columns)
+    lines = [tuple(cell(r) for _, cell in columns) for r in table if groups is None or r["group"] in groups]
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
-    fmt = lambda row: "  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
+    fmt = lambda row: "  ".join(x.ljust(w) if i < left else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
+    if markdown:
+        fmt = lambda row: "| " + " | ".join(x.ljust(w) for x, w in zip(row, widths)) + " |"  # noqa: E731
+        rule = "|" + "|".join(":" + "-" * (w + 1) if i < left else "-" * (w + 1) + ":"
+                              for i, w in enumerate(widths)) + "|"
+        return "\n".join([fmt(head), rule] + [fmt(r) for r in lines])
     return "\n".join([fmt(head), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in lines])
 
 
-def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], extra: dict[str, Any]) -> dict[str, str]:
-    """``results.csv`` (the table), ``results.json`` (table, per-prompt rows with output ids, ``extra``) and
-    ``table.txt`` (``format_table``: every group, categories included)."""
+def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], extra: dict[str, Any], *,
+                  columns: Sequence[str] = COLUMNS, name: str = "results") -> dict[str, str]:
+    """``<name>.csv`` (the table's ``columns``), ``<name>.json`` (table, per-prompt rows with output ids, ``extra``)
+    in ``out_dir``; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {"csv": os.path.join(out_dir, "results.csv"), "json": os.path.join(out_dir, "results.json"),
-             "table": os.path.join(out_dir, "table.txt")}
-    with open(paths["table"], "w", encoding="utf-8") as f:
-        f.write(format_table(table) + "\n")
+    paths = {"csv": os.path.join(out_dir, f"{name}.csv"), "json": os.path.join(out_dir, f"{name}.json")}
     with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w = csv.DictWriter(f, fieldnames=list(columns))
         w.writeheader()
         for r in table:
-            w.writerow({k: r[k] for k in COLUMNS})
+            w.writerow({k: r[k] for k in columns})
     with open(paths["json"], "w", encoding="utf-8") as f:
         json.dump({**extra, "table": list(table), "rows": list(rows)}, f, indent=1)
     return paths
@@ -542,6 +561,7 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
         raise ConfigError(f"the benchmark runs one LP group; launch {cfg.parallel.lp} ranks (world = parallel.lp)")
     model, tok = models.load_model(cfg.model)
     eos = models.eos_token_ids(model, tok, cfg.generation.eos_token_ids)
+    label = models.model_label(cfg.model, models.model_fingerprint(cfg.model))
     prompts, questions = load_prompts(cfg, tok)
     n_new = cfg.generation.max_new_tokens
     dtypes = list(cfg.dtypes) or [tuner.dtype_name(model)]
@@ -567,7 +587,7 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
         if cfg.include_decoding:
             dc = cfg.decoding
             if dc.method == "auto":
-                dc, autos[d] = tuner.resolve_auto(m_d, tok, cfg.model.name, dc, eos_token_ids=eos)
+                dc, autos[d] = tuner.resolve_auto(m_d, tok, label, dc, eos_token_ids=eos)
                 mine.append((decoding_label(dc), dc, {}))
                 if cfg.ablation:
                     for suffix, opts in ABLATIONS.items():
@@ -634,6 +654,8 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
     result = {**extra, "table": table, "rows": rows}
     if ctx.is_writer:
         paths = write_results(cfg.output_dir, table, rows, extra)
+        paths["table"] = os.path.join(cfg.output_dir, "table.txt")
+        Path(paths["table"]).write_text(format_table(table) + "\n", encoding="utf-8")
         if cfg.figures:
             paths.update({f"figure{i}": p for i, p in enumerate(plot(table, cfg.output_dir))})
         print(format_table(table, groups=[g for g in dict.fromkeys(r["group"] for r in table) if "/" not in g]))

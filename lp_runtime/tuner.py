@@ -22,6 +22,7 @@ and the candidates, about half of it), over a ``cache_tokens``-token cache, medi
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
@@ -190,9 +191,11 @@ def auto_decoding(curve: dict[int, float], limits: DecodingConfig) -> DecodingCo
 
 def model_key(model) -> str:
     """The name a loaded model's profile is kept under: the last part of its ``name_or_path`` (the folder or
-    HuggingFace id it was loaded from), so the entry point, the Python API and the scripts share one profile."""
+    HuggingFace id it was loaded from) and 8 hex digits of a hash of that whole path and the model's config, so
+    the entry point, the Python API and the scripts share one profile, and another model never reuses it."""
     path = str(getattr(model.config, "_name_or_path", "") or "").rstrip("/\\")
-    return os.path.basename(path) or model.config.model_type
+    digest = hashlib.blake2b((path + "\n" + model.config.to_json_string()).encode(), digest_size=4).hexdigest()
+    return f"{os.path.basename(path) or model.config.model_type}-{digest}"
 
 
 def model_profile(model, *, retune: Optional[bool] = None, root: Optional[str] = None,

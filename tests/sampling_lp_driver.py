@@ -5,7 +5,8 @@
 ``spec``: {"prompt": [...], "W": 2, "N": 3, "G": 3, "max_new_tokens": 3, "seeds": [0, 1, ...],
 "sampling": {SamplingConfig fields}}. Every rank builds the tiny vocab-8 model of ``build_tiny8`` and decodes
 each seed with LP degree = world size and the per-step consistency check on; rank 0 writes
-{"outputs": [[ids...], ...], "accept_lengths": [...], "stats": comm stats}.
+{"outputs": [[ids...], ...], "accept_lengths": [...], "stats": {"collectives": n}}; a list of specs (one launch)
+gives a list of those.
 """
 from __future__ import annotations
 
@@ -59,10 +60,16 @@ def main() -> None:
     spec = json.loads(open(args.spec).read())
     world = int(os.environ.get("WORLD_SIZE", "1"))
     ctx = setup_parallel(ParallelConfig(lp=world, backend="gloo", timeout_s=60.0, debug_check=True))
-    outs, lens = decode_seeds(build_tiny8(), spec, lp=ctx.lp_group)
+    model = build_tiny8()
+    results = []
+    for one in spec if isinstance(spec, list) else [spec]:  # a list: several specs in one launch
+        before = ctx.lp_group.stats.as_dict()["collectives"]
+        outs, lens = decode_seeds(model, one, lp=ctx.lp_group)
+        results.append({"outputs": outs, "accept_lengths": lens,
+                        "stats": {"collectives": ctx.lp_group.stats.as_dict()["collectives"] - before}})
     if ctx.is_writer:
         with open(args.out, "w") as f:
-            json.dump({"outputs": outs, "accept_lengths": lens, "stats": ctx.lp_group.stats.as_dict()}, f)
+            json.dump(results if isinstance(spec, list) else results[0], f)
     ctx.teardown()
 
 

@@ -212,7 +212,10 @@ def test_reference_accepts_candidates(reference):
     assert all(len(r["output_ids"]) == MAX_NEW for r in reference.values())
 
 
-@pytest.mark.parametrize("nproc,lp", [(2, 2), (3, 3), (4, 4), (4, 2)], ids=["lp2", "lp3", "lp4", "dp2xlp2"])
+# lp3 (odd K; K > W for the W = 1 and W = 2 configs, so some ranks get no column) and dp2 x lp2 (two LP groups of
+# 2 ranks plus data parallelism) cover what separate lp2 and lp4 launches checked; the shard plan itself is tested
+# for K = 1..4 above without processes.
+@pytest.mark.parametrize("nproc,lp", [(3, 3), (4, 2)], ids=["lp3", "dp2xlp2"])
 def test_lp_matches_single_process(tmp_path, reference, nproc, lp):
     proc, out, secs = _launch(tmp_path, nproc, lp)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -294,10 +297,13 @@ def _generate_args(model_dir, questions, out):
             "decoding.guess_set_size=2", "parallel.backend=gloo", "progress=false"]
 
 
-def _single_process_answers(tmp_path, model_dir, questions):
-    """The reference: the same job in one process (parallel=lp1); returns the answers path."""
+@pytest.fixture(scope="module")
+def single_process_answers(tmp_path_factory, tiny_model_dir, questions_file):
+    """The reference of the launcher tests: the same job in one process (parallel=lp1), run once; its answers path."""
+    tmp_path = tmp_path_factory.mktemp("reference")
     ref_out = tmp_path / "ref.jsonl"
-    ref = subprocess.run([sys.executable, "-m", "lp_runtime.generate", *_generate_args(model_dir, questions, ref_out),
+    ref = subprocess.run([sys.executable, "-m", "lp_runtime.generate",
+                          *_generate_args(tiny_model_dir, questions_file, ref_out),
                           "parallel=lp1", f"hydra.run.dir={tmp_path / 'hydra_ref'}"],
                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
     assert ref.returncode == 0, ref.stderr[-3000:]
@@ -310,10 +316,9 @@ def _answers(path):
 
 
 @pytest.mark.parametrize("script", ["slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
-def test_slurm_script_runs_locally(tmp_path, tiny_model_dir, questions_file, script):
-    """NEEDS generate.py's LP integration (lead): parallel=lp2 over 2 ranks answers every question once,
-    with the same tokens as one process."""
-    ref_out = _single_process_answers(tmp_path, tiny_model_dir, questions_file)
+def test_slurm_script_runs_locally(tmp_path, tiny_model_dir, questions_file, single_process_answers, script):
+    """parallel=lp2 over 2 ranks answers every question once, with the same tokens as one process."""
+    ref_out = single_process_answers
     out = tmp_path / "answers.jsonl"
     run_dir = tmp_path / "run"
     env = dict(_env(), SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost",
@@ -329,10 +334,11 @@ def test_slurm_script_runs_locally(tmp_path, tiny_model_dir, questions_file, scr
     assert list(run_dir.rglob("*.log")), "torchrun per-rank logs missing"
 
 
-def test_torchrun_dp2_writes_one_ordered_file_and_resumes(tmp_path, tiny_model_dir, questions_file):
+def test_torchrun_dp2_writes_one_ordered_file_and_resumes(tmp_path, tiny_model_dir, questions_file,
+                                                         single_process_answers):
     """world 2 = dp2 x lp1: each rank answers its share, rank 0 writes one file in dataset order, identical to
     one process's; a re-run finds every question done and appends nothing."""
-    ref_out = _single_process_answers(tmp_path, tiny_model_dir, questions_file)
+    ref_out = single_process_answers
     out = tmp_path / "answers.jsonl"
     cmd = [TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "lp_runtime.generate",
            *_generate_args(tiny_model_dir, questions_file, out), "parallel=lp1", f"hydra.run.dir={tmp_path / 'h'}"]

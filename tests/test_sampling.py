@@ -281,7 +281,8 @@ def test_greedy_repetition_penalty_equals_generate(W, N, G):
 def test_smollm2_greedy_repetition_penalty_equals_generate(smollm2):
     model, tok = smollm2
     eos = eos_token_ids(model, tok, None)
-    questions = load_questions(DatasetConfig(name="mt_bench", limit=2, first_turn_only=True))
+    # One real prompt end to end; the (W, N, G) combinations run on the tiny model above.
+    questions = load_questions(DatasetConfig(name="mt_bench", limit=1, first_turn_only=True))
     dec = Decoder(model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=1), eos_token_ids=eos,
                   tokenizer=tok, sampling=SamplingConfig(repetition_penalty=1.3))
     for q in questions:
@@ -368,17 +369,17 @@ def test_lp2_sampling_equals_single_process(tiny8, tmp_path):
     which the tests above check for K = 1), with one all-gather per step."""
     model, prompt = tiny8
     seeds = list(range(60))
-    for cfg, (W, N, G) in (E2E[1], E2E[4]):
-        spec = {"prompt": prompt, "W": W, "N": N, "G": G, "max_new_tokens": 6, "seeds": seeds,
-                "sampling": {k: v for k, v in asdict(cfg).items() if k != "seed"}}
-        (tmp_path / "spec.json").write_text(json.dumps(spec))
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-        cmd = [str(ROOT / ".venv" / "bin" / "torchrun"), "--standalone", "--nproc-per-node=2",
-               str(ROOT / "tests" / "sampling_lp_driver.py"), "--spec", str(tmp_path / "spec.json"),
-               "--out", str(tmp_path / "out.json")]
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        got = json.loads((tmp_path / "out.json").read_text())
+    specs = [{"prompt": prompt, "W": W, "N": N, "G": G, "max_new_tokens": 6, "seeds": seeds,
+              "sampling": {k: v for k, v in asdict(cfg).items() if k != "seed"}}
+             for cfg, (W, N, G) in (E2E[1], E2E[4])]
+    (tmp_path / "spec.json").write_text(json.dumps(specs))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [str(ROOT / ".venv" / "bin" / "torchrun"), "--standalone", "--nproc-per-node=2",
+           str(ROOT / "tests" / "sampling_lp_driver.py"), "--spec", str(tmp_path / "spec.json"),
+           "--out", str(tmp_path / "out.json")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)  # both in one launch
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for spec, got in zip(specs, json.loads((tmp_path / "out.json").read_text()), strict=True):
         ref_out, ref_lens = decode_seeds(model, spec)
         assert got["outputs"] == ref_out
         assert got["accept_lengths"] == ref_lens

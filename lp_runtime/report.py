@@ -1,0 +1,231 @@
+"""One table over several runs of ``lp_runtime.generate``: a sweep's folder, run folders or answers files.
+
+    python -m lp_runtime.report outputs/multirun/2026-11-30_10-00-00
+    python -m lp_runtime.report outputs/a.jsonl outputs/b.jsonl --baseline outputs/a.jsonl --out outputs/report
+
+One row per run (an answers file; folders are searched for ``*.jsonl`` files that have a ``.summary.json`` or
+``.settings.json`` beside them):
+
+- the settings that differ between the runs (from each file's ``.settings.json``, else its summary's config);
+- ``questions`` and ``turns``; ``S`` (step compression), ``acc/step`` (mean accepted tokens), ``tok/s`` and
+  ``ms/step``, all from the answers by ``lp_runtime.metrics.summarize``;
+- ``speedup``: tok/s over the baseline run's (``--baseline``: a path or a row number; default the first greedy
+  run, ``decoding.method=greedy`` with temperature 0, else the first run);
+- ``identical``: for greedy runs (temperature 0) against a greedy baseline, the questions answered by both whose
+  output tokens are the same in every turn, over the questions answered by both.
+
+The table is printed and written to ``report.csv``, ``report.json``, ``report.md`` and, when matplotlib is
+installed, ``report.png`` (S and speedup per run) in ``--out`` (default: the first PATH if it is a folder, else
+the folder of the first file). The text formatting is ``lp_runtime.bench``'s.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from lp_runtime import bench, metrics, settings
+
+# Settings that name where a run wrote, not how it ran: never shown as a difference.
+_IGNORED = ("output.path", "output.summary_path", "progress")
+
+
+class ReportError(ValueError):
+    """A PATH given to the report holds no run, or the baseline names no run."""
+
+
+def _base(answers: Path) -> str:
+    s = str(answers)
+    return s[: -len(".jsonl")] if s.endswith(".jsonl") else s
+
+
+def find_runs(paths: Sequence[str]) -> list[Path]:
+    """Answers files named by ``paths`` (files as given; folders searched recursively), in order, no duplicates."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            hits = sorted(a for a in p.rglob("*.jsonl")
+                          if Path(_base(a) + ".summary.json").is_file() or Path(_base(a) + ".settings.json").is_file())
+            if not hits:
+                raise ReportError(f"{p} holds no answers file with a summary or settings beside it")
+            found += hits
+        elif p.name.endswith(".summary.json"):
+            found.append(Path(str(p)[: -len(".summary.json")] + ".jsonl"))
+        elif p.is_file():
+            found.append(p)
+        else:
+            raise ReportError(f"{p} is neither an answers file nor a folder")
+    return list(dict.fromkeys(found))
+
+
+def load_run(answers: Path) -> dict[str, Any]:
+    """``{"path", "records", "metrics", "settings"}`` of one run; metrics recomputed from the answers."""
+    from lp_runtime.generate import load_answers
+
+    records = load_answers(answers, trim=False) if answers.exists() else []
+    recorded = settings.read(Path(_base(answers) + ".settings.json"))
+    if not recorded:
+        try:
+            summary = json.loads(Path(_base(answers) + ".summary.json").read_text(encoding="utf-8"))
+            recorded = summary.get("settings") or settings.flatten(summary.get("config", {}))
+        except (OSError, ValueError):
+            recorded = {}
+    return {"path": answers, "records": records, "metrics": metrics.summarize(records), "settings": recorded}
+
+
+def is_greedy(run: dict) -> bool:
+    """Greedy tokens (temperature 0, no per-category temperature): answers comparable token by token."""
+    s = run["settings"]
+    return not s.get("sampling.temperature") and not s.get("sampling.category_temperature")
+
+
+def differing_keys(runs: Sequence[dict]) -> list[str]:
+    """Setting keys whose value is not the same in every run (sorted)."""
+    keys = sorted({k for r in runs for k in r["settings"]} - set(_IGNORED))
+    return [k for k in keys if len({json.dumps(r["settings"].get(k), sort_keys=True) for r in runs}) > 1]
+
+
+def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
+    """Index of the baseline run: ``choice`` as a row number or a path (or path suffix), else the first greedy
+    run (``decoding.method=greedy`` and temperature 0), else 0."""
+    if choice is not None:
+        if choice.isdigit() and int(choice) < len(runs):
+            return int(choice)
+        for i, r in enumerate(runs):
+            want = choice.rstrip("/")
+            if str(r["path"]).endswith(want) or (r["path"].name == "answers.jsonl" and str(r["path"].parent).endswith(want)):
+                return i
+        raise ReportError(f"--baseline {choice!r} is neither a row number below {len(runs)} nor one of the runs")
+    for i, r in enumerate(runs):
+        if r["settings"].get("decoding.method") == "greedy" and is_greedy(r):
+            return i
+    return 0
+
+
+def identical(run: dict, base: dict) -> tuple[Optional[int], int]:
+    """(questions with the same output ids in every turn, questions answered by both); (None, 0) if not greedy."""
+    if not (is_greedy(run) and is_greedy(base)):
+        return None, 0
+    ref = {str(r["question_id"]): r["choices"][0]["output_ids"] for r in base["records"]}
+    pairs = [(r["choices"][0]["output_ids"], ref[str(r["question_id"])]) for r in run["records"]
+             if str(r["question_id"]) in ref]
+    return sum(a == b for a, b in pairs), len(pairs)
+
+
+def _labels(runs: Sequence[dict]) -> list[str]:
+    """Short run names: the path below the runs' common folder (a job folder for ``<job>/answers.jsonl``)."""
+    paths = [r["path"].resolve() for r in runs]
+    root = Path(os.path.commonpath([p.parent for p in paths])) if len(paths) > 1 else paths[0].parent
+    out = []
+    for p in paths:
+        rel = p.relative_to(root)
+        out.append(str(rel.parent) if p.name == "answers.jsonl" and str(rel.parent) != "." else str(rel))
+    return out
+
+
+def build_table(runs: Sequence[dict], baseline: int) -> tuple[list[dict], list[str]]:
+    """One row per run (``keys`` = the differing settings, each a column) and those keys."""
+    keys = differing_keys(runs)
+    base = runs[baseline]
+    base_tps = base["metrics"]["tokens_per_s"]
+    rows = []
+    for label, run in zip(_labels(runs), runs):
+        m = run["metrics"]
+        same, compared = identical(run, base)
+        rows.append({
+            "run": label, "baseline": run is base, **{k: run["settings"].get(k) for k in keys},
+            "questions": m["num_questions"], "turns": m["num_turns"], "new_tokens": m["new_tokens"],
+            "decoding_steps": m["decoding_steps"], "step_compression": m["step_compression"],
+            "mean_accepted_tokens": m["mean_accepted_tokens"], "tokens_per_s": m["tokens_per_s"],
+            "seconds_per_step": m["seconds_per_step"],
+            "speedup": m["tokens_per_s"] / base_tps if m["tokens_per_s"] and base_tps else None,
+            "identical": same, "compared": compared, "answers": str(run["path"]),
+        })
+    return rows, keys
+
+
+def _cell(v: Any) -> str:
+    return "-" if v is None else json.dumps(v) if isinstance(v, (list, dict, bool)) else str(v)
+
+
+def table_columns(keys: Sequence[str]) -> list:
+    """(header, cell) pairs for ``bench.format_table``."""
+    f = bench._fmt
+    return ([("run", lambda r: r["run"] + (" (baseline)" if r["baseline"] else ""))]
+            + [(k, lambda r, k=k: _cell(r[k])) for k in keys]
+            + [("questions", lambda r: str(r["questions"])), ("turns", lambda r: str(r["turns"])),
+               ("S", lambda r: f(r["step_compression"], ".3f")), ("acc/step", lambda r: f(r["mean_accepted_tokens"], ".3f")),
+               ("tok/s", lambda r: f(r["tokens_per_s"], ".2f")),
+               ("ms/step", lambda r: f(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f")),
+               ("speedup", lambda r: f(r["speedup"], ".3f")),
+               ("identical", lambda r: "-" if r["identical"] is None else f"{r['identical']}/{r['compared']}")])
+
+
+CSV_COLUMNS = ("run", "questions", "turns", "new_tokens", "decoding_steps", "step_compression", "mean_accepted_tokens",
+               "tokens_per_s", "seconds_per_step", "speedup", "identical", "compared", "baseline", "answers")
+
+
+def plot(rows: Sequence[dict], out_dir: str) -> Optional[str]:
+    """``report.png``: S and speedup per run (None when matplotlib is not installed)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(max(6, 0.9 * len(rows) + 3), 4))
+    names = [r["run"] for r in rows]
+    for ax, key, label in ((axes[0], "step_compression", "step compression S"), (axes[1], "speedup", "speedup (tok/s)")):
+        ax.bar(range(len(rows)), [r[key] or 0.0 for r in rows])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks(range(len(rows)), names, rotation=45, ha="right", fontsize=8)
+        ax.set_ylabel(label)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "report.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Optional[str] = None,
+           figure: bool = True) -> dict[str, Any]:
+    """Build, print and write the table; returns ``{"rows", "keys", "text", "files"}``. Raises ``ReportError``."""
+    runs = [load_run(p) for p in find_runs(paths)]
+    rows, keys = build_table(runs, pick_baseline(runs, baseline))
+    columns = table_columns(keys)
+    text = bench.format_table(rows, columns=columns, left=1 + len(keys))
+    if out_dir is None:
+        first = Path(paths[0])
+        out_dir = str(first if first.is_dir() else first.parent)
+    files = bench.write_results(out_dir, rows, [], {"differing_settings": keys},
+                                columns=["run", *keys, *CSV_COLUMNS[1:]], name="report")
+    files["md"] = os.path.join(out_dir, "report.md")
+    Path(files["md"]).write_text(bench.format_table(rows, columns=columns, left=1 + len(keys), markdown=True) + "\n",
+                                 encoding="utf-8")
+    if figure and (png := plot(rows, out_dir)):
+        files["png"] = png
+    return {"rows": rows, "keys": keys, "text": text, "files": files}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lp_runtime.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="a sweep folder, run folders or answers files")
+    parser.add_argument("--baseline", help="row number or path of the baseline run (default: the first greedy run)")
+    parser.add_argument("--out", help="folder for report.csv/.json/.md/.png (default: the first PATH's folder)")
+    parser.add_argument("--no-figure", action="store_true", help="skip report.png")
+    args = parser.parse_args(argv)
+    try:
+        result = report(args.paths, baseline=args.baseline, out_dir=args.out, figure=not args.no_figure)
+    except (ReportError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(result["text"])
+    print("written: " + ", ".join(result["files"].values()))
+
+
+if __name__ == "__main__":
+    main()

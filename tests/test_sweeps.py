@@ -1,0 +1,245 @@
+"""Sweeps: one output per job, resume that checks settings, the report over runs, the submitit launcher, model identity."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lp_runtime import jobs, models, settings
+from lp_runtime.config import (DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig, OutputConfig,
+                               RunConfig)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _questions(path: Path, n: int = 1) -> Path:
+    rows = [{"question_id": 81 + i, "category": "writing", "turns": [f"Write a haiku about the sea, {i}."]}
+            for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _cli(tmp: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, "-m", "lp_runtime.generate", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _sweep_args(tiny_model_dir: Path, tmp: Path) -> list[str]:
+    return [f"model.path={tiny_model_dir}", "dataset=jsonl", f"dataset.path={_questions(tmp / 'q.jsonl')}",
+            "generation.max_new_tokens=16", "progress=false", f"hydra.sweep.dir={tmp / 'sweep'}"]
+
+
+# ------------------------------------------------------------------------------------ sweep + report
+
+def test_sweep_writes_one_answers_file_per_job_and_the_report_has_both_rows(tiny_model_dir, tmp_path):
+    from lp_runtime.report import report
+
+    res = _cli(tmp_path, "--multirun", "decoding=greedy,lookahead", "decoding.window_size=2",
+               *_sweep_args(tiny_model_dir, tmp_path))
+    assert res.returncode == 0, res.stderr[-3000:]
+    for job in ("0", "1"):
+        folder = tmp_path / "sweep" / job
+        answers = [json.loads(x) for x in (folder / "answers.jsonl").read_text().splitlines()]
+        assert [a["question_id"] for a in answers] == [81]
+        summary = json.loads((folder / "answers.summary.json").read_text())
+        assert summary["num_questions"] == 1 and summary["answers"] == str(folder / "answers.jsonl")
+        assert (folder / "answers.settings.json").is_file()
+
+    out = report([str(tmp_path / "sweep")], figure=False)
+    rows = out["rows"]
+    assert out["keys"] == ["decoding.method"]
+    assert [(r["run"], r["decoding.method"], r["baseline"]) for r in rows] == [("0", "greedy", True),
+                                                                              ("1", "lookahead", False)]
+    greedy, lookahead = rows
+    assert greedy["step_compression"] == 1.0 and greedy["speedup"] == 1.0
+    assert lookahead["step_compression"] >= 1.0
+    assert lookahead["speedup"] == pytest.approx(lookahead["tokens_per_s"] / greedy["tokens_per_s"])
+    assert (lookahead["identical"], lookahead["compared"]) == (1, 1)  # float32 greedy: token-identical
+    lines = out["text"].splitlines()
+    assert lines[0].split() == ["run", "decoding.method", "questions", "turns", "S", "acc/step", "tok/s", "ms/step",
+                                "speedup", "identical"]
+    assert lines[2].split()[:5] == ["0", "(baseline)", "greedy", "1", "1"]
+    assert lines[3].split()[:4] == ["1", "lookahead", "1", "1"]
+    assert lines[3].split()[4] == f"{lookahead['step_compression']:.3f}"
+    for name in ("report.csv", "report.json", "report.md"):
+        assert (tmp_path / "sweep" / name).is_file()
+    assert (tmp_path / "sweep" / "report.csv").read_text().splitlines()[0].startswith("run,decoding.method,questions")
+
+
+def test_report_baseline_by_flag_and_errors(tmp_path):
+    from lp_runtime.report import ReportError, pick_baseline
+
+    runs = [{"path": Path("a.jsonl"), "settings": {"decoding.method": "lookahead", "sampling.temperature": 0.0}},
+            {"path": Path("b/answers.jsonl"), "settings": {"decoding.method": "greedy", "sampling.temperature": 0.7}},
+            {"path": Path("c/answers.jsonl"), "settings": {"decoding.method": "greedy", "sampling.temperature": 0.0}}]
+    assert pick_baseline(runs, None) == 2  # the first greedy run with greedy tokens
+    assert pick_baseline(runs, "1") == 1 and pick_baseline(runs, "a.jsonl") == 0 and pick_baseline(runs, "b/") == 1
+    with pytest.raises(ReportError, match="--baseline 'zz' is neither a row number below 3 nor one of the runs"):
+        pick_baseline(runs, "zz")
+    with pytest.raises(ReportError, match="holds no answers file"):
+        from lp_runtime.report import find_runs
+        find_runs([str(tmp_path)])
+
+
+# ------------------------------------------------------------------------------ resume checks settings
+
+def _cfg(model_dir: Path, tmp: Path, **decoding) -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(path=str(model_dir)),
+        decoding=DecodingConfig(**{"window_size": 0, "ngram_size": 3, "guess_set_size": 2, **decoding}),
+        generation=GenerationConfig(max_new_tokens=8),
+        dataset=DatasetConfig(name="jsonl", path=str(_questions(tmp / "q.jsonl", 2)), limit=1),
+        output=OutputConfig(path=str(tmp / "out" / "answers.jsonl")),
+        progress=False,
+    )
+
+
+def test_changed_settings_refuse_before_loading_and_same_settings_resume(tiny_model_dir, tmp_path):
+    from lp_runtime.generate import run
+
+    cfg = _cfg(tiny_model_dir, tmp_path)
+    run(cfg)
+    out = tmp_path / "out"
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(files) == ["answers.jsonl", "answers.settings.json", "answers.summary.json"]
+    recorded = json.loads(files["answers.settings.json"])["settings"]
+    assert recorded["decoding.window_size"] == 0 and recorded["parallel.world_size"] == 1
+    assert recorded["model.fingerprint"] == models.model_fingerprint(cfg.model)
+    assert "progress" not in recorded and "output.path" not in recorded
+
+    changed = _cfg(tiny_model_dir, tmp_path, window_size=2)
+    changed.model.path = "/nonexistent"  # would fail to load: the refusal must come first
+    changed.generation.max_new_tokens = 4
+    with pytest.raises(settings.SettingsMismatchError) as e:
+        run(changed)
+    fp_new = models.model_fingerprint(changed.model)
+    assert str(e.value) == (
+        f"{out / 'answers.jsonl'} was made with other settings ({out / 'answers.settings.json'}): "
+        f"decoding.window_size: 0 in the file, 2 now; generation.max_new_tokens: 8 in the file, 4 now; "
+        f"model.fingerprint: {recorded['model.fingerprint']!r} in the file, {fp_new!r} now; "
+        f"model.path: {str(tiny_model_dir)!r} in the file, '/nonexistent' now; re-run with the file's settings to "
+        f"resume it, or write to a new output path (output.path={out / 'answers-2.jsonl'})")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files  # byte-identical
+
+    # Same settings (a display setting and the question count may change): resumes with the second question.
+    cfg.progress, cfg.dataset.limit = True, None
+    summary = run(cfg)
+    assert summary["num_questions"] == 2
+    lines = (out / "answers.jsonl").read_bytes()
+    assert lines.startswith(files["answers.jsonl"]) and len(lines.splitlines()) == 2
+    assert (out / "answers.settings.json").read_bytes() == files["answers.settings.json"]
+
+    # A file written before settings were recorded: a clear refusal, nothing touched.
+    (out / "answers.settings.json").unlink()
+    with pytest.raises(settings.SettingsMismatchError, match=r"holds answers but no record of the settings .*"
+                                                           r"choose a new output path \(output.path=.*answers-2.jsonl\)"):
+        run(cfg)
+    assert (out / "answers.jsonl").read_bytes() == lines
+
+
+def test_settings_differences_cover_new_fields_and_skip_display_ones():
+    cfg = RunConfig()
+    current = settings.run_settings(cfg, model_fingerprint="ab", world_size=2)
+    assert current["parallel.world_size"] == 2 and current["sampling.category_temperature"] is None
+    assert not set(settings.NOT_COMPARED) & set(current)
+    old = dict(current)
+    del old["sampling.min_p"]  # a field the older record did not have: its default is assumed
+    assert settings.differences(old, current) == []
+    old["sampling.min_p"] = 0.1
+    old["progress"] = False
+    assert settings.differences(old, current) == [("sampling.min_p", 0.1, 0.0)]
+
+
+def test_model_fingerprint_follows_the_files_not_the_name(tmp_path):
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "config.json").write_text('{"hidden_size": 8}')
+    (a / "model.safetensors").write_bytes(b"\0" * 100)
+    (a / "notes.txt").write_text("x")
+    fp = models.model_fingerprint(ModelConfig(path=str(a)))
+    assert fp == models.model_fingerprint(ModelConfig(path=str(a), name="other", dtype="bfloat16"))
+    (a / "notes.txt").write_text("y")  # not part of the model
+    assert models.model_fingerprint(ModelConfig(path=str(a))) == fp
+    (a / "model.safetensors").write_bytes(b"\1" + b"\0" * 99)
+    fp2 = models.model_fingerprint(ModelConfig(path=str(a)))
+    assert fp2 != fp and len(fp2) == 16
+    assert models.model_label(ModelConfig(path=str(a)), fp2) == f"a-{fp2[:8]}"
+    assert models.model_label(ModelConfig(path=str(a), name="mine"), fp2) == f"mine-{fp2[:8]}"
+    assert models.model_label(ModelConfig(path="bundled:smollm2"), fp2) == f"smollm2-{fp2[:8]}"
+
+
+def test_port_for_job():
+    assert jobs.port_for_job("4242") == 24242 and jobs.port_for_job("4242_3") == 20000 + 42423 % 20000
+    assert jobs.port_for_job("local") == 20000
+
+
+def test_no_schema_among_the_choices_and_the_slurm_preset_composes():
+    """--help and Hydra's "Available options" errors list these options (the CLI's one-line error for a failed run
+    leaving no folder is in test_generate.py::test_missing_model_fails_in_one_line)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from lp_runtime.generate import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        loader = GlobalHydra.instance().config_loader()
+        for group in ("model", "decoding", "sampling", "dataset", "parallel"):
+            options = loader.get_group_options(group)
+            assert options and not [o for o in options if o.endswith("_schema")], (group, options)
+        assert {"lp_slurm", "lp_local"} <= set(loader.get_group_options("hydra/launcher"))
+        assert "smollm2_135m" in loader.get_group_options("model")
+        from hydra import compose
+
+        cfg = compose("generate", overrides=["hydra/launcher=lp_slurm", "hydra.launcher.tasks_per_node=4"],
+                      return_hydra_config=True)
+        launcher = cfg.hydra.launcher
+        assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+        assert (launcher.tasks_per_node, launcher.nodes, launcher.setup) == (4, 1, ["export HYDRA_FULL_ERROR=1"])
+
+
+# ---------------------------------------------------------------------------- submitit launcher, locally
+
+def test_submitit_local_launcher_sweep_with_two_ranks_per_job(tiny_model_dir, tmp_path):
+    res = _cli(tmp_path, "--multirun", "hydra/launcher=lp_local", "hydra.launcher.tasks_per_node=2",
+               "parallel=lp2", "parallel.backend=gloo", "parallel.timeout_s=60", "decoding.window_size=0,2",
+               *_sweep_args(tiny_model_dir, tmp_path), timeout=420)
+    assert res.returncode == 0, res.stderr[-3000:]
+    outputs = []
+    for job in ("0", "1"):
+        folder = tmp_path / "sweep" / job
+        summary = json.loads((folder / "answers.summary.json").read_text())
+        assert summary["num_questions"] == 1
+        assert summary["lp_communication"]["lp_degree"] == 2  # both tasks of the job joined one LP group
+        assert summary["settings"]["parallel.world_size"] == 2
+        (answer,) = [json.loads(x) for x in (folder / "answers.jsonl").read_text().splitlines()]
+        outputs.append(answer["choices"][0]["output_ids"])
+    assert outputs[0] == outputs[1]  # W = 0 and W = 2: the same greedy tokens
+
+
+@pytest.mark.parametrize("executor", ["slurm", "local"])
+def test_submitit_task_becomes_a_rank(monkeypatch, executor):
+    from lp_runtime import distributed
+
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", executor)
+    if executor == "slurm":  # what srun gives task 3 of a 2-node x 2-task job
+        for k, v in dict(SLURM_JOB_ID="4242", SLURM_PROCID="3", SLURM_NTASKS="4", SLURM_LOCALID="1",
+                         SLURM_NODEID="1", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="gpu[01-02]").items():
+            monkeypatch.setenv(k, v)
+        want = distributed.RankInfo(3, 4, 1, "slurm")
+    else:  # what submitit's local controller gives its second task
+        for k, v in dict(SUBMITIT_LOCAL_JOB_ID="4242", SUBMITIT_LOCAL_NTASKS="2", SUBMITIT_LOCAL_GLOBALID="1",
+                         SUBMITIT_LOCAL_LOCALID="1", SUBMITIT_LOCAL_NODEID="0", SUBMITIT_LOCAL_JOB_NUM_NODES="1").items():
+            monkeypatch.setenv(k, v)
+        want = distributed.RankInfo(1, 2, 1, "torchrun")
+    jobs.submitit_rank_env()
+    assert distributed.detect() == want
+    assert os.environ["MASTER_PORT"] == "24242" and os.environ["LOCAL_RANK"] == "1"
+    assert executor == "slurm" or os.environ["MASTER_ADDR"] == "127.0.0.1"
