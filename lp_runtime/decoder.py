@@ -32,12 +32,13 @@ from typing import Optional, Sequence
 
 import torch
 
-from .config import ConfigError, DecodingConfig, SamplingConfig
-from .kv import check_supported, commit, new_cache
+from .config import DecodingConfig, SamplingConfig
+from . import support
+from .kv import commit, new_cache
 from .layout import LayoutCache, full_mask
 from .ngram_pool import NGramPool
 from .parallel import LocalGroup, state_hash
-from .sampling import Sampler, check_processors
+from .sampling import Sampler, check_processors, warn_model_defaults
 from .stopping import StopChecker
 from .verify import greedy_verify, walk_outcomes
 from .window import JacobiWindow
@@ -65,11 +66,6 @@ class GenerationOutput:
     step_tokens: list[int] = field(default_factory=list)
 
 
-def _context_length(model) -> Optional[int]:
-    cfg = model.config.get_text_config(decoder=True)
-    return getattr(cfg, "max_position_embeddings", None)
-
-
 class Decoder:
     """Greedy plain or lookahead decoding of one sequence at a time with a transformers causal LM.
 
@@ -95,7 +91,9 @@ class Decoder:
         self.tokenizer = tokenizer
         self.lp = lp if lp is not None else LocalGroup()
         self.extra_processors = check_processors(logits_processor or ())
-        self.sampler = Sampler(sampling, self.extra_processors)
+        self.sampler = Sampler(sampling, self.extra_processors, getattr(model, "generation_config", None))
+        warn_model_defaults(model, self.sampler.cfg)
+        support.check_attention(model)  # ConfigError for attention that ignores position_ids / the 4D mask
         lookahead = decoding.method == "lookahead"
         self.window_size = decoding.window_size if lookahead else 0
         self.ngram_size = decoding.ngram_size
@@ -103,7 +101,7 @@ class Decoder:
         self.use_pool = lookahead and (self.guess_set_size > 0)
         self.device = next(model.parameters()).device
         self.layouts = LayoutCache(self.ngram_size, self.device, model.dtype)
-        self.context_length = _context_length(model)
+        self.context_length = support.position_limit(model)  # every fed position stays below this
 
     def _max_depth(self, num_pending: int, with_window: bool, with_candidates: bool) -> int:
         """Largest position offset from the first pending token in a step of this shape."""
@@ -141,21 +139,18 @@ class Decoder:
         the model's processed distribution exactly (paper appendix B; tests/test_sampling.py).
 
         Raises:
-            ConfigError: empty prompt, or the prompt plus one step does not fit the model's context.
+            ConfigError: (``support.check_request``, before any forward pass) an empty prompt, a token id outside
+                the vocabulary, ``max_new_tokens`` < 1, a prompt leaving no room in the context for one new
+                token, or a length the model does not decode exactly (length-dependent rope, sliding window).
+                Near the context's end steps shrink to plain ones; a full context ends with "length".
+            ModelOutputError: NaN or inf logits at a decision (names the step and the position).
         """
         start = time.perf_counter()
-        sampler = self.sampler if sampling is None else Sampler(sampling, self.extra_processors)
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise ConfigError("the prompt is empty; give at least one token")
+        sampler = self.sampler if sampling is None else Sampler(sampling, self.extra_processors,
+                                                                getattr(self.model, "generation_config", None))
+        # ids in the vocabulary, budget >= 1 (capped to the context), lengths the model decodes exactly
+        prompt, max_new_tokens = support.check_request(self.model, prompt_ids, max_new_tokens)
         ctx = self.context_length
-        first_span = len(prompt) + self._max_depth(1, True, self.use_pool)
-        if ctx is not None and first_span > ctx:
-            raise ConfigError(
-                f"the prompt ({len(prompt)} tokens) plus one lookahead step (W={self.window_size}, "
-                f"N={self.ngram_size}) needs {first_span} positions; the model's context is {ctx} tokens"
-            )
-        check_supported(self.model, len(prompt) + max_new_tokens + self._max_depth(self.ngram_size, True, True))
         stopper = StopChecker(max_new_tokens, self.eos_token_ids, stop_strings, self.tokenizer)
         if streamer is not None:
             streamer.put(torch.tensor([prompt]))
@@ -202,13 +197,15 @@ class Decoder:
                 use_cache=True,
                 logits_to_keep=keep,
             )
-            kept_argmax = out.logits[0].argmax(dim=-1)
+            kept_argmax, finite = support.finite_argmax(out.logits[0])
             if sampler.active:  # c and candidate tokens: processed against their own prefix (window: raw argmax)
                 kept_argmax = self._decide(sampler, out.logits[0], kept_argmax, history, candidates, cand_ids,
                                            len(cols), cand_len)
+            kept_argmax = support.mark_nonfinite(kept_argmax, finite)  # NaN/inf rows -> NONFINITE, no host sync
             x1, new_window, cand_argmax = self.lp.merge(
                 kept_argmax, len(pending), num_columns, num_levels, len(candidates), cand_len
             )
+            support.check_finite(steps + 1, past + len(pending) - 1, x1, new_window, cand_argmax)
             accepted, _ = (walk_outcomes if sampler.do_sample else greedy_verify)(x1, candidates, cand_argmax)
             commit(cache, len(ids), len(pending))
             past += len(pending)

