@@ -462,3 +462,20 @@ def test_10_single_stop_string_and_eos_id_accepted(tmp_path):
             assert g["turns"][0] == r["turns"][0][: cut + 1] and g["finish_reason"] == ["stop"]
         else:
             assert g["output_ids"] == r["output_ids"]
+
+
+# ------------------------------------------------------------------------- 9. teardown of torchrun jobs
+def test_9_teardown_leaves_no_gloo_thread_for_interpreter_exit(tmp_path):
+    """Root cause of the abort at exit: a default ProcessGroup kept alive after destroy_process_group (function
+    defaults in torch.distributed.nn.functional, imported after the group existed) left gloo's worker threads to
+    be torn down during interpreter finalization. After a teardown every gloo thread must be gone."""
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    res = subprocess.run([torchrun, "--standalone", "--nproc-per-node=2", str(REPO / "tests" / "teardown_driver.py")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = sorted(line for line in res.stdout.splitlines() if line.startswith("rank "))
+    assert len(lines) == 2, res.stdout
+    for line in lines:
+        before, after = int(line.split()[4]), int(line.split()[6])
+        assert after == before, line  # gloo's threads joined while the interpreter is alive
