@@ -227,19 +227,21 @@ def test_4_token_ids_outside_vocabulary(prompt, bad, index):
 
 # ------------------------------------------------------------------------- 5. max_new_tokens = 0
 def test_5_max_new_tokens_zero_is_refused_everywhere():
-    model = ForcedLM(V, {})
+    model = ForcedLM(4096, {})
     gen = LookaheadGenerator(model, None, LOOK, GenerationConfig(max_new_tokens=16, eos_token_ids=[]))
     for n in (0, -3):
         with pytest.raises(ConfigError) as err:
-            gen.generate([1, 50, 32], max_new_tokens=n)
+            gen.generate([1, 504, 3250], max_new_tokens=n)
         assert str(err.value) == f"max_new_tokens={n} is not allowed; it must be >= 1"
         with pytest.raises(ConfigError) as err:
-            Decoder(model, LOOK).generate([1, 50, 32], max_new_tokens=n)
+            Decoder(model, LOOK).generate([1, 504, 3250], max_new_tokens=n)
         assert str(err.value) == f"max_new_tokens={n} is not allowed; it must be >= 1"
         with pytest.raises(ConfigError, match=f"generation.max_new_tokens={n} is not allowed; it must be an integer"):
             GenerationConfig(max_new_tokens=n)
-    assert gen.generate([1, 50, 32]).output_ids == list(range(33, 49))  # None = the generator's 16
-    assert gen.generate([1, 50, 32], max_new_tokens=1).output_ids == [33]
+    with pytest.raises(ConfigError, match=r"max_new_tokens=True is not allowed; it must be an integer >= 1"):
+        gen.generate([1, 504, 3250], max_new_tokens=True)
+    assert gen.generate([1, 504, 3250]).output_ids == list(range(3251, 3267))  # None = the generator's 16
+    assert gen.generate([1, 504, 3250], max_new_tokens=1).output_ids == [3251]
 
 
 # ------------------------------------------------------------------------- 6. NaN / inf logits
