@@ -170,23 +170,57 @@ def _mpt():
                                     initializer_range=0.3))
 
 
+ALIBI = "it uses ALiBi attention biases, built from cache indices rather than position_ids"
+PROBE = "a tree step's logits differ from plain decoding by"
+SUPPORTED = ("Supported: models whose attention takes explicit position_ids and a float 4D attention mask (rotary "
+             "or learned absolute positions: Llama, Mistral, Qwen2, Phi-3, Gemma, GPT-2, ...); ALiBi models (BLOOM, "
+             "MPT, Falcon with alibi=True) are not")
+
+
+class NoPositionIds(torch.nn.Module):
+    """A tiny Llama whose forward drops ``position_ids`` (positions then follow the cache, as in BLOOM-like code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = llama()
+        self.config = self.inner.config
+
+    @property
+    def dtype(self):
+        return self.inner.dtype
+
+    def forward(self, position_ids=None, **kwargs):
+        return self.inner(**kwargs)
+
+
 @pytest.mark.parametrize("make, arch, problem", [
-    (_bloom, "BloomForCausalLM (model_type 'bloom')", "a tree step fails inside the model (ValueError: too many "
-                                                      "values to unpack (expected 2))"),
-    (_falcon_alibi, "FalconForCausalLM (model_type 'falcon')", "a tree step fails inside the model (ValueError: "
-                                                               "too many values to unpack (expected 2))"),
-    (_mpt, "MptForCausalLM (model_type 'mpt')", "a tree step's logits differ from plain decoding by"),
+    (_bloom, "BloomForCausalLM (model_type 'bloom')", ALIBI),
+    (_falcon_alibi, "FalconForCausalLM (model_type 'falcon')", ALIBI),
+    (_mpt, "MptForCausalLM (model_type 'mpt')", ALIBI),
+    (NoPositionIds, "NoPositionIds (model_type 'llama')", PROBE),
 ])
-def test_3_alibi_architectures_refused_at_construction(make, arch, problem):
+def test_3_architectures_ignoring_the_tree_refused_at_construction(make, arch, problem):
     torch.manual_seed(0)
     model = make().eval()
     with pytest.raises(ConfigError) as err:
         Decoder(model, DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2))
     msg = str(err.value)
-    assert msg.startswith(f"{arch} is not supported by lp_runtime: {problem}")
-    assert msg.endswith("Supported: models whose attention takes explicit position_ids and a float 4D attention mask "
-                        "(rotary or learned absolute positions: Llama, Mistral, Qwen2, Phi-3, Gemma, GPT-2, ...); "
-                        "ALiBi models (BLOOM, MPT, Falcon with alibi=True) are not")
+    assert msg.startswith(f"{arch} is not supported by lp_runtime: {problem}") and msg.endswith(SUPPORTED)
+
+
+def test_3_probe_alone_catches_alibi_and_crashes(monkeypatch):
+    # Without the ALiBi name list, the float32 probe still refuses them: BLOOM and Falcon crash inside their
+    # attention on a 4D tree mask; MPT's bias follows cache indices, so the tree step's logits move.
+    monkeypatch.setattr(support, "ALIBI_MODEL_TYPES", ())
+    for make, problem in ((_bloom, "a tree step fails inside the model (ValueError: too many values to unpack"),
+                          (_mpt, PROBE)):
+        torch.manual_seed(0)
+        assert support._probe(make().eval()).startswith(problem)
+    torch.manual_seed(0)
+    falcon = _falcon_alibi().eval()
+    falcon.config.alibi = False  # the name check reads the config; the model still builds ALiBi biases
+    falcon.transformer.use_alibi = True
+    assert support._probe(falcon).startswith("a tree step fails inside the model")
 
 
 def test_3_supported_architectures_pass_the_probe_and_match_generate():
