@@ -21,6 +21,7 @@ from typing import Optional, Sequence, Union
 from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig
 from .decoder import Decoder, GenerationOutput
 from .models import eos_token_ids, load_model
+from .support import check_max_new_tokens, check_prompt_ids, vocab_size
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
 
@@ -56,7 +57,8 @@ class LookaheadGenerator:
         return cls(m, tok, decoding, generation)
 
     def encode(self, prompt: Prompt) -> list[int]:
-        """Token ids of ``prompt`` (see the module docstring). Raises ``ConfigError`` for an empty prompt."""
+        """Token ids of ``prompt`` (see the module docstring). Raises ``ConfigError`` for an empty prompt, or for token
+        ids that are not integers or lie outside the model's vocabulary (naming the id and the vocabulary size)."""
         if isinstance(prompt, str):
             prompt = [{"role": "user", "content": prompt}]
         if len(prompt) == 0:
@@ -66,17 +68,24 @@ class LookaheadGenerator:
                 return self.tokenizer("\n".join(m["content"] for m in prompt)).input_ids
             enc = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True)
             return list(enc["input_ids"] if hasattr(enc, "keys") else enc)
-        return [int(t) for t in prompt]
+        return check_prompt_ids(prompt, vocab_size(self.model))
 
     def generate(self, prompt: Prompt, *, max_new_tokens: Optional[int] = None,
                  stop_strings: Optional[Sequence[str]] = None, streamer=None) -> TextOutput:
-        """Decode one prompt; ``streamer`` (e.g. ``transformers.TextStreamer``) gets every token in order."""
+        """Decode one prompt; ``streamer`` (e.g. ``transformers.TextStreamer``) gets every token in order.
+
+        ``max_new_tokens``: None = the generator's ``GenerationConfig``; 0 or less is a ``ConfigError`` (as in the
+        config and the CLI). ``stop_strings``: None = the generator's; a single string counts as one.
+        """
+        budget = self.generation.max_new_tokens if max_new_tokens is None else check_max_new_tokens(max_new_tokens)
+        if isinstance(stop_strings, str):
+            stop_strings = [stop_strings]
         ids = self.encode(prompt)
         out = self.decoder.generate(
             ids,
-            max_new_tokens=max_new_tokens or self.generation.max_new_tokens,
+            max_new_tokens=budget,
             stop_strings=self.generation.stop_strings if stop_strings is None else stop_strings,
             streamer=streamer,
         )
-        text = self.tokenizer.decode(out.output_ids, skip_special_tokens=True)
+        text = self.tokenizer.decode(out.output_ids, skip_special_tokens=True) if self.tokenizer is not None else ""
         return TextOutput(**vars(out), text=text)

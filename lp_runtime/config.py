@@ -7,12 +7,18 @@ objects with ``OmegaConf.to_object`` so nothing past it sees OmegaConf.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Any, Optional
 
 
 class ConfigError(ValueError):
     """A user-supplied setting is invalid; the message names the value and what is allowed."""
+
+
+class ModelOutputError(RuntimeError):
+    """The model produced output no token can be chosen from (NaN or inf logits); the message names the
+    decoding step and the sequence position."""
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -51,7 +57,7 @@ class ModelConfig:
         _check(bool(self.path), "model.path is empty; give a HuggingFace id, a local folder or 'bundled:smollm2'")
         _check(self.dtype in DTYPES, f"model.dtype={self.dtype!r} is not allowed; use one of {', '.join(DTYPES)}")
         _check(
-            self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+            self.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", str(self.device)) is not None,
             f"model.device={self.device!r} is not allowed; use 'auto', 'cpu', 'cuda' or 'cuda:N'",
         )
 
@@ -124,6 +130,10 @@ class SamplingConfig:
     function of (seed, token position), so a run is reproducible and independent of the LP degree.
     ``category_temperature``: optional per-question-category temperature (MT-Bench's judge settings),
     used by the generate entry point in place of ``temperature`` for a listed category.
+    ``suppress_tokens``: token ids never chosen (transformers' ``SuppressTokensLogitsProcessor``; greedy and
+    sampling). ``from_model``: take temperature, top_k, top_p, min_p, repetition_penalty and suppress_tokens
+    from the model's ``generation_config`` instead (``sampling=model``; ``sampling.model_sampling`` refuses,
+    by name, any processing there that lp_runtime cannot apply exactly); seed stays this config's.
     """
 
     temperature: float = 0.0
@@ -133,6 +143,8 @@ class SamplingConfig:
     repetition_penalty: float = 1.0
     seed: int = 0
     category_temperature: Optional[dict[str, float]] = None
+    suppress_tokens: Optional[list[int]] = None
+    from_model: bool = False
 
     def __post_init__(self) -> None:
         _check(self.temperature >= 0, f"sampling.temperature={self.temperature} is not allowed; it must be >= 0 (0 = greedy)")
@@ -145,6 +157,8 @@ class SamplingConfig:
                f"sampling.seed={self.seed!r} is not allowed; it must be an integer")
         for cat, t in (self.category_temperature or {}).items():
             _check(t >= 0, f"sampling.category_temperature[{cat!r}]={t} is not allowed; it must be >= 0")
+        _check(all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.suppress_tokens or []),
+               f"sampling.suppress_tokens={self.suppress_tokens!r} is not allowed; it must be a list of token ids >= 0")
 
     @property
     def do_sample(self) -> bool:
@@ -161,18 +175,35 @@ class SamplingConfig:
 
 @dataclass
 class GenerationConfig:
-    """When to stop: ``max_new_tokens`` (tokens), ``stop_strings`` (text), ``eos_token_ids`` (None = the model's)."""
+    """When to stop: ``max_new_tokens`` (tokens, >= 1: 0 is refused like -3, everywhere), ``stop_strings``
+    (text; a single string is taken as a one-element list, so ``generation.stop_strings=hello`` works),
+    ``eos_token_ids`` (None = the model's; a single int is taken as a one-element list)."""
 
     max_new_tokens: int = 128
-    stop_strings: list[str] = field(default_factory=list)
-    eos_token_ids: Optional[list[int]] = None
+    stop_strings: Any = field(default_factory=list)  # list[str]; Any so that a lone string reaches the check
+    eos_token_ids: Any = None  # Optional[list[int]]
 
     def __post_init__(self) -> None:
         _check(
-            self.max_new_tokens >= 1,
-            f"generation.max_new_tokens={self.max_new_tokens} is not allowed; it must be >= 1",
+            isinstance(self.max_new_tokens, int) and not isinstance(self.max_new_tokens, bool)
+            and self.max_new_tokens >= 1,
+            f"generation.max_new_tokens={self.max_new_tokens!r} is not allowed; it must be an integer >= 1",
         )
+        if isinstance(self.stop_strings, str):
+            self.stop_strings = [self.stop_strings]
+        _check(isinstance(self.stop_strings, (list, tuple)) and all(isinstance(s, str) for s in self.stop_strings),
+               f"generation.stop_strings={self.stop_strings!r} is not allowed; give a list of strings, e.g. "
+               "generation.stop_strings=[hello] or '[\"\\n\\n\"]'")
+        self.stop_strings = list(self.stop_strings)
         _check(all(s for s in self.stop_strings), "generation.stop_strings contains an empty string")
+        if isinstance(self.eos_token_ids, int) and not isinstance(self.eos_token_ids, bool):
+            self.eos_token_ids = [self.eos_token_ids]
+        _check(self.eos_token_ids is None or (
+            isinstance(self.eos_token_ids, (list, tuple))
+            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.eos_token_ids)),
+            f"generation.eos_token_ids={self.eos_token_ids!r} is not allowed; give null or a list of token ids >= 0")
+        if self.eos_token_ids is not None:
+            self.eos_token_ids = list(self.eos_token_ids)
 
 
 @dataclass

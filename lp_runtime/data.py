@@ -138,11 +138,12 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
         raise DatasetError(f"{name} does not exist; give a question file in JSONL format ({_FORMAT})")
     questions: list[Question] = []
     first_line: dict[Union[int, str], int] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is reported with its number, not a traceback
+        for lineno, raw in enumerate(f, start=1):
+            where = f"{path}, line {lineno}"
+            line = decode_line(raw, where)
             if not line.strip():
                 continue
-            where = f"{path}, line {lineno}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
@@ -158,6 +159,18 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     if not questions:
         raise DatasetError(f"{name} holds no questions; {_FORMAT}")
     return questions
+
+
+def decode_line(raw: bytes, where: str, error=None) -> str:
+    """``raw`` decoded as UTF-8; ``error`` (default ``DatasetError``) naming ``where`` (file and line), the byte
+    offset and what to do when it is not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise (error or DatasetError)(
+            f"{where}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; save the file as UTF-8 "
+            "(e.g. iconv -f latin1 -t utf-8) or remove that line"
+        ) from None
 
 
 def _parse_row(row: Any, where: str) -> Question:

@@ -40,12 +40,13 @@ from typing import Optional, Sequence
 
 import torch
 
-from .config import ConfigError, DecodingConfig, SamplingConfig
-from .kv import check_supported, commit, new_cache
+from . import support
+from .config import DecodingConfig, SamplingConfig
+from .kv import commit, new_cache
 from .layout import LayoutCache, MaskBuffer, full_mask
 from .lookup import CandidateTree, FeedAll, new_lookup, propose
 from .parallel import LocalGroup, state_hash, sub_parents
-from .sampling import Sampler, check_processors
+from .sampling import Sampler, check_processors, warn_model_defaults
 from .stopping import StopChecker
 from .verify import greedy_verify, node_children, walk_outcomes
 from .window import JacobiWindow
@@ -71,11 +72,6 @@ class GenerationOutput:
     accept_lengths: list[int] = field(default_factory=list)
     wall_time: float = 0.0
     step_tokens: list[int] = field(default_factory=list)
-
-
-def _context_length(model) -> Optional[int]:
-    cfg = model.config.get_text_config(decoder=True)
-    return getattr(cfg, "max_position_embeddings", None)
 
 
 class Decoder:
@@ -111,7 +107,9 @@ class Decoder:
         self.tokenizer = tokenizer
         self.lp = lp if lp is not None else LocalGroup()
         self.extra_processors = check_processors(logits_processor or ())
-        self.sampler = Sampler(sampling, self.extra_processors)
+        self.sampler = Sampler(sampling, self.extra_processors, getattr(model, "generation_config", None))
+        warn_model_defaults(model, self.sampler.cfg)
+        support.check_attention(model)  # ConfigError for attention that ignores position_ids / the 4D mask
         if step_policy is None and decoding.method == "auto":
             from .tuner import auto_policy
 
@@ -130,7 +128,7 @@ class Decoder:
         self.layouts = LayoutCache(self.device, model.dtype)
         self.static_mask = True
         self._mask_buffer = MaskBuffer(model.dtype, self.device)
-        self.context_length = _context_length(model)
+        self.context_length = support.position_limit(model)  # every fed position stays below this
 
     def _max_depth(self, num_pending: int, with_window: bool, with_candidates: bool) -> int:
         """Largest position offset from the first pending token in a step of this shape."""
@@ -181,9 +179,10 @@ class Decoder:
             use_cache=True,
             logits_to_keep=keep,
         )
-        kept = out.logits[0].argmax(dim=-1)
+        kept, finite = support.finite_argmax(out.logits[0])
         if sampler.active:  # c and tree nodes: processed against their own prefix (window: raw argmax)
             kept = self._decide(sampler, out.logits[0], kept, history, tree, nodes, len(cols))
+        kept = support.mark_nonfinite(kept, finite)  # NaN/inf rows -> NONFINITE on the device, no host sync
         x1, new_window, node_out = self.lp.merge(kept, len(pending), num_columns, num_levels, tree.parents)
         return x1, new_window, node_out, len(ids), layout.tree_start
 
@@ -199,21 +198,18 @@ class Decoder:
         the model's processed distribution exactly (paper appendix B; tests/test_sampling.py).
 
         Raises:
-            ConfigError: empty prompt, or the prompt plus one step does not fit the model's context.
+            ConfigError: (``support.check_request``, before any forward pass) an empty prompt, a token id outside
+                the vocabulary, ``max_new_tokens`` < 1, a prompt leaving no room in the context for one new
+                token, or a length the model does not decode exactly (length-dependent rope, sliding window).
+                Near the context's end steps shrink to plain ones; a full context ends with "length".
+            ModelOutputError: NaN or inf logits at a decision (names the step and the position).
         """
         start = time.perf_counter()
-        sampler = self.sampler if sampling is None else Sampler(sampling, self.extra_processors)
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise ConfigError("the prompt is empty; give at least one token")
+        sampler = self.sampler if sampling is None else Sampler(sampling, self.extra_processors,
+                                                                getattr(self.model, "generation_config", None))
+        # ids in the vocabulary, budget >= 1 (capped to the context), lengths the model decodes exactly
+        prompt, max_new_tokens = support.check_request(self.model, prompt_ids, max_new_tokens)
         ctx = self.context_length
-        first_span = len(prompt) + self._max_depth(1, True, self.use_pool)
-        if ctx is not None and first_span > ctx:
-            raise ConfigError(
-                f"the prompt ({len(prompt)} tokens) plus one lookahead step (W={self.window_size}, "
-                f"N={self.ngram_size}) needs {first_span} positions; the model's context is {ctx} tokens"
-            )
-        check_supported(self.model, len(prompt) + max_new_tokens + self._max_depth(self.ngram_size, True, True))
         stopper = StopChecker(max_new_tokens, self.eos_token_ids, stop_strings, self.tokenizer)
         if streamer is not None:
             streamer.put(torch.tensor([prompt]))
@@ -256,6 +252,7 @@ class Decoder:
 
             x1, new_window, node_out, num_fed, tree_start = self._step(
                 cache, past, pending, window, num_columns, tree, sampler, history)
+            support.check_finite(steps + 1, past + len(pending) - 1, x1, new_window, node_out, tree.depths())
             verify = walk_outcomes if sampler.do_sample else greedy_verify
             accepted, path = verify(x1, tree.tokens, tree.parents, node_out)
             if self.copy_kv:  # keep the accepted nodes' KV: the next step feeds only the bonus token

@@ -25,6 +25,13 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
+# Imported BEFORE any process group exists, on purpose (issue 11, fault 9). Its collectives take
+# `group=group.WORLD` as a default argument, evaluated at import: imported after init_process_group (transformers
+# and torch._dynamo import it lazily), ten function defaults keep the default ProcessGroup alive after
+# destroy_process_group, so gloo's worker threads outlive the run and are torn down during interpreter
+# finalization, which sometimes aborts a finished rank ("terminate called without an active exception",
+# SIGABRT/SIGSEGV). Imported now, those defaults are None and destroy_process_group frees the group.
+import torch.distributed.nn.functional  # noqa: F401,E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: F401  (entry points: @record)
 
 from .config import ConfigError

@@ -33,7 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from lp_runtime import data, jobs, metrics, settings
-from lp_runtime.config import ConfigError, RunConfig, register_configs
+from lp_runtime.config import ConfigError, ModelOutputError, RunConfig, register_configs
 
 register_configs()
 
@@ -97,7 +97,8 @@ def load_answers(path: Path, *, trim: bool) -> list[dict]:
             f.truncate(len(complete))
             os.fsync(f.fileno())
     records = []
-    for num, line in enumerate(complete.decode("utf-8").splitlines(), 1):
+    for num, raw in enumerate(complete.splitlines(), 1):
+        line = data.decode_line(raw, f"{path} line {num}", OutputError)  # not UTF-8: one line naming file and line
         if not line.strip():
             continue
         try:
@@ -128,9 +129,10 @@ def answer_question(decoder: Any, tokenizer: Any, question: data.Question, cfg: 
         try:
             out = decoder.generate(prompt_ids, max_new_tokens=cfg.generation.max_new_tokens,
                                    stop_strings=cfg.generation.stop_strings, sampling=sampling)
-        except ConfigError as e:  # e.g. a prompt longer than the context: say which question
-            raise ConfigError(f"question {question.question_id!r}, turn {len(choice['turns']) + 1}: {e}; "
-                              "the answers written so far are kept (remove or shorten it, then re-run)") from None
+        except (ConfigError, ModelOutputError) as e:  # e.g. a prompt longer than the context: say which question
+            # NaN/inf logits (ModelOutputError) stop the job too: no line for this question, earlier ones kept.
+            raise type(e)(f"question {question.question_id!r}, turn {len(choice['turns']) + 1}: {e}; "
+                          "the answers written so far are kept (remove or shorten it, then re-run)") from None
         choice["turns"].append(tokenizer.decode(out.output_ids, skip_special_tokens=True))
         choice["output_ids"].append(list(out.output_ids))
         choice["new_tokens"].append(len(out.output_ids))
@@ -262,8 +264,8 @@ def run(cfg: RunConfig) -> dict:
 
 def _is_bad_input(e: BaseException) -> bool:
     """Errors that come from what the user gave (reported in one line) rather than from a bug (traceback)."""
-    kinds: tuple[type, ...] = (ConfigError, OutputError, settings.SettingsMismatchError, data.DatasetError,
-                               OmegaConfBaseException, OSError)
+    kinds: tuple[type, ...] = (ConfigError, ModelOutputError, OutputError, settings.SettingsMismatchError,
+                               data.DatasetError, OmegaConfBaseException, OSError)
     models = sys.modules.get("lp_runtime.models")  # ModelLoadError can only be raised once models is imported
     return isinstance(e, kinds + ((models.ModelLoadError,) if models else ()))
 

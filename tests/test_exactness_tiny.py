@@ -103,16 +103,18 @@ def test_bad_configs_refused():
         DecodingConfig(window_size=-2)
 
 
-def test_prompt_plus_window_longer_than_context_refused():
+def test_prompt_near_context_end_decodes_and_full_context_refused():
+    # Issue 11 fault 8: a prompt that fits but leaves no room for a full lookahead step decodes (plain steps near
+    # the end); only a prompt leaving no room for one new token is refused (more in test_faults.py).
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**{**COMMON, "max_position_embeddings": 32})).eval()
     dec = Decoder(model, DecodingConfig(window_size=8, ngram_size=5, guess_set_size=2))
+    prompt = list(range(1, 25))
+    assert dec.generate(prompt, max_new_tokens=4).output_ids == hf_greedy(model, prompt, 4)
     with pytest.raises(ConfigError) as err:
-        dec.generate(list(range(1, 25)), max_new_tokens=4)
-    assert str(err.value) == (
-        "the prompt (24 tokens) plus one lookahead step (W=8, N=5) needs 34 positions; "
-        "the model's context is 32 tokens"
-    )
+        dec.generate(list(range(1, 33)), max_new_tokens=4)
+    assert str(err.value) == ("the prompt (32 tokens) fills the model's context of 32 tokens; it leaves no room "
+                              "for a new token: shorten it")
     with pytest.raises(ConfigError, match="the prompt is empty"):
         dec.generate([], max_new_tokens=4)
 

@@ -333,8 +333,8 @@ def test_config_validation_and_unsupported_processor():
         Decoder(model, DecodingConfig(), logits_processor=[NoRepeatNGramLogitsProcessor(2)])
     assert str(err.value) == (
         "logits processor NoRepeatNGramLogitsProcessor is not supported by lp_runtime; supported: "
-        "RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, "
-        "MinPLogitsWarper"
+        "RepetitionPenaltyLogitsProcessor, SuppressTokensLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, "
+        "TopPLogitsWarper, MinPLogitsWarper"
     )
     # A supported processor passed through the API is applied (greedy + penalty = generate's).
     prompt = [1, 2, 3, 1, 2, 4, 1, 2]

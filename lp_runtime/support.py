@@ -1,0 +1,340 @@
+"""What a decode can run exactly, checked before any work: the model's attention, position encoding and
+window, the request (prompt ids, budget, context), and the step's logits (NaN / inf).
+
+Lookahead decoding feeds a step as a token tree: explicit ``position_ids`` (several tokens share a position)
+and a float 4D mask (DESIGN.md sections 1 and 4). That is exact only when
+
+* the model's attention follows those ``position_ids`` and that mask (``check_attention``: a start-up probe that
+  compares a 2-token tree step with plain decoding; ALiBi models such as BLOOM, MPT or Falcon with
+  ``alibi=True`` build their own bias and are refused);
+* the position encoding of a token does not depend on how long the sequence is (``length_limit``: LongRoPE
+  switches to its long factors once the sequence passes ``original_max_position_embeddings``, dynamic NTK
+  rescales past ``max_position_embeddings``; a step's window and candidates reach further than the accepted
+  sequence, so such a model is decoded only up to that length);
+* every token may see the whole sequence (sliding-window attention up to its window only).
+
+Each refusal is a ``ConfigError`` naming the model, the value and what is supported. Non-finite logits raise
+``ModelOutputError`` naming the step and the position (``finite_argmax``, ``check_finite``).
+"""
+from __future__ import annotations
+
+import operator
+import weakref
+from typing import Optional, Sequence
+
+import torch
+
+from .config import ConfigError, ModelOutputError
+
+# Marks a kept position whose logits were not finite; travels through the LP all-gather like a token id.
+NONFINITE = -1
+
+
+def _text_config(model):
+    cfg = model.config
+    return cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+
+
+def _arch(model) -> str:
+    cfg = _text_config(model)
+    archs = getattr(model.config, "architectures", None) or [type(model).__name__]
+    return f"{archs[0]} (model_type {getattr(cfg, 'model_type', '?')!r})"
+
+
+# ------------------------------------------------------------------------------------------ position limits
+def _rope_entries(cfg) -> list[dict]:
+    """The rope parameter dicts of a text config (one, or one per layer type)."""
+    rope = getattr(cfg, "rope_parameters", None)
+    if rope is None:
+        rope = getattr(cfg, "rope_scaling", None)
+    if not isinstance(rope, dict):
+        return []
+    if "rope_type" in rope or "type" in rope:
+        return [rope]
+    return [v for v in rope.values() if isinstance(v, dict)]
+
+
+def length_dependent_rope(model) -> Optional[tuple[str, int]]:
+    """(rope type, length) when the model's rotary frequencies change once the sequence is longer than
+    ``length`` tokens (transformers' ``dynamic_rope_update``: types containing "dynamic", and "longrope");
+    None when they never do."""
+    cfg = _text_config(model)
+    found: Optional[tuple[str, int]] = None
+    for rope in _rope_entries(cfg):
+        kind = str(rope.get("rope_type", rope.get("type", "default")))
+        if kind == "longrope":
+            limit = rope.get("original_max_position_embeddings") or getattr(cfg, "original_max_position_embeddings", None)
+        elif "dynamic" in kind:
+            limit = getattr(cfg, "max_position_embeddings", None)
+        else:
+            continue
+        if limit is None:
+            raise ConfigError(f"{_arch(model)} uses rope scaling {kind!r} without a known base length; "
+                              "lp_runtime cannot tell how far it decodes exactly")
+        if found is None or int(limit) < found[1]:
+            found = (kind, int(limit))
+    return found
+
+
+def context_length(model) -> Optional[int]:
+    """Most tokens a sequence may hold (``max_position_embeddings``); None when the config does not say."""
+    return getattr(_text_config(model), "max_position_embeddings", None)
+
+
+def position_limit(model) -> Optional[int]:
+    """Positions a step may use (every fed position < this): the context, or less where a length-dependent
+    rope would change its frequencies for the whole step (the decoder then takes plain steps near it)."""
+    limits = [n for n in (context_length(model), (length_dependent_rope(model) or (None, None))[1]) if n]
+    return min(limits) if limits else None
+
+
+def check_supported(model, max_total_tokens: int) -> None:
+    """Refuse a sequence of up to ``max_total_tokens`` tokens (prompt + new tokens the user asked for, capped
+    by the context) that this model would not decode like ``generate``.
+
+    Raises ``ConfigError`` naming the rope scaling type or the sliding window and the lengths. Lookahead's
+    window and candidates reaching further than the accepted sequence are not counted here: the decoder
+    keeps every fed position below ``position_limit`` and their tokens only feed guesses.
+    """
+    check_rope_length(model, max_total_tokens)
+    check_sliding_window(model, max_total_tokens)
+
+
+def check_rope_length(model, max_total_tokens: int) -> None:
+    """``ConfigError`` when the model's rope frequencies would change within ``max_total_tokens`` tokens."""
+    rope = length_dependent_rope(model)
+    if rope is not None and max_total_tokens > rope[1]:
+        kind, limit = rope
+        raise ConfigError(
+            f"{_arch(model)} uses rope scaling {kind!r}, whose frequencies change once the sequence passes "
+            f"{limit} tokens; this prompt plus max_new_tokens may reach {max_total_tokens} tokens. lp_runtime "
+            f"decodes such models exactly up to {limit} tokens: shorten the prompt or lower max_new_tokens"
+        )
+
+
+def check_sliding_window(model, max_total_tokens: int) -> None:
+    """``ConfigError`` when a sequence of ``max_total_tokens`` tokens would outgrow a sliding attention window."""
+    cfg = _text_config(model)
+    window = getattr(cfg, "sliding_window", None)
+    layer_types = getattr(cfg, "layer_types", None) or []
+    uses_sliding = bool(window) and (
+        "sliding_attention" in layer_types or (not layer_types and getattr(cfg, "use_sliding_window", True))
+    )
+    if uses_sliding and max_total_tokens > window:
+        raise ConfigError(
+            f"the model uses sliding-window attention (window {window} tokens) and this sequence may reach "
+            f"{max_total_tokens} tokens; lookahead decoding supports sequences up to the window only"
+        )
+
+
+# ------------------------------------------------------------------------------------------ the request
+def vocab_size(model) -> Optional[int]:
+    """Rows of the input embedding (ids 0..n-1 are valid), else the config's ``vocab_size``."""
+    get = getattr(model, "get_input_embeddings", None)
+    emb = get() if callable(get) else None
+    if emb is not None and hasattr(emb, "num_embeddings"):
+        return int(emb.num_embeddings)
+    return getattr(_text_config(model), "vocab_size", None)
+
+
+def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
+    """``prompt_ids`` as a list of ints; ``ConfigError`` for an empty prompt, a non-integer, or an id outside
+    ``0..vocab-1`` (naming the id, its index and the vocabulary size). Runs before any forward pass: a bad id
+    is an ``IndexError`` on CPU and a device-side assert that kills the process on a GPU."""
+    if isinstance(prompt_ids, (str, bytes)):
+        raise ConfigError("the prompt must be a list of token ids here, not text")
+    ids = []
+    for i, t in enumerate(prompt_ids):
+        try:
+            if isinstance(t, bool):
+                raise TypeError
+            ids.append(operator.index(t))
+        except TypeError:
+            raise ConfigError(f"prompt token {i} is {t!r}; token ids must be integers") from None
+    if not ids:
+        raise ConfigError("the prompt is empty; give at least one token")
+    if vocab is not None:
+        for i, t in enumerate(ids):
+            if not 0 <= t < vocab:
+                raise ConfigError(f"prompt token id {t} (at index {i}) is outside the model's vocabulary of "
+                                  f"{vocab} ids (0..{vocab - 1})")
+    return ids
+
+
+def check_max_new_tokens(max_new_tokens) -> int:
+    """``max_new_tokens`` as an int >= 1; ``ConfigError`` otherwise. 0 is refused like -3 (one policy for the
+    API, the decoder and the CLI: a request for no tokens is a mistake, not an empty answer)."""
+    try:
+        if isinstance(max_new_tokens, bool):
+            raise TypeError
+        value = operator.index(max_new_tokens)
+    except TypeError:
+        raise ConfigError(f"max_new_tokens={max_new_tokens!r} is not allowed; it must be an integer >= 1") from None
+    if value < 1:
+        raise ConfigError(f"max_new_tokens={value} is not allowed; it must be >= 1")
+    return value
+
+
+def check_request(model, prompt_ids: Sequence, max_new_tokens) -> tuple[list[int], int]:
+    """Validate one ``Decoder.generate`` call before any forward pass; return (prompt ids, token budget).
+
+    The budget is ``max_new_tokens`` capped so that prompt + output fit the model's context (generation then
+    ends with finish reason "length" when the context is full, as ``generate`` does). Raises ``ConfigError``
+    for a bad prompt or budget, a prompt that leaves no room for one new token, or a length the model
+    cannot decode exactly (``check_supported``).
+    """
+    prompt = check_prompt_ids(prompt_ids, vocab_size(model))
+    budget = check_max_new_tokens(max_new_tokens)
+    ctx = context_length(model)
+    if ctx is not None:
+        if len(prompt) >= ctx:
+            raise ConfigError(f"the prompt ({len(prompt)} tokens) fills the model's context of {ctx} tokens; "
+                              "it leaves no room for a new token: shorten it")
+        # Rope first, on what was asked: a dynamic-NTK model is meant to run past its context, where we stop.
+        check_rope_length(model, len(prompt) + budget)
+        budget = min(budget, ctx - len(prompt))
+    check_supported(model, len(prompt) + budget)
+    return prompt, budget
+
+
+# ------------------------------------------------------------------------------------------ attention probe
+_PROBED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+ALIBI_MODEL_TYPES = ("bloom", "mpt")  # plus any config with alibi=True (Falcon)
+
+
+@torch.inference_mode()
+def _probe(model) -> Optional[str]:
+    """None when a 2-token tree step reproduces plain decoding; else what went wrong.
+
+    After a prefill of (a), with the decoder's own calling convention (``DynamicCache``, ``position_ids``,
+    ``logits_to_keep`` indices):
+    chain: the plain step (b, c) at positions (1, 2), no mask -- the reference;
+    tree:  (b, d, c) at positions (1, 2, 2) with a float 4D mask in which c does not see its sibling d;
+    wrong: (b, d, c) at positions (1, 2, 3), causal -- what a model that ignores positions and mask computes.
+    b's and c's logits from the tree must equal the chain's up to rounding: within 1e-4 of the logit scale in
+    float32; in 16-bit types within 2e-2 of it or a tenth of how far the wrong step lands (a 16-bit batched step
+    rounds differently from a chain step by more than a fixed tolerance). ALiBi models are refused by name
+    first (``config.alibi`` or model type bloom/mpt): their bias follows cache indices, not ``position_ids``,
+    which a 16-bit probe could mistake for rounding.
+    """
+    from .kv import new_cache
+    from .layout import full_mask
+
+    cfg = _text_config(model)
+    if getattr(cfg, "alibi", False) or getattr(cfg, "model_type", None) in ALIBI_MODEL_TYPES:
+        return "it uses ALiBi attention biases, built from cache indices rather than position_ids"
+    device = next(model.parameters()).device
+    dtype = model.dtype if model.dtype.is_floating_point else torch.float32
+    n = vocab_size(model) or 8
+    a, b, c, d = (t % n for t in (1, 2, 3, 4))
+
+    def step(ids, positions, inner, keep):
+        cache = new_cache()
+        model(input_ids=torch.tensor([[a]], device=device), past_key_values=cache, use_cache=True,
+              logits_to_keep=torch.empty(0, dtype=torch.long, device=device))
+        mask = None if inner is None else full_mask(torch.tensor(inner, dtype=dtype, device=device), 1)
+        return model(input_ids=torch.tensor([ids], device=device), position_ids=torch.tensor([positions], device=device),
+                     attention_mask=mask, past_key_values=cache, use_cache=True,
+                     logits_to_keep=torch.tensor(keep, device=device)).logits[0].float()
+
+    blocked = torch.finfo(dtype).min
+    try:
+        chain = step([b, c], [1, 2], None, [0, 1])
+        wrong = step([b, d, c], [1, 2, 3], None, [0, 2])
+        tree = step([b, d, c], [1, 2, 2], [[0, blocked, blocked], [0, 0, blocked], [0, blocked, 0]], [0, 2])
+    except Exception as e:  # the model's own attention code refused our inputs
+        return f"a tree step fails inside the model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if tree.shape != chain.shape:
+        return f"a tree step returned logits of shape {tuple(tree.shape)}, expected {tuple(chain.shape)}"
+
+    def dist(x, y) -> float:
+        diff = (x - y).abs()
+        diff = torch.where(torch.isnan(x) & torch.isnan(y), torch.zeros_like(diff), diff)  # NaN weights: not ours
+        return float(diff.nan_to_num(float("inf")).max())
+
+    finite = chain[torch.isfinite(chain)]
+    scale = max(1.0, float(finite.abs().max()) if finite.numel() else 1.0)
+    atol = (1e-4 if dtype == torch.float32 else 2e-2) * scale
+    off = dist(tree, chain)
+    # float32 rounds a batched step like a chain step to ~1e-6: a fixed tolerance separates them. 16-bit types
+    # round differently by up to a few percent, so there the tree must sit much closer to the chain than the
+    # wrong step does (models that ignore position_ids or the mask land on or near the wrong step).
+    if off <= (atol if dtype == torch.float32 else max(atol, 0.1 * dist(wrong, chain))):
+        return None
+    return (f"a tree step's logits differ from plain decoding by {off:.3g} (its attention ignores position_ids or "
+            "the 4D mask, e.g. ALiBi)")
+
+
+def check_attention(model) -> None:
+    """Refuse, with a ``ConfigError`` naming the architecture, a model whose attention does not follow explicit
+    ``position_ids`` and a float 4D mask (``_probe``; run once per model object, a few ms)."""
+    try:
+        problem = _PROBED[model]
+    except (KeyError, TypeError):
+        problem = _probe(model)
+        try:
+            _PROBED[model] = problem
+        except TypeError:
+            pass
+    if problem is not None:
+        raise ConfigError(
+            f"{_arch(model)} is not supported by lp_runtime: {problem}. Supported: models whose attention takes "
+            "explicit position_ids and a float 4D attention mask (rotary or learned absolute positions: Llama, "
+            "Mistral, Qwen2, Phi-3, Gemma, GPT-2, ...); ALiBi models (BLOOM, MPT, Falcon with alibi=True) are not"
+        )
+
+
+# ------------------------------------------------------------------------------------------ finite logits
+def finite_argmax(logits_KV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(argmax int64 (K,), finite bool (K,)) of raw logits (K, V) in one reduction: a row's max is NaN if the
+    row holds a NaN, +inf if it holds +inf, -inf if every entry is -inf; all three make the row unusable."""
+    values, index = logits_KV.max(dim=-1)
+    return index, torch.isfinite(values)
+
+
+def mark_nonfinite(tokens_K: torch.Tensor, finite_K: torch.Tensor) -> torch.Tensor:
+    """``tokens_K`` with ``NONFINITE`` where ``finite_K`` is False (on the device: no host sync)."""
+    return torch.where(finite_K, tokens_K, torch.full_like(tokens_K, NONFINITE))
+
+
+def check_finite(step: int, c_position: int, x1: int, window: Sequence[int], node_out: Sequence[int],
+                 node_depths: Sequence[int]) -> None:
+    """Raise ``ModelOutputError`` when a merged step output is ``NONFINITE`` (pure Python over the lists the
+    merge already produced: no extra host sync). ``c_position``: sequence position of ``c`` (its logits
+    choose x1); a candidate tree node of depth d (``CandidateTree.depths``, 1 = a child of ``c``) sits at
+    ``c_position + d``; a window column's last level is reported as a position after ``c``."""
+    if x1 >= 0 and min(window, default=0) >= 0 and min(node_out, default=0) >= 0:
+        return
+    if x1 < 0:
+        where = f"position {c_position} (the logits choosing new token {c_position + 1})"
+    else:
+        bad = [c_position + d for t, d in zip(node_out, node_depths) if t < 0]
+        where = (f"position {bad[0]} (a verification candidate)" if bad
+                 else f"a lookahead-window position after {c_position}")
+    raise ModelOutputError(
+        f"the model's logits are not finite (NaN or inf) at decoding step {step}, sequence {where}; no token "
+        "can be chosen from them. Check the weights, or the dtype (float16 overflows: try model.dtype=bfloat16 "
+        "or float32)"
+    )
+
+
+# ------------------------------------------------------------------------------------------ devices
+def available_devices() -> list[str]:
+    """Devices this process can use: "cpu" plus "cuda:0".."cuda:k-1"."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return ["cpu"] + [f"cuda:{i}" for i in range(n)]
+
+
+def check_device(device: str) -> None:
+    """Refuse ``model.device`` naming a GPU this machine does not have (before the model loads), naming the
+    devices that are available. ``auto`` and ``cpu`` always pass."""
+    if device in ("auto", "cpu") or not str(device).startswith("cuda"):
+        return
+    available = available_devices()
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if f"cuda:{index}" not in available:
+        why = ("no CUDA GPU is visible" if len(available) == 1 else f"only {len(available) - 1} CUDA GPU(s) are visible")
+        if not torch.backends.cuda.is_built():
+            why = "this torch is built without CUDA"
+        raise ConfigError(f"model.device={device!r} is not available: {why}; available devices: "
+                          f"{', '.join(available)} (or model.device=auto)")

@@ -1,0 +1,517 @@
+"""Issue 11: ten faults, each input plus more of its kind; the reference is transformers' ``generate``.
+
+Tiny random models (``initializer_range`` 0.3, so positions and masks move the argmax) run in seconds. Where a
+case needs given tokens, ``ForcedLM`` replaces a tiny Llama's logits by a successor table.
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import (
+    AutoTokenizer, BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM, GPT2Config, GPT2LMHeadModel,
+    LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, MptConfig, MptForCausalLM, Phi3Config,
+    Phi3ForCausalLM,
+)
+
+from lp_runtime import support
+from lp_runtime.api import LookaheadGenerator
+from lp_runtime.config import (ConfigError, DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig,
+                               ModelOutputError, OutputConfig, RunConfig, SamplingConfig)
+from lp_runtime.decoder import Decoder
+from lp_runtime.stopping import StopChecker
+
+from exactness import hf_greedy
+
+REPO = Path(__file__).resolve().parents[1]
+V = 96
+TINY = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, initializer_range=0.3, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+LOOK = DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2)
+SETTINGS = [DecodingConfig(method="greedy"), DecodingConfig(window_size=2, ngram_size=4, guess_set_size=2),
+            DecodingConfig(window_size=5, ngram_size=4, guess_set_size=3)]
+
+
+def llama(**over):
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**{**TINY, "max_position_embeddings": 256, **over})).eval()
+
+
+class ForcedLM(torch.nn.Module):
+    """A causal LM whose greedy next token after ``t`` is ``succ[t]`` (default ``t + 1``); a tiny Llama runs
+    underneath so cache, positions and mask go through transformers. ``nan_after``: tokens whose logits are NaN."""
+
+    def __init__(self, vocab: int, succ: dict[int, int], nan_after=()):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inner = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32,
+                                                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                                  max_position_embeddings=512)).eval()
+        self.config = self.inner.config
+        self.vocab = vocab
+        table = (torch.arange(vocab) + 1) % vocab
+        for k, v in succ.items():
+            table[k] = v
+        self.register_buffer("table", table)
+        self.nan_after = torch.tensor(sorted(nan_after), dtype=torch.long)
+        self.calls = 0
+
+    @property
+    def dtype(self):
+        return self.inner.dtype
+
+    def forward(self, input_ids, logits_to_keep=0, **kwargs):
+        self.calls += 1
+        out = self.inner(input_ids=input_ids, logits_to_keep=logits_to_keep, **kwargs)
+        kept = input_ids[:, logits_to_keep] if isinstance(logits_to_keep, torch.Tensor) else input_ids
+        logits = torch.nn.functional.one_hot(self.table[kept], self.vocab).float() * 10
+        bad = torch.isin(kept, self.nan_after)
+        out.logits = torch.where(bad[..., None], torch.full_like(logits, math.nan), logits)
+        return out
+
+
+# ------------------------------------------------------------------------- 1. stop strings over many tokens
+@pytest.fixture(scope="module")
+def smol_tokenizer():
+    from lp_runtime import models
+
+    cached = Path(models.cache_root()) / "smollm2-135m-instruct"
+    if (cached / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(cached)
+    folder, gguf_file, _ = models._bundled_gguf("smollm2")
+    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+
+
+@pytest.mark.parametrize("stop", ["😀", "日本語", "नमस्ते", "Привет"])
+def test_1_stop_string_spanning_several_tokens(smol_tokenizer, stop):
+    tok = smol_tokenizer
+    text = f" say {stop} then more words follow here"
+    seq = tok(text, add_special_tokens=False).input_ids
+    assert len(set(seq)) == len(seq)  # a successor table needs distinct tokens
+    assert len(tok(stop, add_special_tokens=False).input_ids) >= 2  # the stop string spans several tokens
+    model = ForcedLM(len(tok), {a: b for a, b in zip(seq, seq[1:])})
+    # Reference: the first output prefix whose text contains the stop string.
+    out_seq = seq[1:]
+    want = next(out_seq[:k] for k in range(1, len(out_seq) + 1) if stop in tok.decode(out_seq[:k]))
+    prompt = seq + [seq[0]]  # the prompt pool proposes the whole run: steps accept several tokens
+    for setting in SETTINGS:
+        dec = Decoder(model, setting, eos_token_ids=[], tokenizer=tok)
+        out = dec.generate(prompt, max_new_tokens=12, stop_strings=[stop])
+        assert out.output_ids == want and out.finish_reason == "stop", setting
+        if setting.method == "lookahead":  # the stop string began inside the same step's accepted run
+            assert out.decoding_steps < len(want)
+
+
+def test_1_stop_string_checker_token_by_token(smol_tokenizer):
+    tok = smol_tokenizer
+    ids = tok("ab 日本語 cd", add_special_tokens=False).input_ids
+    s = StopChecker(50, stop_strings=["日本語"], tokenizer=tok)
+    emitted = s.push(ids)  # one run: the stop string starts in an earlier token of the same run
+    assert tok.decode(emitted).endswith("日本語") and s.finish_reason == "stop"
+    s = StopChecker(50, stop_strings="日本", tokenizer=tok)  # a single string is one stop string
+    for t in ids:
+        s.push([t])
+    assert "日本" in tok.decode(s.output) and s.finish_reason == "stop"
+
+
+# ------------------------------------------------------------------------- 2. length-dependent rope
+def phi3_longrope():
+    torch.manual_seed(0)
+    cfg = Phi3Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=128, original_max_position_embeddings=32,
+                     initializer_range=0.3, pad_token_id=None, bos_token_id=None, eos_token_id=None,
+                     rope_parameters={"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [24.0] * 4,
+                                      "original_max_position_embeddings": 32, "rope_theta": 10000.0})
+    return Phi3ForCausalLM(cfg).eval()
+
+
+def llama_dynamic():
+    return llama(max_position_embeddings=32, rope_parameters={"rope_type": "dynamic", "factor": 4.0,
+                                                              "rope_theta": 10000.0})
+
+
+@pytest.mark.parametrize("make, kind", [(phi3_longrope, "longrope"), (llama_dynamic, "dynamic")])
+def test_2_length_dependent_rope(make, kind):
+    model = make()
+    arch = type(model).__name__
+    prompt = [(7 * i + 3) % V for i in range(26)]
+    for setting in SETTINGS:
+        dec = Decoder(model, setting)
+        with pytest.raises(ConfigError) as err:
+            dec.generate(prompt, max_new_tokens=30)
+        assert str(err.value) == (
+            f"{arch} (model_type {model.config.model_type!r}) uses rope scaling {kind!r}, whose frequencies change "
+            "once the sequence passes 32 tokens; this prompt plus max_new_tokens may reach 56 tokens. lp_runtime "
+            "decodes such models exactly up to 32 tokens: shorten the prompt or lower max_new_tokens")
+        # Up to the limit: exactly generate's tokens, though the window and candidates would reach past 32.
+        out = dec.generate(prompt, max_new_tokens=6)
+        assert out.output_ids == hf_greedy(model, prompt, 6), setting
+    assert support.position_limit(model) == 32
+
+
+# ------------------------------------------------------------------------- 3. attention that ignores the tree
+def _bloom():
+    return BloomForCausalLM(BloomConfig(vocab_size=V, hidden_size=32, n_layer=2, n_head=4, initializer_range=0.3))
+
+
+def _falcon_alibi():
+    return FalconForCausalLM(FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          alibi=True, initializer_range=0.3))
+
+
+def _mpt():
+    return MptForCausalLM(MptConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, max_seq_len=128,
+                                    initializer_range=0.3))
+
+
+ALIBI = "it uses ALiBi attention biases, built from cache indices rather than position_ids"
+PROBE = "a tree step's logits differ from plain decoding by"
+SUPPORTED = ("Supported: models whose attention takes explicit position_ids and a float 4D attention mask (rotary "
+             "or learned absolute positions: Llama, Mistral, Qwen2, Phi-3, Gemma, GPT-2, ...); ALiBi models (BLOOM, "
+             "MPT, Falcon with alibi=True) are not")
+
+
+class NoPositionIds(torch.nn.Module):
+    """A tiny Llama whose forward drops ``position_ids`` (positions then follow the cache, as in BLOOM-like code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = llama()
+        self.config = self.inner.config
+
+    @property
+    def dtype(self):
+        return self.inner.dtype
+
+    def forward(self, position_ids=None, **kwargs):
+        return self.inner(**kwargs)
+
+
+@pytest.mark.parametrize("make, arch, problem", [
+    (_bloom, "BloomForCausalLM (model_type 'bloom')", ALIBI),
+    (_falcon_alibi, "FalconForCausalLM (model_type 'falcon')", ALIBI),
+    (_mpt, "MptForCausalLM (model_type 'mpt')", ALIBI),
+    (NoPositionIds, "NoPositionIds (model_type 'llama')", PROBE),
+])
+def test_3_architectures_ignoring_the_tree_refused_at_construction(make, arch, problem):
+    torch.manual_seed(0)
+    model = make().eval()
+    with pytest.raises(ConfigError) as err:
+        Decoder(model, DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2))
+    msg = str(err.value)
+    assert msg.startswith(f"{arch} is not supported by lp_runtime: {problem}") and msg.endswith(SUPPORTED)
+
+
+def test_3_probe_alone_catches_alibi_and_crashes(monkeypatch):
+    # Without the ALiBi name list, the float32 probe still refuses them: BLOOM and Falcon crash inside their
+    # attention on a 4D tree mask; MPT's bias follows cache indices, so the tree step's logits move.
+    monkeypatch.setattr(support, "ALIBI_MODEL_TYPES", ())
+    for make, problem in ((_bloom, "a tree step fails inside the model (ValueError: too many values to unpack"),
+                          (_mpt, PROBE)):
+        torch.manual_seed(0)
+        assert support._probe(make().eval()).startswith(problem)
+    torch.manual_seed(0)
+    falcon = _falcon_alibi().eval()
+    falcon.config.alibi = False  # the name check reads the config; the model still builds ALiBi biases
+    falcon.transformer.use_alibi = True
+    assert support._probe(falcon).startswith("a tree step fails inside the model")
+
+
+def test_3_supported_architectures_pass_the_probe_and_match_generate():
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                      initializer_range=0.3, bos_token_id=None, eos_token_id=None)).eval()
+    torch.manual_seed(0)
+    falcon = FalconForCausalLM(FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                            alibi=False, initializer_range=0.3, bos_token_id=None,
+                                            eos_token_id=None)).eval()
+    prompt = [5, 6, 7, 5, 6, 8, 9, 5, 6]
+    for model in (gpt2, falcon):
+        out = Decoder(model, DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2)).generate(
+            prompt, max_new_tokens=20)
+        assert out.output_ids == hf_greedy(model, prompt, 20)
+
+
+# ------------------------------------------------------------------------- 4. ids outside the vocabulary
+@pytest.mark.parametrize("prompt, bad, index", [([5, 96, 7], 96, 1), ([-1, 5, 6], -1, 0), ([5, 6, 10**12], 10**12, 2)])
+def test_4_token_ids_outside_vocabulary(prompt, bad, index):
+    model = ForcedLM(V, {})
+    dec = Decoder(model, LOOK)
+    gen = LookaheadGenerator(model, None, LOOK, GenerationConfig(max_new_tokens=4, eos_token_ids=[]))
+    calls = model.calls
+    message = f"prompt token id {bad} (at index {index}) is outside the model's vocabulary of 96 ids (0..95)"
+    for call in (lambda: dec.generate(prompt, max_new_tokens=4), lambda: gen.generate(prompt)):
+        with pytest.raises(ConfigError) as err:
+            call()
+        assert str(err.value) == message
+    assert model.calls == calls  # refused before any forward pass
+    with pytest.raises(ConfigError, match=r"prompt token 1 is 2.5; token ids must be integers"):
+        gen.generate([1, 2.5])
+    # A real embedding: its row count is the bound (a tokenizer may know more ids than the model).
+    real = llama(vocab_size=50)
+    with pytest.raises(ConfigError, match=r"prompt token id 50 \(at index 0\) is outside the model's vocabulary of 50"):
+        Decoder(real, LOOK).generate([50], max_new_tokens=2)
+
+
+# ------------------------------------------------------------------------- 5. max_new_tokens = 0
+def test_5_max_new_tokens_zero_is_refused_everywhere():
+    model = ForcedLM(4096, {})
+    gen = LookaheadGenerator(model, None, LOOK, GenerationConfig(max_new_tokens=16, eos_token_ids=[]))
+    for n in (0, -3):
+        with pytest.raises(ConfigError) as err:
+            gen.generate([1, 504, 3250], max_new_tokens=n)
+        assert str(err.value) == f"max_new_tokens={n} is not allowed; it must be >= 1"
+        with pytest.raises(ConfigError) as err:
+            Decoder(model, LOOK).generate([1, 504, 3250], max_new_tokens=n)
+        assert str(err.value) == f"max_new_tokens={n} is not allowed; it must be >= 1"
+        with pytest.raises(ConfigError, match=f"generation.max_new_tokens={n} is not allowed; it must be an integer"):
+            GenerationConfig(max_new_tokens=n)
+    with pytest.raises(ConfigError, match=r"max_new_tokens=True is not allowed; it must be an integer >= 1"):
+        gen.generate([1, 504, 3250], max_new_tokens=True)
+    assert gen.generate([1, 504, 3250]).output_ids == list(range(3251, 3267))  # None = the generator's 16
+    assert gen.generate([1, 504, 3250], max_new_tokens=1).output_ids == [3251]
+
+
+# ------------------------------------------------------------------------- 6. NaN / inf logits
+@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=1.0)], ids=["greedy", "sample"])
+@pytest.mark.parametrize("setting", SETTINGS[:2], ids=["plain", "lookahead"])
+def test_6_nan_logits_raise_naming_step_and_position(sampling, setting):
+    model = llama()
+    with torch.no_grad():
+        model.lm_head.weight.fill_(math.nan)
+    with pytest.raises(ModelOutputError) as err:
+        Decoder(model, setting, sampling=sampling).generate([3, 4, 5, 6], max_new_tokens=4)
+    assert str(err.value).startswith("the model's logits are not finite (NaN or inf) at decoding step 1, sequence "
+                                     "position 3 (the logits choosing new token 4)")
+    # Of the same kind: NaN only after token 40, at step 4 (greedy; a forced model), and +inf.
+    forced = ForcedLM(V, {}, nan_after=[40])
+    for s in SETTINGS[:2]:
+        with pytest.raises(ModelOutputError, match=r"at decoding step 4, sequence position 10 "):
+            Decoder(forced, s, sampling=sampling).generate([30, 31, 32, 33, 34, 35, 36, 37], max_new_tokens=10)
+    inf = llama()
+    with torch.no_grad():
+        inf.lm_head.weight[7].fill_(math.inf)
+    with pytest.raises(ModelOutputError, match="at decoding step 1,"):
+        Decoder(inf, setting, sampling=sampling).generate([3, 4, 5], max_new_tokens=4)
+
+
+def test_6_nan_in_the_main_job_writes_no_answer(tmp_path):
+    from lp_runtime.generate import run
+
+    model_dir = _save_tiny_with_tokenizer(tmp_path, nan=True)
+    cfg = RunConfig(model=ModelConfig(name="nan", path=str(model_dir)), decoding=LOOK,
+                    generation=GenerationConfig(max_new_tokens=4),
+                    dataset=DatasetConfig(name="jsonl", path=str(_questions(tmp_path))),
+                    output=OutputConfig(path=str(tmp_path / "out" / "answers.jsonl")), progress=False)
+    with pytest.raises(ModelOutputError, match=r"^question 1, turn 1: the model's logits are not finite"):
+        run(cfg)
+    out = tmp_path / "out" / "answers.jsonl"
+    assert not out.exists() or out.read_text() == ""  # the job stops; no line for the question
+
+
+# ------------------------------------------------------------------------- 7. the model's generation defaults
+def _with_defaults(**gen):
+    model = llama()
+    for k, v in gen.items():
+        setattr(model.generation_config, k, v)
+    return model
+
+
+PROMPT7 = [5, 6, 7, 5, 6, 7, 5, 6]
+
+
+@pytest.mark.parametrize("gen", [{"repetition_penalty": 1.3}, {"suppress_tokens": [59, 94]},
+                                 {"repetition_penalty": 1.5, "suppress_tokens": [3]}])
+def test_7_sampling_model_applies_generation_config(gen):
+    model = _with_defaults(**gen)
+    # generate with no arguments applies the model's generation_config
+    ids = torch.tensor([PROMPT7])
+    want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, pad_token_id=0)[0, 8:].tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # sampling=model: nothing unapplied, no warning
+        for setting in SETTINGS:
+            out = Decoder(model, setting, sampling=SamplingConfig(from_model=True)).generate(PROMPT7, max_new_tokens=16)
+            assert out.output_ids == want, setting
+    plain = hf_greedy(model, PROMPT7, 16, repetition_penalty=1.0, suppress_tokens=None)
+    assert plain != want  # the defaults change the output: ignoring them silently would be visible
+
+
+def test_7_default_warns_once_and_unsupported_is_refused_by_name():
+    model = _with_defaults(repetition_penalty=1.3, suppress_tokens=[11])
+    with pytest.warns(UserWarning) as rec:
+        Decoder(model, LOOK)
+        Decoder(model, LOOK)  # once per model
+    assert len(rec) == 1
+    assert str(rec[0].message).startswith("the model's generation_config asks for repetition_penalty=1.3, "
+                                          "suppress_tokens=[11], which transformers' generate would apply")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the run applies them itself: no warning
+        Decoder(_with_defaults(repetition_penalty=1.3), LOOK, sampling=SamplingConfig(repetition_penalty=1.3))
+    sampled = _with_defaults(do_sample=True, temperature=0.6, top_p=0.9)
+    with pytest.warns(UserWarning, match=r"asks for do_sample=True \(temperature=0.6, top_p=0.9\)"):
+        Decoder(sampled, LOOK)
+    assert Decoder(sampled, LOOK, sampling=SamplingConfig(from_model=True)).sampler.cfg == SamplingConfig(
+        temperature=0.6, top_k=50, top_p=0.9)
+    bad = _with_defaults(no_repeat_ngram_size=2, bad_words_ids=[[5]])
+    with pytest.raises(ConfigError) as err:
+        Decoder(bad, LOOK, sampling=SamplingConfig(from_model=True))
+    assert str(err.value) == (
+        "sampling=model: the model's generation_config asks for no_repeat_ngram_size=2, bad_words_ids=[[5]], which "
+        "lp_runtime cannot apply exactly; supported: do_sample, temperature, top_k, top_p, min_p, repetition_penalty, "
+        "suppress_tokens. Use another sampling group")
+
+
+# ------------------------------------------------------------------------- 8. a prompt near the context's end
+@pytest.mark.parametrize("setting", SETTINGS + [DecodingConfig(window_size=15, ngram_size=5, guess_set_size=15)])
+def test_8_prompt_near_context_end_decodes_to_length(setting):
+    model = llama(max_position_embeddings=40)
+    prompt = [(5 * i + 1) % V for i in range(30)]
+    out = Decoder(model, setting).generate(prompt, max_new_tokens=64)
+    assert out.finish_reason == "length" and len(out.output_ids) == 10  # the context (40) is full
+    assert out.output_ids == hf_greedy(model, prompt, 10)
+    with pytest.raises(ConfigError, match=r"^the prompt \(40 tokens\) fills the model's context of 40 tokens"):
+        Decoder(model, setting).generate(list(range(40)), max_new_tokens=1)
+    assert Decoder(model, setting).generate(list(range(39)), max_new_tokens=5).output_ids == hf_greedy(
+        model, list(range(39)), 1)
+
+
+def test_8_learned_positions_and_sliding_window_count_only_what_was_asked():
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=36,
+                                      initializer_range=0.3, bos_token_id=None, eos_token_id=None)).eval()
+    prompt = [(3 * i + 2) % V for i in range(28)]
+    out = Decoder(gpt2, DecodingConfig(window_size=6, ngram_size=4, guess_set_size=3)).generate(prompt,
+                                                                                                 max_new_tokens=20)
+    assert out.output_ids == hf_greedy(gpt2, prompt, 8) and out.finish_reason == "length"
+    torch.manual_seed(0)
+    mistral = MistralForCausalLM(MistralConfig(**{**TINY, "max_position_embeddings": 256, "sliding_window": 40})).eval()
+    prompt = [(5 * i + 1) % V for i in range(30)]
+    dec = Decoder(mistral, DecodingConfig(window_size=5, ngram_size=4, guess_set_size=2))
+    assert dec.generate(prompt, max_new_tokens=10).output_ids == hf_greedy(mistral, prompt, 10)  # 40 = the window
+    with pytest.raises(ConfigError) as err:
+        dec.generate(prompt, max_new_tokens=11)
+    assert str(err.value) == ("the model uses sliding-window attention (window 40 tokens) and this sequence may "
+                              "reach 41 tokens; lookahead decoding supports sequences up to the window only")
+
+
+# ------------------------------------------------------------------------- 10. inputs ending in a traceback
+def _save_tiny_with_tokenizer(tmp: Path, nan: bool = False) -> Path:
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    d = tmp / "model"
+    chars = list("abcdefghijklmnopqrstuvwxyz .,?!'0123456789\n")
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{ch: i + 3 for i, ch in enumerate(chars)}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(d)
+    model = llama(vocab_size=64, eos_token_id=2, bos_token_id=1)
+    if nan:
+        with torch.no_grad():
+            model.lm_head.weight.fill_(math.nan)
+    model.save_pretrained(d)
+    return d
+
+
+def _questions(tmp: Path) -> Path:
+    p = tmp / "q.jsonl"
+    p.write_text("".join(json.dumps({"question_id": i, "category": "t", "turns": [t]}) + "\n"
+                         for i, t in enumerate(["abc abc", "hello"], 1)))
+    return p
+
+
+def _cli(tmp: Path, *overrides: str) -> subprocess.CompletedProcess:
+    args = [f"hydra.run.dir={tmp / 'hydra'}", "progress=false", *overrides]
+    if not any(a.startswith("output.path=") for a in overrides):
+        args.append(f"output.path={tmp / 'out' / 'answers.jsonl'}")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "lp_runtime.generate", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _fails_with(result: subprocess.CompletedProcess, message: str) -> None:
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"error: {message}"]
+
+
+def test_10_non_utf8_dataset_and_answers_files_fail_in_one_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"question_id": 1, "turns": ["hi"]}\n{"question_id": 2, "turns": ["caf\xe9"]}\n')
+    _fails_with(_cli(tmp_path, "dataset=jsonl", f"dataset.path={bad}", "model.path=/nonexistent"),
+                f"{bad}, line 2: byte 34 (b'\\xe9') is not UTF-8; save the file as UTF-8 (e.g. iconv -f latin1 "
+                "-t utf-8) or remove that line")
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    answers = tmp_path / "old" / "answers.jsonl"
+    answers.parent.mkdir()
+    answers.write_bytes(b'{"question_id": 1}\n\xff\xfe{"question_id": 2}\n')
+    _fails_with(_cli(tmp_path, f"output.path={answers}", "model.path=/nonexistent"),
+                f"{answers} line 2: byte 1 (b'\\xff') is not UTF-8; save the file as UTF-8 (e.g. iconv -f latin1 "
+                "-t utf-8) or remove that line")
+    assert answers.read_bytes() == b'{"question_id": 1}\n\xff\xfe{"question_id": 2}\n'  # untouched
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 1, reason="needs a machine without a second GPU")
+def test_10_missing_gpu_fails_before_loading(tmp_path):
+    device = "cuda" if not torch.cuda.is_available() else "cuda:1"
+    available = ", ".join(support.available_devices())
+    res = _cli(tmp_path, f"model.device={device}", "model.path=/nonexistent", "dataset.limit=1")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    line, = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: model.device='{device}' is not available: ")
+    assert line.endswith(f"available devices: {available} (or model.device=auto)")
+    with pytest.raises(ConfigError, match="model.device='cuda0' is not allowed"):
+        ModelConfig(device="cuda0")
+
+
+def test_10_single_stop_string_and_eos_id_accepted(tmp_path):
+    from lp_runtime.generate import run
+
+    assert GenerationConfig(stop_strings="hello").stop_strings == ["hello"]
+    assert GenerationConfig(eos_token_ids=7).eos_token_ids == [7]
+    with pytest.raises(ConfigError, match=r"generation.stop_strings=\[3\] is not allowed; give a list of strings"):
+        GenerationConfig(stop_strings=[3])
+    # Through the CLI: `generation.stop_strings=c` ends each answer at the first "c".
+    model_dir = _save_tiny_with_tokenizer(tmp_path)
+    out = tmp_path / "out" / "answers.jsonl"
+    res = _cli(tmp_path, f"model.path={model_dir}", "dataset=jsonl", f"dataset.path={_questions(tmp_path)}",
+               f"output.path={out}", "generation.stop_strings=c", "generation.max_new_tokens=40",
+               "decoding.window_size=2", "decoding.ngram_size=3", "decoding.guess_set_size=2")
+    assert res.returncode == 0, res.stderr[-2000:]
+    cfg = RunConfig(model=ModelConfig(name="t", path=str(model_dir)), decoding=LOOK,
+                    generation=GenerationConfig(max_new_tokens=40),
+                    dataset=DatasetConfig(name="jsonl", path=str(tmp_path / "q.jsonl")),
+                    output=OutputConfig(path=str(tmp_path / "ref" / "a.jsonl")), progress=False)
+    run(cfg)
+    ref = [json.loads(x)["choices"][0] for x in (tmp_path / "ref" / "a.jsonl").read_text().splitlines()]
+    got = [json.loads(x)["choices"][0] for x in out.read_text().splitlines()]
+    for r, g in zip(ref, got):
+        cut = r["turns"][0].find("c")
+        if cut >= 0:
+            assert g["turns"][0] == r["turns"][0][: cut + 1] and g["finish_reason"] == ["stop"]
+        else:
+            assert g["output_ids"] == r["output_ids"]
+
+
+# ------------------------------------------------------------------------- 9. teardown of torchrun jobs
+def test_9_teardown_leaves_no_gloo_thread_for_interpreter_exit(tmp_path):
+    """Root cause of the abort at exit: a default ProcessGroup kept alive after destroy_process_group (function
+    defaults in torch.distributed.nn.functional, imported after the group existed) left gloo's worker threads to
+    be torn down during interpreter finalization. After a teardown every gloo thread must be gone."""
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    res = subprocess.run([torchrun, "--standalone", "--nproc-per-node=2", str(REPO / "tests" / "teardown_driver.py")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = sorted(line for line in res.stdout.splitlines() if line.startswith("rank "))
+    assert len(lines) == 2, res.stdout
+    for line in lines:
+        before, after = int(line.split()[4]), int(line.split()[6])
+        assert after == before, line  # gloo's threads joined while the interpreter is alive
