@@ -130,15 +130,6 @@ class Decoder:
         self._mask_buffer = MaskBuffer(model.dtype, self.device)
         self.context_length = support.position_limit(model)  # every fed position stays below this
 
-    def _max_depth(self, num_pending: int, with_window: bool, with_candidates: bool) -> int:
-        """Largest position offset from the first pending token in a step of this shape."""
-        depth = num_pending - 1
-        if with_window and self.window_size > 0:
-            depth = max(depth, num_pending - 1 + self.window_size - 1 + self.ngram_size - 2)
-        if with_candidates:
-            depth = max(depth, num_pending - 1 + self.tree_depth)
-        return depth
-
     def _window_tokens(self, window: JacobiWindow) -> int:
         """Window tokens one process would feed this step (row 0 columns 1..W-1 + W per level)."""
         return max(self.window_size - 1, 0) + window.num_levels * self.window_size if window.active else 0
