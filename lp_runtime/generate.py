@@ -86,25 +86,26 @@ def load_answers(path: Path, *, trim: bool) -> list[dict]:
     """Answers already in ``path`` (empty if it does not exist).
 
     A final line without its newline is what a killed run leaves: it is ignored, and with ``trim`` cut off the
-    file so the next append starts on a fresh line. Any other line that is not JSON raises ``OutputError``.
+    file (after every other line parsed) so the next append starts on a fresh line. A line that is not UTF-8 or
+    not JSON raises ``OutputError`` naming the file and the line, and leaves the file as it was.
     """
     if not path.exists():
         return []
     raw = path.read_bytes()
     complete = raw[: raw.rfind(b"\n") + 1]
-    if trim and len(complete) < len(raw):
-        with open(path, "r+b") as f:
-            f.truncate(len(complete))
-            os.fsync(f.fileno())
     records = []
-    for num, raw in enumerate(complete.splitlines(), 1):
-        line = data.decode_line(raw, f"{path} line {num}", OutputError)  # not UTF-8: one line naming file and line
+    for num, line_bytes in enumerate(complete.splitlines(), 1):
+        line = data.decode_line(line_bytes, f"{path} line {num}", OutputError)  # one line naming file and line
         if not line.strip():
             continue
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
             raise OutputError(f"{path} line {num} is not JSON; move the file away or choose another output.path") from None
+    if trim and len(complete) < len(raw):
+        with open(path, "r+b") as f:
+            f.truncate(len(complete))
+            os.fsync(f.fileno())
     return records
 
 
@@ -179,6 +180,7 @@ def run(cfg: RunConfig) -> dict:
 
     fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
     current = settings.run_settings(cfg, model_fingerprint=fingerprint, world_size=rank_info.world_size)
+    load_answers(answers_path, trim=False)  # read only: a corrupt file is named before the settings check
     settings.check(answers_path, settings_path, current)  # before anything touches the file
     records = load_answers(answers_path, trim=is_main)
     done = {str(r["question_id"]) for r in records}

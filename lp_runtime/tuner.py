@@ -194,7 +194,9 @@ def model_key(model) -> str:
     HuggingFace id it was loaded from) and 8 hex digits of a hash of that whole path and the model's config, so
     the entry point, the Python API and the scripts share one profile, and another model never reuses it."""
     path = str(getattr(model.config, "_name_or_path", "") or "").rstrip("/\\")
-    digest = hashlib.blake2b((path + "\n" + model.config.to_json_string()).encode(), digest_size=4).hexdigest()
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("dtype", "torch_dtype")}  # dtype: a key part
+    digest = hashlib.blake2b((path + "\n" + json.dumps(config, sort_keys=True, default=str)).encode(),
+                             digest_size=4).hexdigest()
     return f"{os.path.basename(path) or model.config.model_type}-{digest}"
 
 
