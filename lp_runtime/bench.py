@@ -561,7 +561,7 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
         raise ConfigError(f"the benchmark runs one LP group; launch {cfg.parallel.lp} ranks (world = parallel.lp)")
     model, tok = models.load_model(cfg.model)
     eos = models.eos_token_ids(model, tok, cfg.generation.eos_token_ids)
-    label = models.model_label(cfg.model, models.model_fingerprint(cfg.model))
+    model_label = models.model_label(cfg.model, models.model_fingerprint(cfg.model))
     prompts, questions = load_prompts(cfg, tok)
     n_new = cfg.generation.max_new_tokens
     dtypes = list(cfg.dtypes) or [tuner.dtype_name(model)]
@@ -587,7 +587,7 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
         if cfg.include_decoding:
             dc = cfg.decoding
             if dc.method == "auto":
-                dc, autos[d] = tuner.resolve_auto(m_d, tok, label, dc, eos_token_ids=eos)
+                dc, autos[d] = tuner.resolve_auto(m_d, tok, model_label, dc, eos_token_ids=eos)
                 mine.append((decoding_label(dc), dc, {}))
                 if cfg.ablation:
                     for suffix, opts in ABLATIONS.items():

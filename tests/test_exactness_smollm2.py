@@ -1,7 +1,7 @@
 """Greedy lookahead on the real bundled SmolLM2-135M-Instruct (float32) equals transformers' greedy generate.
 
 3 MT-Bench first turns (chat template) and 2 HumanEval prompts (raw), 64 new tokens, the default setting of
-conf/decoding/lookahead.yaml and a windowed one. Divergence is allowed only at a near-tie (DESIGN.md 6). This is
+conf/decoding/lookahead.yaml (copy-KV commit) and a windowed one with the re-feed commit that LP uses. Divergence is allowed only at a near-tie (DESIGN.md 6). This is
 the end-to-end check on a real model; the combinations of W, N, G, stop conditions and prompt shapes are covered
 on tiny random models (test_exactness_tiny.py, test_cases.py), which take seconds.
 """
@@ -28,12 +28,12 @@ def prompts_and_refs(smollm2):
     return eos, prompts, refs
 
 
-@pytest.mark.parametrize("W,N,G", [(0, 4, 2), (3, 4, 3)])
-def test_smollm2_lookahead_equals_generate(smollm2, prompts_and_refs, W, N, G):
+@pytest.mark.parametrize("W,N,G,commit", [(0, 4, 2, "copy"), (3, 4, 3, "refeed")])
+def test_smollm2_lookahead_equals_generate(smollm2, prompts_and_refs, W, N, G, commit):
     model, tok = smollm2
     eos, prompts, refs = prompts_and_refs
-    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G), eos_token_ids=eos,
-                  tokenizer=tok)
+    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G, commit=commit),
+                  eos_token_ids=eos, tokenizer=tok)
     tokens = steps = 0
     for i, (prompt, ref) in enumerate(zip(prompts, refs)):
         out = dec.generate(prompt, max_new_tokens=NEW)
