@@ -233,17 +233,18 @@ class Decoder:
             tree = proposed if len(choice.nodes) == len(proposed) else proposed.select(choice.nodes)
             num_columns = self.window_size if choice.use_window else 0
             fed_nodes = choice.nodes
-            tree_depth = max(tree.depths(), default=0)
-            span = len(pending) - 1 + max(tree_depth, self.window_size - 1 + self.ngram_size - 2 if num_columns else 0)
+            depths = tree.depths()  # once per step: the span below and the finite check after the forward
+            span = len(pending) - 1 + max(max(depths, default=0),
+                                          self.window_size - 1 + self.ngram_size - 2 if num_columns else 0)
             if ctx is not None and past + span >= ctx:
-                num_columns, tree, fed_nodes = 0, CandidateTree(), ()  # near the context's end: plain steps only
+                num_columns, tree, fed_nodes, depths = 0, CandidateTree(), (), []  # near the context's end: plain steps
                 if past + len(pending) > ctx:
                     stopper.finish_reason = "length"
                     break
 
             x1, new_window, node_out, num_fed, tree_start = self._step(
                 cache, past, pending, window, num_columns, tree, sampler, history)
-            support.check_finite(steps + 1, past + len(pending) - 1, x1, new_window, node_out, tree.depths())
+            support.check_finite(steps + 1, past + len(pending) - 1, x1, new_window, node_out, depths)
             verify = walk_outcomes if sampler.do_sample else greedy_verify
             accepted, path = verify(x1, tree.tokens, tree.parents, node_out)
             if self.copy_kv:  # keep the accepted nodes' KV: the next step feeds only the bonus token
