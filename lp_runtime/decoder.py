@@ -41,7 +41,7 @@ from typing import Optional, Sequence
 import torch
 
 from . import support
-from .config import DecodingConfig, SamplingConfig
+from .config import ConfigError, DecodingConfig, SamplingConfig
 from .kv import commit, new_cache
 from .layout import LayoutCache, MaskBuffer, full_mask
 from .lookup import CandidateTree, FeedAll, new_lookup, propose
@@ -111,6 +111,10 @@ class Decoder:
         warn_model_defaults(model, self.sampler.cfg)
         support.check_attention(model)  # ConfigError for attention that ignores position_ids / the 4D mask
         if step_policy is None and decoding.method == "auto":
+            if self.lp.size > 1:  # each rank would read (or measure) its own curve: choices could differ
+                raise ConfigError("decoding.method='auto' under lookahead parallelism needs every rank on the same "
+                                  "latency curve: pass step_policy=policy.CostPolicy(curve) with rank 0's curve "
+                                  "(lp_runtime.generate does)")
             from .tuner import auto_policy
 
             step_policy = auto_policy(model)
@@ -124,6 +128,8 @@ class Decoder:
         self.tree_depth = self.ngram_size - 1 if decoding.lookup == "pool" else max(decoding.max_depth,
                                                                                     self.ngram_size - 1)
         self.copy_kv = decoding.commit == "copy" and self.lp.size == 1  # LP re-feeds (KV lives on one rank)
+        if self.lp.size > 1 and getattr(self.step_policy, "lp_size", None) == 1:
+            self.step_policy.price_lp(self.lp.size, self.window_size)  # a step costs its busiest rank's tokens
         self.device = next(model.parameters()).device
         self.layouts = LayoutCache(self.device, model.dtype)
         self.static_mask = True

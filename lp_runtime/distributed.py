@@ -252,9 +252,35 @@ def gather_objects_to_rank0(obj: Any, group=None) -> Optional[list[Any]]:
     return out
 
 
+def broadcast_object(obj: Any, *, timeout_s: Optional[float] = None) -> Any:
+    """Global rank 0's picklable ``obj`` on every rank (one process: ``obj`` itself); other ranks pass anything.
+
+    For start-up decisions every rank must share (``decoding=auto``'s latency curve), never inside a decode
+    step. ``timeout_s``: how long the other ranks may wait for rank 0 (e.g. while it measures the machine), over
+    a temporary group of the whole world with that timeout; every rank must call. Raises ``RuntimeError`` naming
+    this rank when the collective fails or times out.
+    """
+    if not is_initialized():
+        return obj
+    group = None
+    if timeout_s is not None:
+        group = dist.new_group(list(range(dist.get_world_size())), timeout=timedelta(seconds=timeout_s))
+    box = [obj if dist.get_rank() == 0 else None]
+    start = time.perf_counter()
+    try:
+        dist.broadcast_object_list(box, src=0, group=group)
+    except Exception as e:
+        raise _fail(f"broadcast from rank 0 ({time.perf_counter() - start:.1f} s)", e) from e
+    finally:
+        if group is not None:
+            dist.destroy_process_group(group)
+    return box[0]
+
+
 __all__ = [
     "RankInfo", "detect", "resolve_backend", "validate", "init", "destroy", "is_initialized", "rank",
     "world_size", "is_rank0", "print0", "make_groups", "all_gather_fixed", "barrier", "gather_objects_to_rank0",
+    "broadcast_object",
     "group_ranks", "group_rank", "group_size", "comm_device", "record",
 ]
 

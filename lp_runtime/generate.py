@@ -159,6 +159,27 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
     }
 
 
+AUTO_WAIT_S = 1800.0  # how long other ranks wait while rank 0 measures the machine (decoding=auto's first run)
+
+
+def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list, todo: list, is_main: bool,
+                  timeout_s: float) -> tuple[Any, dict, Any]:
+    """``decoding=auto``: global rank 0 reads (or measures, the first time) this machine's latency profile and
+    prints the one start-up line (``tuner.resolve_auto``); every rank gets rank 0's setting and curve
+    (``distributed.broadcast_object``), so all ranks of an LP group make the same choice every step. Returns
+    (the decoding setting, the summary entry, a ``policy.CostPolicy`` on that curve)."""
+    from lp_runtime import distributed, tuner
+    from lp_runtime.policy import CostPolicy
+
+    resolved = None
+    if is_main:
+        resolved = tuner.resolve_auto(model, tokenizer, label, limits, eos_token_ids=eos, fallback_questions=todo)
+    if distributed.is_initialized():
+        resolved = distributed.broadcast_object(resolved, timeout_s=max(timeout_s, AUTO_WAIT_S))
+    decoding, entry = resolved
+    return decoding, entry, CostPolicy(tuner.curve_of(entry))
+
+
 def run(cfg: RunConfig) -> dict:
     """Answer every question of ``cfg.dataset`` not yet in ``cfg.output.path``; write and return the summary.
 
@@ -186,9 +207,6 @@ def run(cfg: RunConfig) -> dict:
     done = {str(r["question_id"]) for r in records}
     todo = [q for q in questions if str(q.question_id) not in done]
     ctx = parallel.setup_parallel(cfg.parallel)
-    if cfg.decoding.method == "auto" and ctx.world_size > 1:
-        raise ConfigError("decoding=auto measures this machine in one process; under torchrun pick "
-                          "decoding.window_size/ngram_size/guess_set_size (e.g. from a single-process auto run)")
     comm, my_steps = None, 0
 
     auto = None  # decoding=auto: the tuner's choice, recorded in the summary
@@ -200,13 +218,12 @@ def run(cfg: RunConfig) -> dict:
         current["model.fingerprint"] = fingerprint = models.model_fingerprint(cfg.model)  # a download may fill it
         label = models.model_label(cfg.model, fingerprint)
         eos = models.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)
-        decoding = cfg.decoding
-        if decoding.method == "auto":  # measure (or reuse) this machine's profile, pick greedy or W, N, G
-            from lp_runtime import tuner
-            decoding, auto = tuner.resolve_auto(model, tokenizer, label, decoding,
-                                                eos_token_ids=eos, fallback_questions=todo)
+        decoding, policy = cfg.decoding, None
+        if decoding.method == "auto":
+            decoding, auto, policy = _resolve_auto(model, tokenizer, label, decoding, eos, todo, is_main,
+                                                   cfg.parallel.timeout_s)
         decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
-                          sampling=cfg.sampling)
+                          sampling=cfg.sampling, step_policy=policy)
         model_id = cfg.model_id or (cfg.model.name if cfg.model.name else label)
         # Data parallelism: LP group i answers questions i, i + dp, ...; in round r every group answers one
         # question, rank 0 gathers them and appends them in dataset order, so the file equals one group's.

@@ -46,11 +46,14 @@ class CandidateTree:
         tokens: node token ids, parents before children (topological order).
         parents: parent node index per node; -1 = the root ``c``.
         prob: estimated P(node accepted | its parent accepted), in [0, 1].
+        from_window: per node, True when only the window's harvested n-grams proposed it (no match in the prompt
+            or output did); empty when the lookup does not tag (then ``policy.CostPolicy`` keeps its window prior).
     """
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     prob: list[float] = field(default_factory=list)
+    from_window: list[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -147,10 +150,11 @@ class FeedAll:
 
 
 class _Node:
-    __slots__ = ("token", "weight", "cont", "recency", "kids")
+    __slots__ = ("token", "weight", "cont", "recency", "kids", "from_history")
 
     def __init__(self, token: int) -> None:
         self.token, self.weight, self.cont, self.recency, self.kids = token, 0.0, 0.0, -1, {}
+        self.from_history = False  # some occurrence in the accepted sequence (doc 0) runs through this node
 
 
 class SuffixLookup:
@@ -253,6 +257,7 @@ class SuffixLookup:
                 if child is None:
                     child = node.kids[t] = _Node(t)
                 child.weight += w
+                child.from_history |= doc == 0
                 child.recency = max(child.recency, stamp)
                 node = child
         return root
@@ -291,6 +296,7 @@ class SuffixLookup:
             tree.tokens.append(node.token)
             tree.parents.append(parent_idx)
             tree.prob.append(p)
+            tree.from_window.append(not node.from_history)
             idx = len(tree) - 1
             for kid in node.kids.values():
                 push(kid, idx, node, path_p)

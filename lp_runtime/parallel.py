@@ -150,6 +150,21 @@ def tree_plan(num_pending: int, num_columns: int, num_levels: int, parents: Sequ
     return tuple((cols, tuple(sorted(n for t in trees for n in groups[t]))) for cols, trees in plan)
 
 
+def max_rank_tokens(num_pending: int, num_columns: int, num_levels: int, parents: Sequence[int],
+                    world: int) -> int:
+    """Input tokens of the busiest rank of a step (``rank_tokens`` over ``shard_plan`` of the tree's root
+    subtrees): what the step costs under LP, where the ranks run in parallel. With ``world`` = 1 it is the whole
+    step, pending + (W - 1) + levels x W + nodes.
+
+        >>> max_rank_tokens(1, 6, 2, [-1, 0, 1, -1, 3, 4, -1, 6, 7], 3), max_rank_tokens(1, 6, 2, [], 1)
+        (12, 18)
+    """
+    groups = root_subtrees(parents)
+    sizes = tuple(len(g) for g in groups)
+    plan = shard_plan(num_pending, num_columns, num_levels, sizes, world)
+    return max(rank_tokens(p, num_pending, num_levels, sizes) for p in plan)
+
+
 def sub_parents(parents: Sequence[int], nodes: Sequence[int]) -> tuple[int, ...]:
     """The parent array of the ancestor-closed ``nodes`` (ascending), re-indexed among themselves."""
     where = {n: i for i, n in enumerate(nodes)}

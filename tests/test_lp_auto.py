@@ -1,0 +1,204 @@
+"""decoding=auto under lookahead parallelism: steps priced by the busiest rank's tokens (the shard plan), the same
+choice on every rank, and K ranks identical in tokens AND steps to one process (re-feed commit, same pricing).
+
+Multi-rank tests run ``torchrun --standalone`` (gloo, one thread per rank) on tests/lp_driver.py and on
+``python -m lp_runtime.generate``; every latency curve is synthetic or seeded into a temporary profile folder, so
+nothing measures the machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
+
+import lp_driver  # noqa: E402
+
+from lp_runtime.lookup import CandidateTree  # noqa: E402
+from lp_runtime.parallel import max_rank_tokens  # noqa: E402
+from lp_runtime.policy import CostPolicy  # noqa: E402
+
+# Flat up to 4 tokens, then 2.5 ms a token: 2 ranks can feed twice the nodes of one process at the flat price.
+KNEE = {1: 0.010, 4: 0.010, 8: 0.020, 64: 0.160}
+CONFIGS = [{"W": 0, "N": 4, "G": 3, "curve": KNEE, "price_lp": 2},
+           {"W": 2, "N": 3, "G": 2, "curve": KNEE, "price_lp": 2}]
+PROMPTS = [
+    [5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8, 5, 6],
+    [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9, 11, 3, 4, 5],
+    [7, 8, 9, 7, 8, 9, 7, 8, 9, 7, 8, 9, 1, 2, 3, 1, 2, 3, 1, 2],
+]
+MAX_NEW = 32
+
+
+def _env():
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "HYDRA_FULL_ERROR"):
+        env.pop(k, None)
+    return env
+
+
+# ------------------------------------------------------------------------------------------ pricing, no processes
+def test_max_rank_tokens():
+    chains = [-1, 0, 1, -1, 3, 4]                       # two chains of 3 nodes
+    assert max_rank_tokens(1, 0, 0, chains, 1) == 7     # one process: 1 pending + 6 nodes
+    assert max_rank_tokens(1, 0, 0, chains, 2) == 4     # a chain per rank
+    assert max_rank_tokens(2, 0, 0, chains, 3) == 5     # a third rank idles; pending fed on every rank
+    # W = 6, 2 levels over 3 ranks (parallel.shard_plan's worked example) + the chains
+    assert max_rank_tokens(1, 6, 2, [], 1) == 1 + 5 + 12
+    assert max_rank_tokens(1, 6, 2, chains, 3) == 1 + 11
+
+
+def test_lp_pricing_feeds_what_pays_on_the_busiest_rank():
+    t = CandidateTree([11, 12, 13, 21, 22, 23], [-1, 0, 1, -1, 3, 4], [0.9, 0.9, 0.9, 0.6, 0.9, 0.9])
+    one = CostPolicy(KNEE)
+    # one process: 3 nodes (q = 4) at the flat price beat 6 nodes at q = 7 (17.5 ms)
+    assert one.choose(t, num_pending=1, window_tokens=0).nodes == (0, 1, 2)
+    two = CostPolicy(KNEE)
+    two.price_lp(2, 0)
+    choice = two.choose(t, num_pending=1, window_tokens=0)
+    assert choice.nodes == (0, 1, 2, 3, 4, 5) and choice.expected_seconds == 0.010  # each rank feeds 1 + 3
+    # the window: W = 4, 2 levels = 3 + 8 = 11 tokens in one process, split by columns over 2 ranks
+    win = CostPolicy({1: 0.010, 64: 0.011}, window_gain=0.5)
+    win.price_lp(2, 4)
+    c = win.choose(t, num_pending=1, window_tokens=11)
+    assert c.use_window and c.expected_seconds == pytest.approx(
+        CostPolicy({1: 0.010, 64: 0.011}).curve(max_rank_tokens(1, 4, 2, t.parents, 2)))
+    with pytest.raises(AssertionError, match="window_tokens=10 is not a window of W=4 columns"):
+        win.choose(t, num_pending=1, window_tokens=10)
+    with pytest.raises(ValueError, match="need lp_size >= 1"):
+        win.price_lp(0, 4)
+
+
+def test_decoder_prices_lp_steps_and_refuses_auto_without_a_shared_curve():
+    from lp_runtime.config import ConfigError, DecodingConfig
+    from lp_runtime.decoder import Decoder
+
+    class FakeLP:  # only what Decoder.__init__ reads
+        size, rank, debug = 2, 0, False
+
+    model = lp_driver.tiny_model()
+    policy = CostPolicy(KNEE)
+    Decoder(model, DecodingConfig(method="auto", window_size=3, ngram_size=3, guess_set_size=2), lp=FakeLP(),
+            step_policy=policy)
+    assert (policy.lp_size, policy.window_size) == (2, 3)
+    with pytest.raises(ConfigError, match="under lookahead parallelism needs every rank on the same latency curve"):
+        Decoder(model, DecodingConfig(method="auto"), lp=FakeLP())
+
+
+# ------------------------------------------------------------------------------------------ torchrun
+@pytest.fixture(scope="module")
+def reference():
+    torch.set_num_threads(1)
+    return lp_driver.decode_grid(lp_driver.tiny_model(), CONFIGS, PROMPTS, MAX_NEW)
+
+
+def test_lp_auto_equals_one_process_in_tokens_and_steps(tmp_path, reference):
+    # the reference must exercise multi-token steps, and its pricing must matter (else equal steps prove little)
+    assert sum(max(r["accept_lengths"]) > 1 for r in reference.values()) >= len(reference) // 2
+    one_process = lp_driver.decode_grid(lp_driver.tiny_model(), [dict(c, price_lp=1) for c in CONFIGS], PROMPTS,
+                                        MAX_NEW)
+    assert [r["decoding_steps"] for r in one_process.values()] != [r["decoding_steps"] for r in reference.values()]
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"configs": CONFIGS, "prompts": PROMPTS, "max_new_tokens": MAX_NEW}))
+    out = tmp_path / "out.json"
+    proc = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node=2", str(ROOT / "tests" / "lp_driver.py"),
+                           "--lp", "2", "--spec", str(spec), "--out", str(out)],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(out.read_text())["results"]
+    assert got == reference  # output_ids, decoding_steps and accept_lengths, every config and prompt
+
+
+BROADCAST = '''
+import json, sys
+from lp_runtime import distributed
+distributed.init("gloo", 30.0)
+me = distributed.rank()
+got = distributed.broadcast_object({"curve": {1: 0.01, 8: 0.02}} if me == 0 else {"curve": "mine"}, timeout_s=60)
+again = distributed.broadcast_object(["rank", me])  # the default group's timeout
+json.dump([got, again], open(sys.argv[1] + f".{me}", "w"))
+distributed.destroy(barrier=True)
+'''
+
+
+def test_broadcast_object_gives_every_rank_rank0s_object(tmp_path):
+    script = tmp_path / "bcast.py"
+    script.write_text(BROADCAST)
+    proc = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node=2", str(script), str(tmp_path / "r")],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in (0, 1):
+        got, again = json.loads((tmp_path / f"r.{r}").read_text())
+        assert got == {"curve": {"1": 0.01, "8": 0.02}} and again == ["rank", 0]
+    from lp_runtime import distributed
+
+    assert distributed.broadcast_object("alone") == "alone"  # one process: itself
+
+
+def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
+    """The main job with decoding=auto and parallel=lp2: rank 0 reads the (seeded) profile and prints one line,
+    both ranks decode on its curve, the answers equal plain greedy's, and the summary records the choice."""
+    from lp_runtime import models, tuner
+    from lp_runtime.config import DecodingConfig, ModelConfig
+
+    model_dir = tmp_path / "tiny"
+    model = lp_driver.tiny_model()
+    model.config.eos_token_id, model.config.bos_token_id = 2, 1
+    model.save_pretrained(model_dir)
+    _char_tokenizer().save_pretrained(model_dir)
+    loaded, _ = models.load_model(ModelConfig(path=str(model_dir), device="cpu", dtype="float32"))
+    cache = tmp_path / "cache"
+    curve = {1: 0.010, 4: 0.010, 8: 0.020, 64: 0.160}
+    key = tuner.model_key(loaded)
+    tuner.latency_profile(key, "cpu-1t", "float32", measure=lambda: curve, root=str(cache))  # as if measured
+    path = tuner.profile_path(key, "cpu-1t", "float32", str(cache))
+    prof = json.loads(Path(path).read_text())
+    w = tuner.auto_window(curve, 4)
+    prof["calibration"] = {f"W{w} N4 G3 T32": {"tokens": 40, "steps": 20, "mean_step_tokens": 3.0,
+                                               "expected_speedup": 1.5}}  # no calibration decode either
+    Path(path).write_text(json.dumps(prof))
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"question_id": i, "category": "t", "turns": [t]}) + "\n"
+                                 for i, t in enumerate(["abc abc abc abc", "1 2 3 1 2 3 1 2 3"])))
+    common = [f"model.path={model_dir}", "model.dtype=float32", "dataset=jsonl", f"dataset.path={questions}",
+              "generation.max_new_tokens=12", "decoding.ngram_size=4", "decoding.guess_set_size=3",
+              "parallel.backend=gloo", "progress=false"]
+    env = dict(_env(), LP_RUNTIME_CACHE=str(cache))
+    out = tmp_path / "lp" / "answers.jsonl"
+    proc = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "lp_runtime.generate", *common,
+                           "decoding=auto", "parallel=lp2", f"output.path={out}", f"hydra.run.dir={tmp_path / 'h'}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("decoding=auto: ") == 1 and "measuring" not in proc.stdout  # rank 0, cached profile
+    summary = json.loads(out.with_name("answers.summary.json").read_text())
+    assert summary["auto_decoding"]["reused_profile"] is True and summary["auto_decoding"]["profile"] == path
+    assert summary["lp_communication"]["lp_degree"] == 2
+    ref = tmp_path / "greedy" / "answers.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "lp_runtime.generate", *common, "decoding=greedy",
+                           f"output.path={ref}", f"hydra.run.dir={tmp_path / 'h2'}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [[json.loads(x)["choices"][0] for x in p.read_text().splitlines()] for p in (out, ref)]
+    assert [c["output_ids"] for c in rows[0]] == [c["output_ids"] for c in rows[1]]
+    assert sum(sum(c["decoding_steps"]) for c in rows[0]) < sum(sum(c["decoding_steps"]) for c in rows[1])
+    assert DecodingConfig(**summary["auto_decoding"]["chosen"]).method == "auto"
+
+
+def _char_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = list("abcdefghijklmnopqrstuvwxyz .,?!'0123456789\n")
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{ch: i + 3 for i, ch in enumerate(chars)}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
