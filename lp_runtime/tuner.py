@@ -22,9 +22,9 @@ and the candidates, about half of it), over a ``cache_tokens``-token cache, medi
 
 A shared machine adds noise, never removes it, and a slow spell hits every q timed during it. So the profile is
 ``ROUNDS`` interleaved rounds over all q (``measure_rounds``), and ``robust_curve`` keeps per q the fastest
-round, then lifts any q that came out cheaper than a smaller q unless EVERY round saw it cheaper (a real dip,
-such as float32's q = 4-8 below q = 2-3 on a 2-core CPU, survives; a one-round artefact such as bfloat16's q = 1
-above q = 8 does not). The profile is keyed by model, device (on a CPU with its thread count: a torchrun rank
+round, then lifts any q that came out cheaper than a smaller q unless every round saw it clearly cheaper (a real
+dip, such as float32's q = 4-8 below q = 3 on a 2-core CPU, survives; an artefact of one slow spell such as
+bfloat16's q = 1 above q = 8 does not). The profile is keyed by model, device (on a CPU with its thread count: a torchrun rank
 runs one thread) and dtype.
 """
 from __future__ import annotations
@@ -44,6 +44,7 @@ LATENCY_QS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CACHE_TOKENS = 200
 ROUNDS = 3  # interleaved rounds over all q (robust_curve); REPS passes per q and round, their median
 REPS = 2
+DIP_MARGIN = 0.05  # robust_curve keeps a dearer smaller q only when every round put it this much above
 VARIANTS = ("dynamic", "static_mask", "compile")
 DEFAULT_VARIANT = "static_mask"
 PROFILE_VERSION = 4  # 4: robust_curve over ROUNDS interleaved rounds (3: one round, median of 5)
@@ -119,16 +120,17 @@ def measure_rounds(model, qs: Sequence[int] = LATENCY_QS, *, rounds: int = ROUND
 
 def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
     """One latency curve from several rounds: per q the fastest round (noise only adds time), then each q lifted
-    to the fastest time of every smaller q whose [fastest, slowest] range over the rounds overlaps q's, so a q is
-    cheaper than a smaller one only where every round measured it so (disjoint ranges: a real dip, e.g. the BLAS
-    taking a per-row path below 4 rows). With one round nothing can be told apart from noise, so nothing is lifted.
+    to the fastest time of every smaller q that it does not undercut by more than ``DIP_MARGIN`` in EVERY round
+    (q's slowest round x (1 + margin) still below the smaller q's fastest). So the curve rises with q except at a
+    dip every round saw clearly (e.g. float32 on a 2-core CPU: q = 4-8 cheaper than q = 3, the BLAS taking a
+    per-row path below 4 rows), never at an artefact of one slow spell (bfloat16's q = 1 priced above q = 8).
 
     Raises ``ValueError`` when there is no round or no point.
 
     >>> robust_curve([{1: 22.0, 8: 21.0}, {1: 30.0, 8: 24.0}])      # q = 8 below q = 1 in one round only
     {1: 22.0, 8: 22.0}
-    >>> robust_curve([{2: 62.0, 4: 59.0}, {2: 65.0, 4: 60.0}])      # below in every round: kept
-    {2: 62.0, 4: 59.0}
+    >>> robust_curve([{3: 75.0, 4: 59.0}, {3: 78.0, 4: 60.0}])      # far below in every round: kept
+    {3: 75.0, 4: 59.0}
     """
     if not rounds or not any(rounds):
         raise ValueError("robust_curve needs at least one round with at least one point")
@@ -140,7 +142,7 @@ def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
     hi = {q: max(ts) for q, ts in times.items()}
     out: dict[int, float] = {}
     for q in sorted(times):
-        out[q] = max([lo[q]] + [lo[p] for p in out if lo[p] <= hi[q]])
+        out[q] = max([lo[q]] + [lo[p] for p in out if lo[p] <= hi[q] * (1.0 + DIP_MARGIN)])
     return out
 
 

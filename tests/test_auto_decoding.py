@@ -88,7 +88,7 @@ def test_levers_do_not_change_the_tokens(tiny):
 
 def test_method_auto_builds_the_cost_policy_from_the_cached_profile(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
-    tuner.latency_profile(tuner.model_key(tiny), "cpu", "float32", measure=lambda: FLAT)  # as if measured
+    tuner.latency_profile(tuner.model_key(tiny), tuner.device_key(tiny), "float32", measure=lambda: FLAT)  # as if measured
     dec = Decoder(tiny, AUTO)
     assert isinstance(dec.step_policy, CostPolicy) and dec.step_policy.curve(64) == 0.010
     assert isinstance(Decoder(tiny, DecodingConfig(method="lookahead")).step_policy, FeedAll)
