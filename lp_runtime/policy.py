@@ -26,7 +26,7 @@ start at the lookup's counts and move to what verification really accepts.
 The window earns nothing in the step that feeds it: its harvested n-grams become candidates in later steps.
 Its value per windowed step (``window_gain``, tokens) is a prior (0.15 tokens a step: the S difference between
 (W, N, G) = (3, 4, 3) and (0, 4, 2) measured on MT-Bench, docs/benchmarks.md section 1) refined online when
-the tree marks which nodes only the window proposed (an optional ``tree.from_window`` list of bools):
+the tree marks which nodes only the window proposed (``tree.from_window``, set by ``lookup.SuffixLookup``):
 gain = (window-only nodes accepted + k_w * prior) / (windowed steps + k_w). The window is fed when
 (E[tokens] + gain) / latency(q + window) beats E[tokens] / latency(q), i.e. only where the curve is flat
 enough at this q (a GPU, or bfloat16 on a CPU with native bf16 matmul), never on a steep curve.
