@@ -483,8 +483,8 @@ def test_10_single_stop_string_and_eos_id_accepted(tmp_path):
     model_dir = _save_tiny_with_tokenizer(tmp_path)
     out = tmp_path / "out" / "answers.jsonl"
     res = _cli(tmp_path, f"model.path={model_dir}", "dataset=jsonl", f"dataset.path={_questions(tmp_path)}",
-               f"output.path={out}", "generation.stop_strings=c", "generation.max_new_tokens=40",
-               "decoding.window_size=2", "decoding.ngram_size=3", "decoding.guess_set_size=2")
+               f"output.path={out}", "generation.stop_strings=c", "generation.max_new_tokens=40", "model.dtype=float32",
+               "decoding=lookahead", "decoding.window_size=2", "decoding.ngram_size=3", "decoding.guess_set_size=2")
     assert res.returncode == 0, res.stderr[-2000:]
     cfg = RunConfig(model=ModelConfig(name="t", path=str(model_dir)), decoding=LOOK,
                     generation=GenerationConfig(max_new_tokens=40),

@@ -202,3 +202,19 @@ def _char_tokenizer():
     tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tk.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
+def test_main_job_defaults_to_the_cost_policy_in_the_native_dtype():
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from lp_runtime.config import RunConfig
+    from lp_runtime.generate import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = OmegaConf.to_object(compose("generate"))
+        fixed = OmegaConf.to_object(compose("generate", overrides=["decoding=lookahead", "model.dtype=float32"]))
+    assert isinstance(cfg, RunConfig)
+    assert (cfg.decoding.method, cfg.model.dtype, cfg.model.path) == ("auto", "auto", "bundled:smollm2")
+    assert (cfg.decoding.ngram_size, cfg.decoding.guess_set_size) == (6, 4)  # the tree's bounds; W from the curve
+    assert (fixed.decoding.method, fixed.decoding.window_size, fixed.model.dtype) == ("lookahead", 0, "float32")

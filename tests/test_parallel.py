@@ -292,8 +292,9 @@ def questions_file(tmp_path_factory):
 
 
 def _generate_args(model_dir, questions, out):
-    return [f"model.path={model_dir}", "dataset=jsonl", f"dataset.path={questions}", f"output.path={out}",
-            "generation.max_new_tokens=12", "decoding.window_size=3", "decoding.ngram_size=3",
+    return [f"model.path={model_dir}", "model.dtype=float32", "dataset=jsonl", f"dataset.path={questions}",
+            f"output.path={out}", "generation.max_new_tokens=12", "decoding=lookahead", "decoding.window_size=3",
+            "decoding.ngram_size=3",
             "decoding.guess_set_size=2", "parallel.backend=gloo", "progress=false"]
 
 

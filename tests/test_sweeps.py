@@ -31,7 +31,8 @@ def _cli(tmp: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProce
 
 
 def _sweep_args(tiny_model_dir: Path, tmp: Path) -> list[str]:
-    return [f"model.path={tiny_model_dir}", "dataset=jsonl", f"dataset.path={_questions(tmp / 'q.jsonl')}",
+    return [f"model.path={tiny_model_dir}", "model.dtype=float32", "dataset=jsonl",
+            f"dataset.path={_questions(tmp / 'q.jsonl')}",
             "generation.max_new_tokens=16", "progress=false", f"hydra.sweep.dir={tmp / 'sweep'}"]
 
 
@@ -207,7 +208,8 @@ def test_no_schema_among_the_choices_and_the_slurm_preset_composes():
 
 def test_submitit_local_launcher_sweep_with_two_ranks_per_job(tiny_model_dir, tmp_path):
     res = _cli(tmp_path, "--multirun", "hydra/launcher=lp_local", "hydra.launcher.tasks_per_node=2",
-               "parallel=lp2", "parallel.backend=gloo", "parallel.timeout_s=60", "decoding.window_size=0,2",
+               "parallel=lp2", "parallel.backend=gloo", "parallel.timeout_s=60", "decoding=lookahead",
+               "decoding.window_size=0,2",
                *_sweep_args(tiny_model_dir, tmp_path), timeout=420)
     assert res.returncode == 0, res.stderr[-3000:]
     outputs = []
