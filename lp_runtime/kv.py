@@ -39,12 +39,15 @@ def commit(cache: DynamicCache, num_fed: int, num_keep: int, gather: Sequence[in
         assert all(g >= num_keep for g in gather) and list(gather) == sorted(gather), gather
         base = cache.get_seq_length() - num_fed
         dst = base + num_keep
-        for layer in cache.layers:
-            if layer.keys is None or layer.keys.numel() == 0:
-                continue
-            src = torch.tensor([base + g for g in gather], device=layer.keys.device)
-            layer.keys[..., dst : dst + len(gather), :] = layer.keys.index_select(-2, src)
-            layer.values[..., dst : dst + len(gather), :] = layer.values.index_select(-2, src)
+        if list(gather) != list(range(num_keep, num_keep + len(gather))):  # else already in place: nothing to move
+            src = None
+            for layer in cache.layers:
+                if layer.keys is None or layer.keys.numel() == 0:
+                    continue
+                if src is None or src.device != layer.keys.device:  # one index tensor for all layers
+                    src = torch.tensor([base + g for g in gather], device=layer.keys.device)
+                layer.keys[..., dst : dst + len(gather), :] = layer.keys.index_select(-2, src)
+                layer.values[..., dst : dst + len(gather), :] = layer.values.index_select(-2, src)
         num_keep += len(gather)
     if num_fed > num_keep:
         cache.crop(num_keep - num_fed)
