@@ -163,7 +163,7 @@ AUTO_WAIT_S = 1800.0  # how long other ranks wait while rank 0 measures the mach
 
 
 def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list, todo: list, is_main: bool,
-                  timeout_s: float) -> tuple[Any, dict, Any]:
+                  timeout_s: float, lp_size: int) -> tuple[Any, dict, Any]:
     """``decoding=auto``: global rank 0 reads (or measures, the first time) this machine's latency profile and
     prints the one start-up line (``tuner.resolve_auto``); every rank gets rank 0's setting and curve
     (``distributed.broadcast_object``), so all ranks of an LP group make the same choice every step. Returns
@@ -173,7 +173,8 @@ def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list
 
     resolved = None
     if is_main:
-        resolved = tuner.resolve_auto(model, tokenizer, label, limits, eos_token_ids=eos, fallback_questions=todo)
+        resolved = tuner.resolve_auto(model, tokenizer, label, limits, eos_token_ids=eos, fallback_questions=todo,
+                                      lp_size=lp_size)
     if distributed.is_initialized():
         resolved = distributed.broadcast_object(resolved, timeout_s=max(timeout_s, AUTO_WAIT_S))
     decoding, entry = resolved
@@ -221,7 +222,7 @@ def run(cfg: RunConfig) -> dict:
         decoding, policy = cfg.decoding, None
         if decoding.method == "auto":
             decoding, auto, policy = _resolve_auto(model, tokenizer, label, decoding, eos, todo, is_main,
-                                                   cfg.parallel.timeout_s)
+                                                   cfg.parallel.timeout_s, ctx.lp_group.size)
         decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
                           sampling=cfg.sampling, step_policy=policy)
         model_id = cfg.model_id or (cfg.model.name if cfg.model.name else label)

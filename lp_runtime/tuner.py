@@ -34,7 +34,7 @@ import json
 import os
 import statistics
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .config import DecodingConfig
@@ -208,11 +208,12 @@ def curve_of(profile: dict[str, Any]) -> dict[int, float]:
 
 
 def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: float = 1.5,
-                gain: float = WINDOW_GAIN_PRIOR, windows: Sequence[int] = AUTO_WINDOWS) -> int:
+                gain: float = WINDOW_GAIN_PRIOR, windows: Sequence[int] = AUTO_WINDOWS, lp_size: int = 1) -> int:
     """The largest W of ``windows`` whose window could pay on this curve: (tokens + gain) / latency(1 + window)
     >= tokens / latency(1), with a window of W columns = (W - 1) + (N - 2) * W tokens (DESIGN.md section 1) and
     ``expected_tokens`` a typical step's. The step policy still decides per step; W only bounds what it may feed,
-    and W = 0 keeps the decoder from running a window that would never be fed.
+    and W = 0 keeps the decoder from running a window that would never be fed. With ``lp_size`` K > 1 the window
+    costs what its busiest rank feeds (``parallel.max_rank_tokens``: the columns are split over the K ranks).
 
     >>> auto_window({1: 1.0, 64: 1.0}, 4), auto_window({1: 1.0, 2: 2.0}, 4)
     (15, 0)
@@ -220,19 +221,25 @@ def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: fl
     lat = LatencyCurve(curve)
     best = 0
     for w in windows:
-        tokens = max(w - 1, 0) + (ngram_size - 2) * w
-        if w and (expected_tokens + gain) / lat(1 + tokens) >= expected_tokens / lat(1):
+        if not w:
+            continue
+        if lp_size > 1:
+            from .parallel import max_rank_tokens  # torch: only under LP
+
+            q = max_rank_tokens(1, w, ngram_size - 2, (), lp_size)
+        else:
+            q = 1 + max(w - 1, 0) + (ngram_size - 2) * w
+        if (expected_tokens + gain) / lat(q) >= expected_tokens / lat(1):
             best = max(best, w)
     return best
 
 
-def auto_decoding(curve: dict[int, float], limits: DecodingConfig) -> DecodingConfig:
-    """The lookahead setting ``decoding=auto`` runs: N and G from ``limits`` (the tree's depth and candidate
-    bounds; the policy feeds what pays of them), W from ``auto_window``; method stays ``auto`` so the decoder
-    attaches the cost policy."""
-    return DecodingConfig(method="auto", window_size=auto_window(curve, limits.ngram_size),
-                          ngram_size=limits.ngram_size, guess_set_size=limits.guess_set_size,
-                          pool_from_prompt=True, seed=limits.seed)
+def auto_decoding(curve: dict[int, float], limits: DecodingConfig, lp_size: int = 1) -> DecodingConfig:
+    """The lookahead setting ``decoding=auto`` runs: ``limits`` (N and G: the tree's depth and candidate bounds,
+    the policy feeds what pays of them; the lookup and commit variants) with W from ``auto_window`` (for
+    ``lp_size`` ranks) and the prompt pool on; method stays ``auto`` so the decoder attaches the cost policy."""
+    return replace(limits, method="auto", window_size=auto_window(curve, limits.ngram_size, lp_size=lp_size),
+                   pool_from_prompt=True)
 
 
 def model_key(model) -> str:
@@ -326,22 +333,23 @@ def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int =
 
 def resolve_auto(model, tokenizer, model_name: Optional[str] = None, limits: Optional[DecodingConfig] = None, *,
                  eos_token_ids: Sequence[int] = (), fallback_questions: Sequence[Any] = (),
-                 max_new_tokens: int = 32, retune: Optional[bool] = None,
-                 root: Optional[str] = None) -> tuple[DecodingConfig, dict[str, Any]]:
+                 max_new_tokens: int = 32, retune: Optional[bool] = None, root: Optional[str] = None,
+                 lp_size: int = 1) -> tuple[DecodingConfig, dict[str, Any]]:
     """``decoding=auto`` for a loaded model: the setting (``auto_decoding``) and a summary entry, after printing
     ONE line with the chosen setting and the expected speedup.
 
     The expected speedup over plain greedy comes from decoding a small calibration set (``calibration_prompts``,
     ``max_new_tokens`` each) with the cost policy once per profile: its tokens and step sizes priced on the
     curve (``expected_speedup``). Both are kept in the profile, so later runs start at once. ``model_name`` only
-    names the model in the printed line (the profile is keyed by ``model_key``).
+    names the model in the printed line (the profile is keyed by ``model_key``). ``lp_size``: the LP degree the
+    setting is for (the window priced per rank, ``auto_window``); the calibration decodes in this one process.
     """
     from .decoder import Decoder
 
     limits = limits or DecodingConfig(method="auto")
     profile = model_profile(model, retune=retune, root=root, log=lambda line: print(line, flush=True))
     curve = curve_of(profile)
-    decoding = auto_decoding(curve, limits)
+    decoding = auto_decoding(curve, limits, lp_size)
     key = f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size} T{max_new_tokens}"
     calib = (profile.get("calibration") or {}).get(key)
     if calib is None:

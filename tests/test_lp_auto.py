@@ -161,7 +161,7 @@ def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     tuner.latency_profile(key, "cpu-1t", "float32", measure=lambda: curve, root=str(cache))  # as if measured
     path = tuner.profile_path(key, "cpu-1t", "float32", str(cache))
     prof = json.loads(Path(path).read_text())
-    w = tuner.auto_window(curve, 4)
+    w = tuner.auto_window(curve, 4, lp_size=2)  # the window priced per rank
     prof["calibration"] = {f"W{w} N4 G3 T32": {"tokens": 40, "steps": 20, "mean_step_tokens": 3.0,
                                                "expected_speedup": 1.5}}  # no calibration decode either
     Path(path).write_text(json.dumps(prof))
@@ -180,6 +180,7 @@ def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     assert proc.stdout.count("decoding=auto: ") == 1 and "measuring" not in proc.stdout  # rank 0, cached profile
     summary = json.loads(out.with_name("answers.summary.json").read_text())
     assert summary["auto_decoding"]["reused_profile"] is True and summary["auto_decoding"]["profile"] == path
+    assert summary["auto_decoding"]["calibration"]["expected_speedup"] == 1.5  # the seeded one: nothing decoded
     assert summary["lp_communication"]["lp_degree"] == 2
     ref = tmp_path / "greedy" / "answers.jsonl"
     proc = subprocess.run([sys.executable, "-m", "lp_runtime.generate", *common, "decoding=greedy",

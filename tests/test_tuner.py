@@ -210,3 +210,13 @@ def test_model_profile_measures_rounds_once_says_so_and_keeps_them(tiny_llama, t
     assert saved["rounds_s"] == [{"1": r[1], "8": r[8]} for r in noisy]
     again = tuner.model_profile(tiny_llama, root=str(tmp_path), retune=False, log=lines.append)
     assert again["reused"] and len(calls) == 3 and len(lines) == 1  # cached: no measuring, nothing said
+
+
+def test_auto_window_under_lp_prices_the_busiest_rank_and_keeps_the_variants():
+    # 1 ms a token on a 50 ms step: one process, W = 3 at N = 4 is 1 + 2 + 6 = 9 tokens, +16% cost for +10% tokens
+    curve = {1: 50.0, 201: 250.0}
+    assert tuner.auto_window(curve, 4) == 0
+    # 3 ranks: each feeds at most 1 + 2 + 2 = 5 tokens for W = 3 (parallel.shard_plan): +8% for +10%
+    assert tuner.auto_window(curve, 4, lp_size=3) == 3
+    d = tuner.auto_decoding(curve, DecodingConfig(method="auto", ngram_size=4, commit="refeed", max_depth=5), 3)
+    assert (d.window_size, d.commit, d.max_depth, d.method) == (3, "refeed", 5, "auto")
