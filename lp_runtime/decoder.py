@@ -91,7 +91,9 @@ class Decoder:
         step_policy: what each step feeds (``choose(tree, num_pending=, window_tokens=) -> StepChoice`` and
             ``observe(tree, fed_nodes, accepted_nodes)``; CORE_INTERFACE.md); default ``lookup.FeedAll``, or
             with ``decoding.method="auto"`` a ``policy.CostPolicy`` on this machine's latency profile
-            (``tuner.auto_policy``: measured once per model/device/dtype, then read from the cache).
+            (``tuner.auto_policy``: measured once per model/device/dtype, then read from the cache). Under LP
+            pass it (every rank on rank 0's curve; ``ConfigError`` otherwise): a ``CostPolicy`` is then told to
+            price steps by the busiest rank's tokens (``CostPolicy.price_lp``) unless it already was.
 
     Attributes switched by the benchmark's ablation: ``copy_kv`` (False: re-feed the accepted tokens),
     ``static_mask`` (False: concatenate a new mask each step instead of writing into ``layout.MaskBuffer``),

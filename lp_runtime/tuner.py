@@ -5,7 +5,8 @@ Lookahead pays only where a step of q input tokens costs little more than a step
 candidate nodes (and window) that maximise expected accepted tokens per second. This module measures that
 curve once per (model, device, dtype) and keeps it as a JSON profile under ``models.cache_root()/tuner/``::
 
-    python -m lp_runtime.generate decoding=auto dataset.limit=3           # measures on first use, then reuses
+    python -m lp_runtime.generate dataset.limit=3                         # decoding=auto is the default: measures
+                                                                          # on first use, then reuses
     LP_RUNTIME_RETUNE=1 python -m lp_runtime.generate decoding=auto ...    # measure again
     python scripts/latency_curve.py --dtypes float32 bfloat16 --variants dynamic static_mask  # all curves + plot
 

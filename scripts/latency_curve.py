@@ -31,6 +31,9 @@ from lp_runtime import models, tuner  # noqa: E402
 from lp_runtime.config import ModelConfig  # noqa: E402
 
 
+ROUNDS: dict[tuple[str, str], list[dict[int, float]]] = {}  # (dtype, variant) -> one curve per round
+
+
 def measure_all(model, dtype, variants, qs, *, reps, rounds, cache_tokens, log=print) -> dict:
     """{(dtype, variant): {q: median seconds over rounds}}, the model converted to ``dtype`` IN PLACE first;
     rounds interleave the variants, rotating their order from round to round (the machine drifts)."""
@@ -47,6 +50,8 @@ def measure_all(model, dtype, variants, qs, *, reps, rounds, cache_tokens, log=p
                 samples.setdefault((d, v), {}).setdefault(q, []).append(t)
             log(f"round {r + 1}/{rounds} {d} {v} ({time.perf_counter() - t0:.0f}s): "
                 + " ".join(f"{q}:{1e3 * t:.1f}" for q, t in curve.items()))
+    ROUNDS.update({k: [{q: ts[r] for q, ts in per_q.items() if r < len(ts)} for r in range(rounds)]
+                   for k, per_q in samples.items()})  # per round, for the tuner's robust_curve (--save-profile)
     return {k: {q: statistics.median(ts) for q, ts in per_q.items()} for k, per_q in samples.items()}
 
 
@@ -144,8 +149,9 @@ def main() -> None:
     if args.save_profile:
         for d in dtypes:
             if (d, tuner.DEFAULT_VARIANT) in curves and args.qs == list(tuner.LATENCY_QS):
-                prof = tuner.latency_profile(tuner.model_key(model), device, d, measure=lambda c=curves[(d, tuner.DEFAULT_VARIANT)]: c,
-                                             retune=True)
+                rounds = ROUNDS[(d, tuner.DEFAULT_VARIANT)]
+                prof = tuner.latency_profile(tuner.model_key(model), tuner.device_key(model), d, retune=True,
+                                             measure=lambda r=rounds: tuner.robust_curve(r))
                 log("tuner profile", prof["path"])
     log(f"done in {time.perf_counter() - t0:.0f}s")
 
