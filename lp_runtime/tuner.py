@@ -276,9 +276,9 @@ def model_profile(model, *, retune: Optional[bool] = None, root: Optional[str] =
 
     def measure() -> dict[int, float]:
         if log is not None:
-            log(f"decoding=auto: measuring this machine's step latency for {model_key(model)} ({dtype} on {device}, "
-                f"{rounds} rounds x {len(LATENCY_QS)} step sizes; once, then cached in "
-                f"{profile_path(model_key(model), device, dtype, root)})")
+            log(f"measuring this machine's step latency for decoding=auto, once: {model_key(model)}, {dtype} on "
+                f"{device}, {rounds} rounds x {len(LATENCY_QS)} step sizes; cached in "
+                f"{profile_path(model_key(model), device, dtype, root)}")
         measured.extend(measure_rounds(model, rounds=rounds, reps=reps))
         return robust_curve(measured)
 

@@ -203,7 +203,7 @@ def test_model_profile_measures_rounds_once_says_so_and_keeps_them(tiny_llama, t
     p = tuner.model_profile(tiny_llama, root=str(tmp_path), retune=False, log=lines.append)
     assert [c["warmup"] for c in calls] == [1, 0, 0] and all(c["reps"] == tuner.REPS for c in calls)
     assert tuner.curve_of(p) == {1: 0.021, 8: 0.021}  # fastest round per q, then monotone
-    assert len(lines) == 1 and lines[0].startswith("decoding=auto: measuring this machine's step latency")
+    assert len(lines) == 1 and lines[0].startswith("measuring this machine's step latency for decoding=auto, once: ")
     assert p["path"] in lines[0] and p["device"] == tuner.device_key(tiny_llama)
     assert p["device"] == f"cpu-{torch.get_num_threads()}t"
     saved = json.loads(Path(p["path"]).read_text())
