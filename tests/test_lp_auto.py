@@ -217,5 +217,5 @@ def test_main_job_defaults_to_the_cost_policy_in_the_native_dtype():
         fixed = OmegaConf.to_object(compose("generate", overrides=["decoding=lookahead", "model.dtype=float32"]))
     assert isinstance(cfg, RunConfig)
     assert (cfg.decoding.method, cfg.model.dtype, cfg.model.path) == ("auto", "auto", "bundled:smollm2")
-    assert (cfg.decoding.ngram_size, cfg.decoding.guess_set_size) == (6, 4)  # the tree's bounds; W from the curve
+    assert (cfg.decoding.ngram_size, cfg.decoding.guess_set_size, cfg.decoding.max_depth) == (6, 4, 24)  # bounds
     assert (fixed.decoding.method, fixed.decoding.window_size, fixed.model.dtype) == ("lookahead", 0, "float32")
