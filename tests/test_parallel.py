@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -189,15 +190,56 @@ def _env():
     return env
 
 
-def _launch(tmp_path, nproc, lp, *extra, timeout=240):
+def _launch(tmp_path, nproc, lp, *extra, timeout=240, sampling=()):
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"configs": CONFIGS, "prompts": PROMPTS, "max_new_tokens": MAX_NEW}))
+    spec.write_text(json.dumps({"configs": CONFIGS, "prompts": PROMPTS, "max_new_tokens": MAX_NEW,
+                                "sampling": list(sampling)}))
     out = tmp_path / "out.json"
     cmd = [TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", str(ROOT / "tests" / "lp_driver.py"),
            "--lp", str(lp), "--spec", str(spec), "--out", str(out), *extra]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     return proc, out, time.monotonic() - start
+
+
+# Lookahead SAMPLING under LP (K = 2): draws are keyed by (seed, position), so K ranks give the same samples as one
+# process (hence the same law, which test_sampling.py checks for K = 1). Decoded in the dp2 x lp2 launch, each LP
+# group taking half of the seeds.
+SAMPLING_SPECS = [
+    {"prompt": None, "W": 2, "N": 3, "G": 3, "max_new_tokens": 6, "seeds": list(range(60)),
+     "sampling": {"temperature": 1.0}},
+    {"prompt": None, "W": 0, "N": 3, "G": 3, "max_new_tokens": 6, "seeds": list(range(60)),
+     "sampling": {"temperature": 1.0, "repetition_penalty": 1.2}},
+]
+
+
+def _tiny8_prompt(model):
+    """test_sampling.py's prompt: its pool (keyed by the last token 3) holds the model's likely continuation."""
+    from exactness import hf_greedy
+
+    base = [1, 2, 3]
+    cont = hf_greedy(model, base, 6)
+    return base + cont + [5, 3] + cont[:1] + [4] + base
+
+
+@pytest.fixture(scope="module")
+def sampling_specs():
+    prompt = _tiny8_prompt(lp_driver.build_tiny8())
+    return [dict(s, prompt=prompt) for s in SAMPLING_SPECS]
+
+
+# One launch per world size, each asserted on by several tests. lp3 (odd K; K > W for the W = 1 and W = 2 configs,
+# so some ranks get no column) and dp2 x lp2 (two LP groups of 2 ranks plus data parallelism; also the sampling
+# seeds) cover what separate lp2 and lp4 launches checked; the shard plan itself is tested for K = 1..4 above
+# without processes.
+@pytest.fixture(scope="module")
+def launch_lp3(tmp_path_factory):
+    return _launch(tmp_path_factory.mktemp("lp3"), 3, 3)
+
+
+@pytest.fixture(scope="module")
+def launch_dp2xlp2(tmp_path_factory, sampling_specs):
+    return _launch(tmp_path_factory.mktemp("dp2xlp2"), 4, 2, sampling=sampling_specs, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -212,12 +254,9 @@ def test_reference_accepts_candidates(reference):
     assert all(len(r["output_ids"]) == MAX_NEW for r in reference.values())
 
 
-# lp3 (odd K; K > W for the W = 1 and W = 2 configs, so some ranks get no column) and dp2 x lp2 (two LP groups of
-# 2 ranks plus data parallelism) cover what separate lp2 and lp4 launches checked; the shard plan itself is tested
-# for K = 1..4 above without processes.
-@pytest.mark.parametrize("nproc,lp", [(3, 3), (4, 2)], ids=["lp3", "dp2xlp2"])
-def test_lp_matches_single_process(tmp_path, reference, nproc, lp):
-    proc, out, secs = _launch(tmp_path, nproc, lp)
+@pytest.mark.parametrize("launch,nproc,lp", [("launch_lp3", 3, 3), ("launch_dp2xlp2", 4, 2)], ids=["lp3", "dp2xlp2"])
+def test_lp_matches_single_process(request, reference, launch, nproc, lp):
+    proc, out, secs = request.getfixturevalue(launch)
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(out.read_text())
     assert got["world_size"] == nproc and got["dp_size"] == nproc // lp
@@ -228,6 +267,36 @@ def test_lp_matches_single_process(tmp_path, reference, nproc, lp):
     for st in got["stats"]:  # one step exchange per decode step (plus a debug check per step)
         assert st["collectives"] > 0 and st["debug_collectives"] > 0
     print(f"\nK={nproc} lp={lp}: {secs:.1f} s; rank stats {got['stats']}")
+
+
+def test_lp2_sampling_equals_single_process(launch_dp2xlp2, sampling_specs):
+    """Same samples and accepted lengths as one process for every seed, one step exchange per step."""
+    proc, out, _ = launch_dp2xlp2
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(out.read_text())["sampling"]
+    model = lp_driver.build_tiny8()
+    for spec, mine in zip(sampling_specs, got, strict=True):
+        ref = lp_driver.decode_seeds(model, spec)
+        assert set(mine) == set(ref)
+        for seed, r in ref.items():
+            assert mine[seed]["output_ids"] == r["output_ids"], (spec["sampling"], seed)
+            assert mine[seed]["accept_lengths"] == r["accept_lengths"], (spec["sampling"], seed)
+            assert mine[seed]["collectives"] == len(r["accept_lengths"])  # one collective per step, sampling included
+        assert any(max(r["accept_lengths"]) > 1 for r in ref.values())  # drafts accepted: verification exercised
+
+
+def test_teardown_leaves_no_gloo_thread_for_interpreter_exit(launch_lp3):
+    """Issue 11 fault 9. Root cause of the abort at exit: a default ProcessGroup kept alive after
+    destroy_process_group (function defaults in torch.distributed.nn.functional, imported after the group existed)
+    left gloo's worker threads to be torn down during interpreter finalization. After a teardown every gloo thread
+    must be gone (the driver imports transformers' model code after the group exists, as a run does)."""
+    proc, _, _ = launch_lp3
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the ranks print to one pipe: their lines may run together, so match the records, not the lines
+    records = sorted(re.findall(r"rank (\d+) threads before (\d+) after (\d+)", proc.stdout))
+    assert [r[0] for r in records] == ["0", "1", "2"], proc.stdout
+    for rank, before, after in records:
+        assert int(after) == int(before), f"rank {rank}: {before} threads before the group, {after} after teardown"
 
 
 # ------------------------------------------------------------------------------------------ failures
