@@ -368,14 +368,18 @@ def _generate_args(model_dir, questions, out):
 
 @pytest.fixture(scope="module")
 def single_process_answers(tmp_path_factory, tiny_model_dir, questions_file):
-    """The reference of the launcher tests: the same job in one process (parallel=lp1), run once; its answers path."""
-    tmp_path = tmp_path_factory.mktemp("reference")
-    ref_out = tmp_path / "ref.jsonl"
-    ref = subprocess.run([sys.executable, "-m", "lp_runtime.generate",
-                          *_generate_args(tiny_model_dir, questions_file, ref_out),
-                          "parallel=lp1", f"hydra.run.dir={tmp_path / 'hydra_ref'}"],
-                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    """The reference of the launcher tests: the same job in one process (parallel=lp1), run once in this process
+    from the same command-line overrides (Hydra's compose); its answers path."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from lp_runtime.generate import CONF_DIR, run
+
+    ref_out = tmp_path_factory.mktemp("reference") / "ref.jsonl"
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose("generate", overrides=[*_generate_args(tiny_model_dir, questions_file, ref_out), "parallel=lp1"])
+    torch.set_num_threads(1)
+    run(OmegaConf.to_object(cfg))
     return ref_out
 
 
@@ -384,38 +388,46 @@ def _answers(path):
     return {r["question_id"]: r["choices"][0]["output_ids"] for r in rows}, len(rows)
 
 
-@pytest.mark.parametrize("script", ["slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
-def test_slurm_script_runs_locally(tmp_path, tiny_model_dir, questions_file, single_process_answers, script):
-    """parallel=lp2 over 2 ranks answers every question once, with the same tokens as one process."""
-    ref_out = single_process_answers
-    out = tmp_path / "answers.jsonl"
-    run_dir = tmp_path / "run"
+def _script(tmp_path, script, *args):
+    """Run launch/<script> as sbatch would on one local node (2 tasks' worth of ranks, srun left out)."""
     env = dict(_env(), SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost",
                HEAD_NODE="127.0.0.1", MASTER_PORT=str(29600 + os.getpid() % 300), NPROC_PER_NODE="2",
-               LP_RUNTIME_TORCHRUN=TORCHRUN, LP_RUNTIME_SRUN="", LP_RUNTIME_ROOT=str(ROOT), RUN_DIR=str(run_dir),
-               HF_HUB_OFFLINE="1")
-    proc = subprocess.run(["bash", str(ROOT / "launch" / script), *_generate_args(tiny_model_dir, questions_file, out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+               LP_RUNTIME_TORCHRUN=TORCHRUN, LP_RUNTIME_SRUN="", LP_RUNTIME_ROOT=str(ROOT),
+               RUN_DIR=str(tmp_path / "run"), HF_HUB_OFFLINE="1")
+    return subprocess.run(["bash", str(ROOT / "launch" / script), *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=240)
+
+
+def test_slurm_multi_node_script_runs_locally(tmp_path, tiny_model_dir, questions_file, single_process_answers):
+    """parallel=lp2 (the script's default for 2 ranks a node) over the c10d rendezvous answers every question
+    once, with the same tokens as one process. (LP through torchrun --standalone: the submitit sweep in
+    test_sweeps.py; the single-node script: the dp2 test below.)"""
+    out = tmp_path / "answers.jsonl"
+    proc = _script(tmp_path, "slurm_multi_node.sbatch", *_generate_args(tiny_model_dir, questions_file, out))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     got, lines = _answers(out)
-    want, _ = _answers(ref_out)
+    want, _ = _answers(single_process_answers)
     assert lines == 3 and got == want  # every question exactly once, token-identical to one process
-    assert list(run_dir.rglob("*.log")), "torchrun per-rank logs missing"
+    assert list((tmp_path / "run").rglob("*.log")), "torchrun per-rank logs missing"
+    assert json.loads(out.with_suffix(".summary.json").read_text())["lp_communication"]["lp_degree"] == 2
 
 
-def test_torchrun_dp2_writes_one_ordered_file_and_resumes(tmp_path, tiny_model_dir, questions_file,
-                                                         single_process_answers):
-    """world 2 = dp2 x lp1: each rank answers its share, rank 0 writes one file in dataset order, identical to
-    one process's; a re-run finds every question done and appends nothing."""
-    ref_out = single_process_answers
+def test_slurm_single_node_script_dp2_writes_one_ordered_file_and_resumes(tmp_path, tiny_model_dir, questions_file,
+                                                                          single_process_answers):
+    """world 2 = dp2 x lp1 through the single-node script: each rank answers its share, rank 0 writes one file in
+    dataset order, identical to one process's (tokens and steps); a re-run finds every question done and appends
+    nothing."""
     out = tmp_path / "answers.jsonl"
-    cmd = [TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "lp_runtime.generate",
-           *_generate_args(tiny_model_dir, questions_file, out), "parallel=lp1", f"hydra.run.dir={tmp_path / 'h'}"]
+    want = [json.loads(line) for line in single_process_answers.read_text().splitlines()]
     for attempt in range(2):
-        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        proc = _script(tmp_path, "slurm_single_node.sbatch", *_generate_args(tiny_model_dir, questions_file, out),
+                       "parallel=lp1")
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         rows = [json.loads(line) for line in out.read_text().splitlines()]
-        want = [json.loads(line) for line in ref_out.read_text().splitlines()]
         assert [r["question_id"] for r in rows] == [0, 1, 2]
         assert [r["choices"][0]["output_ids"] for r in rows] == [r["choices"][0]["output_ids"] for r in want]
         assert [r["choices"][0]["decoding_steps"] for r in rows] == [r["choices"][0]["decoding_steps"] for r in want]
+        if attempt == 0:
+            first = out.read_bytes()
+            assert list((tmp_path / "run").rglob("*.log")), "torchrun per-rank logs missing"
+    assert out.read_bytes() == first
