@@ -428,10 +428,6 @@ def _questions(tmp: Path) -> Path:
     return p
 
 
-def _cli(tmp: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return _cli_batch(tmp, [list(overrides)])[0]
-
-
 def _cli_batch(tmp: Path, calls: list[list[str]]) -> list[subprocess.CompletedProcess]:
     """``python -m lp_runtime.generate`` per overrides list, all in one fresh interpreter (tests/cli_batch.py)."""
     from cli_batch import run_cli
@@ -457,25 +453,31 @@ GPU = "cuda" if not torch.cuda.is_available() else "cuda:1"  # a device this mac
 
 @pytest.fixture(scope="module")
 def cli10(tmp_path_factory):
-    """The fault-10 command lines that fail before loading a model, in one interpreter: (tmp, bad dataset, old
-    answers file, [non-UTF-8 dataset, non-UTF-8 answers file, missing GPU] results)."""
+    """The fault-10 command lines, in one interpreter: (tmp, bad dataset, old answers file, [non-UTF-8 dataset,
+    non-UTF-8 answers file, missing GPU, stop string] results); the stop-string run's files are under tmp/stop."""
     tmp = tmp_path_factory.mktemp("fault10")
     bad = tmp / "bad.jsonl"
     bad.write_bytes(b'{"question_id": 1, "turns": ["hi"]}\n{"question_id": 2, "turns": ["caf\xe9"]}\n')
     answers = tmp / "old" / "answers.jsonl"
     answers.parent.mkdir()
     answers.write_bytes(b'{"question_id": 1}\n\xff\xfe{"question_id": 2}\n')
-    gpu = tmp / "gpu"
-    gpu.mkdir()
+    gpu, stop = tmp / "gpu", tmp / "stop"
+    gpu.mkdir(), stop.mkdir()
+    model_dir = _save_tiny_with_tokenizer(stop)
     results = _cli_batch(tmp, [["dataset=jsonl", f"dataset.path={bad}", "model.path=/nonexistent"],
                                [f"output.path={answers}", "model.path=/nonexistent"],
                                [f"model.device={GPU}", "model.path=/nonexistent", "dataset.limit=1",
-                                f"output.path={gpu / 'out' / 'answers.jsonl'}"]])
+                                f"output.path={gpu / 'out' / 'answers.jsonl'}"],
+                               # `generation.stop_strings=c` ends each answer at the first "c"
+                               [f"model.path={model_dir}", "dataset=jsonl", f"dataset.path={_questions(stop)}",
+                                f"output.path={stop / 'out' / 'answers.jsonl'}", "generation.stop_strings=c",
+                                "generation.max_new_tokens=40", "decoding.window_size=2", "decoding.ngram_size=3",
+                                "decoding.guess_set_size=2"]])
     return tmp, bad, answers, results
 
 
 def test_10_non_utf8_dataset_and_answers_files_fail_in_one_line(cli10):
-    tmp_path, bad, answers, (res_dataset, res_answers, _) = cli10
+    tmp_path, bad, answers, (res_dataset, res_answers, *_) = cli10
     _fails_with(res_dataset,
                 f"{bad}, line 2: byte 34 (b'\\xe9') is not UTF-8; save the file as UTF-8 (e.g. iconv -f latin1 "
                 "-t utf-8) or remove that line")
@@ -498,21 +500,18 @@ def test_10_missing_gpu_fails_before_loading(cli10):
         ModelConfig(device="cuda0")
 
 
-def test_10_single_stop_string_and_eos_id_accepted(tmp_path):
+def test_10_single_stop_string_and_eos_id_accepted(cli10):
     from lp_runtime.generate import run
 
     assert GenerationConfig(stop_strings="hello").stop_strings == ["hello"]
     assert GenerationConfig(eos_token_ids=7).eos_token_ids == [7]
     with pytest.raises(ConfigError, match=r"generation.stop_strings=\[3\] is not allowed; give a list of strings"):
         GenerationConfig(stop_strings=[3])
-    # Through the CLI: `generation.stop_strings=c` ends each answer at the first "c".
-    model_dir = _save_tiny_with_tokenizer(tmp_path)
-    out = tmp_path / "out" / "answers.jsonl"
-    res = _cli(tmp_path, f"model.path={model_dir}", "dataset=jsonl", f"dataset.path={_questions(tmp_path)}",
-               f"output.path={out}", "generation.stop_strings=c", "generation.max_new_tokens=40",
-               "decoding.window_size=2", "decoding.ngram_size=3", "decoding.guess_set_size=2")
+    # Through the CLI (run in the cli10 batch): `generation.stop_strings=c` ends each answer at the first "c".
+    tmp_path = cli10[0] / "stop"
+    res, out = cli10[3][3], tmp_path / "out" / "answers.jsonl"
     assert res.returncode == 0, res.stderr[-2000:]
-    cfg = RunConfig(model=ModelConfig(name="t", path=str(model_dir)), decoding=LOOK,
+    cfg = RunConfig(model=ModelConfig(name="t", path=str(tmp_path / "model")), decoding=LOOK,
                     generation=GenerationConfig(max_new_tokens=40),
                     dataset=DatasetConfig(name="jsonl", path=str(tmp_path / "q.jsonl")),
                     output=OutputConfig(path=str(tmp_path / "ref" / "a.jsonl")), progress=False)
