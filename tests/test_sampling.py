@@ -212,11 +212,10 @@ def exact_joint(model, prompt, cfg: SamplingConfig, length: int) -> dict:
     return law
 
 
-E2E = [  # (sampling config, (W, N, G))
-    (SamplingConfig(temperature=0.7), (0, 3, 3)),
+E2E = [  # (sampling config, (W, N, G)); each processor once (temperature < 1 with top-p and min-p)
     (SamplingConfig(temperature=1.0), (2, 3, 3)),
     (SamplingConfig(temperature=1.0, top_k=3), (0, 4, 2)),
-    (SamplingConfig(temperature=0.9, top_p=0.8, min_p=0.05), (0, 3, 3)),
+    (SamplingConfig(temperature=0.7, top_p=0.8, min_p=0.05), (0, 3, 3)),
     (SamplingConfig(temperature=1.0, repetition_penalty=1.2), (0, 3, 3)),
 ]
 
