@@ -1,11 +1,13 @@
 """Lookahead parallelism (DESIGN.md sections 3 and 6.2): the shard plan, multi-rank exactness, failures, launchers.
 
-Multi-rank tests run ``torchrun --standalone`` on tests/lp_driver.py (gloo, one thread per rank), one launch per
-world size with the whole (W, N, G) x prompt grid, and compare with the single-process Decoder run here:
-same tokens, same number of steps, same accepted lengths.
+Multi-rank tests run ``torchrun --standalone`` on tests/lp_driver.py (gloo, one thread per rank), ONE launch per
+world size (lp3; dp2 x lp2), each asserted on by several tests: the whole (W, N, G) x prompt grid against the
+single-process Decoder run here (same tokens, same number of steps, same accepted lengths), the sampling seeds
+(dp2 x lp2) and the teardown's thread count (lp3). Each failure mode needs a launch of its own (the job ends).
 
-The two Slurm-script tests (``test_slurm_*``) drive ``python -m lp_runtime.generate`` with ``parallel=lp2``:
-they need generate.py's LP integration (setup_parallel, dp split, rank-0 writing) and fail until it is in.
+The Slurm-script tests drive ``python -m lp_runtime.generate`` through launch/*.sbatch on this machine: the
+multi-node script with its default parallel=lp2, the single-node one with parallel=lp1 (dp2 over 2 ranks) and a
+resuming re-run.
 """
 from __future__ import annotations
 
