@@ -6,10 +6,8 @@ case needs given tokens, ``ForcedLM`` replaces a tiny Llama's logits by a succes
 from __future__ import annotations
 
 import json
-import re
 import math
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
