@@ -14,6 +14,24 @@ def smollm2():
 
 
 @pytest.fixture(scope="session")
+def smollm2_greedy(smollm2):
+    """(eos ids, questions, prompt ids, references): 2 MT-Bench first turns (chat template) and 1 HumanEval prompt
+    (raw) with transformers' greedy ``generate`` of SMOLLM2_NEW new tokens each, computed once for the SmolLM2
+    end-to-end checks (test_exactness_smollm2.py, test_api.py)."""
+    from exactness import SMOLLM2_NEW, hf_greedy
+    from lp_runtime.config import DatasetConfig
+    from lp_runtime.data import build_prompt, load_questions
+    from lp_runtime.models import eos_token_ids
+
+    model, tok = smollm2
+    questions = load_questions(DatasetConfig(name="mt_bench", limit=2, first_turn_only=True))
+    questions += load_questions(DatasetConfig(name="humaneval", limit=1))
+    eos = eos_token_ids(model, tok, None)
+    prompts = [build_prompt(tok, q, []) for q in questions]
+    return eos, questions, prompts, [hf_greedy(model, p, SMOLLM2_NEW, eos_token_id=eos) for p in prompts]
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A 2-layer random Llama with SmolLM2's tokenizer (chat template included), saved as a local folder."""
     import torch

@@ -1,14 +1,19 @@
-"""Multi-rank driver for tests/test_parallel.py: decode a grid of (W, N, G) configs x prompts with LP.
+"""Multi-rank driver for tests/test_parallel.py: greedy grid, sampling seeds and teardown under LP, one launch.
 
 Run under torchrun (gloo on CPU, one thread per rank)::
 
     OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 tests/lp_driver.py --lp 2 \\
         --spec spec.json --out result.json
 
-``spec.json``: {"configs": [{"W": 2, "N": 3, "G": 1}, ...] (optionally with "curve" for decoding=auto), "prompts": [[3, 4, ...], ...], "max_new_tokens": 32}.
-Every rank builds the same tiny random Llama (fixed seed), joins LP groups of ``--lp`` (world = dp x lp), and
-decodes its data-parallel share of the prompts with the debug consistency check on; global rank 0 writes
-{"results": {"<config>/<prompt>": {output_ids, decoding_steps, accept_lengths}}, "stats": ...}.
+``spec.json``: {"configs": [{"W": 2, "N": 3, "G": 1}, ...] (optionally with "curve" for decoding=auto), "prompts": [[3, 4, ...], ...], "max_new_tokens": 32,
+"sampling": [optional sampling specs, see ``decode_seeds``]}. Every rank builds the same tiny random Llama (fixed
+seed), joins LP groups of ``--lp`` (world = dp x lp), and decodes its data-parallel share of the prompts (and of
+each sampling spec's seeds, on the vocab-8 model of ``build_tiny8``) with the debug consistency check on; global
+rank 0 writes {"results": {"<config>/<prompt>": {output_ids, decoding_steps, accept_lengths}},
+"sampling": [{"<seed>": {output_ids, accept_lengths, collectives}}, ...], "stats": ...}.
+After the teardown every rank prints "rank R threads before B after A" (issue 11 fault 9: no gloo thread may be
+left for interpreter exit). Like a run of ``generate``, transformers' model code is imported only after the process
+group exists (that order once left the default group alive past the teardown).
 ``--fail`` injects a failure on ``--fail-rank`` after ``--fail-after`` merges: raise, exit (os._exit),
 kill (SIGKILL on itself), hang (sleep forever, never entering the collective) or corrupt (a wrong x1).
 """
@@ -26,9 +31,12 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from lp_runtime import distributed  # noqa: E402
-from lp_runtime.config import DecodingConfig, ParallelConfig  # noqa: E402
-from lp_runtime.decoder import Decoder  # noqa: E402
+from lp_runtime.config import ParallelConfig  # noqa: E402
 from lp_runtime.parallel import setup_parallel, shard_questions  # noqa: E402
+
+TINY8 = dict(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
+             pad_token_id=None)
 
 
 def tiny_model():
@@ -41,29 +49,68 @@ def tiny_model():
     return LlamaForCausalLM(cfg).eval()
 
 
+def build_tiny8():
+    """A tiny Llama with an 8-token vocabulary and peaked distributions (same weights in every process)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(7)
+    model = LlamaForCausalLM(LlamaConfig(**TINY8)).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(6.0)
+    return model
+
+
 def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=None):
     """{"<ci>/<pi>": {output_ids, decoding_steps, accept_lengths}} for every config and the given prompts.
 
     Re-feed commit everywhere: LP always re-feeds, and K ranks must equal one process in that mode.
-    A config with ``"curve": {q: seconds}`` decodes with ``decoding.method=auto`` and one ``CostPolicy`` on that
-    curve for all its prompts (as a run does); without ``lp`` it prices steps as ``"price_lp"`` ranks would."""
+    A config with ``"curve": {q: seconds}`` decodes with ``decoding.method=auto`` and a ``CostPolicy`` on that
+    curve, a fresh one per prompt (a run keeps one for all its questions, so its online calibration, and with it
+    the steps but never the tokens, depends on which questions a data-parallel group got); without ``lp`` it prices steps as ``"price_lp"`` ranks would."""
+    from lp_runtime.config import DecodingConfig
+    from lp_runtime.decoder import Decoder
     from lp_runtime.policy import CostPolicy
 
     out = {}
     for ci, c in enumerate(configs):
-        policy = None
-        if "curve" in c:
-            policy = CostPolicy({int(q): float(t) for q, t in c["curve"].items()})
-            if lp is None:
-                policy.price_lp(c.get("price_lp", 1), c["W"])
-        dec = Decoder(model, DecodingConfig(method="auto" if policy else "lookahead", window_size=c["W"],
-                                            ngram_size=c["N"], guess_set_size=c["G"], commit="refeed"),
-                      lp=lp, step_policy=policy)
         for pi in (prompt_ids if prompt_ids is not None else range(len(prompts))):
+            policy = None
+            if "curve" in c:  # a fresh policy per prompt: its calibration must not depend on the DP share
+                policy = CostPolicy({int(q): float(t) for q, t in c["curve"].items()})
+                if lp is None:
+                    policy.price_lp(c.get("price_lp", 1), c["W"])
+            dec = Decoder(model, DecodingConfig(method="auto" if policy else "lookahead", window_size=c["W"],
+                                                ngram_size=c["N"], guess_set_size=c["G"], commit="refeed"),
+                          lp=lp, step_policy=policy)
             g = dec.generate(prompts[pi], max_new_tokens=max_new_tokens)
             out[f"{ci}/{pi}"] = {"output_ids": g.output_ids, "decoding_steps": g.decoding_steps,
                                  "accept_lengths": g.accept_lengths}
     return out
+
+
+def decode_seeds(model, spec, lp=None, seeds=None):
+    """{seed: {output_ids, accept_lengths, collectives}}: lookahead sampling of ``spec`` once per seed.
+
+    ``spec``: {"prompt": [...], "W": 2, "N": 3, "G": 3, "max_new_tokens": 3, "seeds": [0, 1, ...],
+    "sampling": {SamplingConfig fields but seed}}; ``seeds`` (default: all of the spec's) picks a share.
+    ``collectives``: the LP group's step exchanges during that seed's decode (0 in one process)."""
+    from lp_runtime.config import DecodingConfig, SamplingConfig
+    from lp_runtime.decoder import Decoder
+
+    dec = Decoder(model, DecodingConfig(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"],
+                                        commit="refeed"), lp=lp)  # LP re-feeds; one process must match it
+    out = {}
+    for s in spec["seeds"] if seeds is None else seeds:
+        before = lp.stats.collectives if lp is not None else 0
+        o = dec.generate(spec["prompt"], max_new_tokens=spec["max_new_tokens"],
+                         sampling=SamplingConfig(**{**spec["sampling"], "seed": s}))
+        out[str(s)] = {"output_ids": o.output_ids, "accept_lengths": o.accept_lengths,
+                       "collectives": (lp.stats.collectives if lp is not None else 0) - before}
+    return out
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
 
 
 class _Failing:
@@ -92,6 +139,24 @@ class _Failing:
         return self.inner.merge(*args, **kwargs)
 
 
+def _work(ctx, spec, args) -> dict:
+    """This rank's share of the grid and of the sampling seeds, plus its step-exchange statistics."""
+    model = tiny_model().to(ctx.device)  # transformers' model code: imported after the group exists
+    lp = ctx.lp_group if args.fail is None else _Failing(ctx.lp_group, args.fail, args.fail_rank, args.fail_after)
+    mine = shard_questions(list(range(len(spec["prompts"]))), ctx.dp_rank, ctx.dp_size)
+    start = time.perf_counter()
+    results = decode_grid(model, spec["configs"], spec["prompts"], spec["max_new_tokens"], lp=lp, prompt_ids=mine)
+    elapsed = time.perf_counter() - start
+    stats = dict(ctx.lp_group.stats.as_dict(), decode_seconds=elapsed, rank=ctx.rank)
+    sampling = []
+    if spec.get("sampling"):
+        tiny8 = build_tiny8().to(ctx.device)
+        for one in spec["sampling"]:
+            sampling.append(decode_seeds(tiny8, one, lp=lp,
+                                         seeds=shard_questions(one["seeds"], ctx.dp_rank, ctx.dp_size)))
+    return {"results": results, "sampling": sampling, "stats": stats}
+
+
 @distributed.record
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -104,26 +169,28 @@ def main() -> None:
     ap.add_argument("--fail-after", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    before = threads()
     with open(args.spec) as f:
         spec = json.load(f)
 
     ctx = setup_parallel(ParallelConfig(lp=args.lp, backend="gloo", timeout_s=args.timeout, debug_check=True))
-    model = tiny_model().to(ctx.device)
-    lp = ctx.lp_group if args.fail is None else _Failing(ctx.lp_group, args.fail, args.fail_rank, args.fail_after)
-    mine = shard_questions(list(range(len(spec["prompts"]))), ctx.dp_rank, ctx.dp_size)
-    start = time.perf_counter()
-    results = decode_grid(model, spec["configs"], spec["prompts"], spec["max_new_tokens"], lp=lp, prompt_ids=mine)
-    elapsed = time.perf_counter() - start
-    stats = dict(ctx.lp_group.stats.as_dict(), decode_seconds=elapsed, rank=ctx.rank)
-    gathered = distributed.gather_objects_to_rank0({"results": results, "stats": stats})
+    # decoding=auto under LP: every rank takes global rank 0's object (its latency profile); recorded per rank
+    broadcast = distributed.broadcast_object(["from rank", ctx.rank], timeout_s=args.timeout)
+    gathered = distributed.gather_objects_to_rank0(dict(_work(ctx, spec, args), broadcast=broadcast))  # the model and Decoders die here
     if ctx.is_writer:
-        merged = {}
+        merged, sampling = {}, [{} for _ in spec.get("sampling") or []]
         for part in gathered:
             merged.update(part["results"])
+            for acc, got in zip(sampling, part["sampling"], strict=True):
+                acc.update(got)
         with open(args.out, "w") as f:
-            json.dump({"results": merged, "stats": [p["stats"] for p in gathered],
+            json.dump({"results": merged, "sampling": sampling, "stats": [p["stats"] for p in gathered],
+                       "broadcast": [p["broadcast"] for p in gathered],
                        "world_size": ctx.world_size, "dp_size": ctx.dp_size}, f)
+    rank = ctx.rank
     ctx.teardown()
+    del ctx, gathered
+    print(f"rank {rank} threads before {before} after {threads()}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,17 +4,20 @@ from transformers import TextStreamer
 from lp_runtime import LookaheadGenerator
 from lp_runtime.config import DecodingConfig, GenerationConfig
 
-from exactness import hf_greedy
+from exactness import assert_greedy_equal
 
 
-def test_api_text_messages_ids_and_streamer(smollm2, capsys):
+def test_api_text_messages_ids_and_streamer(smollm2, smollm2_greedy, capsys):
     model, tok = smollm2
+    _, questions, prompts, refs = smollm2_greedy  # the first: an MT-Bench question with transformers' greedy answer
+    text = questions[0].turns[0]
     gen = LookaheadGenerator(model, tok, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2),
                              GenerationConfig(max_new_tokens=24))
-    ids = gen.encode("Name three colours.")
-    assert ids == gen.encode([{"role": "user", "content": "Name three colours."}])
-    out = gen.generate("Name three colours.", streamer=TextStreamer(tok, skip_prompt=True))
-    assert out.output_ids == hf_greedy(model, ids, 24, eos_token_id=2)
+    ids = gen.encode(text)
+    assert ids == gen.encode([{"role": "user", "content": text}]) == prompts[0]  # the chat template, as generate's
+    out = gen.generate(text, streamer=TextStreamer(tok, skip_prompt=True))
+    assert len(out.output_ids) == 24
+    assert_greedy_equal(model, ids, out.output_ids, refs[0][:24], "API text prompt")
     printed = capsys.readouterr().out
     assert printed.strip() == out.text.strip() and out.text
     raw = gen.generate(ids, max_new_tokens=5)

@@ -1,37 +1,24 @@
 """Greedy lookahead on the real bundled SmolLM2-135M-Instruct (float32) equals transformers' greedy generate.
 
-3 MT-Bench first turns (chat template) and 2 HumanEval prompts (raw), 64 new tokens, the default setting of
-conf/decoding/lookahead.yaml (copy-KV commit) and a windowed one with the re-feed commit that LP uses. Divergence is allowed only at a near-tie (DESIGN.md 6). This is
-the end-to-end check on a real model; the combinations of W, N, G, stop conditions and prompt shapes are covered
-on tiny random models (test_exactness_tiny.py, test_cases.py), which take seconds.
+2 MT-Bench first turns (chat template) and 1 HumanEval prompt (raw), 64 new tokens, the default setting of
+conf/decoding/lookahead.yaml (copy-KV commit) and a windowed one with the re-feed commit that LP uses. Divergence
+is allowed only at a near-tie (DESIGN.md 6). This is the end-to-end check on a real model (real tokenizer and chat
+template, 30 layers, long prompts); the combinations of W, N, G, commit, candidate variants, stop conditions and
+prompt shapes are covered on tiny random models (test_exactness_tiny.py, test_tree_decoding.py, test_cases.py),
+which take seconds. decoding=auto on SmolLM2: test_auto_decoding.py.
 """
 import pytest
 
-from lp_runtime.config import DatasetConfig, DecodingConfig
-from lp_runtime.data import build_prompt, load_questions
+from lp_runtime.config import DecodingConfig
 from lp_runtime.decoder import Decoder
-from lp_runtime.models import eos_token_ids
 
-from exactness import assert_greedy_equal, hf_greedy
-
-NEW = 64
-
-
-@pytest.fixture(scope="module")
-def prompts_and_refs(smollm2):
-    model, tok = smollm2
-    questions = load_questions(DatasetConfig(name="mt_bench", limit=3, first_turn_only=True))
-    questions += load_questions(DatasetConfig(name="humaneval", limit=2))
-    eos = eos_token_ids(model, tok, None)
-    prompts = [build_prompt(tok, q, []) for q in questions]
-    refs = [hf_greedy(model, p, NEW, eos_token_id=eos) for p in prompts]
-    return eos, prompts, refs
+from exactness import SMOLLM2_NEW as NEW, assert_greedy_equal
 
 
 @pytest.mark.parametrize("W,N,G,commit", [(0, 4, 2, "copy"), (3, 4, 3, "refeed")])
-def test_smollm2_lookahead_equals_generate(smollm2, prompts_and_refs, W, N, G, commit):
+def test_smollm2_lookahead_equals_generate(smollm2, smollm2_greedy, W, N, G, commit):
     model, tok = smollm2
-    eos, prompts, refs = prompts_and_refs
+    eos, _, prompts, refs = smollm2_greedy  # transformers' greedy generate, 64 new tokens (conftest.py)
     dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G, commit=commit),
                   eos_token_ids=eos, tokenizer=tok)
     tokens = steps = 0

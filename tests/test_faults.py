@@ -6,10 +6,8 @@ case needs given tokens, ``ForcedLM`` replaces a tiny Llama's logits by a succes
 from __future__ import annotations
 
 import json
-import re
 import math
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -428,13 +426,18 @@ def _questions(tmp: Path) -> Path:
     return p
 
 
-def _cli(tmp: Path, *overrides: str) -> subprocess.CompletedProcess:
-    args = [f"hydra.run.dir={tmp / 'hydra'}", "progress=false", *overrides]
-    if not any(a.startswith("output.path=") for a in overrides):
-        args.append(f"output.path={tmp / 'out' / 'answers.jsonl'}")
+def _cli_batch(tmp: Path, calls: list[list[str]]) -> list[subprocess.CompletedProcess]:
+    """``python -m lp_runtime.generate`` per overrides list, all in one fresh interpreter (tests/cli_batch.py)."""
+    from cli_batch import run_cli
+
+    full = []
+    for overrides in calls:
+        args = [f"hydra.run.dir={tmp / 'hydra'}", "progress=false", *overrides]
+        if not any(a.startswith("output.path=") for a in overrides):
+            args.append(f"output.path={tmp / 'out' / 'answers.jsonl'}")
+        full.append(args)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "lp_runtime.generate", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return run_cli(full, env)
 
 
 def _fails_with(result: subprocess.CompletedProcess, message: str) -> None:
@@ -443,50 +446,70 @@ def _fails_with(result: subprocess.CompletedProcess, message: str) -> None:
     assert result.stderr.strip().splitlines() == [f"error: {message}"]
 
 
-def test_10_non_utf8_dataset_and_answers_files_fail_in_one_line(tmp_path):
-    bad = tmp_path / "bad.jsonl"
+GPU = "cuda" if not torch.cuda.is_available() else "cuda:1"  # a device this machine lacks
+
+
+@pytest.fixture(scope="module")
+def cli10(tmp_path_factory):
+    """The fault-10 command lines, in one interpreter: (tmp, bad dataset, old answers file, [non-UTF-8 dataset,
+    non-UTF-8 answers file, missing GPU, stop string] results); the stop-string run's files are under tmp/stop."""
+    tmp = tmp_path_factory.mktemp("fault10")
+    bad = tmp / "bad.jsonl"
     bad.write_bytes(b'{"question_id": 1, "turns": ["hi"]}\n{"question_id": 2, "turns": ["caf\xe9"]}\n')
-    _fails_with(_cli(tmp_path, "dataset=jsonl", f"dataset.path={bad}", "model.path=/nonexistent"),
+    answers = tmp / "old" / "answers.jsonl"
+    answers.parent.mkdir()
+    answers.write_bytes(b'{"question_id": 1}\n\xff\xfe{"question_id": 2}\n')
+    gpu, stop = tmp / "gpu", tmp / "stop"
+    gpu.mkdir(), stop.mkdir()
+    model_dir = _save_tiny_with_tokenizer(stop)
+    results = _cli_batch(tmp, [["dataset=jsonl", f"dataset.path={bad}", "model.path=/nonexistent"],
+                               [f"output.path={answers}", "model.path=/nonexistent"],
+                               [f"model.device={GPU}", "model.path=/nonexistent", "dataset.limit=1",
+                                f"output.path={gpu / 'out' / 'answers.jsonl'}"],
+                               # `generation.stop_strings=c` ends each answer at the first "c"
+                               [f"model.path={model_dir}", "dataset=jsonl", f"dataset.path={_questions(stop)}",
+                                f"output.path={stop / 'out' / 'answers.jsonl'}", "generation.stop_strings=c",
+                                "generation.max_new_tokens=40", "model.dtype=float32", "decoding=lookahead",
+                                "decoding.window_size=2", "decoding.ngram_size=3", "decoding.guess_set_size=2"]])
+    return tmp, bad, answers, results
+
+
+def test_10_non_utf8_dataset_and_answers_files_fail_in_one_line(cli10):
+    tmp_path, bad, answers, (res_dataset, res_answers, *_) = cli10
+    _fails_with(res_dataset,
                 f"{bad}, line 2: byte 34 (b'\\xe9') is not UTF-8; save the file as UTF-8 (e.g. iconv -f latin1 "
                 "-t utf-8) or remove that line")
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
-    answers = tmp_path / "old" / "answers.jsonl"
-    answers.parent.mkdir()
-    answers.write_bytes(b'{"question_id": 1}\n\xff\xfe{"question_id": 2}\n')
-    _fails_with(_cli(tmp_path, f"output.path={answers}", "model.path=/nonexistent"),
+    _fails_with(res_answers,
                 f"{answers} line 2: byte 1 (b'\\xff') is not UTF-8; save the file as UTF-8 (e.g. iconv -f latin1 "
                 "-t utf-8) or remove that line")
     assert answers.read_bytes() == b'{"question_id": 1}\n\xff\xfe{"question_id": 2}\n'  # untouched
 
 
 @pytest.mark.skipif(torch.cuda.device_count() > 1, reason="needs a machine without a second GPU")
-def test_10_missing_gpu_fails_before_loading(tmp_path):
-    device = "cuda" if not torch.cuda.is_available() else "cuda:1"
+def test_10_missing_gpu_fails_before_loading(cli10):
+    res = cli10[3][2]
     available = ", ".join(support.available_devices())
-    res = _cli(tmp_path, f"model.device={device}", "model.path=/nonexistent", "dataset.limit=1")
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     line, = res.stderr.strip().splitlines()
-    assert line.startswith(f"error: model.device='{device}' is not available: ")
+    assert line.startswith(f"error: model.device='{GPU}' is not available: ")
     assert line.endswith(f"available devices: {available} (or model.device=auto)")
     with pytest.raises(ConfigError, match="model.device='cuda0' is not allowed"):
         ModelConfig(device="cuda0")
 
 
-def test_10_single_stop_string_and_eos_id_accepted(tmp_path):
+def test_10_single_stop_string_and_eos_id_accepted(cli10):
     from lp_runtime.generate import run
 
     assert GenerationConfig(stop_strings="hello").stop_strings == ["hello"]
     assert GenerationConfig(eos_token_ids=7).eos_token_ids == [7]
     with pytest.raises(ConfigError, match=r"generation.stop_strings=\[3\] is not allowed; give a list of strings"):
         GenerationConfig(stop_strings=[3])
-    # Through the CLI: `generation.stop_strings=c` ends each answer at the first "c".
-    model_dir = _save_tiny_with_tokenizer(tmp_path)
-    out = tmp_path / "out" / "answers.jsonl"
-    res = _cli(tmp_path, f"model.path={model_dir}", "dataset=jsonl", f"dataset.path={_questions(tmp_path)}",
-               f"output.path={out}", "generation.stop_strings=c", "generation.max_new_tokens=40", "model.dtype=float32",
-               "decoding=lookahead", "decoding.window_size=2", "decoding.ngram_size=3", "decoding.guess_set_size=2")
+    # Through the CLI (run in the cli10 batch): `generation.stop_strings=c` ends each answer at the first "c".
+    tmp_path = cli10[0] / "stop"
+    res, out = cli10[3][3], tmp_path / "out" / "answers.jsonl"
     assert res.returncode == 0, res.stderr[-2000:]
-    cfg = RunConfig(model=ModelConfig(name="t", path=str(model_dir)), decoding=LOOK,
+    cfg = RunConfig(model=ModelConfig(name="t", path=str(tmp_path / "model")), decoding=LOOK,
                     generation=GenerationConfig(max_new_tokens=40),
                     dataset=DatasetConfig(name="jsonl", path=str(tmp_path / "q.jsonl")),
                     output=OutputConfig(path=str(tmp_path / "ref" / "a.jsonl")), progress=False)
@@ -502,18 +525,5 @@ def test_10_single_stop_string_and_eos_id_accepted(tmp_path):
 
 
 # ------------------------------------------------------------------------- 9. teardown of torchrun jobs
-def test_9_teardown_leaves_no_gloo_thread_for_interpreter_exit(tmp_path):
-    """Root cause of the abort at exit: a default ProcessGroup kept alive after destroy_process_group (function
-    defaults in torch.distributed.nn.functional, imported after the group existed) left gloo's worker threads to
-    be torn down during interpreter finalization. After a teardown every gloo thread must be gone."""
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    res = subprocess.run([torchrun, "--standalone", "--nproc-per-node=2", str(REPO / "tests" / "teardown_driver.py")],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    assert res.returncode == 0, res.stderr[-3000:]
-    # both ranks print to one pipe: their lines may run together, so match the records, not the lines
-    lines = sorted(re.findall(r"rank \d+ threads before \d+ after \d+", res.stdout))
-    assert len(lines) == 2, res.stdout
-    for line in lines:
-        before, after = int(line.split()[4]), int(line.split()[6])
-        assert after == before, line  # gloo's threads joined while the interpreter is alive
+# tests/test_parallel.py::test_teardown_leaves_no_gloo_thread_for_interpreter_exit (asserted on that file's lp3
+# torchrun launch, whose driver imports transformers' model code after the group exists, as a run does).

@@ -1,17 +1,20 @@
 """Lookahead parallelism (DESIGN.md sections 3 and 6.2): the shard plan, multi-rank exactness, failures, launchers.
 
-Multi-rank tests run ``torchrun --standalone`` on tests/lp_driver.py (gloo, one thread per rank), one launch per
-world size with the whole (W, N, G) x prompt grid, and compare with the single-process Decoder run here:
-same tokens, same number of steps, same accepted lengths.
+Multi-rank tests run ``torchrun --standalone`` on tests/lp_driver.py (gloo, one thread per rank), ONE launch per
+world size (lp3; dp2 x lp2), each asserted on by several tests: the whole (W, N, G) x prompt grid against the
+single-process Decoder run here (same tokens, same number of steps, same accepted lengths), the sampling seeds
+(dp2 x lp2) and the teardown's thread count (lp3). Each failure mode needs a launch of its own (the job ends).
 
-The two Slurm-script tests (``test_slurm_*``) drive ``python -m lp_runtime.generate`` with ``parallel=lp2``:
-they need generate.py's LP integration (setup_parallel, dp split, rank-0 writing) and fail until it is in.
+The Slurm-script tests drive ``python -m lp_runtime.generate`` through launch/*.sbatch on this machine: the
+multi-node script with its default parallel=lp2, the single-node one with parallel=lp1 (dp2 over 2 ranks) and a
+resuming re-run.
 """
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -189,9 +192,10 @@ def _env():
     return env
 
 
-def _launch(tmp_path, nproc, lp, *extra, timeout=240):
+def _launch(tmp_path, nproc, lp, *extra, timeout=240, sampling=(), configs=CONFIGS):
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"configs": CONFIGS, "prompts": PROMPTS, "max_new_tokens": MAX_NEW}))
+    spec.write_text(json.dumps({"configs": configs, "prompts": PROMPTS, "max_new_tokens": MAX_NEW,
+                                "sampling": list(sampling)}))
     out = tmp_path / "out.json"
     cmd = [TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", str(ROOT / "tests" / "lp_driver.py"),
            "--lp", str(lp), "--spec", str(spec), "--out", str(out), *extra]
@@ -200,10 +204,67 @@ def _launch(tmp_path, nproc, lp, *extra, timeout=240):
     return proc, out, time.monotonic() - start
 
 
+# Lookahead SAMPLING under LP (K = 2): draws are keyed by (seed, position), so K ranks give the same samples as one
+# process (hence the same law, which test_sampling.py checks for K = 1). Decoded in the dp2 x lp2 launch, each LP
+# group taking half of the seeds.
+SAMPLING_SPECS = [
+    {"prompt": None, "W": 2, "N": 3, "G": 3, "max_new_tokens": 6, "seeds": list(range(60)),
+     "sampling": {"temperature": 1.0}},
+    {"prompt": None, "W": 0, "N": 3, "G": 3, "max_new_tokens": 6, "seeds": list(range(60)),
+     "sampling": {"temperature": 1.0, "repetition_penalty": 1.2}},
+]
+
+
+def _tiny8_prompt(model):
+    """test_sampling.py's prompt: its pool (keyed by the last token 3) holds the model's likely continuation."""
+    from exactness import hf_greedy
+
+    base = [1, 2, 3]
+    cont = hf_greedy(model, base, 6)
+    return base + cont + [5, 3] + cont[:1] + [4] + base
+
+
+@pytest.fixture(scope="module")
+def sampling_specs():
+    prompt = _tiny8_prompt(lp_driver.build_tiny8())
+    return [dict(s, prompt=prompt) for s in SAMPLING_SPECS]
+
+
+# One launch per world size, each asserted on by several tests. lp3 (odd K; K > W for the W = 1 and W = 2 configs,
+# so some ranks get no column) and dp2 x lp2 (two LP groups of 2 ranks plus data parallelism; also the sampling
+# seeds) cover what separate lp2 and lp4 launches checked; the shard plan itself is tested for K = 1..4 above
+# without processes.
+@pytest.fixture(scope="module")
+def launch_lp3(tmp_path_factory):
+    return _launch(tmp_path_factory.mktemp("lp3"), 3, 3)
+
+
+@pytest.fixture(scope="module")
+def launch_dp2xlp2(tmp_path_factory, sampling_specs):
+    return _launch(tmp_path_factory.mktemp("dp2xlp2"), 4, 2, sampling=sampling_specs, timeout=300,
+                   configs=CONFIGS + AUTO_CONFIGS)
+
+
+# decoding=auto under LP (K = 2, in the dp2 x lp2 launch): every rank decodes with one CostPolicy on rank 0's curve,
+# pricing a step by its busiest rank's tokens; one process priced the same way (re-feed) must give the same steps.
+# The curve is flat up to 4 tokens, then 2.5 ms a token: 2 ranks can feed twice the nodes at the flat price.
+KNEE = {1: 0.010, 4: 0.010, 8: 0.020, 64: 0.160}
+AUTO_CONFIGS = [{"W": 0, "N": 4, "G": 3, "curve": KNEE, "price_lp": 2},
+                {"W": 2, "N": 3, "G": 2, "curve": KNEE, "price_lp": 2}]
+
+
 @pytest.fixture(scope="module")
 def reference():
     torch.set_num_threads(1)
-    return lp_driver.decode_grid(lp_driver.tiny_model(), CONFIGS, PROMPTS, MAX_NEW)
+    return lp_driver.decode_grid(lp_driver.tiny_model(), CONFIGS + AUTO_CONFIGS, PROMPTS, MAX_NEW)
+
+
+def test_lp_pricing_changes_auto_steps(reference):
+    # Pricing by the busiest rank must matter here, or equal steps under LP would prove little.
+    one_rank = lp_driver.decode_grid(lp_driver.tiny_model(), [dict(c, price_lp=1) for c in AUTO_CONFIGS], PROMPTS,
+                                     MAX_NEW)
+    auto = [f"{len(CONFIGS) + int(k.split('/')[0])}/{k.split('/')[1]}" for k in one_rank]
+    assert [r["decoding_steps"] for r in one_rank.values()] != [reference[k]["decoding_steps"] for k in auto]
 
 
 def test_reference_accepts_candidates(reference):
@@ -212,22 +273,52 @@ def test_reference_accepts_candidates(reference):
     assert all(len(r["output_ids"]) == MAX_NEW for r in reference.values())
 
 
-# lp3 (odd K; K > W for the W = 1 and W = 2 configs, so some ranks get no column) and dp2 x lp2 (two LP groups of
-# 2 ranks plus data parallelism) cover what separate lp2 and lp4 launches checked; the shard plan itself is tested
-# for K = 1..4 above without processes.
-@pytest.mark.parametrize("nproc,lp", [(3, 3), (4, 2)], ids=["lp3", "dp2xlp2"])
-def test_lp_matches_single_process(tmp_path, reference, nproc, lp):
-    proc, out, secs = _launch(tmp_path, nproc, lp)
+@pytest.mark.parametrize("launch,nproc,lp", [("launch_lp3", 3, 3), ("launch_dp2xlp2", 4, 2)], ids=["lp3", "dp2xlp2"])
+def test_lp_matches_single_process(request, reference, launch, nproc, lp):
+    proc, out, secs = request.getfixturevalue(launch)
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(out.read_text())
     assert got["world_size"] == nproc and got["dp_size"] == nproc // lp
+    assert got["broadcast"] == [["from rank", 0]] * nproc  # distributed.broadcast_object: rank 0's object everywhere
+    configs = CONFIGS + AUTO_CONFIGS if lp == 2 else CONFIGS
+    reference = {k: r for k, r in reference.items() if int(k.split("/")[0]) < len(configs)}
     assert set(got["results"]) == set(reference)
     for key, ref in reference.items():
-        cfg = CONFIGS[int(key.split("/")[0])]
+        cfg = configs[int(key.split("/")[0])]
         assert got["results"][key] == ref, f"config {cfg}, prompt {key.split('/')[1]}"
     for st in got["stats"]:  # one step exchange per decode step (plus a debug check per step)
         assert st["collectives"] > 0 and st["debug_collectives"] > 0
     print(f"\nK={nproc} lp={lp}: {secs:.1f} s; rank stats {got['stats']}")
+
+
+def test_lp2_sampling_equals_single_process(launch_dp2xlp2, sampling_specs):
+    """Same samples and accepted lengths as one process for every seed, one step exchange per step."""
+    proc, out, _ = launch_dp2xlp2
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(out.read_text())["sampling"]
+    model = lp_driver.build_tiny8()
+    for spec, mine in zip(sampling_specs, got, strict=True):
+        ref = lp_driver.decode_seeds(model, spec)
+        assert set(mine) == set(ref)
+        for seed, r in ref.items():
+            assert mine[seed]["output_ids"] == r["output_ids"], (spec["sampling"], seed)
+            assert mine[seed]["accept_lengths"] == r["accept_lengths"], (spec["sampling"], seed)
+            assert mine[seed]["collectives"] == len(r["accept_lengths"])  # one collective per step, sampling included
+        assert any(max(r["accept_lengths"]) > 1 for r in ref.values())  # drafts accepted: verification exercised
+
+
+def test_teardown_leaves_no_gloo_thread_for_interpreter_exit(launch_lp3):
+    """Issue 11 fault 9. Root cause of the abort at exit: a default ProcessGroup kept alive after
+    destroy_process_group (function defaults in torch.distributed.nn.functional, imported after the group existed)
+    left gloo's worker threads to be torn down during interpreter finalization. After a teardown every gloo thread
+    must be gone (the driver imports transformers' model code after the group exists, as a run does)."""
+    proc, _, _ = launch_lp3
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the ranks print to one pipe: their lines may run together, so match the records, not the lines
+    records = sorted(re.findall(r"rank (\d+) threads before (\d+) after (\d+)", proc.stdout))
+    assert [r[0] for r in records] == ["0", "1", "2"], proc.stdout
+    for rank, before, after in records:
+        assert int(after) == int(before), f"rank {rank}: {before} threads before the group, {after} after teardown"
 
 
 # ------------------------------------------------------------------------------------------ failures
@@ -300,14 +391,18 @@ def _generate_args(model_dir, questions, out):
 
 @pytest.fixture(scope="module")
 def single_process_answers(tmp_path_factory, tiny_model_dir, questions_file):
-    """The reference of the launcher tests: the same job in one process (parallel=lp1), run once; its answers path."""
-    tmp_path = tmp_path_factory.mktemp("reference")
-    ref_out = tmp_path / "ref.jsonl"
-    ref = subprocess.run([sys.executable, "-m", "lp_runtime.generate",
-                          *_generate_args(tiny_model_dir, questions_file, ref_out),
-                          "parallel=lp1", f"hydra.run.dir={tmp_path / 'hydra_ref'}"],
-                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    """The reference of the launcher tests: the same job in one process (parallel=lp1), run once in this process
+    from the same command-line overrides (Hydra's compose); its answers path."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from lp_runtime.generate import CONF_DIR, run
+
+    ref_out = tmp_path_factory.mktemp("reference") / "ref.jsonl"
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose("generate", overrides=[*_generate_args(tiny_model_dir, questions_file, ref_out), "parallel=lp1"])
+    torch.set_num_threads(1)
+    run(OmegaConf.to_object(cfg))
     return ref_out
 
 
@@ -316,38 +411,46 @@ def _answers(path):
     return {r["question_id"]: r["choices"][0]["output_ids"] for r in rows}, len(rows)
 
 
-@pytest.mark.parametrize("script", ["slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
-def test_slurm_script_runs_locally(tmp_path, tiny_model_dir, questions_file, single_process_answers, script):
-    """parallel=lp2 over 2 ranks answers every question once, with the same tokens as one process."""
-    ref_out = single_process_answers
-    out = tmp_path / "answers.jsonl"
-    run_dir = tmp_path / "run"
+def _script(tmp_path, script, *args):
+    """Run launch/<script> as sbatch would on one local node (2 tasks' worth of ranks, srun left out)."""
     env = dict(_env(), SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost",
                HEAD_NODE="127.0.0.1", MASTER_PORT=str(29600 + os.getpid() % 300), NPROC_PER_NODE="2",
-               LP_RUNTIME_TORCHRUN=TORCHRUN, LP_RUNTIME_SRUN="", LP_RUNTIME_ROOT=str(ROOT), RUN_DIR=str(run_dir),
-               HF_HUB_OFFLINE="1")
-    proc = subprocess.run(["bash", str(ROOT / "launch" / script), *_generate_args(tiny_model_dir, questions_file, out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+               LP_RUNTIME_TORCHRUN=TORCHRUN, LP_RUNTIME_SRUN="", LP_RUNTIME_ROOT=str(ROOT),
+               RUN_DIR=str(tmp_path / "run"), HF_HUB_OFFLINE="1")
+    return subprocess.run(["bash", str(ROOT / "launch" / script), *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=240)
+
+
+def test_slurm_multi_node_script_runs_locally(tmp_path, tiny_model_dir, questions_file, single_process_answers):
+    """parallel=lp2 (the script's default for 2 ranks a node) over the c10d rendezvous answers every question
+    once, with the same tokens as one process. (LP through torchrun --standalone: the submitit sweep in
+    test_sweeps.py; the single-node script: the dp2 test below.)"""
+    out = tmp_path / "answers.jsonl"
+    proc = _script(tmp_path, "slurm_multi_node.sbatch", *_generate_args(tiny_model_dir, questions_file, out))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     got, lines = _answers(out)
-    want, _ = _answers(ref_out)
+    want, _ = _answers(single_process_answers)
     assert lines == 3 and got == want  # every question exactly once, token-identical to one process
-    assert list(run_dir.rglob("*.log")), "torchrun per-rank logs missing"
+    assert list((tmp_path / "run").rglob("*.log")), "torchrun per-rank logs missing"
+    assert json.loads(out.with_suffix(".summary.json").read_text())["lp_communication"]["lp_degree"] == 2
 
 
-def test_torchrun_dp2_writes_one_ordered_file_and_resumes(tmp_path, tiny_model_dir, questions_file,
-                                                         single_process_answers):
-    """world 2 = dp2 x lp1: each rank answers its share, rank 0 writes one file in dataset order, identical to
-    one process's; a re-run finds every question done and appends nothing."""
-    ref_out = single_process_answers
+def test_slurm_single_node_script_dp2_writes_one_ordered_file_and_resumes(tmp_path, tiny_model_dir, questions_file,
+                                                                          single_process_answers):
+    """world 2 = dp2 x lp1 through the single-node script: each rank answers its share, rank 0 writes one file in
+    dataset order, identical to one process's (tokens and steps); a re-run finds every question done and appends
+    nothing."""
     out = tmp_path / "answers.jsonl"
-    cmd = [TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "lp_runtime.generate",
-           *_generate_args(tiny_model_dir, questions_file, out), "parallel=lp1", f"hydra.run.dir={tmp_path / 'h'}"]
+    want = [json.loads(line) for line in single_process_answers.read_text().splitlines()]
     for attempt in range(2):
-        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        proc = _script(tmp_path, "slurm_single_node.sbatch", *_generate_args(tiny_model_dir, questions_file, out),
+                       "parallel=lp1")
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         rows = [json.loads(line) for line in out.read_text().splitlines()]
-        want = [json.loads(line) for line in ref_out.read_text().splitlines()]
         assert [r["question_id"] for r in rows] == [0, 1, 2]
         assert [r["choices"][0]["output_ids"] for r in rows] == [r["choices"][0]["output_ids"] for r in want]
         assert [r["choices"][0]["decoding_steps"] for r in rows] == [r["choices"][0]["decoding_steps"] for r in want]
+        if attempt == 0:
+            first = out.read_bytes()
+            assert list((tmp_path / "run").rglob("*.log")), "torchrun per-rank logs missing"
+    assert out.read_bytes() == first
