@@ -142,7 +142,7 @@ class SamplingConfig:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     seed: int = 0
-    category_temperature: Optional[dict[str, float]] = None
+    category_temperature: Any = None  # Optional[dict[str, float]]; Any: an override into null must assign, not merge
     suppress_tokens: Optional[list[int]] = None
     from_model: bool = False
 
@@ -155,8 +155,15 @@ class SamplingConfig:
                f"sampling.repetition_penalty={self.repetition_penalty} is not allowed; it must be > 0 (1 = off)")
         _check(isinstance(self.seed, int) and not isinstance(self.seed, bool),
                f"sampling.seed={self.seed!r} is not allowed; it must be an integer")
-        for cat, t in (self.category_temperature or {}).items():
+        table = self.category_temperature
+        _check(table is None or (isinstance(table, dict) and all(
+            isinstance(c, str) and isinstance(t, (int, float)) and not isinstance(t, bool) for c, t in table.items())),
+            f"sampling.category_temperature={table!r} is not allowed; give null or {{category: temperature}}, "
+            "e.g. sampling.category_temperature='{writing: 0.7, math: 0}'")
+        for cat, t in (table or {}).items():
             _check(t >= 0, f"sampling.category_temperature[{cat!r}]={t} is not allowed; it must be >= 0")
+        if table is not None:
+            self.category_temperature = {c: float(t) for c, t in table.items()}
         _check(all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.suppress_tokens or []),
                f"sampling.suppress_tokens={self.suppress_tokens!r} is not allowed; it must be a list of token ids >= 0")
 
