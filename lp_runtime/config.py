@@ -226,6 +226,11 @@ class DatasetConfig:
         allowed = ("mt_bench", "humaneval", "jsonl")
         _check(self.name in allowed, f"dataset.name={self.name!r} is not allowed; use one of {', '.join(allowed)}")
         _check(self.name != "jsonl" or bool(self.path), "dataset=jsonl needs dataset.path=<question file .jsonl>")
+        # Refused rather than taken to mean dataset=jsonl: a path given with dataset=humaneval is as likely a
+        # leftover as a request, and answering the other prompt set would be silent.
+        _check(self.path is None or self.name == "jsonl",
+               f"dataset.path={self.path!r} is only read with dataset=jsonl (now dataset={self.name}); add "
+               "dataset=jsonl to answer the questions in that file, or drop dataset.path")
         _check(self.limit is None or self.limit >= 1, f"dataset.limit={self.limit} is not allowed; it must be >= 1")
 
 

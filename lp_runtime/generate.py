@@ -82,26 +82,42 @@ def check_output_path(path: Path, *, create: bool) -> None:
                 pass
 
 
-def load_answers(path: Path, *, trim: bool) -> list[dict]:
+ANSWER_KEYS = ("output_ids", "new_tokens", "decoding_steps", "wall_time", "accept_lengths")
+OUTPUT_ADVICE = "move the file away or choose another output.path"
+
+
+def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list[dict]:
     """Answers already in ``path`` (empty if it does not exist).
 
     A final line without its newline is what a killed run leaves: it is ignored, and with ``trim`` cut off the
-    file (after every other line parsed) so the next append starts on a fresh line. A line that is not UTF-8 or
-    not JSON raises ``OutputError`` naming the file and the line, and leaves the file as it was.
+    file (after every other line parsed) so the next append starts on a fresh line. A line that is not UTF-8, not
+    JSON, or not an answer (a JSON object with ``question_id`` and ``choices[0]`` holding ``ANSWER_KEYS``: e.g. a
+    line of a question file) raises ``OutputError`` naming the file and the line, followed by ``advice``, and
+    leaves the file as it was.
     """
     if not path.exists():
         return []
     raw = path.read_bytes()
     complete = raw[: raw.rfind(b"\n") + 1]
-    records = []
+    records: list = []
     for num, line_bytes in enumerate(complete.splitlines(), 1):
-        line = data.decode_line(line_bytes, f"{path} line {num}", OutputError)  # one line naming file and line
+        where = f"{path} line {num}"
+        line = data.decode_line(line_bytes, where, OutputError,  # one line naming file and line
+                                advice=f"an answers file is written as UTF-8, so this one was changed elsewhere; {advice}")
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            records.append((where, json.loads(line)))
         except json.JSONDecodeError:
-            raise OutputError(f"{path} line {num} is not JSON; move the file away or choose another output.path") from None
+            raise OutputError(f"{where} is not JSON; {advice}") from None
+    for where, record in records:  # after every line decoded: a bad byte anywhere is named first
+        choices = record.get("choices") if isinstance(record, dict) else None
+        if not (isinstance(record, dict) and "question_id" in record and isinstance(choices, list) and choices
+                and isinstance(choices[0], dict) and all(k in choices[0] for k in ANSWER_KEYS)):
+            what = "a question" if isinstance(record, dict) and "turns" in record and "choices" not in record else "not an answer"
+            raise OutputError(f"{where} is {what} (an answer line has question_id and choices[0] with "
+                              f"{', '.join(ANSWER_KEYS)}), so {path} is not an answers file; {advice}")
+    records = [record for _, record in records]
     if trim and len(complete) < len(raw):
         with open(path, "r+b") as f:
             f.truncate(len(complete))
@@ -200,6 +216,7 @@ def run(cfg: RunConfig) -> dict:
     questions = data.load_questions(cfg.dataset)
     from lp_runtime import models  # transformers: seconds, so after the checks above
 
+    models.check_model_files(cfg.model)  # an empty folder or a missing model.gguf_file: before the fingerprint
     fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
     current = settings.run_settings(cfg, model_fingerprint=fingerprint, world_size=rank_info.world_size)
     load_answers(answers_path, trim=False)  # read only: a corrupt file is named before the settings check
@@ -303,6 +320,53 @@ def _one_line(e: BaseException) -> str:
     return msg
 
 
+_DIRS_BEFORE: set[str] = set()  # folders (2 levels below the launch directory) that existed before Hydra ran
+
+
+def _dirs_near(root: Path, depth: int = 2) -> set[str]:
+    found: set[str] = set()
+    try:
+        entries = [e for e in os.scandir(root) if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    except OSError:
+        return found
+    for e in entries:
+        found.add(os.path.abspath(e.path))
+        if depth > 1:
+            found |= _dirs_near(Path(e.path), depth - 1)
+    return found
+
+
+def remove_refused_run_dir() -> None:
+    """After a refusal in a single (not ``--multirun``) run, remove the run folder Hydra made for it when it holds
+    nothing but Hydra's records (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``) and an empty job log,
+    then the empty folders above it (up to the launch directory) that did not exist before the run. A folder
+    holding anything else (torchrun logs, answers, a non-empty log) is left as it is."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or jobs.is_multirun():
+        return
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    records = {f"{hc.output_subdir}/{n}" for n in ("config.yaml", "hydra.yaml", "overrides.yaml")} if hc.output_subdir else set()
+    allowed = records | {f"{hc.job.name}.log"}
+    try:
+        found = {str(p.relative_to(run_dir)): p for p in run_dir.rglob("*")}
+        if not run_dir.is_dir() or any(rel not in allowed | {hc.output_subdir} for rel in found):
+            return
+        if any(rel.endswith(".log") and p.stat().st_size > 0 for rel, p in found.items()):
+            return
+        for rel in sorted(found, key=len, reverse=True):  # files, then .hydra/, then the run folder
+            (found[rel].rmdir if found[rel].is_dir() else found[rel].unlink)()
+        run_dir.rmdir()
+        cwd = Path.cwd().resolve()
+        for parent in run_dir.resolve().parents:
+            if parent == cwd or cwd not in parent.parents or str(parent) in _DIRS_BEFORE or any(parent.iterdir()):
+                break
+            parent.rmdir()
+    except OSError:  # another rank removed it first, or it changed under us: leave the rest
+        return
+
+
 def _fail(e: BaseException) -> NoReturn:
     print(f"error: {_one_line(e)}", file=sys.stderr)
     sys.exit(2)
@@ -324,6 +388,7 @@ def _hydra_main(dict_cfg: DictConfig) -> None:
     except Exception as e:
         if not _is_bad_input(e):
             raise
+        remove_refused_run_dir()  # README: a refused setting leaves no new file or folder
         _fail(e)
 
 
@@ -331,6 +396,7 @@ def main() -> None:
     # Without HYDRA_FULL_ERROR, Hydra prints composition errors (a wrong type or an unknown key in an override)
     # itself and exits with 1; with it they reach us and are reported like every other bad input.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    _DIRS_BEFORE.update(_dirs_near(Path.cwd()))
     try:
         _hydra_main()
     except (HydraException, OmegaConfBaseException) as e:

@@ -85,6 +85,7 @@ def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
     from .support import check_device
 
     check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
+    check_model_files(cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     kwargs = dict(dtype=dtype, attn_implementation=cfg.attn_implementation, trust_remote_code=cfg.trust_remote_code)
@@ -196,6 +197,38 @@ def _hf_snapshot(repo_id: str) -> Optional[str]:
 def cache_root() -> str:
     """Folder holding lp_runtime's converted models: ``$LP_RUNTIME_CACHE`` or ``~/.cache/lp_runtime``."""
     return os.environ.get("LP_RUNTIME_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lp_runtime")
+
+
+def check_model_files(cfg: ModelConfig) -> None:
+    """Refuse, before anything loads (milliseconds), a ``model.path`` / ``model.gguf_file`` pair that cannot name a
+    model: a local folder with neither ``config.json`` nor the GGUF file asked for, a ``model.gguf_file`` that is
+    not in the folder (or in the cached HuggingFace snapshot), or a ``model.gguf_file`` with the bundled model.
+    Raises ``ModelLoadError`` naming the key, the value and what the folder holds."""
+    gguf = cfg.gguf_file
+    if cfg.path.startswith(BUNDLED_PREFIX):
+        if gguf:
+            raise ModelLoadError(
+                f"model.gguf_file={gguf!r} is not used with model.path={cfg.path!r} (the bundled model is its own "
+                "GGUF); leave model.gguf_file unset, or set model.path to the folder that holds that file")
+        return
+    folder = os.path.expanduser(cfg.path)
+    if not os.path.isdir(folder):
+        folder = _hf_snapshot(cfg.path) if gguf else None  # an id not in the cache is checked by its download
+        if folder is None:
+            return
+    ggufs = sorted(n for n in os.listdir(folder) if n.endswith(".gguf"))
+    listed = f"its .gguf files: {', '.join(ggufs)}" if ggufs else "it holds no .gguf file"
+    if gguf:
+        if not os.path.isfile(os.path.join(folder, gguf)):
+            raise ModelLoadError(f"model.gguf_file={gguf!r} is not a file in model.path={cfg.path!r} ({listed})")
+        return
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        if ggufs:
+            raise ModelLoadError(f"model.path={cfg.path!r} holds no config.json; to load a GGUF file there set "
+                                 f"model.gguf_file ({listed})")
+        raise ModelLoadError(f"model.path={cfg.path!r} holds neither config.json (a transformers model folder) nor "
+                             "a .gguf file (for model.gguf_file); give a folder saved by save_pretrained, a "
+                             "HuggingFace id, or bundled:smollm2")
 
 
 def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):

@@ -90,3 +90,99 @@ def test_category_temperature_not_a_table():
         OmegaConf.to_object(cfg)
     assert str(e.value) == ("sampling.category_temperature=[1] is not allowed; give null or {category: temperature}, "
                             "e.g. sampling.category_temperature='{writing: 0.7, math: 0}'")
+
+
+# ------------------------------------------------------------------ 3, 6. a model folder or GGUF file that is not there
+def test_model_folder_without_a_model(tmp_path):
+    from lp_runtime.models import ModelLoadError, check_model_files
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelLoadError) as e:
+        check_model_files(ModelConfig(path=str(empty)))
+    assert str(e.value) == (f"model.path={str(empty)!r} holds neither config.json (a transformers model folder) nor a "
+                            ".gguf file (for model.gguf_file); give a folder saved by save_pretrained, a HuggingFace "
+                            "id, or bundled:smollm2")
+    (empty / "m.gguf").write_bytes(b"GGUF")
+    with pytest.raises(ModelLoadError) as e:
+        check_model_files(ModelConfig(path=str(empty)))
+    assert str(e.value) == (f"model.path={str(empty)!r} holds no config.json; to load a GGUF file there set "
+                            "model.gguf_file (its .gguf files: m.gguf)")
+    with pytest.raises(ModelLoadError) as e:
+        check_model_files(ModelConfig(path=str(empty), gguf_file="nosuch.gguf"))
+    assert str(e.value) == f"model.gguf_file='nosuch.gguf' is not a file in model.path={str(empty)!r} (its .gguf files: m.gguf)"
+    check_model_files(ModelConfig(path=str(empty), gguf_file="m.gguf"))  # there: loading decides
+
+
+def test_gguf_file_with_the_bundled_model():
+    from lp_runtime.models import ModelLoadError, check_model_files
+
+    with pytest.raises(ModelLoadError) as e:
+        check_model_files(ModelConfig(gguf_file="nosuch.gguf"))
+    assert str(e.value) == ("model.gguf_file='nosuch.gguf' is not used with model.path='bundled:smollm2' (the bundled "
+                            "model is its own GGUF); leave model.gguf_file unset, or set model.path to the folder that "
+                            "holds that file")
+
+
+# ------------------------------------------------------------------ 3, 7. the command line: one line, no new folder
+def test_empty_model_folder_on_the_command_line_leaves_nothing(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "outputs" / "hydra").mkdir(parents=True)  # existed before: kept (its new run folder is not)
+    proc = cli("model.path=empty", "progress=false", cwd=tmp_path)
+    assert error_line(proc) == ("error: model.path='empty' holds neither config.json (a transformers model folder) nor "
+                                "a .gguf file (for model.gguf_file); give a folder saved by save_pretrained, a "
+                                "HuggingFace id, or bundled:smollm2")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["empty", "outputs", "outputs/hydra"]
+
+
+def test_refused_setting_removes_only_hydra_records(tmp_path):
+    proc = cli("decoding.window_size=-1", cwd=tmp_path)
+    assert error_line(proc) == "error: decoding.window_size=-1 is negative; W must be >= 0"
+    assert list(tmp_path.iterdir()) == []  # neither outputs/hydra/<time>/ nor outputs/
+    run_dir = tmp_path / "mine"
+    (run_dir / "keep.txt").parent.mkdir()
+    (run_dir / "keep.txt").write_text("x")
+    proc = cli("decoding.window_size=-1", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert error_line(proc) == "error: decoding.window_size=-1 is negative; W must be >= 0"
+    assert (run_dir / "keep.txt").read_text() == "x" and (run_dir / ".hydra" / "config.yaml").is_file()
+
+
+# ------------------------------------------------------------------ 4, 12c. an answers file that is not one
+def test_report_on_a_question_file(tmp_path):
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"question_id": 1, "turns": ["hi"]}\n')
+    proc = cli(str(q), module="lp_runtime.report")
+    assert error_line(proc) == (f"error: {q} line 1 is a question (an answer line has question_id and choices[0] with "
+                                "output_ids, new_tokens, decoding_steps, wall_time, accept_lengths), so "
+                                f"{q} is not an answers file; give answers files of python -m lp_runtime.generate, "
+                                "or a folder holding them")
+    assert not (tmp_path / "report.csv").exists()
+
+
+def test_answers_file_checks_name_the_answers_file(tmp_path):
+    from lp_runtime.generate import OutputError, load_answers
+
+    a = tmp_path / "a.jsonl"
+    a.write_text('{"question_id": 1, "choices": []}\n')
+    with pytest.raises(OutputError) as e:
+        load_answers(a, trim=True)
+    assert str(e.value) == (f"{a} line 1 is not an answer (an answer line has question_id and choices[0] with "
+                            f"output_ids, new_tokens, decoding_steps, wall_time, accept_lengths), so {a} is not an "
+                            "answers file; move the file away or choose another output.path")
+    a.write_bytes(b'{"question_id": 1}\n\xff\n')
+    with pytest.raises(OutputError) as e:
+        load_answers(a, trim=True)
+    assert str(e.value) == (f"{a} line 2: byte 1 (b'\\xff') is not UTF-8; an answers file is written as UTF-8, so this "
+                            "one was changed elsewhere; move the file away or choose another output.path")
+    assert a.read_bytes() == b'{"question_id": 1}\n\xff\n'
+
+
+# ------------------------------------------------------------------ 5. dataset.path without dataset=jsonl
+@pytest.mark.parametrize("name", ["mt_bench", "humaneval"])
+def test_dataset_path_needs_jsonl(name):
+    from lp_runtime.config import DatasetConfig
+
+    with pytest.raises(ConfigError) as e:
+        DatasetConfig(name=name, path="nosuch.jsonl")
+    assert str(e.value) == (f"dataset.path='nosuch.jsonl' is only read with dataset=jsonl (now dataset={name}); add "
+                            "dataset=jsonl to answer the questions in that file, or drop dataset.path")
