@@ -20,7 +20,7 @@ from typing import Optional, Sequence, Union
 
 from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig
 from .decoder import Decoder, GenerationOutput
-from .models import eos_token_ids, load_model
+from .models import check_limits, eos_token_ids, load_model
 from .support import check_max_new_tokens, check_prompt_ids, vocab_size
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
@@ -46,6 +46,7 @@ class LookaheadGenerator:
                  generation: Optional[GenerationConfig] = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.generation = generation or GenerationConfig()
+        check_limits(model, decoding or DecodingConfig(), generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
         self.decoder = Decoder(model, decoding or DecodingConfig(), eos_token_ids=eos, tokenizer=tokenizer)
 

@@ -235,6 +235,7 @@ def run(cfg: RunConfig) -> dict:
         # Named by what was loaded (a fingerprint of its files), not by a preset name: see models.model_label.
         current["model.fingerprint"] = fingerprint = models.model_fingerprint(cfg.model)  # a download may fill it
         label = models.model_label(cfg.model, fingerprint)
+        models.check_limits(model, cfg.decoding, cfg.sampling, cfg.generation)  # ids in the vocabulary, a step fits
         eos = models.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)
         decoding, policy = cfg.decoding, None
         if decoding.method == "auto":

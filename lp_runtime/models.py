@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from lp_runtime.config import ModelConfig
+from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
 
 BUNDLED_PREFIX = "bundled:"
 BUNDLED = {
@@ -122,6 +122,42 @@ def context_length(model: PreTrainedModel) -> Optional[int]:
     """The model's maximum context in tokens (``config.max_position_embeddings``), or None when it has none."""
     value = getattr(model.config, "max_position_embeddings", None)
     return int(value) if value else None
+
+
+def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Optional[SamplingConfig] = None,
+                 generation: Optional[GenerationConfig] = None) -> None:
+    """Refuse settings that only the loaded model can bound, after it loads and before any decoding.
+
+    Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``. The largest
+    lookahead step, 1 pending + (W-1) + (N-2)*W window tokens + G candidates of up to ``depth`` tokens (N-1 with
+    ``lookup=pool``, else max(max_depth, N-1); DESIGN.md section 1), must fit the model's context
+    (``max_position_embeddings``): a step that cannot fit would silently fall back to plain steps throughout.
+    With ``decoding=auto`` W is chosen by the tuner and not counted. Raises ``ConfigError`` naming key, value and
+    bound."""
+    from .support import vocab_size
+
+    vocab = vocab_size(model)
+    lists = {"generation.eos_token_ids": generation.eos_token_ids if generation else None,
+             "sampling.suppress_tokens": sampling.suppress_tokens if sampling else None}
+    for key, ids in lists.items():
+        bad = [t for t in ids or [] if vocab is not None and not 0 <= t < vocab]
+        if bad:
+            raise ConfigError(f"{key}={list(ids)} is not allowed: token id {bad[0]} is outside the model's vocabulary "
+                              f"of {vocab} ids (0..{vocab - 1})")
+    ctx = context_length(model)
+    if ctx is None or decoding.method == "greedy":
+        return
+    W = 0 if decoding.method == "auto" else decoding.window_size
+    N, G = decoding.ngram_size, decoding.guess_set_size
+    depth = N - 1 if decoding.lookup == "pool" else max(decoding.max_depth, N - 1)
+    step = 1 + max(W - 1, 0) + (N - 2) * W + G * depth
+    if step > ctx:
+        window = f"decoding.window_size={W}, " if decoding.method != "auto" else ""
+        depth_key = "" if decoding.lookup == "pool" else f", decoding.max_depth={decoding.max_depth}"
+        raise ConfigError(
+            f"{window}decoding.ngram_size={N}, decoding.guess_set_size={G}{depth_key} make a lookahead step of "
+            f"{step} tokens (1 + (W-1) + (N-2)*W window tokens + G candidates of {depth} tokens), more than the "
+            f"model's context of {ctx} tokens (max_position_embeddings); lower them so that a step fits")
 
 
 _CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")

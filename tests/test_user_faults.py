@@ -186,3 +186,60 @@ def test_dataset_path_needs_jsonl(name):
         DatasetConfig(name=name, path="nosuch.jsonl")
     assert str(e.value) == (f"dataset.path='nosuch.jsonl' is only read with dataset=jsonl (now dataset={name}); add "
                             "dataset=jsonl to answer the questions in that file, or drop dataset.path")
+
+
+# ------------------------------------------------------------------ 11. values only the loaded model can bound
+def _tiny(ctx=256, vocab=96):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=ctx))
+
+
+def test_token_ids_outside_the_vocabulary():
+    from lp_runtime.config import DecodingConfig, SamplingConfig
+    from lp_runtime.models import check_limits
+
+    model = _tiny()
+    with pytest.raises(ConfigError) as e:
+        check_limits(model, DecodingConfig(), generation=GenerationConfig(eos_token_ids=[2, 99999999]))
+    assert str(e.value) == ("generation.eos_token_ids=[2, 99999999] is not allowed: token id 99999999 is outside the "
+                            "model's vocabulary of 96 ids (0..95)")
+    with pytest.raises(ConfigError) as e:
+        check_limits(model, DecodingConfig(), SamplingConfig(suppress_tokens=[96]))
+    assert str(e.value) == ("sampling.suppress_tokens=[96] is not allowed: token id 96 is outside the model's "
+                            "vocabulary of 96 ids (0..95)")
+    check_limits(model, DecodingConfig(), SamplingConfig(suppress_tokens=[95]), GenerationConfig(eos_token_ids=[0]))
+
+
+@pytest.mark.parametrize("over,step", [
+    (dict(window_size=100000), 1 + 99999 + 2 * 100000 + 2 * 10),
+    (dict(ngram_size=100000, lookup="pool"), 1 + 2 + 99998 * 3 + 2 * 99999),
+    (dict(guess_set_size=100000), 1 + 2 + 2 * 3 + 100000 * 10),
+    (dict(max_depth=100000, window_size=0), 1 + 2 * 100000),
+])
+def test_lookahead_step_must_fit_the_context(over, step):
+    from lp_runtime.config import DecodingConfig
+    from lp_runtime.models import check_limits
+
+    cfg = DecodingConfig(**{"window_size": 3, "ngram_size": 4, "guess_set_size": 2, **over})
+    with pytest.raises(ConfigError) as e:
+        check_limits(_tiny(), cfg)
+    depth = 3 if cfg.lookup == "pool" else max(cfg.max_depth, cfg.ngram_size - 1)
+    depth_key = "" if cfg.lookup == "pool" else f", decoding.max_depth={cfg.max_depth}"
+    assert str(e.value) == (
+        f"decoding.window_size={cfg.window_size}, decoding.ngram_size={cfg.ngram_size}, decoding.guess_set_size="
+        f"{cfg.guess_set_size}{depth_key} make a lookahead step of {step} tokens (1 + (W-1) + (N-2)*W window tokens "
+        f"+ G candidates of {cfg.ngram_size - 1 if cfg.lookup == 'pool' else depth} tokens), more than the model's "
+        "context of 256 tokens (max_position_embeddings); lower them so that a step fits")
+
+
+def test_largest_step_that_fits_is_accepted():
+    from lp_runtime.config import DecodingConfig
+    from lp_runtime.models import check_limits
+
+    check_limits(_tiny(ctx=1 + 2 + 2 * 3 + 2 * 10), DecodingConfig(window_size=3, ngram_size=4, guess_set_size=2))
+    with pytest.raises(ConfigError):
+        check_limits(_tiny(ctx=2 + 2 * 3 + 2 * 10), DecodingConfig(window_size=3, ngram_size=4, guess_set_size=2))
