@@ -393,14 +393,51 @@ def _hydra_main(dict_cfg: DictConfig) -> None:
         _fail(e)
 
 
+_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
+
+
+def check_sweep_outputs(argv: list[str]) -> None:
+    """Refuse, before Hydra starts any job, a ``--multirun`` sweep of several jobs whose command line fixes
+    ``output.path`` (or ``output.summary_path``) to one file for all of them: job 0 would write it and every
+    later job refuse it (one answers file holds one setting). A value with an interpolation (``${hydra:job.num}``)
+    is taken as per-job. Raises ``ConfigError`` saying what to do instead."""
+    if not any(a in ("-m", "--multirun") for a in argv) and "hydra.mode=MULTIRUN" not in argv:
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args, skip = [], False
+    for a in argv:
+        if skip or a.startswith("-"):
+            skip = a in _VALUE_FLAGS
+            continue
+        args.append(a)
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except Exception:  # Hydra reports a malformed override itself
+        return
+    sweeps = [o.input_line for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")]
+    if not sweeps:
+        return
+    for o in overrides:
+        if o.key_or_group in ("output.path", "output.summary_path") and not o.is_sweep_override():
+            value = o.get_value_element_as_str()
+            if "${" not in value:
+                raise ConfigError(
+                    f"{o.key_or_group}={value} names one file for every job of this --multirun sweep "
+                    f"({' '.join(sweeps)}), but one answers file holds the answers of one setting; drop "
+                    f"{o.key_or_group} so that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), "
+                    f"or put the job number in it: '{o.key_or_group}=outputs/sweep/${{hydra:job.num}}/answers.jsonl'")
+
+
 def main() -> None:
     # Without HYDRA_FULL_ERROR, Hydra prints composition errors (a wrong type or an unknown key in an override)
     # itself and exits with 1; with it they reach us and are reported like every other bad input.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     _DIRS_BEFORE.update(_dirs_near(Path.cwd()))
     try:
+        check_sweep_outputs(sys.argv[1:])
         _hydra_main()
-    except (HydraException, OmegaConfBaseException) as e:
+    except (HydraException, OmegaConfBaseException, ConfigError) as e:
         _fail(e)
     except KeyboardInterrupt:
         print("interrupted; the answers written so far are complete: re-run the same command to resume",

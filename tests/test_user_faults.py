@@ -243,3 +243,23 @@ def test_largest_step_that_fits_is_accepted():
     check_limits(_tiny(ctx=1 + 2 + 2 * 3 + 2 * 10), DecodingConfig(window_size=3, ngram_size=4, guess_set_size=2))
     with pytest.raises(ConfigError):
         check_limits(_tiny(ctx=2 + 2 * 3 + 2 * 10), DecodingConfig(window_size=3, ngram_size=4, guess_set_size=2))
+
+
+# ------------------------------------------------------------------ 10. one fixed output file for a whole sweep
+def test_sweep_with_one_fixed_output_path_is_refused_up_front(tmp_path):
+    from lp_runtime.generate import check_sweep_outputs
+
+    with pytest.raises(ConfigError) as e:
+        check_sweep_outputs(["-m", "decoding.window_size=0,3", "output.path=out/a.jsonl", "progress=false"])
+    assert str(e.value) == (
+        "output.path=out/a.jsonl names one file for every job of this --multirun sweep (decoding.window_size=0,3), "
+        "but one answers file holds the answers of one setting; drop output.path so that each job writes into its "
+        "own folder (<hydra.sweep.dir>/<job number>/), or put the job number in it: "
+        "'output.path=outputs/sweep/${hydra:job.num}/answers.jsonl'")
+    check_sweep_outputs(["-m", "decoding.window_size=0,3", "output.path=out/${hydra:job.num}/a.jsonl"])  # per job
+    check_sweep_outputs(["-m", "decoding.window_size=3", "output.path=out/a.jsonl"])  # one job
+    check_sweep_outputs(["decoding.window_size=3", "output.path=out/a.jsonl"])  # not a sweep
+    check_sweep_outputs(["-m", "--config-name", "generate", "decoding.window_size=0,3"])  # no output.path
+    proc = cli("-m", "decoding.window_size=0,3", "output.path=out/a.jsonl", cwd=tmp_path)
+    assert error_line(proc).startswith("error: output.path=out/a.jsonl names one file for every job")
+    assert list(tmp_path.iterdir()) == []
