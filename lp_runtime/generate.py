@@ -420,7 +420,7 @@ def check_sweep_outputs(argv: list[str]) -> None:
         return
     for o in overrides:
         if o.key_or_group in ("output.path", "output.summary_path") and not o.is_sweep_override():
-            value = o.get_value_element_as_str()
+            value = (o.input_line or "").split("=", 1)[-1]  # as typed (get_value_element_as_str escapes ${)
             if "${" not in value:
                 raise ConfigError(
                     f"{o.key_or_group}={value} names one file for every job of this --multirun sweep "
