@@ -60,7 +60,12 @@ class LookaheadGenerator:
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of ``prompt`` (see the module docstring). Raises ``ConfigError`` for an empty prompt, or for token
         ids that are not integers or lie outside the model's vocabulary (naming the id and the vocabulary size)."""
+        if not isinstance(prompt, (str, list, tuple)):
+            raise ConfigError(f"the prompt is {type(prompt).__name__}; give text (str), a list of messages "
+                              "({'role', 'content'} dicts) or a list of token ids")
         if isinstance(prompt, str):
+            if not prompt:  # as an empty turn in a JSONL question file is refused
+                raise ConfigError("the prompt is empty text; give a non-empty user turn")
             prompt = [{"role": "user", "content": prompt}]
         if len(prompt) == 0:
             raise ConfigError("the prompt is empty; give text, messages or at least one token id")

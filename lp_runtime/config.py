@@ -200,7 +200,8 @@ class GenerationConfig:
             self.stop_strings = [self.stop_strings]
         _check(isinstance(self.stop_strings, (list, tuple)) and all(isinstance(s, str) for s in self.stop_strings),
                f"generation.stop_strings={self.stop_strings!r} is not allowed; give a list of strings, e.g. "
-               "generation.stop_strings=[hello] or '[\"\\n\\n\"]'")
+               "generation.stop_strings=[hello] or '[\"\\n\\n\"]'; quote a number to make it a string: "
+               "generation.stop_strings='[\"10\"]'")
         self.stop_strings = list(self.stop_strings)
         _check(all(s for s in self.stop_strings), "generation.stop_strings contains an empty string")
         if isinstance(self.eos_token_ids, int) and not isinstance(self.eos_token_ids, bool):

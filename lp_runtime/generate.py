@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import uuid
@@ -42,18 +43,21 @@ class OutputError(ValueError):
     """``output.path`` cannot hold the answers (a folder, unwritable, or a corrupt earlier answers file)."""
 
 
-def check_output_path(path: Path, *, create: bool) -> None:
-    """Raise ``OutputError`` unless ``path`` can be a file we append to.
+def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> None:
+    """Raise ``OutputError`` unless ``path`` can be a file we append to; messages name ``key`` unless it is
+    ``output.path`` ("output path ...").
 
     ``create``: really try (make the missing folders, open the file for append), then remove what the try made,
     so a run that fails later leaves no empty file or folder behind; the folders are made again at the first write.
     """
+    name = f"output path {path}" if key == "output.path" else f"{key}={path}"
     if path.is_dir():
-        raise OutputError(f"output path {path} is a folder; give a file path such as {path / 'answers.jsonl'}")
+        example = path / ("answers.jsonl" if key == "output.path" else "summary.json")
+        raise OutputError(f"{name} is a folder; give a file path such as {example}")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise OutputError(f"cannot create the folder for output path {path}: {parent} is a file")
+                raise OutputError(f"cannot create the folder for {name}: {parent} is a file")
             break
     made = [p for p in reversed(path.parents) if not p.exists()]  # outermost first
     try:
@@ -61,17 +65,17 @@ def check_output_path(path: Path, *, create: bool) -> None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise OutputError(f"cannot create the folder for output path {path}: {e.strerror}") from None
+                raise OutputError(f"cannot create the folder for {name}: {e.strerror}") from None
         target = path if path.exists() else path.parent
         if target.exists() and not os.access(target, os.W_OK):
-            raise OutputError(f"output path {path} is not writable")
+            raise OutputError(f"{name} is not writable")
         if create:  # os.access says yes to root everywhere; opening for append is the real test
             existed = path.exists()
             try:
                 with open(path, "a", encoding="utf-8"):
                     pass
             except OSError as e:
-                raise OutputError(f"output path {path} is not writable: {e.strerror}") from None
+                raise OutputError(f"{name} is not writable: {e.strerror}") from None
             if not existed:  # leave no empty file behind if the run fails before writing
                 path.unlink()
     finally:
@@ -212,7 +216,7 @@ def run(cfg: RunConfig) -> dict:
     summary_path = Path(cfg.output.resolved_summary_path)
     settings_path = Path(cfg.output.resolved_settings_path)
     check_output_path(answers_path, create=is_main)
-    check_output_path(summary_path, create=is_main)
+    check_output_path(summary_path, create=is_main, key="output.summary_path" if cfg.output.summary_path else "output.path")
     questions = data.load_questions(cfg.dataset)
     from lp_runtime import models  # transformers: seconds, so after the checks above
 
@@ -286,7 +290,7 @@ def run(cfg: RunConfig) -> dict:
         summary["auto_decoding"] = auto
     if is_main and not todo and summary_path.exists():
         # Nothing answered now: the summary on disk describes the run that made the answers; keep it.
-        print(f"all {len(records)} questions of the dataset are already in {answers_path}; nothing to do "
+        print(f"all {len(questions)} questions of the dataset are already in {answers_path}; nothing to do "
               f"(summary kept: {summary_path})")
         return json.loads(summary_path.read_text(encoding="utf-8"))
     if is_main:
@@ -429,7 +433,18 @@ def check_sweep_outputs(argv: list[str]) -> None:
                     f"or put the job number in it: '{o.key_or_group}=outputs/sweep/${{hydra:job.num}}/answers.jsonl'")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, Slurm at the time limit, torchrun stopping its workers), taken like Ctrl-C."""
+
+
+def _on_sigterm(signum, frame) -> NoReturn:
+    raise Terminated()
+
+
 def main() -> None:
+    # SIGTERM ends the job like Ctrl-C: every line written so far is complete (a cut last line is trimmed on
+    # resume), one message says so, and the exit code stays the signal's (143).
+    signal.signal(signal.SIGTERM, _on_sigterm)
     # Without HYDRA_FULL_ERROR, Hydra prints composition errors (a wrong type or an unknown key in an override)
     # itself and exits with 1; with it they reach us and are reported like every other bad input.
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -439,10 +454,10 @@ def main() -> None:
         _hydra_main()
     except (HydraException, OmegaConfBaseException, ConfigError) as e:
         _fail(e)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("interrupted; the answers written so far are complete: re-run the same command to resume",
               file=sys.stderr)
-        sys.exit(130)
+        sys.exit(143 if isinstance(e, Terminated) else 130)
 
 
 if __name__ == "__main__":

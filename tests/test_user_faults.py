@@ -263,3 +263,65 @@ def test_sweep_with_one_fixed_output_path_is_refused_up_front(tmp_path):
     proc = cli("-m", "decoding.window_size=0,3", "output.path=out/a.jsonl", cwd=tmp_path)
     assert error_line(proc).startswith("error: output.path=out/a.jsonl names one file for every job")
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ 12a, 12f. SIGTERM like Ctrl-C; resume; the count
+def test_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"question_id": i, "turns": [f"Count to {i}.", "Again."]}) + "\n"
+                                 for i in range(30)))
+    out = tmp_path / "out" / "answers.jsonl"
+    args = [f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
+            f"dataset.path={questions}", "generation.max_new_tokens=200", f"output.path={out}", "progress=false"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([PY, "-m", "lp_runtime.generate", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out.exists() and out.read_bytes().count(b"\n") >= 1) and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert err.strip().splitlines()[-1] == ("interrupted; the answers written so far are complete: re-run the same "
+                                            "command to resume")
+    assert "Traceback" not in err
+    done = len(out.read_bytes().split(b"\n")[:-1])
+    assert 1 <= done < 30  # stopped part-way
+    resumed = cli(*args, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    ids = [json.loads(line)["question_id"] for line in out.read_text().splitlines()]
+    assert ids == list(range(30))  # each once, in order: the interrupted run's lines were complete
+    again = cli(*args, "dataset.limit=1", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.splitlines()[0] == (f"all 1 questions of the dataset are already in {out}; nothing to do "
+                                            f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})")
+
+
+# ------------------------------------------------------------------ 12b, 12d, 12e. messages that name the key
+def test_summary_path_folder_names_its_key(tmp_path):
+    from lp_runtime.generate import OutputError, check_output_path
+
+    with pytest.raises(OutputError) as e:
+        check_output_path(tmp_path, create=True, key="output.summary_path")
+    assert str(e.value) == f"output.summary_path={tmp_path} is a folder; give a file path such as {tmp_path / 'summary.json'}"
+
+
+def test_numeric_stop_string_says_how_to_quote():
+    with pytest.raises(ConfigError) as e:
+        GenerationConfig(stop_strings=10)
+    assert str(e.value) == ("generation.stop_strings=10 is not allowed; give a list of strings, e.g. "
+                            "generation.stop_strings=[hello] or '[\"\\n\\n\"]'; quote a number to make it a string: "
+                            "generation.stop_strings='[\"10\"]'")
+
+
+def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
+    from lp_runtime.api import LookaheadGenerator
+
+    gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"))
+    with pytest.raises(ConfigError) as e:
+        gen.generate(None, max_new_tokens=4)
+    assert str(e.value) == ("the prompt is NoneType; give text (str), a list of messages ({'role', 'content'} dicts) "
+                            "or a list of token ids")
+    with pytest.raises(ConfigError) as e:
+        gen.generate("", max_new_tokens=4)
+    assert str(e.value) == "the prompt is empty text; give a non-empty user turn"
