@@ -327,3 +327,25 @@ def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
     with pytest.raises(ConfigError) as e:
         gen.generate("", max_new_tokens=4)
     assert str(e.value) == "the prompt is empty text; give a non-empty user turn"
+
+
+# ------------------------------------------------------------------ 8. launch scripts: paths are the caller's
+@pytest.mark.parametrize("script", ["torchrun_single_node.sh", "slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
+def test_launch_scripts_keep_the_callers_directory(tmp_path, script):
+    repo, caller = tmp_path / "repo", tmp_path / "caller"
+    (repo / "launch").mkdir(parents=True)
+    (repo / "lp_runtime").mkdir()
+    (repo / "launch" / script).write_text((REPO / "launch" / script).read_text())
+    stub = repo / ".venv" / "bin" / "torchrun"  # the repository's venv, found from the script, not the cwd
+    stub.parent.mkdir(parents=True)
+    stub.write_text('#!/usr/bin/env bash\necho "cwd=$PWD"\necho "args=$*"\n')
+    stub.chmod(0o755)
+    caller.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LP_RUNTIME_", "TORCHRUN"))}
+    env.update(SLURM_JOB_ID="7", SLURM_NNODES="1", HEAD_NODE="127.0.0.1", LP_RUNTIME_SRUN="", NPROC_PER_NODE="1")
+    proc = subprocess.run(["bash", str(repo / "launch" / script), "output.path=rel/answers.jsonl"], cwd=caller,
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"cwd={caller}"
+    assert "-m lp_runtime.generate" in lines[1] and lines[1].endswith("output.path=rel/answers.jsonl")
