@@ -6,7 +6,8 @@ Example::
     from lp_runtime import LookaheadGenerator
 
     gen = LookaheadGenerator.from_config()                       # bundled SmolLM2, conf defaults
-    out = gen.generate("Write a haiku about the sea.", streamer=TextStreamer(gen.tokenizer, skip_prompt=True))
+    streamer = TextStreamer(gen.tokenizer, skip_prompt=True, skip_special_tokens=True)  # no <|im_end|> at the end
+    out = gen.generate("Write a haiku about the sea.", streamer=streamer)
     print(out.text, out.decoding_steps, out.accept_lengths)
     ids = gen.generate([1, 2, 3], max_new_tokens=16).output_ids  # token ids in, raw completion
 

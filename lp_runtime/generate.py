@@ -397,7 +397,8 @@ def _hydra_main(dict_cfg: DictConfig) -> None:
         _fail(e)
 
 
-_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
+_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun",
+                "--cfg", "-c", "--package", "-p")  # Hydra's flags that take a value (not an override)
 
 
 def check_sweep_outputs(argv: list[str]) -> None:

@@ -260,6 +260,8 @@ def test_sweep_with_one_fixed_output_path_is_refused_up_front(tmp_path):
     check_sweep_outputs(["-m", "decoding.window_size=3", "output.path=out/a.jsonl"])  # one job
     check_sweep_outputs(["decoding.window_size=3", "output.path=out/a.jsonl"])  # not a sweep
     check_sweep_outputs(["-m", "--config-name", "generate", "decoding.window_size=0,3"])  # no output.path
+    with pytest.raises(ConfigError):
+        check_sweep_outputs(["--cfg", "job", "--multirun", "output.path=a.jsonl", "decoding.window_size=0,3"])
     proc = cli("-m", "decoding.window_size=0,3", "output.path=out/a.jsonl", cwd=tmp_path)
     assert error_line(proc).startswith("error: output.path=out/a.jsonl names one file for every job")
     assert list(tmp_path.iterdir()) == []
