@@ -6,7 +6,8 @@ Example::
     from lp_runtime import LookaheadGenerator
 
     gen = LookaheadGenerator.from_config()                       # bundled SmolLM2, conf defaults
-    out = gen.generate("Write a haiku about the sea.", streamer=TextStreamer(gen.tokenizer, skip_prompt=True))
+    streamer = TextStreamer(gen.tokenizer, skip_prompt=True, skip_special_tokens=True)  # no <|im_end|> at the end
+    out = gen.generate("Write a haiku about the sea.", streamer=streamer)
     print(out.text, out.decoding_steps, out.accept_lengths)
     ids = gen.generate([1, 2, 3], max_new_tokens=16).output_ids  # token ids in, raw completion
 
@@ -20,7 +21,7 @@ from typing import Optional, Sequence, Union
 
 from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig
 from .decoder import Decoder, GenerationOutput
-from .models import eos_token_ids, load_model
+from .models import check_limits, eos_token_ids, load_model
 from .support import check_max_new_tokens, check_prompt_ids, vocab_size
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
@@ -46,6 +47,7 @@ class LookaheadGenerator:
                  generation: Optional[GenerationConfig] = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.generation = generation or GenerationConfig()
+        check_limits(model, decoding or DecodingConfig(), generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
         self.decoder = Decoder(model, decoding or DecodingConfig(), eos_token_ids=eos, tokenizer=tokenizer)
 
@@ -59,7 +61,12 @@ class LookaheadGenerator:
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of ``prompt`` (see the module docstring). Raises ``ConfigError`` for an empty prompt, or for token
         ids that are not integers or lie outside the model's vocabulary (naming the id and the vocabulary size)."""
+        if not isinstance(prompt, (str, list, tuple)):
+            raise ConfigError(f"the prompt is {type(prompt).__name__}; give text (str), a list of messages "
+                              "({'role', 'content'} dicts) or a list of token ids")
         if isinstance(prompt, str):
+            if not prompt:  # as an empty turn in a JSONL question file is refused
+                raise ConfigError("the prompt is empty text; give a non-empty user turn")
             prompt = [{"role": "user", "content": prompt}]
         if len(prompt) == 0:
             raise ConfigError("the prompt is empty; give text, messages or at least one token id")

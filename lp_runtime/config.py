@@ -142,7 +142,7 @@ class SamplingConfig:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     seed: int = 0
-    category_temperature: Optional[dict[str, float]] = None
+    category_temperature: Any = None  # Optional[dict[str, float]]; Any: an override into null must assign, not merge
     suppress_tokens: Optional[list[int]] = None
     from_model: bool = False
 
@@ -155,8 +155,15 @@ class SamplingConfig:
                f"sampling.repetition_penalty={self.repetition_penalty} is not allowed; it must be > 0 (1 = off)")
         _check(isinstance(self.seed, int) and not isinstance(self.seed, bool),
                f"sampling.seed={self.seed!r} is not allowed; it must be an integer")
-        for cat, t in (self.category_temperature or {}).items():
+        table = self.category_temperature
+        _check(table is None or (isinstance(table, dict) and all(
+            isinstance(c, str) and isinstance(t, (int, float)) and not isinstance(t, bool) for c, t in table.items())),
+            f"sampling.category_temperature={table!r} is not allowed; give null or {{category: temperature}}, "
+            "e.g. sampling.category_temperature='{writing: 0.7, math: 0}'")
+        for cat, t in (table or {}).items():
             _check(t >= 0, f"sampling.category_temperature[{cat!r}]={t} is not allowed; it must be >= 0")
+        if table is not None:
+            self.category_temperature = {c: float(t) for c, t in table.items()}
         _check(all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.suppress_tokens or []),
                f"sampling.suppress_tokens={self.suppress_tokens!r} is not allowed; it must be a list of token ids >= 0")
 
@@ -193,7 +200,8 @@ class GenerationConfig:
             self.stop_strings = [self.stop_strings]
         _check(isinstance(self.stop_strings, (list, tuple)) and all(isinstance(s, str) for s in self.stop_strings),
                f"generation.stop_strings={self.stop_strings!r} is not allowed; give a list of strings, e.g. "
-               "generation.stop_strings=[hello] or '[\"\\n\\n\"]'")
+               "generation.stop_strings=[hello] or '[\"\\n\\n\"]'; quote a number to make it a string: "
+               "generation.stop_strings='[\"10\"]'")
         self.stop_strings = list(self.stop_strings)
         _check(all(s for s in self.stop_strings), "generation.stop_strings contains an empty string")
         if isinstance(self.eos_token_ids, int) and not isinstance(self.eos_token_ids, bool):
@@ -219,6 +227,11 @@ class DatasetConfig:
         allowed = ("mt_bench", "humaneval", "jsonl")
         _check(self.name in allowed, f"dataset.name={self.name!r} is not allowed; use one of {', '.join(allowed)}")
         _check(self.name != "jsonl" or bool(self.path), "dataset=jsonl needs dataset.path=<question file .jsonl>")
+        # Refused rather than taken to mean dataset=jsonl: a path given with dataset=humaneval is as likely a
+        # leftover as a request, and answering the other prompt set would be silent.
+        _check(self.path is None or self.name == "jsonl",
+               f"dataset.path={self.path!r} is only read with dataset=jsonl (now dataset={self.name}); add "
+               "dataset=jsonl to answer the questions in that file, or drop dataset.path")
         _check(self.limit is None or self.limit >= 1, f"dataset.limit={self.limit} is not allowed; it must be >= 1")
 
 

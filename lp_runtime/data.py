@@ -161,15 +161,15 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     return questions
 
 
-def decode_line(raw: bytes, where: str, error=None) -> str:
+def decode_line(raw: bytes, where: str, error=None, advice: Optional[str] = None) -> str:
     """``raw`` decoded as UTF-8; ``error`` (default ``DatasetError``) naming ``where`` (file and line), the byte
-    offset and what to do when it is not UTF-8."""
+    offset and ``advice`` (default: how to fix a question file) when it is not UTF-8."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
+        advice = advice or "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8) or remove that line"
         raise (error or DatasetError)(
-            f"{where}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; save the file as UTF-8 "
-            "(e.g. iconv -f latin1 -t utf-8) or remove that line"
+            f"{where}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; {advice}"
         ) from None
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import uuid
@@ -42,18 +43,21 @@ class OutputError(ValueError):
     """``output.path`` cannot hold the answers (a folder, unwritable, or a corrupt earlier answers file)."""
 
 
-def check_output_path(path: Path, *, create: bool) -> None:
-    """Raise ``OutputError`` unless ``path`` can be a file we append to.
+def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> None:
+    """Raise ``OutputError`` unless ``path`` can be a file we append to; messages name ``key`` unless it is
+    ``output.path`` ("output path ...").
 
     ``create``: really try (make the missing folders, open the file for append), then remove what the try made,
     so a run that fails later leaves no empty file or folder behind; the folders are made again at the first write.
     """
+    name = f"output path {path}" if key == "output.path" else f"{key}={path}"
     if path.is_dir():
-        raise OutputError(f"output path {path} is a folder; give a file path such as {path / 'answers.jsonl'}")
+        example = path / ("answers.jsonl" if key == "output.path" else "summary.json")
+        raise OutputError(f"{name} is a folder; give a file path such as {example}")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise OutputError(f"cannot create the folder for output path {path}: {parent} is a file")
+                raise OutputError(f"cannot create the folder for {name}: {parent} is a file")
             break
     made = [p for p in reversed(path.parents) if not p.exists()]  # outermost first
     try:
@@ -61,17 +65,17 @@ def check_output_path(path: Path, *, create: bool) -> None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise OutputError(f"cannot create the folder for output path {path}: {e.strerror}") from None
+                raise OutputError(f"cannot create the folder for {name}: {e.strerror}") from None
         target = path if path.exists() else path.parent
         if target.exists() and not os.access(target, os.W_OK):
-            raise OutputError(f"output path {path} is not writable")
+            raise OutputError(f"{name} is not writable")
         if create:  # os.access says yes to root everywhere; opening for append is the real test
             existed = path.exists()
             try:
                 with open(path, "a", encoding="utf-8"):
                     pass
             except OSError as e:
-                raise OutputError(f"output path {path} is not writable: {e.strerror}") from None
+                raise OutputError(f"{name} is not writable: {e.strerror}") from None
             if not existed:  # leave no empty file behind if the run fails before writing
                 path.unlink()
     finally:
@@ -82,26 +86,42 @@ def check_output_path(path: Path, *, create: bool) -> None:
                 pass
 
 
-def load_answers(path: Path, *, trim: bool) -> list[dict]:
+ANSWER_KEYS = ("output_ids", "new_tokens", "decoding_steps", "wall_time", "accept_lengths")
+OUTPUT_ADVICE = "move the file away or choose another output.path"
+
+
+def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list[dict]:
     """Answers already in ``path`` (empty if it does not exist).
 
     A final line without its newline is what a killed run leaves: it is ignored, and with ``trim`` cut off the
-    file (after every other line parsed) so the next append starts on a fresh line. A line that is not UTF-8 or
-    not JSON raises ``OutputError`` naming the file and the line, and leaves the file as it was.
+    file (after every other line parsed) so the next append starts on a fresh line. A line that is not UTF-8, not
+    JSON, or not an answer (a JSON object with ``question_id`` and ``choices[0]`` holding ``ANSWER_KEYS``: e.g. a
+    line of a question file) raises ``OutputError`` naming the file and the line, followed by ``advice``, and
+    leaves the file as it was.
     """
     if not path.exists():
         return []
     raw = path.read_bytes()
     complete = raw[: raw.rfind(b"\n") + 1]
-    records = []
+    records: list = []
     for num, line_bytes in enumerate(complete.splitlines(), 1):
-        line = data.decode_line(line_bytes, f"{path} line {num}", OutputError)  # one line naming file and line
+        where = f"{path} line {num}"
+        line = data.decode_line(line_bytes, where, OutputError,  # one line naming file and line
+                                advice=f"an answers file is written as UTF-8, so this one was changed elsewhere; {advice}")
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            records.append((where, json.loads(line)))
         except json.JSONDecodeError:
-            raise OutputError(f"{path} line {num} is not JSON; move the file away or choose another output.path") from None
+            raise OutputError(f"{where} is not JSON; {advice}") from None
+    for where, record in records:  # after every line decoded: a bad byte anywhere is named first
+        choices = record.get("choices") if isinstance(record, dict) else None
+        if not (isinstance(record, dict) and "question_id" in record and isinstance(choices, list) and choices
+                and isinstance(choices[0], dict) and all(k in choices[0] for k in ANSWER_KEYS)):
+            what = "a question" if isinstance(record, dict) and "turns" in record and "choices" not in record else "not an answer"
+            raise OutputError(f"{where} is {what} (an answer line has question_id and choices[0] with "
+                              f"{', '.join(ANSWER_KEYS)}), so {path} is not an answers file; {advice}")
+    records = [record for _, record in records]
     if trim and len(complete) < len(raw):
         with open(path, "r+b") as f:
             f.truncate(len(complete))
@@ -196,10 +216,11 @@ def run(cfg: RunConfig) -> dict:
     summary_path = Path(cfg.output.resolved_summary_path)
     settings_path = Path(cfg.output.resolved_settings_path)
     check_output_path(answers_path, create=is_main)
-    check_output_path(summary_path, create=is_main)
+    check_output_path(summary_path, create=is_main, key="output.summary_path" if cfg.output.summary_path else "output.path")
     questions = data.load_questions(cfg.dataset)
     from lp_runtime import models  # transformers: seconds, so after the checks above
 
+    models.check_model_files(cfg.model)  # an empty folder or a missing model.gguf_file: before the fingerprint
     fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
     current = settings.run_settings(cfg, model_fingerprint=fingerprint, world_size=rank_info.world_size)
     load_answers(answers_path, trim=False)  # read only: a corrupt file is named before the settings check
@@ -218,6 +239,7 @@ def run(cfg: RunConfig) -> dict:
         # Named by what was loaded (a fingerprint of its files), not by a preset name: see models.model_label.
         current["model.fingerprint"] = fingerprint = models.model_fingerprint(cfg.model)  # a download may fill it
         label = models.model_label(cfg.model, fingerprint)
+        models.check_limits(model, cfg.decoding, cfg.sampling, cfg.generation)  # ids in the vocabulary, a step fits
         eos = models.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)
         decoding, policy = cfg.decoding, None
         if decoding.method == "auto":
@@ -268,7 +290,7 @@ def run(cfg: RunConfig) -> dict:
         summary["auto_decoding"] = auto
     if is_main and not todo and summary_path.exists():
         # Nothing answered now: the summary on disk describes the run that made the answers; keep it.
-        print(f"all {len(records)} questions of the dataset are already in {answers_path}; nothing to do "
+        print(f"all {len(questions)} questions of the dataset are already in {answers_path}; nothing to do "
               f"(summary kept: {summary_path})")
         return json.loads(summary_path.read_text(encoding="utf-8"))
     if is_main:
@@ -303,6 +325,53 @@ def _one_line(e: BaseException) -> str:
     return msg
 
 
+_DIRS_BEFORE: set[str] = set()  # folders (2 levels below the launch directory) that existed before Hydra ran
+
+
+def _dirs_near(root: Path, depth: int = 2) -> set[str]:
+    found: set[str] = set()
+    try:
+        entries = [e for e in os.scandir(root) if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    except OSError:
+        return found
+    for e in entries:
+        found.add(os.path.abspath(e.path))
+        if depth > 1:
+            found |= _dirs_near(Path(e.path), depth - 1)
+    return found
+
+
+def remove_refused_run_dir() -> None:
+    """After a refusal in a single (not ``--multirun``) run, remove the run folder Hydra made for it when it holds
+    nothing but Hydra's records (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``) and an empty job log,
+    then the empty folders above it (up to the launch directory) that did not exist before the run. A folder
+    holding anything else (torchrun logs, answers, a non-empty log) is left as it is."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or jobs.is_multirun():
+        return
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    records = {f"{hc.output_subdir}/{n}" for n in ("config.yaml", "hydra.yaml", "overrides.yaml")} if hc.output_subdir else set()
+    allowed = records | {f"{hc.job.name}.log"}
+    try:
+        found = {str(p.relative_to(run_dir)): p for p in run_dir.rglob("*")}
+        if not run_dir.is_dir() or any(rel not in allowed | {hc.output_subdir} for rel in found):
+            return
+        if any(rel.endswith(".log") and p.stat().st_size > 0 for rel, p in found.items()):
+            return
+        for rel in sorted(found, key=len, reverse=True):  # files, then .hydra/, then the run folder
+            (found[rel].rmdir if found[rel].is_dir() else found[rel].unlink)()
+        run_dir.rmdir()
+        cwd = Path.cwd().resolve()
+        for parent in run_dir.resolve().parents:
+            if parent == cwd or cwd not in parent.parents or str(parent) in _DIRS_BEFORE or any(parent.iterdir()):
+                break
+            parent.rmdir()
+    except OSError:  # another rank removed it first, or it changed under us: leave the rest
+        return
+
+
 def _fail(e: BaseException) -> NoReturn:
     print(f"error: {_one_line(e)}", file=sys.stderr)
     sys.exit(2)
@@ -324,21 +393,72 @@ def _hydra_main(dict_cfg: DictConfig) -> None:
     except Exception as e:
         if not _is_bad_input(e):
             raise
+        remove_refused_run_dir()  # README: a refused setting leaves no new file or folder
         _fail(e)
+
+
+_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun",
+                "--cfg", "-c", "--package", "-p")  # Hydra's flags that take a value (not an override)
+
+
+def check_sweep_outputs(argv: list[str]) -> None:
+    """Refuse, before Hydra starts any job, a ``--multirun`` sweep of several jobs whose command line fixes
+    ``output.path`` (or ``output.summary_path``) to one file for all of them: job 0 would write it and every
+    later job refuse it (one answers file holds one setting). A value with an interpolation (``${hydra:job.num}``)
+    is taken as per-job. Raises ``ConfigError`` saying what to do instead."""
+    if not any(a in ("-m", "--multirun") for a in argv) and "hydra.mode=MULTIRUN" not in argv:
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args, skip = [], False
+    for a in argv:
+        if skip or a.startswith("-"):
+            skip = a in _VALUE_FLAGS
+            continue
+        args.append(a)
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except Exception:  # Hydra reports a malformed override itself
+        return
+    sweeps = [o.input_line for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")]
+    if not sweeps:
+        return
+    for o in overrides:
+        if o.key_or_group in ("output.path", "output.summary_path") and not o.is_sweep_override():
+            value = (o.input_line or "").split("=", 1)[-1]  # as typed (get_value_element_as_str escapes ${)
+            if "${" not in value:
+                raise ConfigError(
+                    f"{o.key_or_group}={value} names one file for every job of this --multirun sweep "
+                    f"({' '.join(sweeps)}), but one answers file holds the answers of one setting; drop "
+                    f"{o.key_or_group} so that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), "
+                    f"or put the job number in it: '{o.key_or_group}=outputs/sweep/${{hydra:job.num}}/answers.jsonl'")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, Slurm at the time limit, torchrun stopping its workers), taken like Ctrl-C."""
+
+
+def _on_sigterm(signum, frame) -> NoReturn:
+    raise Terminated()
 
 
 def main() -> None:
+    # SIGTERM ends the job like Ctrl-C: every line written so far is complete (a cut last line is trimmed on
+    # resume), one message says so, and the exit code stays the signal's (143).
+    signal.signal(signal.SIGTERM, _on_sigterm)
     # Without HYDRA_FULL_ERROR, Hydra prints composition errors (a wrong type or an unknown key in an override)
     # itself and exits with 1; with it they reach us and are reported like every other bad input.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    _DIRS_BEFORE.update(_dirs_near(Path.cwd()))
     try:
+        check_sweep_outputs(sys.argv[1:])
         _hydra_main()
-    except (HydraException, OmegaConfBaseException) as e:
+    except (HydraException, OmegaConfBaseException, ConfigError) as e:
         _fail(e)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("interrupted; the answers written so far are complete: re-run the same command to resume",
               file=sys.stderr)
-        sys.exit(130)
+        sys.exit(143 if isinstance(e, Terminated) else 130)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from lp_runtime.config import ModelConfig
+from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
 
 BUNDLED_PREFIX = "bundled:"
 BUNDLED = {
@@ -85,6 +85,7 @@ def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
     from .support import check_device
 
     check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
+    check_model_files(cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     kwargs = dict(dtype=dtype, attn_implementation=cfg.attn_implementation, trust_remote_code=cfg.trust_remote_code)
@@ -121,6 +122,42 @@ def context_length(model: PreTrainedModel) -> Optional[int]:
     """The model's maximum context in tokens (``config.max_position_embeddings``), or None when it has none."""
     value = getattr(model.config, "max_position_embeddings", None)
     return int(value) if value else None
+
+
+def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Optional[SamplingConfig] = None,
+                 generation: Optional[GenerationConfig] = None) -> None:
+    """Refuse settings that only the loaded model can bound, after it loads and before any decoding.
+
+    Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``. The largest
+    lookahead step, 1 pending + (W-1) + (N-2)*W window tokens + G candidates of up to ``depth`` tokens (N-1 with
+    ``lookup=pool``, else max(max_depth, N-1); DESIGN.md section 1), must fit the model's context
+    (``max_position_embeddings``): a step that cannot fit would silently fall back to plain steps throughout.
+    With ``decoding=auto`` W is chosen by the tuner and not counted. Raises ``ConfigError`` naming key, value and
+    bound."""
+    from .support import vocab_size
+
+    vocab = vocab_size(model)
+    lists = {"generation.eos_token_ids": generation.eos_token_ids if generation else None,
+             "sampling.suppress_tokens": sampling.suppress_tokens if sampling else None}
+    for key, ids in lists.items():
+        bad = [t for t in ids or [] if vocab is not None and not 0 <= t < vocab]
+        if bad:
+            raise ConfigError(f"{key}={list(ids)} is not allowed: token id {bad[0]} is outside the model's vocabulary "
+                              f"of {vocab} ids (0..{vocab - 1})")
+    ctx = context_length(model)
+    if ctx is None or decoding.method == "greedy":
+        return
+    W = 0 if decoding.method == "auto" else decoding.window_size
+    N, G = decoding.ngram_size, decoding.guess_set_size
+    depth = N - 1 if decoding.lookup == "pool" else max(decoding.max_depth, N - 1)
+    step = 1 + max(W - 1, 0) + (N - 2) * W + G * depth
+    if step > ctx:
+        window = f"decoding.window_size={W}, " if decoding.method != "auto" else ""
+        depth_key = "" if decoding.lookup == "pool" else f", decoding.max_depth={decoding.max_depth}"
+        raise ConfigError(
+            f"{window}decoding.ngram_size={N}, decoding.guess_set_size={G}{depth_key} make a lookahead step of "
+            f"{step} tokens (1 + (W-1) + (N-2)*W window tokens + G candidates of {depth} tokens), more than the "
+            f"model's context of {ctx} tokens (max_position_embeddings); lower them so that a step fits")
 
 
 _CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")
@@ -196,6 +233,38 @@ def _hf_snapshot(repo_id: str) -> Optional[str]:
 def cache_root() -> str:
     """Folder holding lp_runtime's converted models: ``$LP_RUNTIME_CACHE`` or ``~/.cache/lp_runtime``."""
     return os.environ.get("LP_RUNTIME_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lp_runtime")
+
+
+def check_model_files(cfg: ModelConfig) -> None:
+    """Refuse, before anything loads (milliseconds), a ``model.path`` / ``model.gguf_file`` pair that cannot name a
+    model: a local folder with neither ``config.json`` nor the GGUF file asked for, a ``model.gguf_file`` that is
+    not in the folder (or in the cached HuggingFace snapshot), or a ``model.gguf_file`` with the bundled model.
+    Raises ``ModelLoadError`` naming the key, the value and what the folder holds."""
+    gguf = cfg.gguf_file
+    if cfg.path.startswith(BUNDLED_PREFIX):
+        if gguf:
+            raise ModelLoadError(
+                f"model.gguf_file={gguf!r} is not used with model.path={cfg.path!r} (the bundled model is its own "
+                "GGUF); leave model.gguf_file unset, or set model.path to the folder that holds that file")
+        return
+    folder = os.path.expanduser(cfg.path)
+    if not os.path.isdir(folder):
+        folder = _hf_snapshot(cfg.path) if gguf else None  # an id not in the cache is checked by its download
+        if folder is None:
+            return
+    ggufs = sorted(n for n in os.listdir(folder) if n.endswith(".gguf"))
+    listed = f"its .gguf files: {', '.join(ggufs)}" if ggufs else "it holds no .gguf file"
+    if gguf:
+        if not os.path.isfile(os.path.join(folder, gguf)):
+            raise ModelLoadError(f"model.gguf_file={gguf!r} is not a file in model.path={cfg.path!r} ({listed})")
+        return
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        if ggufs:
+            raise ModelLoadError(f"model.path={cfg.path!r} holds no config.json; to load a GGUF file there set "
+                                 f"model.gguf_file ({listed})")
+        raise ModelLoadError(f"model.path={cfg.path!r} holds neither config.json (a transformers model folder) nor "
+                             "a .gguf file (for model.gguf_file); give a folder saved by save_pretrained, a "
+                             "HuggingFace id, or bundled:smollm2")
 
 
 def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):

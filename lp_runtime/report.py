@@ -65,7 +65,8 @@ def load_run(answers: Path) -> dict[str, Any]:
     """``{"path", "records", "metrics", "settings"}`` of one run; metrics recomputed from the answers."""
     from lp_runtime.generate import load_answers
 
-    records = load_answers(answers, trim=False) if answers.exists() else []
+    advice = "give answers files of python -m lp_runtime.generate, or a folder holding them"
+    records = load_answers(answers, trim=False, advice=advice) if answers.exists() else []
     recorded = settings.read(Path(_base(answers) + ".settings.json"))
     if not recorded:
         try:

@@ -481,8 +481,8 @@ def test_10_non_utf8_dataset_and_answers_files_fail_in_one_line(cli10):
                 "-t utf-8) or remove that line")
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
     _fails_with(res_answers,
-                f"{answers} line 2: byte 1 (b'\\xff') is not UTF-8; save the file as UTF-8 (e.g. iconv -f latin1 "
-                "-t utf-8) or remove that line")
+                f"{answers} line 2: byte 1 (b'\\xff') is not UTF-8; an answers file is written as UTF-8, so this one "
+                "was changed elsewhere; move the file away or choose another output.path")
     assert answers.read_bytes() == b'{"question_id": 1}\n\xff\xfe{"question_id": 2}\n'  # untouched
 
 
