@@ -39,9 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
+import lp_runtime.decoder as decoder_module  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
-from lp_runtime.lookup import new_lookup, propose  # noqa: E402
+from lp_runtime.lookup import AnswerStore, new_lookup, propose  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
 from lp_runtime.verify import greedy_verify  # noqa: E402
 
@@ -50,6 +51,14 @@ VARIANTS = {
     "suffix": dict(lookup="suffix", tree=False, ranking="recency"),
     "tree": dict(lookup="suffix", tree=True, ranking="recency"),
     "counts": dict(lookup="suffix", tree=True, ranking="counts"),
+    # candidate sources on top of counts (issue 10's levers, measured one at a time)
+    "seed": dict(lookup="suffix", tree=True, ranking="counts", window_init="lookup"),
+    "xq": dict(lookup="suffix", tree=True, ranking="counts", cross_question=True),
+    "branch": dict(lookup="suffix", tree=True, ranking="counts", branch_ngrams=True),
+    "align": dict(lookup="suffix", tree=True, ranking="counts", window_align=True),
+    "seed_xq": dict(lookup="suffix", tree=True, ranking="counts", window_init="lookup", cross_question=True),
+    "all": dict(lookup="suffix", tree=True, ranking="counts", window_init="lookup", cross_question=True,
+                branch_ngrams=True),
 }
 NEAR_TIE = 1e-4
 
@@ -99,19 +108,53 @@ class PlanProbe(LocalGroup):
         return super().plan(num_pending, num_columns, num_levels, parents)
 
 
-def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k=None):
+def tuned_lookups(kw):
+    """Make ``Decoder.generate`` build its lookups with ``kw`` set (lookup tuning experiments only; the key
+    ``keep_ngrams`` goes to the cross-question store). Returns a function that undoes it."""
+    base = decoder_module.new_lookup
+
+    def make(cfg, store=None):
+        lk = base(cfg, store)
+        for key, val in kw.items():
+            if key == "keep_ngrams":
+                if store is not None:
+                    store.keep_ngrams = val
+            else:
+                setattr(lk, key, val)
+        return lk
+
+    decoder_module.new_lookup = make
+    return lambda: setattr(decoder_module, "new_lookup", base)
+
+
+def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k=None, lookup_kw=None):
     path = out_dir / "runs" / f"{name}.json"
     partial = path.with_suffix(".partial.json")
     if path.exists():
         return json.loads(path.read_text())
+    undo = tuned_lookups(lookup_kw) if lookup_kw else (lambda: None)
+    try:
+        return _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial)
+    finally:
+        undo()
+
+
+def _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial):
     probe = PlanProbe(probe_k) if probe_k else None
     dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=probe)
     rows = json.loads(partial.read_text())["rows"] if partial.exists() else []
+    if rows and dec.store is not None:  # a resumed run: rebuild the cross-question store from the done prompts
+        print("  (resume: the store is rebuilt from the reference outputs, without window n-grams)")
+        for (group, _, prompt), ref in zip(prompts, refs[: len(rows)]):
+            if group == rows[-1]["group"]:
+                dec.store.add(prompt, ref)
     start = time.time()
     path.parent.mkdir(parents=True, exist_ok=True)
     for (group, qid, prompt), ref in list(zip(prompts, refs))[len(rows):]:
         if probe:
             probe.rank_tokens = []
+        if dec.store is not None and rows and rows[-1]["group"] != group:
+            dec.store = AnswerStore()  # one store per prompt set, as one generate run per dataset would hold
         out = dec.generate(prompt, max_new_tokens=max_new)
         status = "identical"
         if out.output_ids != ref:
@@ -125,13 +168,14 @@ def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_
         rows.append(row)
         print(f"  {name} {group} {qid}: S {row['new_tokens'] / row['steps']:.2f} {status}", flush=True)
         res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": time.time() - start,
+               "lookup_kw": lookup_kw or {},
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "max_new_tokens": max_new}
         partial.write_text(json.dumps(res, indent=1) + "\n")  # a long run can be stopped and resumed
     partial.rename(path)
     return res
 
 
-def replay(prompts, refs, name, decoding, max_new, out_dir):
+def replay(prompts, refs, name, decoding, max_new, out_dir, lookup_kw=None):
     """S of a pool-only (W = 0) setting without the model: with no window the candidates depend only on the
     accepted text, and greedy verification accepts the longest tree path that matches the greedy continuation
     plus the bonus token, so replaying transformers' greedy output gives the decoder's exact steps (whenever
@@ -139,9 +183,12 @@ def replay(prompts, refs, name, decoding, max_new, out_dir):
     copy-KV (1 pending token + the tree)."""
     assert decoding.window_size == 0
     path = out_dir / "runs" / f"{name}.json"
-    rows = []
+    rows, stores = [], {}
     for (group, qid, prompt), ref in zip(prompts, refs):
-        lk = new_lookup(decoding)
+        store = stores.setdefault(group, AnswerStore()) if decoding.cross_question else None  # one run per set
+        lk = new_lookup(decoding, store)
+        for key, val in (lookup_kw or {}).items():  # lookup tuning (attributes of SuffixLookup)
+            setattr(lk, key, val)
         lk.extend(prompt)
         pos = steps = fed = 0
         while pos < len(ref):
@@ -157,7 +204,10 @@ def replay(prompts, refs, name, decoding, max_new, out_dir):
             pos, steps, fed = pos + len(accepted), steps + 1, fed + 1 + len(tree)
         rows.append({"group": group, "id": qid, "new_tokens": len(ref), "steps": steps, "fed_tokens": fed,
                      "status": "replay"})
+        if store is not None:
+            store.add(prompt, ref)
     res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": 0.0, "max_new_tokens": max_new,
+           "lookup_kw": lookup_kw or {},
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "replay": True}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res, indent=1) + "\n")
@@ -190,6 +240,7 @@ def main() -> None:
     ap.add_argument("--mt-limit", type=int, default=16, help="first k MT-Bench prompts (8 = one per category)")
     ap.add_argument("--he-limit", type=int, default=8, help="first k HumanEval prompts")
     ap.add_argument("--out", default="results/s_table")
+    ap.add_argument("--lookup-kw", default="{}", help='JSON of SuffixLookup attributes set on every lookup, e.g. {"max_key": 6} ("keep_ngrams": the store\'s)')
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out_dir = ROOT / args.out
@@ -217,9 +268,14 @@ def main() -> None:
         for v in args.variants:
             dec = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=args.commit, **VARIANTS[v])
             if args.replay:
-                replay(prompts, refs, f"w{w}n{n}g{g}_{v}_replay{tag}", dec, args.max_new_tokens, out_dir)
+                kw = json.loads(args.lookup_kw)
+                kw_tag = "".join(f"_{k}{v}" for k, v in kw.items())
+                replay(prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_replay{tag}", dec, args.max_new_tokens, out_dir, kw)
                 continue
-            run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}_{args.commit}{tag}", dec, args.max_new_tokens, out_dir)
+            kw = json.loads(args.lookup_kw)
+            kw_tag = "".join(f"_{k}{v}" for k, v in kw.items())
+            run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_{args.commit}{tag}", dec, args.max_new_tokens,
+                out_dir, lookup_kw=kw)
     for k in args.ks:
         dec = DecodingConfig(window_size=15 * k, ngram_size=5, guess_set_size=15 * k, commit="refeed",
                              **VARIANTS["counts"])
@@ -229,7 +285,8 @@ def main() -> None:
     for path in sorted((out_dir / "runs").glob("*.json")):  # finished runs, then what a stopped run got through
         res = json.loads(path.read_text())
         name = res["name"] + (" (partial)" if path.name.endswith(".partial.json") else "")
-        table[name] = {"decoding": res["decoding"], "date": res["date"], **summarize(res)}
+        table[name] = {"decoding": res["decoding"], "date": res["date"], "lookup_kw": res.get("lookup_kw", {}),
+                       **summarize(res)}
     (out_dir / "s_table.json").write_text(json.dumps(table, indent=1) + "\n")
 
     print("\n| setting (W, N, G) | variant | commit | MT-Bench S | fed/step | HumanEval S | fed/step | identical |")
@@ -238,7 +295,9 @@ def main() -> None:
         if name.startswith("lp_"):
             continue
         d, m, h = t["decoding"], t["mt_bench"], t["humaneval"]
-        variant = next((v for v, kw in VARIANTS.items() if all(d[key] == val for key, val in kw.items())), "?")
+        variant = max((v for v, kw in VARIANTS.items() if all(d.get(key, "random" if key == "window_init" else False) == val for key, val in kw.items())),
+                      key=lambda v: len(VARIANTS[v]), default="?")
+        variant += "".join(f" {k}={v}" for k, v in t.get("lookup_kw", {}).items())
         ident = "replay" if name.count("_replay") else f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']}"
         print(f"| ({d['window_size']}, {d['ngram_size']}, {d['guess_set_size']}) | {variant} | "
               f"{'copy' if 'replay' in name else d['commit']} | {m['S']:.2f} ({m['prompts']}) | {m['fed_per_step']:.1f} | "

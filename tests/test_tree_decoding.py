@@ -45,7 +45,8 @@ def test_commit_gathers_rows_into_place():
 
 @pytest.mark.parametrize("wng", [(0, 3, 2), (2, 3, 1), (4, 4, 3), (7, 5, 4), (3, 2, 2)])
 @pytest.mark.parametrize("variant", [{}, {"lookup": "pool"}, {"tree": False}, {"ranking": "recency"},
-                                     {"max_depth": 3}])
+                                     {"max_depth": 3}, {"window_init": "lookup"}, {"branch_ngrams": True},
+                                     {"window_init": "lookup", "lookup": "pool"}, {"window_align": True}])
 def test_copy_equals_refeed_equals_generate(tiny, wng, variant):
     model, refs = tiny
     w, n, g = wng
