@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 MATCH_WEIGHT = 4.0  # one occurrence matching l+1 tokens counts as this many matching l
+STORE_WEIGHT = 0.25  # an earlier answer's occurrence counts this much of one in the current text (measured:
+# docs/benchmarks.md section 6, replay at (0, 4, 2): 1.0 -> 0.25 raised S 1.534 -> 1.546 MT-Bench, 2.83 -> 2.86 HumanEval)
 
 
 @dataclass
@@ -164,8 +166,9 @@ class AnswerStore:
     never the output (greedy verification accepts model tokens only; sampling stays exact).
     """
 
-    def __init__(self, max_key: int = 4, keep_ngrams: bool = False) -> None:
+    def __init__(self, max_key: int = 4, keep_ngrams: bool = False, max_docs: int = 4096) -> None:
         self.max_key = max_key
+        self.max_docs = max_docs  # past this, the older half is forgotten (memory stays bounded in long jobs)
         self.keep_ngrams = keep_ngrams  # also keep each answer's harvested n-grams (``add``'s ``ngrams``)
         self.docs: list[tuple[int, ...]] = []
         self.index: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # key -> [(doc, end index)], oldest first
@@ -177,6 +180,11 @@ class AnswerStore:
             for g in ngrams:
                 self._add_doc(tuple(int(t) for t in g))
         self._add_doc(tuple(int(t) for t in list(prompt)[-self.max_key:]) + tuple(int(t) for t in output))
+        if len(self.docs) > self.max_docs:
+            keep = self.docs[len(self.docs) - self.max_docs // 2:]
+            self.docs, self.index = [], {}
+            for doc in keep:
+                self._add_doc(doc)
 
     def _add_doc(self, doc: tuple[int, ...]) -> None:
         self.docs.append(doc)
@@ -212,7 +220,7 @@ class SuffixLookup:
 
     def __init__(self, ngram_size: int, num_leaves: int, *, max_nodes: Optional[int] = None, max_depth: int = 10,
                  max_key: int = 4, ranking: str = "counts", max_occurrences: int = 64,
-                 index_history: bool = True, store: Optional[AnswerStore] = None, store_weight: float = 1.0,
+                 index_history: bool = True, store: Optional[AnswerStore] = None, store_weight: float = STORE_WEIGHT,
                  branch_ngrams: bool = False, ngram_keys: str = "head") -> None:
         if ngram_size < 2 or num_leaves < 0 or max_key < 1:
             raise ValueError(f"ngram_size={ngram_size}, num_leaves={num_leaves}, max_key={max_key}: "

@@ -46,7 +46,9 @@ def test_commit_gathers_rows_into_place():
 @pytest.mark.parametrize("wng", [(0, 3, 2), (2, 3, 1), (4, 4, 3), (7, 5, 4), (3, 2, 2)])
 @pytest.mark.parametrize("variant", [{}, {"lookup": "pool"}, {"tree": False}, {"ranking": "recency"},
                                      {"max_depth": 3}, {"window_init": "lookup"}, {"branch_ngrams": True},
-                                     {"window_init": "lookup", "lookup": "pool"}, {"window_align": True}])
+                                     {"window_init": "lookup", "lookup": "pool"}, {"window_align": True},
+                                     {"window_init": "lookup", "window_align": True, "branch_ngrams": True,
+                                      "cross_question": True}])
 def test_copy_equals_refeed_equals_generate(tiny, wng, variant):
     model, refs = tiny
     w, n, g = wng
@@ -106,3 +108,30 @@ def test_config_rejects_bad_variants():
             DecodingConfig(**kwargs)
         assert str(err.value) == msg
 
+
+
+@pytest.mark.parametrize("wng", [(0, 3, 2), (4, 4, 3)])
+def test_cross_question_store_changes_steps_never_tokens(tiny, wng):
+    """One Decoder answering the prompts twice: the second pass matches its own earlier answers in the store
+    (fewer steps); every output stays transformers' greedy; a fresh Decoder starts with an empty store."""
+    model, refs = tiny
+    w, n, g = wng
+    levers = dict(window_size=w, ngram_size=n, guess_set_size=g, window_init="lookup", window_align=True,
+                  branch_ngrams=True)
+    dec = Decoder(model, DecodingConfig(cross_question=True, **levers))
+    first = [dec.generate(p, max_new_tokens=40) for p in PROMPTS]
+    second = [dec.generate(p, max_new_tokens=40) for p in PROMPTS]
+    for out, ref in zip(first + second, refs + refs):
+        assert out.output_ids == ref
+    assert len(dec.store.docs) == 2 * len(PROMPTS)
+    assert sum(o.decoding_steps for o in second) < sum(o.decoding_steps for o in first)
+    alone = Decoder(model, DecodingConfig(**levers)).generate(PROMPTS[0], max_new_tokens=40)
+    assert alone.decoding_steps == first[0].decoding_steps  # the store was empty for the first prompt
+    assert Decoder(model, DecodingConfig(**levers)).store is None
+
+
+def test_config_rejects_bad_sources():
+    with pytest.raises(ConfigError, match=r"decoding.window_init='first' is not allowed; use one of random, lookup"):
+        DecodingConfig(window_init="first")
+    with pytest.raises(ConfigError, match="decoding.cross_question=true needs decoding.lookup=suffix"):
+        DecodingConfig(cross_question=True, lookup="pool")
