@@ -127,34 +127,41 @@ def tuned_lookups(kw):
     return lambda: setattr(decoder_module, "new_lookup", base)
 
 
-def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k=None, lookup_kw=None):
+def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k=None, lookup_kw=None, start=0):
     path = out_dir / "runs" / f"{name}.json"
     partial = path.with_suffix(".partial.json")
     if path.exists():
         return json.loads(path.read_text())
     undo = tuned_lookups(lookup_kw) if lookup_kw else (lambda: None)
     try:
-        return _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial)
+        return _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial,
+                    start)
     finally:
         undo()
 
 
-def _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial):
+def _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial, start):
     probe = PlanProbe(probe_k) if probe_k else None
     dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=probe)
     rows = json.loads(partial.read_text())["rows"] if partial.exists() else []
-    if rows and dec.store is not None:  # a resumed run: rebuild the cross-question store from the done prompts
-        print("  (resume: the store is rebuilt from the reference outputs, without window n-grams)")
-        for (group, _, prompt), ref in zip(prompts, refs[: len(rows)]):
-            if group == rows[-1]["group"]:
+    done = start + len(rows)
+    if done and dec.store is not None:
+        # --start or a resumed run: the store is rebuilt from the earlier prompts' outputs (token-identical to
+        # the references), exactly what an unbroken run holds unless the store keeps window n-grams
+        print("  (the store is rebuilt from the reference outputs of the earlier prompts)")
+        for (group, _, prompt), ref in zip(prompts[:done], refs[:done]):
+            if group == prompts[done - 1][0]:
                 dec.store.add(prompt, ref)
-    start = time.time()
+    prev_group = prompts[done - 1][0] if done else None
+    prompts, refs = prompts[start:], refs[start:]
+    t0 = time.time()
     path.parent.mkdir(parents=True, exist_ok=True)
     for (group, qid, prompt), ref in list(zip(prompts, refs))[len(rows):]:
         if probe:
             probe.rank_tokens = []
-        if dec.store is not None and rows and rows[-1]["group"] != group:
+        if dec.store is not None and prev_group not in (None, group):
             dec.store = AnswerStore()  # one store per prompt set, as one generate run per dataset would hold
+        prev_group = group
         out = dec.generate(prompt, max_new_tokens=max_new)
         status = "identical"
         if out.output_ids != ref:
@@ -167,7 +174,7 @@ def _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe
             row["rank_tokens"] = [sum(r[k] for r in probe.rank_tokens) for k in range(probe_k)]
         rows.append(row)
         print(f"  {name} {group} {qid}: S {row['new_tokens'] / row['steps']:.2f} {status}", flush=True)
-        res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": time.time() - start,
+        res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": time.time() - t0,
                "lookup_kw": lookup_kw or {},
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "max_new_tokens": max_new}
         partial.write_text(json.dumps(res, indent=1) + "\n")  # a long run can be stopped and resumed
@@ -240,6 +247,9 @@ def main() -> None:
     ap.add_argument("--mt-limit", type=int, default=16, help="first k MT-Bench prompts (8 = one per category)")
     ap.add_argument("--he-limit", type=int, default=8, help="first k HumanEval prompts")
     ap.add_argument("--out", default="results/s_table")
+    ap.add_argument("--start", type=int, default=0,
+                    help="model runs: skip the first k selected prompts (their outputs still fill the cross-question "
+                         "store), so one run can be split over processes")
     ap.add_argument("--lookup-kw", default="{}", help='JSON of SuffixLookup attributes set on every lookup, e.g. {"max_key": 6} ("keep_ngrams": the store\'s)')
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -273,9 +283,9 @@ def main() -> None:
                 replay(prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_replay{tag}", dec, args.max_new_tokens, out_dir, kw)
                 continue
             kw = json.loads(args.lookup_kw)
-            kw_tag = "".join(f"_{k}{v}" for k, v in kw.items())
+            kw_tag = "".join(f"_{k}{v}" for k, v in kw.items()) + (f"_from{args.start}" if args.start else "")
             run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_{args.commit}{tag}", dec, args.max_new_tokens,
-                out_dir, lookup_kw=kw)
+                out_dir, lookup_kw=kw, start=args.start)
     for k in args.ks:
         dec = DecodingConfig(window_size=15 * k, ngram_size=5, guess_set_size=15 * k, commit="refeed",
                              **VARIANTS["counts"])
