@@ -247,6 +247,7 @@ def main() -> None:
     ap.add_argument("--mt-limit", type=int, default=16, help="first k MT-Bench prompts (8 = one per category)")
     ap.add_argument("--he-limit", type=int, default=8, help="first k HumanEval prompts")
     ap.add_argument("--out", default="results/s_table")
+    ap.add_argument("--seed", type=int, default=0, help="decoding.seed (the window's random initial guesses)")
     ap.add_argument("--start", type=int, default=0,
                     help="model runs: skip the first k selected prompts (their outputs still fill the cross-question "
                          "store), so one run can be split over processes")
@@ -276,14 +277,16 @@ def main() -> None:
     for setting in args.settings:
         w, n, g = (int(x) for x in setting.split(","))
         for v in args.variants:
-            dec = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=args.commit, **VARIANTS[v])
+            dec = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=args.commit, seed=args.seed,
+                                 **VARIANTS[v])
             if args.replay:
                 kw = json.loads(args.lookup_kw)
                 kw_tag = "".join(f"_{k}{v}" for k, v in kw.items())
                 replay(prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_replay{tag}", dec, args.max_new_tokens, out_dir, kw)
                 continue
             kw = json.loads(args.lookup_kw)
-            kw_tag = "".join(f"_{k}{v}" for k, v in kw.items()) + (f"_from{args.start}" if args.start else "")
+            kw_tag = "".join(f"_{k}{v}" for k, v in kw.items()) + (f"_from{args.start}" if args.start else "") + \
+                (f"_seed{args.seed}" if args.seed else "")
             run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_{args.commit}{tag}", dec, args.max_new_tokens,
                 out_dir, lookup_kw=kw, start=args.start)
     for k in args.ks:
