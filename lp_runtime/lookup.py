@@ -166,7 +166,7 @@ class AnswerStore:
     never the output (greedy verification accepts model tokens only; sampling stays exact).
     """
 
-    def __init__(self, max_key: int = 4, keep_ngrams: bool = False, max_docs: int = 4096) -> None:
+    def __init__(self, max_key: int = 4, keep_ngrams: bool = False, max_docs: int = 65536) -> None:
         self.max_key = max_key
         self.max_docs = max_docs  # past this, the older half is forgotten (memory stays bounded in long jobs)
         self.keep_ngrams = keep_ngrams  # also keep each answer's harvested n-grams (``add``'s ``ngrams``)
