@@ -26,6 +26,11 @@ Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 n
     prob: c = d = 4 / (8 + 1) = 0.444;  c->a = d->a = 4 / (4 + 1) = 0.8
     tree (ties broken by recency, newest first): tokens [d, c, a, a], parents [-1, -1, 0, 1]
 
+More sources (issue 10's levers, measured in docs/benchmarks.md section 6b): an ``AnswerStore`` of the run's
+earlier answers (``decoding.cross_question``; matched after the sequence's own sources, weight ``STORE_WEIGHT``),
+the model's outputs on rejected tree branches (``add_branch``, ``decoding.branch_ngrams``), and ``guess``, the
+single best continuation, which seeds the Jacobi window (``decoding.window_init=lookup``, ``window_align``).
+
 ``CandidateTree.chains`` turns a tree into separate root-to-leaf chains (the flat candidates of the
 reference code, shared prefixes fed once per candidate): the ablation ``tree=False``.
 """
