@@ -14,6 +14,12 @@ first differing token is below 1e-4.
 Variants (``DecodingConfig`` fields): ``pool`` = the reference code's n-gram pool keyed by the newest token,
 separate chains (lookup=pool tree=false); ``suffix`` = suffix lookup, separate chains, recency ranking;
 ``tree`` = suffix lookup as a token tree, recency ranking; ``counts`` = tree + counts ranking (the default).
+Candidate-source variants (issue 10's levers, docs/benchmarks.md section 6b), each counts + one field:
+``seed`` (window_init=lookup), ``align`` (window_align), ``xq`` (cross_question: one store per prompt set, filled
+in prompt order), ``branch`` (branch_ngrams), and the combinations ``seed_xq`` and ``all``. ``--lookup-kw`` sets
+``SuffixLookup`` attributes on every lookup (e.g. ``{"ngram_keys": "all"}``; ``keep_ngrams`` goes to the store),
+``--seed`` the window's random seed (the noise control), ``--start k`` skips the first k selected prompts (their
+reference outputs, identical to the decoder's, fill the store), so a long run can be split over processes.
 ``--commit`` chooses copy-KV (default; the next step feeds only the bonus token) or re-feed.
 
 LP scaling (``--ks``): W = G = K x 15, N = 5, the ``counts`` variant with re-feed commit (what K ranks run),
