@@ -32,6 +32,7 @@ LOOKUPS = ("suffix", "pool")
 RANKINGS = ("counts", "recency")
 COMMITS = ("copy", "refeed")
 WINDOW_INITS = ("random", "lookup")
+NGRAM_KEYS = ("head", "all")
 
 
 @dataclass
@@ -86,7 +87,8 @@ class DecodingConfig:
     accepted, its new trailing columns from the lookup's continuation; false: one column a step, as in the
     paper); ``cross_question`` (the suffix lookup also matches the earlier answers of the same
     ``Decoder``, SuffixDecoding's global tree; changes candidates only, never the output); ``branch_ngrams``
-    (the model's outputs on rejected candidate branches are kept as n-grams).
+    (the model's outputs on rejected candidate branches are kept as n-grams); ``ngram_keys`` "head" (a window
+    n-gram is found by its first tokens, as the paper's pool keys it) or "all" (by every k-gram inside it).
     """
 
     method: str = "lookahead"
@@ -104,8 +106,11 @@ class DecodingConfig:
     window_align: bool = False
     cross_question: bool = False
     branch_ngrams: bool = False
+    ngram_keys: str = "head"
 
     def __post_init__(self) -> None:
+        _check(self.ngram_keys in NGRAM_KEYS,
+               f"decoding.ngram_keys={self.ngram_keys!r} is not allowed; use one of {', '.join(NGRAM_KEYS)}")
         _check(self.window_init in WINDOW_INITS,
                f"decoding.window_init={self.window_init!r} is not allowed; use one of {', '.join(WINDOW_INITS)}")
         _check(not (self.cross_question and self.lookup == "pool"),

@@ -463,7 +463,7 @@ def new_lookup(cfg, store: Optional[AnswerStore] = None):
     if cfg.lookup == "pool":
         return PoolLookup(n, g, from_prompt=cfg.pool_from_prompt)
     return SuffixLookup(n, g, max_depth=cfg.max_depth, ranking=cfg.ranking, index_history=cfg.pool_from_prompt,
-                        store=store, branch_ngrams=getattr(cfg, "branch_ngrams", False))
+                        store=store, branch_ngrams=cfg.branch_ngrams, ngram_keys=cfg.ngram_keys)
 
 
 def propose(lookup, cfg) -> CandidateTree:

@@ -65,7 +65,8 @@ def test_copy_equals_refeed_equals_generate(tiny, wng, variant):
 @pytest.mark.parametrize("wng", [(2, 3, 1), (4, 4, 3), (7, 5, 4)])
 @pytest.mark.parametrize("variant", [{"window_init": "lookup"}, {"window_align": True}, {"branch_ngrams": True},
                                      {"window_init": "lookup", "lookup": "pool"},
-                                     {"window_init": "lookup", "window_align": True, "branch_ngrams": True}])
+                                     {"window_init": "lookup", "window_align": True, "branch_ngrams": True},
+                                     {"ngram_keys": "all"}])
 def test_candidate_sources_keep_greedy_exact(tiny, wng, variant):
     """Issue 10's candidate sources (window seeding and realignment, branch n-grams) change steps, not tokens."""
     model, refs = tiny
@@ -146,3 +147,5 @@ def test_config_rejects_bad_sources():
         DecodingConfig(window_init="first")
     with pytest.raises(ConfigError, match="decoding.cross_question=true needs decoding.lookup=suffix"):
         DecodingConfig(cross_question=True, lookup="pool")
+    with pytest.raises(ConfigError, match=r"decoding.ngram_keys='tail' is not allowed; use one of head, all"):
+        DecodingConfig(ngram_keys="tail")
