@@ -44,7 +44,7 @@ from . import support
 from .config import ConfigError, DecodingConfig, SamplingConfig
 from .kv import commit, new_cache
 from .layout import LayoutCache, MaskBuffer, full_mask
-from .lookup import CandidateTree, FeedAll, new_lookup, propose
+from .lookup import AnswerStore, CandidateTree, FeedAll, new_lookup, propose
 from .parallel import LocalGroup, state_hash, sub_parents
 from .sampling import Sampler, check_processors, warn_model_defaults
 from .stopping import StopChecker
@@ -137,6 +137,8 @@ class Decoder:
         self.static_mask = True
         self._mask_buffer = MaskBuffer(model.dtype, self.device)
         self.context_length = support.position_limit(model)  # every fed position stays below this
+        # decoding.cross_question: earlier answers of this Decoder seed later prompts' lookups (candidates only)
+        self.store = AnswerStore() if decoding.cross_question and self.use_pool else None
 
     def _window_tokens(self, window: JacobiWindow) -> int:
         """Window tokens one process would feed this step (row 0 columns 1..W-1 + W per level)."""
@@ -224,13 +226,14 @@ class Decoder:
         past = len(prompt) - 1
         pending = [prompt[-1]]
 
-        window = JacobiWindow(self.window_size, self.ngram_size)
-        if window.active:
-            window.reset(prompt, self.cfg.seed)
-        lookup = new_lookup(self.cfg) if self.use_pool else None
+        lookup = new_lookup(self.cfg, self.store) if self.use_pool else None
         history = list(prompt)
         if lookup is not None:
             lookup.extend(prompt)
+        window = JacobiWindow(self.window_size, self.ngram_size)
+        if window.active:
+            seed_lookup = lookup is not None and self.cfg.window_init == "lookup"
+            window.reset(prompt, self.cfg.seed, lookup.guess(self.window_size - 1) if seed_lookup else ())
         steps, accept_lengths, step_tokens = 0, [], []
 
         while True:
@@ -277,9 +280,14 @@ class Decoder:
                 for ngram in window.advance(pending[-1], new_window):
                     if lookup is not None:
                         lookup.add_ngram(ngram)
+            if lookup is not None:  # decoding.branch_ngrams: the model's outputs on rejected branches
+                lookup.add_branch(pending[-1], tree, node_out, path)
             history.extend(accepted)
             if lookup is not None:
                 lookup.extend(accepted)
+            if num_columns and self.cfg.window_align and len(accepted) > 1:
+                window.realign(len(accepted) - 1, lookup.guess(self.window_size + self.ngram_size)
+                               if lookup is not None else ())
             pending = accepted[-1:] if self.copy_kv else accepted
             if getattr(self.lp, "debug", False):  # every LP rank must hold the same state after the merge (DESIGN.md section 3)
                 self.lp.check_consistent(state_hash(window.state(), lookup.state() if lookup else None,
@@ -287,6 +295,8 @@ class Decoder:
 
         if streamer is not None:
             streamer.end()
+        if self.store is not None:
+            self.store.add(prompt, stopper.output, lookup.harvested())
         return GenerationOutput(
             output_ids=list(stopper.output),
             finish_reason=stopper.finish_reason or "length",

@@ -26,6 +26,11 @@ Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 n
     prob: c = d = 4 / (8 + 1) = 0.444;  c->a = d->a = 4 / (4 + 1) = 0.8
     tree (ties broken by recency, newest first): tokens [d, c, a, a], parents [-1, -1, 0, 1]
 
+More sources (issue 10's levers, measured in docs/benchmarks.md section 6b): an ``AnswerStore`` of the run's
+earlier answers (``decoding.cross_question``; matched after the sequence's own sources, weight ``STORE_WEIGHT``),
+the model's outputs on rejected tree branches (``add_branch``, ``decoding.branch_ngrams``), and ``guess``, the
+single best continuation, which seeds the Jacobi window (``decoding.window_init=lookup``, ``window_align``).
+
 ``CandidateTree.chains`` turns a tree into separate root-to-leaf chains (the flat candidates of the
 reference code, shared prefixes fed once per candidate): the ablation ``tree=False``.
 """
@@ -36,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 MATCH_WEIGHT = 4.0  # one occurrence matching l+1 tokens counts as this many matching l
+STORE_WEIGHT = 0.25  # an earlier answer's occurrence counts this much of one in the current text (measured:
+# docs/benchmarks.md section 6, replay at (0, 4, 2): 1.0 -> 0.25 raised S 1.534 -> 1.546 MT-Bench, 2.83 -> 2.86 HumanEval)
 
 
 @dataclass
@@ -157,6 +164,49 @@ class _Node:
         self.from_history = False  # some occurrence in the accepted sequence (doc 0) runs through this node
 
 
+class AnswerStore:
+    """Earlier answers of the same run, a candidate source shared by later prompts (``decoding.cross_question``;
+    SuffixDecoding's global tree, arXiv 2411.04975 section 4).
+
+    Each document is an answer (its output tokens) preceded by the last ``max_key`` tokens of its prompt, so the
+    opening of an answer is found by the prompt's ending (e.g. the chat template's assistant header). Indexed
+    by every k-gram, k = 1 .. ``max_key``, like the accepted sequence. It holds accepted tokens only, so every LP
+    rank that decoded the same prompts in the same order holds the same store; it only changes the candidates,
+    never the output (greedy verification accepts model tokens only; sampling stays exact).
+    """
+
+    def __init__(self, max_key: int = 4, keep_ngrams: bool = False, max_docs: int = 65536) -> None:
+        self.max_key = max_key
+        self.max_docs = max_docs  # past this, the older half is forgotten (memory stays bounded in long jobs)
+        self.keep_ngrams = keep_ngrams  # also keep each answer's harvested n-grams (``add``'s ``ngrams``)
+        self.docs: list[tuple[int, ...]] = []
+        self.index: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # key -> [(doc, end index)], oldest first
+
+    def add(self, prompt: Sequence[int], output: Sequence[int], ngrams: Sequence[Sequence[int]] = ()) -> None:
+        """Store one finished answer (``output``, new tokens only) after the tail of its ``prompt``, and with
+        ``keep_ngrams`` the n-grams harvested while answering it (each its own document)."""
+        if self.keep_ngrams:
+            for g in ngrams:
+                self._add_doc(tuple(int(t) for t in g))
+        self._add_doc(tuple(int(t) for t in list(prompt)[-self.max_key:]) + tuple(int(t) for t in output))
+        if len(self.docs) > self.max_docs:
+            keep = self.docs[len(self.docs) - self.max_docs // 2:]
+            self.docs, self.index = [], {}
+            for doc in keep:
+                self._add_doc(doc)
+
+    def _add_doc(self, doc: tuple[int, ...]) -> None:
+        self.docs.append(doc)
+        d = len(self.docs) - 1
+        for i in range(len(doc)):
+            for k in range(1, min(self.max_key, i + 1) + 1):
+                self.index.setdefault(doc[i - k + 1 : i + 1], []).append((d, i))
+
+    def state(self) -> tuple:
+        """A hashable summary (for the LP consistency check)."""
+        return len(self.docs), sum(len(d) for d in self.docs)
+
+
 class SuffixLookup:
     """Suffix-match candidate source for one sequence (see the module docstring).
 
@@ -170,11 +220,17 @@ class SuffixLookup:
         ranking: "counts" (estimated path probability; recency breaks ties) or "recency" (newest first).
         max_occurrences: most occurrences read per proposal (newest first within each key length).
         index_history: match over the accepted sequence too (``pool_from_prompt``); False: n-grams only.
+        store: an ``AnswerStore`` of earlier answers, matched after this sequence's own sources (each occurrence
+            weighted ``store_weight``; recency below every own occurrence).
+        branch_ngrams: ``add_branch`` keeps the model's outputs on rejected tree branches as n-grams.
+        ngram_keys: "head" (an n-gram is found by its first 1 .. max_key tokens, as the paper's pool keys it)
+            or "all" (by every k-gram inside it, like the accepted sequence: shorter continuations, more of them).
     """
 
     def __init__(self, ngram_size: int, num_leaves: int, *, max_nodes: Optional[int] = None, max_depth: int = 10,
                  max_key: int = 4, ranking: str = "counts", max_occurrences: int = 64,
-                 index_history: bool = True) -> None:
+                 index_history: bool = True, store: Optional[AnswerStore] = None, store_weight: float = STORE_WEIGHT,
+                 branch_ngrams: bool = False, ngram_keys: str = "head") -> None:
         if ngram_size < 2 or num_leaves < 0 or max_key < 1:
             raise ValueError(f"ngram_size={ngram_size}, num_leaves={num_leaves}, max_key={max_key}: "
                              "need N >= 2, G >= 0, max_key >= 1")
@@ -188,6 +244,10 @@ class SuffixLookup:
         self.ranking = ranking
         self.max_occurrences = max_occurrences
         self.index_history = index_history
+        self.store = store
+        self.store_weight = store_weight
+        self.branch_ngrams = branch_ngrams
+        self.ngram_keys = ngram_keys
         self.history: list[int] = []
         self._docs: list[tuple[int, ...]] = []  # harvested n-grams (doc id = index + 1; doc 0 = history)
         self._doc_ids: dict[tuple[int, ...], int] = {}
@@ -217,24 +277,38 @@ class SuffixLookup:
         self._stamp.append(self._clock)
         doc = len(self._docs)
         self._doc_ids[key] = doc
-        for k in range(1, min(self.max_key, len(key) - 1) + 1):
-            self._index.setdefault(key[:k], []).append((doc, k - 1))
+        if self.ngram_keys == "head":  # (end index, key length): the first k tokens
+            keys = [(k - 1, k) for k in range(1, min(self.max_key, len(key) - 1) + 1)]
+        else:  # every k-gram that leaves a continuation
+            keys = [(end, k) for end in range(len(key) - 1) for k in range(1, min(self.max_key, end + 1) + 1)]
+        for end, k in keys:
+            self._index.setdefault(key[end - k + 1 : end + 1], []).append((doc, end))
+
+    def harvested(self) -> list[tuple[int, ...]]:
+        """The distinct n-grams added so far (window and branch n-grams), oldest first."""
+        return list(self._docs)
 
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check)."""
-        return len(self.history), self._clock, tuple(self._docs[-8:]), tuple(self._stamp[-8:])
+        return (len(self.history), self._clock, tuple(self._docs[-8:]), tuple(self._stamp[-8:]),
+                self.store.state() if self.store is not None else None)
 
     def depth_for(self, match_len: int) -> int:
         """Continuation length proposed after a ``match_len``-token match: (N-1) x match_len, at most max_depth."""
         return min(self.max_depth, (self.ngram_size - 1) * match_len)
 
     # ------------------------------------------------------------------ proposal
-    def _occurrences(self) -> list[tuple[int, int, int, int]]:
-        """(doc, end, match length, recency) of occurrences of the suffix with a continuation, best first."""
-        hist, seen, out = self.history, set(), []
-        last = len(hist) - 1
+    def _occurrences(self, hist: Optional[Sequence[int]] = None) -> list[tuple[int, int, int, int]]:
+        """(doc, end, match length, recency) of occurrences of ``hist``'s suffix (default the accepted
+        sequence) with a continuation, best first. doc 0 = the accepted sequence, > 0 = an n-gram, < 0 = an
+        answer of the store (-1 - its index)."""
+        hist = self.history if hist is None else hist
+        seen, out = set(), []
+        last = len(self.history) - 1
+        store = self.store
         for m in range(min(self.max_key, len(hist)), 0, -1):
-            for doc, end in reversed(self._index.get(tuple(hist[-m:]), ())):
+            key = tuple(hist[-m:])
+            for doc, end in reversed(self._index.get(key, ())):
                 if (doc, end) in seen or (doc == 0 and end == last):
                     continue
                 seen.add((doc, end))
@@ -242,14 +316,25 @@ class SuffixLookup:
                 out.append((doc, end, m, stamp))
                 if len(out) >= self.max_occurrences:
                     return out
+            if store is not None:
+                for d, end in reversed(store.index.get(key, ())):
+                    if (-1 - d, end) in seen or end + 1 >= len(store.docs[d]):
+                        continue
+                    seen.add((-1 - d, end))
+                    out.append((-1 - d, end, m, d - len(store.docs) - 1))  # older answers rank lower, all below own
+                    if len(out) >= self.max_occurrences:
+                        return out
         return out
 
-    def _trie(self) -> _Node:
+    def _seq(self, doc: int) -> Sequence[int]:
+        return self.history if doc == 0 else self._docs[doc - 1] if doc > 0 else self.store.docs[-1 - doc]
+
+    def _trie(self, hist: Optional[Sequence[int]] = None) -> _Node:
         root = _Node(-1)
-        for doc, end, m, stamp in self._occurrences():
-            seq = self.history if doc == 0 else self._docs[doc - 1]
+        for doc, end, m, stamp in self._occurrences(hist):
+            seq = self._seq(doc)
             cont = seq[end + 1 : end + 1 + self.depth_for(m)]
-            w = MATCH_WEIGHT ** (m - 1)
+            w = MATCH_WEIGHT ** (m - 1) * (self.store_weight if doc < 0 else 1.0)
             node = root
             for t in cont:
                 node.cont += w
@@ -261,6 +346,40 @@ class SuffixLookup:
                 child.recency = max(child.recency, stamp)
                 node = child
         return root
+
+    def guess(self, length: int) -> list[int]:
+        """The lookup's single best continuation of the accepted sequence, up to ``length`` tokens (maybe
+        fewer, or none when nothing matches): the heaviest trie path (recency breaking ties), extended by
+        matching again on the sequence with the guess appended. Used to seed the Jacobi window."""
+        seq, out = list(self.history), []
+        while len(out) < length:
+            node = self._trie(seq)
+            step = []
+            while node.kids and len(out) + len(step) < length:
+                node = max(node.kids.values(), key=lambda n: (n.weight, n.recency))
+                step.append(node.token)
+            if not step:
+                break
+            out += step
+            seq += step
+        return out
+
+    def add_branch(self, c: int, tree: "CandidateTree", node_out: Sequence[int], path: Sequence[int]) -> None:
+        """Keep what verification learnt off the accepted path (with ``branch_ngrams``): for every fed node
+        outside ``path`` whose model output no child of it carries, the n-gram ``[c, branch tokens ..., output]``
+        (the model's own continuation of that draft, verified for the draft's context) becomes a window-like
+        n-gram. ``node_out``: one output token per tree node (negative = none)."""
+        if not self.branch_ngrams or not len(tree):
+            return
+        on_path = set(path)
+        kid_tokens: dict[int, set] = {}
+        for i, p in enumerate(tree.parents):
+            kid_tokens.setdefault(p, set()).add(tree.tokens[i])
+        for i in range(len(tree)):
+            o = int(node_out[i])
+            if i in on_path or o < 0 or o in kid_tokens.get(i, ()):
+                continue
+            self.add_ngram([int(c)] + [tree.tokens[n] for n in tree.path(i)] + [o])
 
     def propose(self) -> CandidateTree:
         """The candidate tree for the current accepted sequence (empty when nothing matches or G = 0).
@@ -326,18 +445,31 @@ class PoolLookup:
     def state(self) -> tuple:
         return tuple((k, tuple(v)) for k, v in self.pool.items())
 
+    def guess(self, length: int) -> list[int]:
+        """The newest candidate of the newest token, at most ``length`` tokens (window seeding)."""
+        cands = self.pool.candidates(self.history[-1]) if self.history else []
+        return list(cands[0])[:length] if cands else []
+
+    def add_branch(self, c, tree, node_out, path) -> None:
+        """The reference pool keeps window n-grams only."""
+
+    def harvested(self) -> list:
+        return []
+
     def propose(self) -> CandidateTree:
         if not self.history:
             return CandidateTree()
         return CandidateTree.from_chains(self.pool.candidates(self.history[-1]))
 
 
-def new_lookup(cfg):
-    """The candidate source ``cfg`` (a ``DecodingConfig``) asks for: ``PoolLookup`` or ``SuffixLookup``."""
+def new_lookup(cfg, store: Optional[AnswerStore] = None):
+    """The candidate source ``cfg`` (a ``DecodingConfig``) asks for: ``PoolLookup`` or ``SuffixLookup``
+    (matching ``store``'s earlier answers too, when given)."""
     n, g = cfg.ngram_size, cfg.guess_set_size
     if cfg.lookup == "pool":
         return PoolLookup(n, g, from_prompt=cfg.pool_from_prompt)
-    return SuffixLookup(n, g, max_depth=cfg.max_depth, ranking=cfg.ranking, index_history=cfg.pool_from_prompt)
+    return SuffixLookup(n, g, max_depth=cfg.max_depth, ranking=cfg.ranking, index_history=cfg.pool_from_prompt,
+                        store=store, branch_ngrams=cfg.branch_ngrams, ngram_keys=cfg.ngram_keys)
 
 
 def propose(lookup, cfg) -> CandidateTree:

@@ -14,6 +14,12 @@ first differing token is below 1e-4.
 Variants (``DecodingConfig`` fields): ``pool`` = the reference code's n-gram pool keyed by the newest token,
 separate chains (lookup=pool tree=false); ``suffix`` = suffix lookup, separate chains, recency ranking;
 ``tree`` = suffix lookup as a token tree, recency ranking; ``counts`` = tree + counts ranking (the default).
+Candidate-source variants (issue 10's levers, docs/benchmarks.md section 6b), each counts + one field:
+``seed`` (window_init=lookup), ``align`` (window_align), ``xq`` (cross_question: one store per prompt set, filled
+in prompt order), ``branch`` (branch_ngrams), and the combinations ``seed_xq`` and ``all``. ``--lookup-kw`` sets
+``SuffixLookup`` attributes on every lookup (e.g. ``{"ngram_keys": "all"}``; ``keep_ngrams`` goes to the store),
+``--seed`` the window's random seed (the noise control), ``--start k`` skips the first k selected prompts (their
+reference outputs, identical to the decoder's, fill the store), so a long run can be split over processes.
 ``--commit`` chooses copy-KV (default; the next step feeds only the bonus token) or re-feed.
 
 LP scaling (``--ks``): W = G = K x 15, N = 5, the ``counts`` variant with re-feed commit (what K ranks run),
@@ -39,9 +45,10 @@ sys.path.insert(0, str(ROOT))
 
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
+import lp_runtime.decoder as decoder_module  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
-from lp_runtime.lookup import new_lookup, propose  # noqa: E402
+from lp_runtime.lookup import AnswerStore, new_lookup, propose  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
 from lp_runtime.verify import greedy_verify  # noqa: E402
 
@@ -50,6 +57,14 @@ VARIANTS = {
     "suffix": dict(lookup="suffix", tree=False, ranking="recency"),
     "tree": dict(lookup="suffix", tree=True, ranking="recency"),
     "counts": dict(lookup="suffix", tree=True, ranking="counts"),
+    # candidate sources on top of counts (issue 10's levers, measured one at a time)
+    "seed": dict(lookup="suffix", tree=True, ranking="counts", window_init="lookup"),
+    "xq": dict(lookup="suffix", tree=True, ranking="counts", cross_question=True),
+    "branch": dict(lookup="suffix", tree=True, ranking="counts", branch_ngrams=True),
+    "align": dict(lookup="suffix", tree=True, ranking="counts", window_align=True),
+    "seed_xq": dict(lookup="suffix", tree=True, ranking="counts", window_init="lookup", cross_question=True),
+    "all": dict(lookup="suffix", tree=True, ranking="counts", window_init="lookup", cross_question=True,
+                branch_ngrams=True),
 }
 NEAR_TIE = 1e-4
 
@@ -99,19 +114,60 @@ class PlanProbe(LocalGroup):
         return super().plan(num_pending, num_columns, num_levels, parents)
 
 
-def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k=None):
+def tuned_lookups(kw):
+    """Make ``Decoder.generate`` build its lookups with ``kw`` set (lookup tuning experiments only; the key
+    ``keep_ngrams`` goes to the cross-question store). Returns a function that undoes it."""
+    base = decoder_module.new_lookup
+
+    def make(cfg, store=None):
+        lk = base(cfg, store)
+        for key, val in kw.items():
+            if key == "keep_ngrams":
+                if store is not None:
+                    store.keep_ngrams = val
+            else:
+                setattr(lk, key, val)
+        return lk
+
+    decoder_module.new_lookup = make
+    return lambda: setattr(decoder_module, "new_lookup", base)
+
+
+def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k=None, lookup_kw=None, start=0):
     path = out_dir / "runs" / f"{name}.json"
     partial = path.with_suffix(".partial.json")
     if path.exists():
         return json.loads(path.read_text())
+    undo = tuned_lookups(lookup_kw) if lookup_kw else (lambda: None)
+    try:
+        return _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial,
+                    start)
+    finally:
+        undo()
+
+
+def _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial, start):
     probe = PlanProbe(probe_k) if probe_k else None
     dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=probe)
     rows = json.loads(partial.read_text())["rows"] if partial.exists() else []
-    start = time.time()
+    done = start + len(rows)
+    if done and dec.store is not None:
+        # --start or a resumed run: the store is rebuilt from the earlier prompts' outputs (token-identical to
+        # the references), exactly what an unbroken run holds unless the store keeps window n-grams
+        print("  (the store is rebuilt from the reference outputs of the earlier prompts)")
+        for (group, _, prompt), ref in zip(prompts[:done], refs[:done]):
+            if group == prompts[done - 1][0]:
+                dec.store.add(prompt, ref)
+    prev_group = prompts[done - 1][0] if done else None
+    prompts, refs = prompts[start:], refs[start:]
+    t0 = time.time()
     path.parent.mkdir(parents=True, exist_ok=True)
     for (group, qid, prompt), ref in list(zip(prompts, refs))[len(rows):]:
         if probe:
             probe.rank_tokens = []
+        if dec.store is not None and prev_group not in (None, group):
+            dec.store = AnswerStore()  # one store per prompt set, as one generate run per dataset would hold
+        prev_group = group
         out = dec.generate(prompt, max_new_tokens=max_new)
         status = "identical"
         if out.output_ids != ref:
@@ -124,14 +180,15 @@ def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_
             row["rank_tokens"] = [sum(r[k] for r in probe.rank_tokens) for k in range(probe_k)]
         rows.append(row)
         print(f"  {name} {group} {qid}: S {row['new_tokens'] / row['steps']:.2f} {status}", flush=True)
-        res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": time.time() - start,
+        res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": time.time() - t0,
+               "lookup_kw": lookup_kw or {},
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "max_new_tokens": max_new}
         partial.write_text(json.dumps(res, indent=1) + "\n")  # a long run can be stopped and resumed
     partial.rename(path)
     return res
 
 
-def replay(prompts, refs, name, decoding, max_new, out_dir):
+def replay(prompts, refs, name, decoding, max_new, out_dir, lookup_kw=None):
     """S of a pool-only (W = 0) setting without the model: with no window the candidates depend only on the
     accepted text, and greedy verification accepts the longest tree path that matches the greedy continuation
     plus the bonus token, so replaying transformers' greedy output gives the decoder's exact steps (whenever
@@ -139,9 +196,12 @@ def replay(prompts, refs, name, decoding, max_new, out_dir):
     copy-KV (1 pending token + the tree)."""
     assert decoding.window_size == 0
     path = out_dir / "runs" / f"{name}.json"
-    rows = []
+    rows, stores = [], {}
     for (group, qid, prompt), ref in zip(prompts, refs):
-        lk = new_lookup(decoding)
+        store = stores.setdefault(group, AnswerStore()) if decoding.cross_question else None  # one run per set
+        lk = new_lookup(decoding, store)
+        for key, val in (lookup_kw or {}).items():  # lookup tuning (attributes of SuffixLookup)
+            setattr(lk, key, val)
         lk.extend(prompt)
         pos = steps = fed = 0
         while pos < len(ref):
@@ -157,7 +217,10 @@ def replay(prompts, refs, name, decoding, max_new, out_dir):
             pos, steps, fed = pos + len(accepted), steps + 1, fed + 1 + len(tree)
         rows.append({"group": group, "id": qid, "new_tokens": len(ref), "steps": steps, "fed_tokens": fed,
                      "status": "replay"})
+        if store is not None:
+            store.add(prompt, ref)
     res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": 0.0, "max_new_tokens": max_new,
+           "lookup_kw": lookup_kw or {},
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "replay": True}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res, indent=1) + "\n")
@@ -190,6 +253,11 @@ def main() -> None:
     ap.add_argument("--mt-limit", type=int, default=16, help="first k MT-Bench prompts (8 = one per category)")
     ap.add_argument("--he-limit", type=int, default=8, help="first k HumanEval prompts")
     ap.add_argument("--out", default="results/s_table")
+    ap.add_argument("--seed", type=int, default=0, help="decoding.seed (the window's random initial guesses)")
+    ap.add_argument("--start", type=int, default=0,
+                    help="model runs: skip the first k selected prompts (their outputs still fill the cross-question "
+                         "store), so one run can be split over processes")
+    ap.add_argument("--lookup-kw", default="{}", help='JSON of SuffixLookup attributes set on every lookup, e.g. {"max_key": 6} ("keep_ngrams": the store\'s)')
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out_dir = ROOT / args.out
@@ -215,11 +283,18 @@ def main() -> None:
     for setting in args.settings:
         w, n, g = (int(x) for x in setting.split(","))
         for v in args.variants:
-            dec = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=args.commit, **VARIANTS[v])
+            dec = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=args.commit, seed=args.seed,
+                                 **VARIANTS[v])
             if args.replay:
-                replay(prompts, refs, f"w{w}n{n}g{g}_{v}_replay{tag}", dec, args.max_new_tokens, out_dir)
+                kw = json.loads(args.lookup_kw)
+                kw_tag = "".join(f"_{k}{v}" for k, v in kw.items())
+                replay(prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_replay{tag}", dec, args.max_new_tokens, out_dir, kw)
                 continue
-            run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}_{args.commit}{tag}", dec, args.max_new_tokens, out_dir)
+            kw = json.loads(args.lookup_kw)
+            kw_tag = "".join(f"_{k}{v}" for k, v in kw.items()) + (f"_from{args.start}" if args.start else "") + \
+                (f"_seed{args.seed}" if args.seed else "")
+            run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_{args.commit}{tag}", dec, args.max_new_tokens,
+                out_dir, lookup_kw=kw, start=args.start)
     for k in args.ks:
         dec = DecodingConfig(window_size=15 * k, ngram_size=5, guess_set_size=15 * k, commit="refeed",
                              **VARIANTS["counts"])
@@ -229,7 +304,8 @@ def main() -> None:
     for path in sorted((out_dir / "runs").glob("*.json")):  # finished runs, then what a stopped run got through
         res = json.loads(path.read_text())
         name = res["name"] + (" (partial)" if path.name.endswith(".partial.json") else "")
-        table[name] = {"decoding": res["decoding"], "date": res["date"], **summarize(res)}
+        table[name] = {"decoding": res["decoding"], "date": res["date"], "lookup_kw": res.get("lookup_kw", {}),
+                       **summarize(res)}
     (out_dir / "s_table.json").write_text(json.dumps(table, indent=1) + "\n")
 
     print("\n| setting (W, N, G) | variant | commit | MT-Bench S | fed/step | HumanEval S | fed/step | identical |")
@@ -238,7 +314,9 @@ def main() -> None:
         if name.startswith("lp_"):
             continue
         d, m, h = t["decoding"], t["mt_bench"], t["humaneval"]
-        variant = next((v for v, kw in VARIANTS.items() if all(d[key] == val for key, val in kw.items())), "?")
+        variant = max((v for v, kw in VARIANTS.items() if all(d.get(key, "random" if key == "window_init" else False) == val for key, val in kw.items())),
+                      key=lambda v: len(VARIANTS[v]), default="?")
+        variant += "".join(f" {k}={v}" for k, v in t.get("lookup_kw", {}).items())
         ident = "replay" if name.count("_replay") else f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']}"
         print(f"| ({d['window_size']}, {d['ngram_size']}, {d['guess_set_size']}) | {variant} | "
               f"{'copy' if 'replay' in name else d['commit']} | {m['S']:.2f} ({m['prompts']}) | {m['fed_per_step']:.1f} | "

@@ -62,6 +62,21 @@ def test_copy_equals_refeed_equals_generate(tiny, wng, variant):
                    .generate(p, max_new_tokens=40).accept_lengths) > 1 for p in PROMPTS)  # candidates accepted
 
 
+@pytest.mark.parametrize("wng", [(2, 3, 1), (4, 4, 3), (7, 5, 4)])
+@pytest.mark.parametrize("variant", [{"window_init": "lookup"}, {"window_align": True}, {"branch_ngrams": True},
+                                     {"window_init": "lookup", "lookup": "pool"},
+                                     {"window_init": "lookup", "window_align": True, "branch_ngrams": True},
+                                     {"ngram_keys": "all"}])
+def test_candidate_sources_keep_greedy_exact(tiny, wng, variant):
+    """Issue 10's candidate sources (window seeding and realignment, branch n-grams) change steps, not tokens."""
+    model, refs = tiny
+    w, n, g = wng
+    for mode in ("copy", "refeed"):
+        cfg = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=mode, **variant)
+        for p, ref in zip(PROMPTS, refs):
+            assert Decoder(model, cfg).generate(p, max_new_tokens=40).output_ids == ref, (mode, variant)
+
+
 class Recorder(FeedAll):
     """FeedAll that records what it was shown, and feeds only the first node when asked to."""
 
@@ -105,3 +120,32 @@ def test_config_rejects_bad_variants():
             DecodingConfig(**kwargs)
         assert str(err.value) == msg
 
+
+
+@pytest.mark.parametrize("wng", [(0, 3, 2), (4, 4, 3)])
+def test_cross_question_store_changes_steps_never_tokens(tiny, wng):
+    """One Decoder answering the prompts twice: the second pass matches its own earlier answers in the store
+    (fewer steps); every output stays transformers' greedy; a fresh Decoder starts with an empty store."""
+    model, refs = tiny
+    w, n, g = wng
+    levers = dict(window_size=w, ngram_size=n, guess_set_size=g, window_init="lookup", window_align=True,
+                  branch_ngrams=True)
+    dec = Decoder(model, DecodingConfig(cross_question=True, **levers))
+    first = [dec.generate(p, max_new_tokens=40) for p in PROMPTS]
+    second = [dec.generate(p, max_new_tokens=40) for p in PROMPTS]
+    for out, ref in zip(first + second, refs + refs):
+        assert out.output_ids == ref
+    assert len(dec.store.docs) == 2 * len(PROMPTS)
+    assert sum(o.decoding_steps for o in second) < sum(o.decoding_steps for o in first)
+    alone = Decoder(model, DecodingConfig(**levers)).generate(PROMPTS[0], max_new_tokens=40)
+    assert alone.decoding_steps == first[0].decoding_steps  # the store was empty for the first prompt
+    assert Decoder(model, DecodingConfig(**levers)).store is None
+
+
+def test_config_rejects_bad_sources():
+    with pytest.raises(ConfigError, match=r"decoding.window_init='first' is not allowed; use one of random, lookup"):
+        DecodingConfig(window_init="first")
+    with pytest.raises(ConfigError, match="decoding.cross_question=true needs decoding.lookup=suffix"):
+        DecodingConfig(cross_question=True, lookup="pool")
+    with pytest.raises(ConfigError, match=r"decoding.ngram_keys='tail' is not allowed; use one of head, all"):
+        DecodingConfig(ngram_keys="tail")
