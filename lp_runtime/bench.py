@@ -135,6 +135,7 @@ class Method:
     step_tokens: Optional[float] = None
     baseline: Optional[str] = None
     dtype: Optional[str] = None
+    reset: Optional[Callable[[], None]] = None
 
 
 def run_benchmark(prompts: Iterable[Prompt], methods: Sequence[Method], *, baseline: Optional[str] = None,
@@ -143,7 +144,8 @@ def run_benchmark(prompts: Iterable[Prompt], methods: Sequence[Method], *, basel
                   on_prompt: Optional[Callable[[Prompt], None]] = None) -> list[dict[str, Any]]:
     """Run every method on every prompt, interleaved; one row per (prompt, method).
 
-    Method order rotates by one per prompt. ``warmup``: one untimed generation per method on the first prompt.
+    Method order rotates by one per prompt. ``warmup``: one untimed generation per method on the first prompt,
+    then each method's ``reset`` (ours forgets the warm-up's answer, so the timed run cannot match it).
     ``baseline`` (a label): each row's ``identical`` says whether its output equals the baseline's on that prompt.
     ``follow_up(prompt, baseline_output)`` may return the next turn's prompt (built from the baseline's answer,
     so all methods see the same prompt), which is run right after. A method's ``baseline`` overrides ``baseline``
@@ -159,6 +161,8 @@ def run_benchmark(prompts: Iterable[Prompt], methods: Sequence[Method], *, basel
         if warmup and done == 0:
             for m in methods:
                 m.run(prompt.ids)
+                if m.reset is not None:
+                    m.reset()
         n = len(methods)
         order = [methods[(done + i) % n] for i in range(n)] if n else []
         results: dict[str, tuple[Result, float]] = {}
@@ -449,7 +453,7 @@ def ours_method(label: str, model, decoding: DecodingConfig, *, max_new_tokens: 
         out = dec.generate(prompt_ids, max_new_tokens=max_new_tokens)
         return Result(list(out.output_ids), out.decoding_steps, list(out.accept_lengths), list(out.step_tokens))
 
-    return Method(label, run, None, dtype=str(model.dtype).replace("torch.", ""))
+    return Method(label, run, None, dtype=str(model.dtype).replace("torch.", ""), reset=dec.forget_answers)
 
 
 def decoding_label(d: DecodingConfig) -> str:

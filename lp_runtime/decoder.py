@@ -140,6 +140,11 @@ class Decoder:
         # decoding.cross_question: earlier answers of this Decoder seed later prompts' lookups (candidates only)
         self.store = AnswerStore() if decoding.cross_question and self.use_pool else None
 
+    def forget_answers(self) -> None:
+        """Empty the cross-question store (``decoding.cross_question``): later prompts match no earlier answer."""
+        if self.store is not None:
+            self.store = AnswerStore()
+
     def _window_tokens(self, window: JacobiWindow) -> int:
         """Window tokens one process would feed this step (row 0 columns 1..W-1 + W per level)."""
         return max(self.window_size - 1, 0) + window.num_levels * self.window_size if window.active else 0

@@ -175,9 +175,12 @@ class AnswerStore:
     never the output (greedy verification accepts model tokens only; sampling stays exact).
     """
 
-    def __init__(self, max_key: int = 4, keep_ngrams: bool = False, max_docs: int = 65536) -> None:
+    def __init__(self, max_key: int = 4, keep_ngrams: bool = False, max_tokens: int = 1 << 18) -> None:
         self.max_key = max_key
-        self.max_docs = max_docs  # past this, the older half is forgotten (memory stays bounded in long jobs)
+        # Past max_tokens stored tokens the older half is forgotten: memory stays bounded in long jobs (the
+        # index holds max_key entries a token, ~0.3 KB in CPython, so the default cap is ~80 MB).
+        self.max_tokens = max_tokens
+        self.num_tokens = 0
         self.keep_ngrams = keep_ngrams  # also keep each answer's harvested n-grams (``add``'s ``ngrams``)
         self.docs: list[tuple[int, ...]] = []
         self.index: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # key -> [(doc, end index)], oldest first
@@ -189,14 +192,20 @@ class AnswerStore:
             for g in ngrams:
                 self._add_doc(tuple(int(t) for t in g))
         self._add_doc(tuple(int(t) for t in list(prompt)[-self.max_key:]) + tuple(int(t) for t in output))
-        if len(self.docs) > self.max_docs:
-            keep = self.docs[len(self.docs) - self.max_docs // 2:]
-            self.docs, self.index = [], {}
-            for doc in keep:
+        if self.num_tokens > self.max_tokens:  # keep the newest documents, at most half the cap (and the newest one)
+            keep, total = [], 0
+            for doc in reversed(self.docs):
+                if keep and total + len(doc) > self.max_tokens // 2:
+                    break
+                keep.append(doc)
+                total += len(doc)
+            self.docs, self.index, self.num_tokens = [], {}, 0
+            for doc in reversed(keep):
                 self._add_doc(doc)
 
     def _add_doc(self, doc: tuple[int, ...]) -> None:
         self.docs.append(doc)
+        self.num_tokens += len(doc)
         d = len(self.docs) - 1
         for i in range(len(doc)):
             for k in range(1, min(self.max_key, i + 1) + 1):

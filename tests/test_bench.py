@@ -73,6 +73,24 @@ def test_harness_metrics_on_a_fake_clock():
     assert "fast" in format_table(list(table.values()))
 
 
+def test_warm_up_answer_is_forgotten_before_the_timed_runs(tiny_model_dir):
+    """Our method's cross-question store must not hold the warm-up's answer when the same prompt is timed."""
+    from lp_runtime.bench import ours_method
+    from lp_runtime.config import DecodingConfig, ModelConfig
+    from lp_runtime.models import load_model
+
+    model, _ = load_model(ModelConfig(path=str(tiny_model_dir), device="cpu", dtype="float32"))
+    ours = ours_method("ours", model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=2),
+                       max_new_tokens=12, eos_token_ids=[])
+    clock = FakeClock()
+    rows = run_benchmark([Prompt("a/1/0", "a", "a/x", [5, 6, 7, 5, 6])], [ours], clock=clock, warmup=True)
+    fresh = ours_method("fresh", model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=2),
+                        max_new_tokens=12, eos_token_ids=[]).run([5, 6, 7, 5, 6])
+    assert rows[0]["steps"] == fresh.steps and rows[0]["output_ids"] == fresh.output_ids  # as if never warmed up
+    again = ours.run([5, 6, 7, 5, 6])  # the store now holds the timed answer: the same prompt takes fewer steps
+    assert again.output_ids == fresh.output_ids and again.steps < fresh.steps
+
+
 def test_harness_follow_up_turns_use_the_baseline_answer():
     clock = FakeClock()
     seen = []

@@ -140,11 +140,13 @@ def test_store_weight_against_own_text(weight, first):
     assert STORE_WEIGHT == 0.25
 
 
-def test_store_forgets_the_older_half_past_max_docs():
-    store = AnswerStore(max_key=1, max_docs=4)
+def test_store_forgets_the_older_half_past_max_tokens():
+    store = AnswerStore(max_key=1, max_tokens=8)
     for t in range(5):
         store.add([], [t + 1, t + 2])
-    assert store.docs == [(4, 5), (5, 6)] and store.index[(5,)] == [(0, 1), (1, 0)]
+    assert store.docs == [(4, 5), (5, 6)] and store.index[(5,)] == [(0, 1), (1, 0)] and store.num_tokens == 4
+    store.add([], list(range(20, 40)))  # one answer longer than the cap: kept alone
+    assert store.docs == [tuple(range(20, 40))] and store.num_tokens == 20
 
 
 def test_store_keeps_harvested_ngrams_when_asked():
