@@ -86,8 +86,9 @@ class DecodingConfig:
     of the prompt); ``window_align`` (after a multi-token step the window moves as many columns as tokens were
     accepted, its new trailing columns from the lookup's continuation; false: one column a step, as in the
     paper); ``cross_question`` (the suffix lookup also matches the earlier answers of the same
-    ``Decoder``, SuffixDecoding's global tree; changes candidates only, never the output; null = on with
-    ``lookup=suffix``, off with ``pool``); ``branch_ngrams``
+    ``Decoder``, SuffixDecoding's global tree; changes candidates only: greedy tokens never change, sampled
+    tokens follow the same law but a seed's draws then depend on the earlier answers; null = on for greedy
+    decoding with ``lookup=suffix``, off for sampling and with ``pool``); ``branch_ngrams``
     (the model's outputs on rejected candidate branches are kept as n-grams); ``ngram_keys`` "head" (a window
     n-gram is found by its first tokens, as the paper's pool keys it) or "all" (by every k-gram inside it; the
     default: section 6b).
@@ -117,8 +118,6 @@ class DecodingConfig:
                f"decoding.window_init={self.window_init!r} is not allowed; use one of {', '.join(WINDOW_INITS)}")
         _check(not (self.cross_question and self.lookup == "pool"),
                "decoding.cross_question=true needs decoding.lookup=suffix (the reference pool keeps no answers)")
-        if self.cross_question is None:  # default: on with the suffix lookup (docs/benchmarks.md section 6b)
-            self.cross_question = self.lookup != "pool"
         _check(self.lookup in LOOKUPS, f"decoding.lookup={self.lookup!r} is not allowed; use one of {', '.join(LOOKUPS)}")
         _check(self.ranking in RANKINGS,
                f"decoding.ranking={self.ranking!r} is not allowed; use one of {', '.join(RANKINGS)}")

@@ -138,7 +138,9 @@ class Decoder:
         self._mask_buffer = MaskBuffer(model.dtype, self.device)
         self.context_length = support.position_limit(model)  # every fed position stays below this
         # decoding.cross_question: earlier answers of this Decoder seed later prompts' lookups (candidates only)
-        self.store = AnswerStore() if decoding.cross_question and self.use_pool else None
+        # (null = for greedy steps only: a sampled answer's draws would depend on which answers came before)
+        self.store = AnswerStore() if self.use_pool and decoding.cross_question is not False \
+            and decoding.lookup != "pool" else None
 
     def forget_answers(self) -> None:
         """Empty the cross-question store (``decoding.cross_question``): later prompts match no earlier answer."""
@@ -231,7 +233,8 @@ class Decoder:
         past = len(prompt) - 1
         pending = [prompt[-1]]
 
-        lookup = new_lookup(self.cfg, self.store) if self.use_pool else None
+        store = self.store if self.cfg.cross_question or not sampler.do_sample else None
+        lookup = new_lookup(self.cfg, store) if self.use_pool else None
         history = list(prompt)
         if lookup is not None:
             lookup.extend(prompt)

@@ -1,10 +1,21 @@
 """Shared pytest fixtures."""
+import os
 from pathlib import Path
 
 import pytest
 
 from lp_runtime.config import ModelConfig
 from lp_runtime.models import load_model
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """Every test starts from the session's environment: a test that runs the main job in this process may set
+    torch.distributed's variables (RANK, MASTER_ADDR, ...), which would make a later subprocess wait for ranks."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")

@@ -64,24 +64,24 @@ def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=Non
     """{"<ci>/<pi>": {output_ids, decoding_steps, accept_lengths}} for every config and the given prompts.
 
     Re-feed commit everywhere: LP always re-feeds, and K ranks must equal one process in that mode.
-    A config with ``"curve": {q: seconds}`` decodes with ``decoding.method=auto`` and a ``CostPolicy`` on that
-    curve, a fresh one per prompt (a run keeps one for all its questions, so its online calibration, and with it
-    the steps but never the tokens, depends on which questions a data-parallel group got); without ``lp`` it prices steps as ``"price_lp"`` ranks would."""
+    One ``Decoder`` per config answers the prompts in order, as a run does: its cross-question store and (with
+    ``"curve": {q: seconds}``, decoding.method=auto) its ``CostPolicy``'s calibration carry over, so a data-parallel
+    group's steps (never its tokens) depend on its share of the prompts. Without ``lp`` it prices steps as ``"price_lp"`` ranks would."""
     from lp_runtime.config import DecodingConfig
     from lp_runtime.decoder import Decoder
     from lp_runtime.policy import CostPolicy
 
     out = {}
     for ci, c in enumerate(configs):
+        policy = None
+        if "curve" in c:
+            policy = CostPolicy({int(q): float(t) for q, t in c["curve"].items()})
+            if lp is None:
+                policy.price_lp(c.get("price_lp", 1), c["W"])
+        dec = Decoder(model, DecodingConfig(method="auto" if policy else "lookahead", window_size=c["W"],
+                                            ngram_size=c["N"], guess_set_size=c["G"], commit="refeed"),
+                      lp=lp, step_policy=policy)
         for pi in (prompt_ids if prompt_ids is not None else range(len(prompts))):
-            policy = None
-            if "curve" in c:  # a fresh policy per prompt: its calibration must not depend on the DP share
-                policy = CostPolicy({int(q): float(t) for q, t in c["curve"].items()})
-                if lp is None:
-                    policy.price_lp(c.get("price_lp", 1), c["W"])
-            dec = Decoder(model, DecodingConfig(method="auto" if policy else "lookahead", window_size=c["W"],
-                                                ngram_size=c["N"], guess_set_size=c["G"], commit="refeed"),
-                          lp=lp, step_policy=policy)
             g = dec.generate(prompts[pi], max_new_tokens=max_new_tokens)
             out[f"{ci}/{pi}"] = {"output_ids": g.output_ids, "decoding_steps": g.decoding_steps,
                                  "accept_lengths": g.accept_lengths}

@@ -139,7 +139,9 @@ def test_cross_question_store_changes_steps_never_tokens(tiny, wng):
     assert sum(o.decoding_steps for o in second) < sum(o.decoding_steps for o in first)
     alone = Decoder(model, DecodingConfig(**levers)).generate(PROMPTS[0], max_new_tokens=40)
     assert alone.decoding_steps == first[0].decoding_steps  # the store was empty for the first prompt
-    assert Decoder(model, DecodingConfig(**levers)).store is None
+    assert Decoder(model, DecodingConfig(**levers, cross_question=False)).store is None
+    assert Decoder(model, DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, lookup="pool")).store is None
+    assert Decoder(model, DecodingConfig(**levers)).store is not None  # the default: on with the suffix lookup
 
 
 def test_config_rejects_bad_sources():
