@@ -26,7 +26,7 @@ def smollm2():
 
 @pytest.fixture(scope="session")
 def smollm2_greedy(smollm2):
-    """(eos ids, questions, prompt ids, references): 2 MT-Bench first turns (chat template) and 1 HumanEval prompt
+    """(eos ids, questions, prompt ids, references): 1 MT-Bench first turn (chat template) and 1 HumanEval prompt
     (raw) with transformers' greedy ``generate`` of SMOLLM2_NEW new tokens each, computed once for the SmolLM2
     end-to-end checks (test_exactness_smollm2.py, test_api.py)."""
     from exactness import SMOLLM2_NEW, hf_greedy
@@ -35,7 +35,7 @@ def smollm2_greedy(smollm2):
     from lp_runtime.models import eos_token_ids
 
     model, tok = smollm2
-    questions = load_questions(DatasetConfig(name="mt_bench", limit=2, first_turn_only=True))
+    questions = load_questions(DatasetConfig(name="mt_bench", limit=1, first_turn_only=True))
     questions += load_questions(DatasetConfig(name="humaneval", limit=1))
     eos = eos_token_ids(model, tok, None)
     prompts = [build_prompt(tok, q, []) for q in questions]

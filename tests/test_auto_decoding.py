@@ -96,15 +96,11 @@ def test_method_auto_builds_the_cost_policy_from_the_cached_profile(tiny, tmp_pa
     assert out.output_ids == hf_greedy(tiny, PROMPTS[0], NEW) and out.decoding_steps < NEW
 
 
-def test_auto_on_smollm2_equals_transformers_greedy(smollm2):
-    from lp_runtime.data import Question, build_prompt
-
+def test_auto_on_smollm2_equals_transformers_greedy(smollm2, smollm2_greedy):
     model, tok = smollm2
-    policy = CostPolicy(FLOAT32)
-    questions = ["Write a Python function that returns the n-th Fibonacci number.",
-                 "List three facts about the Moon, one per line."]
-    for text in questions:
-        prompt = build_prompt(tok, Question(1, "x", [text]), [])
-        out = Decoder(model, DecodingConfig(method="auto", ngram_size=6, guess_set_size=4),
-                      step_policy=policy).generate(prompt, max_new_tokens=32)
-        assert_greedy_equal(model, prompt, out.output_ids, hf_greedy(model, prompt, 32), text)
+    eos, _, prompts, refs = smollm2_greedy  # an MT-Bench first turn and a HumanEval prompt (conftest.py)
+    dec = Decoder(model, DecodingConfig(method="auto", ngram_size=6, guess_set_size=4), eos_token_ids=eos,
+                  step_policy=CostPolicy(FLOAT32))  # one policy and store for both prompts, as a run
+    for i, (prompt, ref) in enumerate(zip(prompts, refs)):
+        out = dec.generate(prompt, max_new_tokens=len(ref))
+        assert_greedy_equal(model, prompt, out.output_ids, ref, f"prompt {i}")

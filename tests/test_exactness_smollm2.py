@@ -1,6 +1,6 @@
 """Greedy lookahead on the real bundled SmolLM2-135M-Instruct (float32) equals transformers' greedy generate.
 
-2 MT-Bench first turns (chat template) and 1 HumanEval prompt (raw), 64 new tokens, the default setting of
+1 MT-Bench first turn (chat template) and 1 HumanEval prompt (raw), 64 new tokens, the default setting of
 conf/decoding/lookahead.yaml (copy-KV commit) and a windowed one with the re-feed commit that LP uses. Divergence
 is allowed only at a near-tie (DESIGN.md 6). This is the end-to-end check on a real model (real tokenizer and chat
 template, 30 layers, long prompts); the combinations of W, N, G, commit, candidate variants, stop conditions and

@@ -352,7 +352,7 @@ def test_rank_killed_job_ends(tmp_path):
 
 def test_rank_stuck_outside_collective_times_out(tmp_path):
     # Rank 1 stays alive but never enters the all-gather: rank 0 must raise within the gloo timeout.
-    proc, _, secs = _launch(tmp_path, 2, 2, "--timeout", "5", "--fail", "hang", "--fail-rank", "1", timeout=120)
+    proc, _, secs = _launch(tmp_path, 2, 2, "--timeout", "3", "--fail", "hang", "--fail-rank", "1", timeout=120)
     assert proc.returncode != 0
     assert secs < 45, f"took {secs:.0f} s"
     assert "rank 0: all_gather failed" in proc.stderr
