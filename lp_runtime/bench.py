@@ -401,6 +401,7 @@ ABLATIONS = {  # label suffix -> decoder options switched off (decoding=auto has
     "-copy_kv": {"copy_kv": False},            # re-feed the accepted tokens next step (the LP scheme)
     "-policy": {"policy": "feed_all"},         # feed every candidate node (and the window), fixed W, N, G
     "-static_mask": {"static_mask": False},    # concatenate a new (q, past + q) mask each step
+    "-cross_question": {"cross_question": False},  # no store of earlier answers (each prompt on its own)
     "window": {"window": "always"},            # W = 3 fed every step where auto chose W = 0; W = 0 where it chose a window
 }
 
@@ -429,6 +430,10 @@ def configure_decoder(dec, options: dict[str, Any]) -> None:
             if value != "feed_all":
                 raise ConfigError(f"policy={value!r}: only 'feed_all' can replace the cost policy")
             dec.step_policy = FeedAll()
+        elif key == "cross_question":
+            if value is not False:
+                raise ConfigError(f"cross_question={value!r}: only false (drop the store of earlier answers) is a lever")
+            dec.store = None
         elif key in ("copy_kv", "static_mask"):
             if not hasattr(dec, key):
                 raise ConfigError(f"this decoder has no {key!r} lever")
@@ -438,7 +443,8 @@ def configure_decoder(dec, options: dict[str, Any]) -> None:
                 raise ConfigError(f"window={value!r}: only 'always' (feed the window every step) is a lever")
             dec.step_policy = WindowAlways(dec.step_policy)
         else:
-            raise ConfigError(f"unknown decoder option {key!r}; use any of policy, copy_kv, static_mask, window")
+            raise ConfigError(f"unknown decoder option {key!r}; use any of policy, copy_kv, static_mask, window, "
+                              "cross_question")
 
 
 def ours_method(label: str, model, decoding: DecodingConfig, *, max_new_tokens: int, eos_token_ids: Sequence[int],
