@@ -213,7 +213,7 @@ class AnswerStore:
 
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check)."""
-        return len(self.docs), sum(len(d) for d in self.docs)
+        return len(self.docs), self.num_tokens
 
 
 class SuffixLookup:
