@@ -24,6 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
+from lp_runtime.support import context_length  # noqa: F401  (re-exported: one definition, in support.py)
 
 BUNDLED_PREFIX = "bundled:"
 BUNDLED = {
@@ -116,12 +117,6 @@ def eos_token_ids(
             value = tokenizer.eos_token_id
         ids = [] if value is None else [value] if isinstance(value, int) else list(value)
     return list(dict.fromkeys(int(i) for i in ids))
-
-
-def context_length(model: PreTrainedModel) -> Optional[int]:
-    """The model's maximum context in tokens (``config.max_position_embeddings``), or None when it has none."""
-    value = getattr(model.config, "max_position_embeddings", None)
-    return int(value) if value else None
 
 
 def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Optional[SamplingConfig] = None,
