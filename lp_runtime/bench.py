@@ -402,6 +402,7 @@ ABLATIONS = {  # label suffix -> decoder options switched off (decoding=auto has
     "-policy": {"policy": "feed_all"},         # feed every candidate node (and the window), fixed W, N, G
     "-static_mask": {"static_mask": False},    # concatenate a new (q, past + q) mask each step
     "-cross_question": {"cross_question": False},  # no store of earlier answers (each prompt on its own)
+    "-chain": {"chain": False},                # drafts end where their match ends (no re-match on the draft)
     "window": {"window": "always"},            # W = 3 fed every step where auto chose W = 0; W = 0 where it chose a window
 }
 
@@ -434,6 +435,10 @@ def configure_decoder(dec, options: dict[str, Any]) -> None:
             if value is not False:
                 raise ConfigError(f"cross_question={value!r}: only false (drop the store of earlier answers) is a lever")
             dec.store = None
+        elif key == "chain":
+            if value is not False:
+                raise ConfigError(f"chain={value!r}: only false (no chained drafts) is a lever")
+            dec.cfg = dataclasses.replace(dec.cfg, chain=False)
         elif key in ("copy_kv", "static_mask"):
             if not hasattr(dec, key):
                 raise ConfigError(f"this decoder has no {key!r} lever")
@@ -444,7 +449,7 @@ def configure_decoder(dec, options: dict[str, Any]) -> None:
             dec.step_policy = WindowAlways(dec.step_policy)
         else:
             raise ConfigError(f"unknown decoder option {key!r}; use any of policy, copy_kv, static_mask, window, "
-                              "cross_question")
+                              "cross_question, chain")
 
 
 def ours_method(label: str, model, decoding: DecodingConfig, *, max_new_tokens: int, eos_token_ids: Sequence[int],

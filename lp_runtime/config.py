@@ -91,7 +91,9 @@ class DecodingConfig:
     decoding with ``lookup=suffix``, off for sampling and with ``pool``); ``branch_ngrams``
     (the model's outputs on rejected candidate branches are kept as n-grams); ``ngram_keys`` "head" (a window
     n-gram is found by its first tokens, as the paper's pool keys it) or "all" (by every k-gram inside it; the
-    default: section 6b).
+    default: section 6b); ``chain`` (a continuation that ends before ``max_depth`` is extended by matching
+    again with the draft appended, so overlapping n-grams and occurrences chain into longer drafts; the
+    default: section 6c).
     """
 
     method: str = "lookahead"
@@ -110,6 +112,7 @@ class DecodingConfig:
     cross_question: Optional[bool] = None
     branch_ngrams: bool = False
     ngram_keys: str = "all"
+    chain: bool = True
 
     def __post_init__(self) -> None:
         _check(self.ngram_keys in NGRAM_KEYS,

@@ -17,6 +17,12 @@ A trie node's ``prob`` is the honest frequency estimate ``w(node) / (w(continuin
 (the +1 keeps a single observation from claiming certainty). The tree is grown best-first from the root by
 estimated path probability (the product of ``prob`` along the path; ``ranking="recency"`` orders by the
 newest occurrence instead), under two caps: at most ``num_leaves`` (G) leaves and ``max_nodes`` nodes.
+*Chaining* (``chain``, on by default): when a node whose draft is shorter than ``max_depth`` has no trie children
+(its continuations ended: a 5-token window n-gram proposes at most 4 tokens), its children come from matching
+again on the accepted sequence with that draft appended. So the n-grams of neighbouring window columns, which
+overlap by design (column j+1 guesses the positions after column j's), join into drafts longer than N-1, and a
+1-token match's N-1 tokens are continued by the longer key the draft now forms. The estimated probabilities
+multiply along the path, so the best-first growth spends nodes on a chain only where it is likely.
 
 Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 nodes; ids are letters)::
 
@@ -234,12 +240,15 @@ class SuffixLookup:
         branch_ngrams: ``add_branch`` keeps the model's outputs on rejected tree branches as n-grams.
         ngram_keys: "head" (an n-gram is found by its first 1 .. max_key tokens, as the paper's pool keys it)
             or "all" (by every k-gram inside it, like the accepted sequence: shorter continuations, more of them).
+        chain: when a tree node's continuation ends above ``max_depth``, match again on the accepted sequence
+            with the node's draft appended and grow the node's children from that match (so a window n-gram's
+            end, or a 1-token match's N-1 tokens, is continued by the n-grams and occurrences that overlap it).
     """
 
     def __init__(self, ngram_size: int, num_leaves: int, *, max_nodes: Optional[int] = None, max_depth: int = 10,
                  max_key: int = 4, ranking: str = "counts", max_occurrences: int = 64,
                  index_history: bool = True, store: Optional[AnswerStore] = None, store_weight: float = STORE_WEIGHT,
-                 branch_ngrams: bool = False, ngram_keys: str = "head") -> None:
+                 branch_ngrams: bool = False, ngram_keys: str = "head", chain: bool = True) -> None:
         if ngram_size < 2 or num_leaves < 0 or max_key < 1:
             raise ValueError(f"ngram_size={ngram_size}, num_leaves={num_leaves}, max_key={max_key}: "
                              "need N >= 2, G >= 0, max_key >= 1")
@@ -257,6 +266,7 @@ class SuffixLookup:
         self.store_weight = store_weight
         self.branch_ngrams = branch_ngrams
         self.ngram_keys = ngram_keys
+        self.chain = chain
         self.history: list[int] = []
         self._docs: list[tuple[int, ...]] = []  # harvested n-grams (doc id = index + 1; doc 0 = history)
         self._doc_ids: dict[tuple[int, ...], int] = {}
@@ -402,6 +412,8 @@ class SuffixLookup:
         root = self._trie()
         heap: list = []
         counter = 0
+        tail = self.history[-self.max_key:]
+        drafts: list[list[int]] = []  # per tree node: the draft tokens from the root to it
 
         def push(node: _Node, parent_idx: int, parent: _Node, path_p: float) -> None:
             nonlocal counter
@@ -426,6 +438,14 @@ class SuffixLookup:
             tree.prob.append(p)
             tree.from_window.append(not node.from_history)
             idx = len(tree) - 1
+            drafts.append((drafts[parent_idx] if parent_idx >= 0 else []) + [node.token])
+            if len(drafts[idx]) >= self.max_depth:
+                continue
+            if not node.kids and self.chain:
+                # The continuation ended (an n-gram's last token, or depth_for's cap): match again on the text
+                # with this draft appended, so overlapping n-grams and occurrences chain into longer drafts.
+                sub = self._trie((tail + drafts[idx])[-self.max_key:])
+                node.kids, node.cont = sub.kids, sub.cont
             for kid in node.kids.values():
                 push(kid, idx, node, path_p)
         return tree
@@ -478,7 +498,7 @@ def new_lookup(cfg, store: Optional[AnswerStore] = None):
     if cfg.lookup == "pool":
         return PoolLookup(n, g, from_prompt=cfg.pool_from_prompt)
     return SuffixLookup(n, g, max_depth=cfg.max_depth, ranking=cfg.ranking, index_history=cfg.pool_from_prompt,
-                        store=store, branch_ngrams=cfg.branch_ngrams, ngram_keys=cfg.ngram_keys)
+                        store=store, branch_ngrams=cfg.branch_ngrams, ngram_keys=cfg.ngram_keys, chain=cfg.chain)
 
 
 def propose(lookup, cfg) -> CandidateTree:

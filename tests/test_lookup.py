@@ -9,6 +9,7 @@ from lp_runtime.lookup import (MATCH_WEIGHT, STORE_WEIGHT, AnswerStore, Candidat
 from lp_runtime.window import JacobiWindow
 
 a, b, c, d, e, f, g, h = range(1, 9)
+y = 10  # a token in no history
 
 
 def lookup(history, ngram_size=3, leaves=2, **kw):
@@ -47,7 +48,7 @@ def test_docstring_example():
 def test_propose_table(history, kw, tokens, parents):
     kw = dict(kw)
     leaves = kw.pop("leaves", 2)
-    tree = lookup(history, ngram_size=3, leaves=leaves, **kw).propose()
+    tree = lookup(history, ngram_size=3, leaves=leaves, chain=False, **kw).propose()  # one match (chains: below)
     assert (tree.tokens, tree.parents) == (tokens, parents)
     assert all(0 <= p <= 1 for p in tree.prob)
 
@@ -114,8 +115,49 @@ def test_default_budget():
     # G x (N-1) verification tokens, and always room for one full-depth continuation
     assert SuffixLookup(4, 2).max_nodes == 10 and SuffixLookup(5, 15).max_nodes == 60
     assert SuffixLookup(4, 2, max_depth=2).max_depth == 3  # never below N-1
-    lk = lookup([a, b, c, d, e, f, g, h, a, b, c], ngram_size=4, leaves=1)  # 3-token match: up to 9 deep
+    lk = lookup([a, b, c, d, e, f, g, h, a, b, c], ngram_size=4, leaves=1, chain=False)  # 3-token match: up to 9
     assert lk.propose().tokens == [d, e, f, g, h, a, b, c]
+    lk.chain = True  # the draft's end "a b c" matches again at the start: continued to max_depth = 10
+    assert lk.propose().tokens == [d, e, f, g, h, a, b, c, d, e]
+
+
+def _with_ngrams(history, ngrams, **kw):
+    lk = lookup(history, **kw)
+    for g in ngrams:
+        lk.add_ngram(g)
+    return lk
+
+
+@pytest.mark.parametrize(
+    "history, ngrams, kw, tokens, parents",
+    [
+        # a window n-gram's end is continued by the n-gram its last token heads (neighbouring columns overlap)
+        ([h, a], [[a, b, c], [c, d, e]], {}, [b, c, d, e], [-1, 0, 1, 2]),
+        # nothing continues the second n-gram: the chain stops there
+        ([h, a], [[a, b, c], [c, d, e], [g, e, f]], {}, [b, c, d, e], [-1, 0, 1, 2]),
+        # a 1-token match's N-1 tokens continued by the longer key the draft forms ("a b c" -> a, periodic text)
+        ([a, b, c, a], [], {"max_depth": 5}, [b, c, a, b, c], [-1, 0, 1, 2, 3]),
+        # the chain never passes max_depth
+        ([h, a], [[a, b, c], [c, d, e], [e, f, g]], {"max_depth": 5}, [b, c, d, e, f], [-1, 0, 1, 2, 3]),
+        # two continuations of the draft's end: both become children (leaves 2), the heavier (2 occurrences) first
+        ([h, a], [[a, b, c], [c, d, e], [g, c, d], [c, f, y]], {"ngram_keys": "all"},
+         [b, c, d, f, e, y], [-1, 0, 1, 1, 2, 3]),
+        # chaining off: the draft ends with the first n-gram
+        ([h, a], [[a, b, c], [c, d, e]], {"chain": False}, [b, c], [-1, 0]),
+    ],
+)
+def test_chain_table(history, ngrams, kw, tokens, parents):
+    tree = _with_ngrams(history, ngrams, ngram_size=3, leaves=2, max_nodes=10, **kw).propose()
+    assert (tree.tokens, tree.parents) == (tokens, parents)
+    assert all(0 <= p <= 1 for p in tree.prob)
+
+
+def test_chain_probabilities_multiply_along_the_path():
+    # b: 1 occurrence after a -> 1 / (1 + 1); c follows b in the same n-gram -> 1 / 2; d, chained from c's n-gram,
+    # is a fresh match: 1 / (1 + 1); best-first order is by the product, so siblings of higher product come first
+    tree = _with_ngrams([h, a], [[a, b, c], [c, d, e]], ngram_size=3, leaves=1, max_nodes=10).propose()
+    assert tree.prob == pytest.approx([0.5, 0.5, 0.5, 0.5])
+    assert tree.from_window == [True, True, True, True]
 
 
 # ---------------------------------------------------------------- candidate sources (issue 10 levers)

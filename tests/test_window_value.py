@@ -22,7 +22,7 @@ def _tagged(tree: CandidateTree) -> dict[tuple[int, ...], bool]:
 
 
 def test_suffix_lookup_tags_window_only_nodes():
-    lk = SuffixLookup(4, 3, max_key=1)
+    lk = SuffixLookup(4, 3, max_key=1, chain=False)
     lk.extend([A, B, C, X, A])            # "a" was followed by b c x in the text
     assert _tagged(lk.propose()) == {(B,): False, (B, C): False, (B, C, X): False}
     lk.add_ngram([A, D, E, F])            # the window saw a d e f
@@ -33,10 +33,13 @@ def test_suffix_lookup_tags_window_only_nodes():
                              (D,): True, (D, E): True, (D, E, F): True}
     # chains (tree=false) and selections carry no tags: the policy then keeps its prior
     assert tree.chains().from_window == [] and tree.select([0]).from_window == []
+    # a chained node is tagged by the match that proposed it: "x" again matches the text (x -> a)
+    lk.chain = True
+    assert _tagged(lk.propose())[(B, C, X, A)] is False
 
 
 def test_window_gain_counts_accepted_window_only_nodes():
-    lk = SuffixLookup(4, 3, max_key=1)
+    lk = SuffixLookup(4, 3, max_key=1, chain=False)
     lk.extend([A, B, C, X, A])
     lk.add_ngram([A, D, E, F])
     tree = lk.propose()
