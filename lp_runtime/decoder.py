@@ -240,8 +240,7 @@ class Decoder:
             lookup.extend(prompt)
         window = JacobiWindow(self.window_size, self.ngram_size)
         if window.active:
-            seed_lookup = lookup is not None and self.cfg.window_init == "lookup"
-            window.reset(prompt, self.cfg.seed, lookup.guess(self.window_size - 1) if seed_lookup else ())
+            window.reset(prompt, self.cfg.seed)
         steps, accept_lengths, step_tokens = 0, [], []
 
         while True:
@@ -288,14 +287,9 @@ class Decoder:
                 for ngram in window.advance(pending[-1], new_window):
                     if lookup is not None:
                         lookup.add_ngram(ngram)
-            if lookup is not None:  # decoding.branch_ngrams: the model's outputs on rejected branches
-                lookup.add_branch(pending[-1], tree, node_out, path)
             history.extend(accepted)
             if lookup is not None:
                 lookup.extend(accepted)
-            if num_columns and self.cfg.window_align and len(accepted) > 1:
-                window.realign(len(accepted) - 1, lookup.guess(self.window_size + self.ngram_size)
-                               if lookup is not None else ())
             pending = accepted[-1:] if self.copy_kv else accepted
             if getattr(self.lp, "debug", False):  # every LP rank must hold the same state after the merge (DESIGN.md section 3)
                 self.lp.check_consistent(state_hash(window.state(), lookup.state() if lookup else None,
