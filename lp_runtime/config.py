@@ -31,7 +31,6 @@ METHODS = ("greedy", "lookahead", "auto")  # auto: lookahead with lp_runtime.pol
 LOOKUPS = ("suffix", "pool")
 RANKINGS = ("counts", "recency")
 COMMITS = ("copy", "refeed")
-WINDOW_INITS = ("random", "lookup")
 NGRAM_KEYS = ("head", "all")
 
 
@@ -81,19 +80,14 @@ class DecodingConfig:
     ``commit``: "copy" keeps the accepted candidate's KV so the next step feeds one token (one process; LP
     always re-feeds) or "refeed" (the accepted tokens are fed again next step).
 
-    Candidate sources (issue 10, measured in docs/benchmarks.md section 6): ``window_init`` "random" (the paper:
-    level 0 drawn from the prompt's tokens) or "lookup" (its first columns from the lookup's best continuation
-    of the prompt); ``window_align`` (after a multi-token step the window moves as many columns as tokens were
-    accepted, its new trailing columns from the lookup's continuation; false: one column a step, as in the
-    paper); ``cross_question`` (the suffix lookup also matches the earlier answers of the same
-    ``Decoder``, SuffixDecoding's global tree; changes candidates only: greedy tokens never change, sampled
-    tokens follow the same law but a seed's draws then depend on the earlier answers; null = on for greedy
-    decoding with ``lookup=suffix``, off for sampling and with ``pool``); ``branch_ngrams``
-    (the model's outputs on rejected candidate branches are kept as n-grams); ``ngram_keys`` "head" (a window
-    n-gram is found by its first tokens, as the paper's pool keys it) or "all" (by every k-gram inside it; the
-    default: section 6b); ``chain`` (a continuation that ends before ``max_depth`` is extended by matching
-    again with the draft appended, so overlapping n-grams and occurrences chain into longer drafts; the
-    default: section 6c).
+    Candidate sources (issue 10, measured in docs/benchmarks.md section 6): ``cross_question`` (the suffix
+    lookup also matches the earlier answers of the same ``Decoder``, SuffixDecoding's global tree; changes
+    candidates only: greedy tokens never change, sampled tokens follow the same law but a seed's draws then
+    depend on the earlier answers; null = on for greedy decoding with ``lookup=suffix``, off for sampling and
+    with ``pool``); ``ngram_keys`` "head" (a window n-gram is found by its first tokens, as the paper's pool
+    keys it) or "all" (by every k-gram inside it; the default: section 6b); ``chain`` (a continuation
+    that ends before ``max_depth`` is extended by matching again with the draft appended, so overlapping
+    n-grams and occurrences chain into longer drafts; the default: section 6c).
     """
 
     method: str = "lookahead"
@@ -107,18 +101,13 @@ class DecodingConfig:
     ranking: str = "counts"
     max_depth: int = 10
     commit: str = "copy"
-    window_init: str = "random"
-    window_align: bool = False
     cross_question: Optional[bool] = None
-    branch_ngrams: bool = False
     ngram_keys: str = "all"
     chain: bool = True
 
     def __post_init__(self) -> None:
         _check(self.ngram_keys in NGRAM_KEYS,
                f"decoding.ngram_keys={self.ngram_keys!r} is not allowed; use one of {', '.join(NGRAM_KEYS)}")
-        _check(self.window_init in WINDOW_INITS,
-               f"decoding.window_init={self.window_init!r} is not allowed; use one of {', '.join(WINDOW_INITS)}")
         _check(not (self.cross_question and self.lookup == "pool"),
                "decoding.cross_question=true needs decoding.lookup=suffix (the reference pool keeps no answers)")
         _check(self.lookup in LOOKUPS, f"decoding.lookup={self.lookup!r} is not allowed; use one of {', '.join(LOOKUPS)}")

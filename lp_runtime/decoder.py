@@ -137,10 +137,17 @@ class Decoder:
         self.static_mask = True
         self._mask_buffer = MaskBuffer(model.dtype, self.device)
         self.context_length = support.position_limit(model)  # every fed position stays below this
-        # decoding.cross_question: earlier answers of this Decoder seed later prompts' lookups (candidates only)
-        # (null = for greedy steps only: a sampled answer's draws would depend on which answers came before)
-        self.store = AnswerStore() if self.use_pool and decoding.cross_question is not False \
-            and decoding.lookup != "pool" else None
+        # decoding.cross_question: earlier answers of this Decoder seed later prompts' lookups (candidates only);
+        # the store exists when some call may match it (a greedy one does whenever any does)
+        self.store = AnswerStore() if self._matches_answers(do_sample=False) else None
+
+    def _matches_answers(self, do_sample: bool) -> bool:
+        """Whether a call's lookup matches the cross-question store (``decoding.cross_question``): true/false as
+        set; null = for greedy calls only (a sampled answer's draws would depend on which answers came before);
+        never with ``lookup=pool`` (the reference pool keeps no answers) or without a verification branch."""
+        cross_question = self.cfg.cross_question
+        return self.use_pool and self.cfg.lookup != "pool" and (
+            cross_question if cross_question is not None else not do_sample)
 
     def forget_answers(self) -> None:
         """Empty the cross-question store (``decoding.cross_question``): later prompts match no earlier answer."""
@@ -233,15 +240,14 @@ class Decoder:
         past = len(prompt) - 1
         pending = [prompt[-1]]
 
-        store = self.store if self.cfg.cross_question or not sampler.do_sample else None
+        store = self.store if self._matches_answers(sampler.do_sample) else None
         lookup = new_lookup(self.cfg, store) if self.use_pool else None
         history = list(prompt)
         if lookup is not None:
             lookup.extend(prompt)
         window = JacobiWindow(self.window_size, self.ngram_size)
         if window.active:
-            seed_lookup = lookup is not None and self.cfg.window_init == "lookup"
-            window.reset(prompt, self.cfg.seed, lookup.guess(self.window_size - 1) if seed_lookup else ())
+            window.reset(prompt, self.cfg.seed)
         steps, accept_lengths, step_tokens = 0, [], []
 
         while True:
@@ -288,14 +294,9 @@ class Decoder:
                 for ngram in window.advance(pending[-1], new_window):
                     if lookup is not None:
                         lookup.add_ngram(ngram)
-            if lookup is not None:  # decoding.branch_ngrams: the model's outputs on rejected branches
-                lookup.add_branch(pending[-1], tree, node_out, path)
             history.extend(accepted)
             if lookup is not None:
                 lookup.extend(accepted)
-            if num_columns and self.cfg.window_align and len(accepted) > 1:
-                window.realign(len(accepted) - 1, lookup.guess(self.window_size + self.ngram_size)
-                               if lookup is not None else ())
             pending = accepted[-1:] if self.copy_kv else accepted
             if getattr(self.lp, "debug", False):  # every LP rank must hold the same state after the merge (DESIGN.md section 3)
                 self.lp.check_consistent(state_hash(window.state(), lookup.state() if lookup else None,

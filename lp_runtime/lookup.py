@@ -32,10 +32,8 @@ Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 n
     prob: c = d = 4 / (8 + 1) = 0.444;  c->a = d->a = 4 / (4 + 1) = 0.8
     tree (ties broken by recency, newest first): tokens [d, c, a, a], parents [-1, -1, 0, 1]
 
-More sources (issue 10's levers, measured in docs/benchmarks.md section 6b): an ``AnswerStore`` of the run's
-earlier answers (``decoding.cross_question``; matched after the sequence's own sources, weight ``STORE_WEIGHT``),
-the model's outputs on rejected tree branches (``add_branch``, ``decoding.branch_ngrams``), and ``guess``, the
-single best continuation, which seeds the Jacobi window (``decoding.window_init=lookup``, ``window_align``).
+One more source (issue 10's levers, measured in docs/benchmarks.md section 6b): an ``AnswerStore`` of the run's
+earlier answers (``decoding.cross_question``; matched after the sequence's own sources, weight ``STORE_WEIGHT``).
 
 ``CandidateTree.chains`` turns a tree into separate root-to-leaf chains (the flat candidates of the
 reference code, shared prefixes fed once per candidate): the ablation ``tree=False``.
@@ -237,7 +235,6 @@ class SuffixLookup:
         index_history: match over the accepted sequence too (``pool_from_prompt``); False: n-grams only.
         store: an ``AnswerStore`` of earlier answers, matched after this sequence's own sources (each occurrence
             weighted ``store_weight``; recency below every own occurrence).
-        branch_ngrams: ``add_branch`` keeps the model's outputs on rejected tree branches as n-grams.
         ngram_keys: "head" (an n-gram is found by its first 1 .. max_key tokens, as the paper's pool keys it)
             or "all" (by every k-gram inside it, like the accepted sequence: shorter continuations, more of them).
         chain: when a tree node's continuation ends above ``max_depth``, match again on the accepted sequence
@@ -248,7 +245,7 @@ class SuffixLookup:
     def __init__(self, ngram_size: int, num_leaves: int, *, max_nodes: Optional[int] = None, max_depth: int = 10,
                  max_key: int = 4, ranking: str = "counts", max_occurrences: int = 64,
                  index_history: bool = True, store: Optional[AnswerStore] = None, store_weight: float = STORE_WEIGHT,
-                 branch_ngrams: bool = False, ngram_keys: str = "head", chain: bool = True) -> None:
+                 ngram_keys: str = "head", chain: bool = True) -> None:
         if ngram_size < 2 or num_leaves < 0 or max_key < 1:
             raise ValueError(f"ngram_size={ngram_size}, num_leaves={num_leaves}, max_key={max_key}: "
                              "need N >= 2, G >= 0, max_key >= 1")
@@ -264,7 +261,6 @@ class SuffixLookup:
         self.index_history = index_history
         self.store = store
         self.store_weight = store_weight
-        self.branch_ngrams = branch_ngrams
         self.ngram_keys = ngram_keys
         self.chain = chain
         self.history: list[int] = []
@@ -366,40 +362,6 @@ class SuffixLookup:
                 node = child
         return root
 
-    def guess(self, length: int) -> list[int]:
-        """The lookup's single best continuation of the accepted sequence, up to ``length`` tokens (maybe
-        fewer, or none when nothing matches): the heaviest trie path (recency breaking ties), extended by
-        matching again on the sequence with the guess appended. Used to seed the Jacobi window."""
-        seq, out = list(self.history), []
-        while len(out) < length:
-            node = self._trie(seq)
-            step = []
-            while node.kids and len(out) + len(step) < length:
-                node = max(node.kids.values(), key=lambda n: (n.weight, n.recency))
-                step.append(node.token)
-            if not step:
-                break
-            out += step
-            seq += step
-        return out
-
-    def add_branch(self, c: int, tree: "CandidateTree", node_out: Sequence[int], path: Sequence[int]) -> None:
-        """Keep what verification learnt off the accepted path (with ``branch_ngrams``): for every fed node
-        outside ``path`` whose model output no child of it carries, the n-gram ``[c, branch tokens ..., output]``
-        (the model's own continuation of that draft, verified for the draft's context) becomes a window-like
-        n-gram. ``node_out``: one output token per tree node (negative = none)."""
-        if not self.branch_ngrams or not len(tree):
-            return
-        on_path = set(path)
-        kid_tokens: dict[int, set] = {}
-        for i, p in enumerate(tree.parents):
-            kid_tokens.setdefault(p, set()).add(tree.tokens[i])
-        for i in range(len(tree)):
-            o = int(node_out[i])
-            if i in on_path or o < 0 or o in kid_tokens.get(i, ()):
-                continue
-            self.add_ngram([int(c)] + [tree.tokens[n] for n in tree.path(i)] + [o])
-
     def propose(self) -> CandidateTree:
         """The candidate tree for the current accepted sequence (empty when nothing matches or G = 0).
 
@@ -474,14 +436,6 @@ class PoolLookup:
     def state(self) -> tuple:
         return tuple((k, tuple(v)) for k, v in self.pool.items())
 
-    def guess(self, length: int) -> list[int]:
-        """The newest candidate of the newest token, at most ``length`` tokens (window seeding)."""
-        cands = self.pool.candidates(self.history[-1]) if self.history else []
-        return list(cands[0])[:length] if cands else []
-
-    def add_branch(self, c, tree, node_out, path) -> None:
-        """The reference pool keeps window n-grams only."""
-
     def harvested(self) -> list:
         return []
 
@@ -498,7 +452,7 @@ def new_lookup(cfg, store: Optional[AnswerStore] = None):
     if cfg.lookup == "pool":
         return PoolLookup(n, g, from_prompt=cfg.pool_from_prompt)
     return SuffixLookup(n, g, max_depth=cfg.max_depth, ranking=cfg.ranking, index_history=cfg.pool_from_prompt,
-                        store=store, branch_ngrams=cfg.branch_ngrams, ngram_keys=cfg.ngram_keys, chain=cfg.chain)
+                        store=store, ngram_keys=cfg.ngram_keys, chain=cfg.chain)
 
 
 def propose(lookup, cfg) -> CandidateTree:

@@ -40,21 +40,16 @@ class JacobiWindow:
         self.row0: list[int] = []  # W-1 tokens: columns 1..W-1 of level 0
         self.levels: list[list[int]] = []  # levels 1..L, each W tokens; L grows to N-2 in warm-up
 
-    def reset(self, prompt_ids: Sequence[int], seed: int, guess: Sequence[int] = ()) -> None:
-        """Initialise row 0: its first columns from ``guess`` (the lookup's best continuation of the prompt,
-        ``decoding.window_init=lookup``; at most W-1 tokens used), the rest with tokens drawn uniformly (with
-        replacement) from the prompt, as in the paper.
+    def reset(self, prompt_ids: Sequence[int], seed: int) -> None:
+        """Initialise row 0 with tokens drawn uniformly (with replacement) from the prompt, as in the paper.
 
-        Uses ``random.Random(seed)`` so a run is reproducible; a one-token prompt simply repeats it. The random
-        draws do not depend on ``guess`` (column j gets the same draw with or without it).
+        Uses ``random.Random(seed)`` so a run is reproducible; a one-token prompt simply repeats it.
         Raises ``ValueError`` for an empty prompt.
         """
         if not prompt_ids:
             raise ValueError("cannot initialise the lookahead window from an empty prompt")
         rng = random.Random(seed)
         self.row0 = [int(prompt_ids[rng.randrange(len(prompt_ids))]) for _ in range(max(self.window_size - 1, 0))]
-        for j, t in enumerate(list(guess)[: len(self.row0)]):
-            self.row0[j] = int(t)
         self.levels = []
 
     @property
@@ -92,31 +87,6 @@ class JacobiWindow:
         else:  # N = 2: row 0 is the last level
             self.row0 = new[1:]
         return ngrams
-
-    def realign(self, shift: int, guess: Sequence[int] = ()) -> None:
-        """Move every row ``shift`` more columns left (``decoding.window_align``): after a step that accepted
-        ``shift + 1`` tokens, ``advance``'s one-column move leaves each column ``shift`` positions behind the
-        text; this puts row 0 column j back at p+j and level l column j at p+l+j, as the tokens there were
-        guessed for. The vacated trailing columns take the guess for their position from ``guess`` (the
-        lookup's continuation of the accepted text, ``guess[i]`` at p+1+i), else repeat the row's last token.
-
-        Worked example (W = 3, N = 4, shift 1, guess [x, y, z, u])::
-
-            row0 [a1, a2] -> [a2, y];  L1 [b0, b1, b2] -> [b1, b2, z];  L2 [d0, d1, d2] -> [d1, d2, u]
-        """
-        if not self.active or shift <= 0:
-            return
-        s = min(shift, self.window_size - 1)
-        guess = [int(t) for t in guess]
-
-        def moved(row: list[int], first: int) -> list[int]:
-            # row[i] sits at p + first + i; after the move the tail holds positions p+first+len-s .. p+first+len-1
-            tail = [guess[first + i - 1] if first + i - 1 < len(guess) else (row[-1] if row else 0)
-                    for i in range(len(row) - s, len(row))]
-            return row[s:] + tail
-
-        self.row0 = moved(self.row0, 1)
-        self.levels = [moved(lvl, lvl_idx + 1) for lvl_idx, lvl in enumerate(self.levels)]
 
     def state(self) -> tuple:
         """A hashable snapshot (for the LP consistency check)."""

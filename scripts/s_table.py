@@ -14,9 +14,9 @@ first differing token is below 1e-4.
 Variants (``DecodingConfig`` fields): ``pool`` = the reference code's n-gram pool keyed by the newest token,
 separate chains (lookup=pool tree=false); ``suffix`` = suffix lookup, separate chains, recency ranking;
 ``tree`` = suffix lookup as a token tree, recency ranking; ``counts`` = tree + counts ranking (the default).
-Candidate-source variants (issue 10's levers, docs/benchmarks.md section 6b), each counts + one field:
-``seed`` (window_init=lookup), ``align`` (window_align), ``xq`` (cross_question: one store per prompt set, filled
-in prompt order), ``branch`` (branch_ngrams), and the combinations ``seed_xq`` and ``all``. ``--lookup-kw`` sets
+Candidate-source variant (issue 10's levers, docs/benchmarks.md section 6b): ``xq`` = counts + cross_question
+(one store per prompt set, filled in prompt order); the other levers measured there were removed after the
+measurement (commit 01c5f01 still has them and their variants). ``--lookup-kw`` sets
 ``SuffixLookup`` attributes on every lookup (e.g. ``{"ngram_keys": "all"}``; ``keep_ngrams`` goes to the store),
 ``--seed`` the window's random seed (the noise control), ``--start k`` skips the first k selected prompts (their
 reference outputs, identical to the decoder's, fill the store), so a long run can be split over processes.
@@ -32,6 +32,7 @@ printing the markdown tables of every run in ``OUT`` and writing ``OUT/s_table.j
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -57,16 +58,11 @@ VARIANTS = {
     "suffix": dict(lookup="suffix", tree=False, ranking="recency"),
     "tree": dict(lookup="suffix", tree=True, ranking="recency"),
     "counts": dict(lookup="suffix", tree=True, ranking="counts"),
-    # candidate sources on top of counts (issue 10's levers, measured one at a time)
-    "seed": dict(lookup="suffix", tree=True, ranking="counts", window_init="lookup"),
+    # a candidate source on top of counts (issue 10's levers)
     "xq": dict(lookup="suffix", tree=True, ranking="counts", cross_question=True),
-    "branch": dict(lookup="suffix", tree=True, ranking="counts", branch_ngrams=True),
-    "align": dict(lookup="suffix", tree=True, ranking="counts", window_align=True),
-    "seed_xq": dict(lookup="suffix", tree=True, ranking="counts", window_init="lookup", cross_question=True),
-    "all": dict(lookup="suffix", tree=True, ranking="counts", window_init="lookup", cross_question=True,
-                branch_ngrams=True),
 }
 NEAR_TIE = 1e-4
+KNOWN_FIELDS = {f.name for f in dataclasses.fields(DecodingConfig)}
 
 
 def prompt_set(tok):
@@ -314,8 +310,10 @@ def main() -> None:
         if name.startswith("lp_"):
             continue
         d, m, h = t["decoding"], t["mt_bench"], t["humaneval"]
-        variant = max((v for v, kw in VARIANTS.items() if all(d.get(key, "random" if key == "window_init" else False) == val for key, val in kw.items())),
+        variant = max((v for v, kw in VARIANTS.items() if all(d.get(key, False) == val for key, val in kw.items())),
                       key=lambda v: len(VARIANTS[v]), default="?")
+        # runs saved with a lever DecodingConfig no longer has (removed after section 6b; commit 01c5f01) show it
+        variant += "".join(f" {k}={v}" for k, v in d.items() if k not in KNOWN_FIELDS and v not in (False, "random"))
         variant += "".join(f" {k}={v}" for k, v in t.get("lookup_kw", {}).items())
         ident = "replay" if name.count("_replay") else f"{m['identical'] + h['identical']}/{m['prompts'] + h['prompts']}"
         print(f"| ({d['window_size']}, {d['ngram_size']}, {d['guess_set_size']}) | {variant} | "

@@ -6,7 +6,6 @@ import pytest
 
 from lp_runtime.lookup import (MATCH_WEIGHT, STORE_WEIGHT, AnswerStore, CandidateTree, FeedAll, PoolLookup, StepChoice,
                                SuffixLookup)
-from lp_runtime.window import JacobiWindow
 
 a, b, c, d, e, f, g, h = range(1, 9)
 y = 10  # a token in no history
@@ -198,55 +197,9 @@ def test_store_keeps_harvested_ngrams_when_asked():
     assert plain.docs == [(a, b)] and keeping.docs == [(c, d, e), (a, b)]
 
 
-def test_guess_extends_the_best_path_by_matching_again():
-    lk = lookup([a, b, c, d, a], ngram_size=3, leaves=1)
-    # "a" -> b c (best path); then "a b c" (3 tokens) -> d a; then "a" -> b
-    assert lk.guess(5) == [b, c, d, a, b]
-    assert lk.guess(1) == [b] and lookup([a, b, c], leaves=1).guess(4) == []
-    pool = PoolLookup(3, 2)
-    pool.extend([a, b, c, a])
-    assert pool.guess(5) == [b, c] and pool.guess(1) == [b]
-
-
-def test_branch_ngrams_keep_model_outputs_off_the_accepted_path():
-    lk = SuffixLookup(3, 2, branch_ngrams=True)
-    lk.extend([a])
-    tree = CandidateTree([b, c, e], [-1, 0, -1], [0.5] * 3)
-    lk.add_branch(a, tree, node_out=[c, f, g], path=[0, 1])  # b c accepted; branch e got output g
-    assert lk.harvested() == [(a, e, g)]
-    chain = CandidateTree([e, f], [-1, 0], [0.5] * 2)
-    lk.add_branch(a, chain, node_out=[f, h], path=[])  # node e's output is its child f: only the leaf adds
-    assert lk.harvested() == [(a, e, g), (a, e, f, h)]
-    lk.add_branch(a, chain, node_out=[-1, -1], path=[])  # no output (non-finite marker): nothing
-    off = SuffixLookup(3, 2)
-    off.add_branch(a, tree, node_out=[c, f, g], path=[])
-    assert off.harvested() == []
-
-
 @pytest.mark.parametrize("keys, tokens", [("head", []), ("all", [d])])
 def test_ngram_keys_head_or_all(keys, tokens):
     lk = SuffixLookup(3, 2, index_history=False, ngram_keys=keys)
     lk.extend([g, c])
     lk.add_ngram([b, c, d])  # "c" is inside the n-gram, not its head
     assert lk.propose().tokens == tokens
-
-
-def test_window_reset_seeded_from_a_guess():
-    prompt = list(range(10, 30))
-    plain, seeded, long = JacobiWindow(6, 3), JacobiWindow(6, 3), JacobiWindow(6, 3)
-    plain.reset(prompt, 3)
-    seeded.reset(prompt, 3, guess=[a, b])
-    long.reset(prompt, 3, guess=list(range(1, 20)))
-    assert seeded.row0 == [a, b] + plain.row0[2:]  # the random draws do not depend on the guess
-    assert long.row0 == [1, 2, 3, 4, 5]  # at most W-1 guessed tokens
-
-
-def test_window_realign_moves_columns_and_fills_from_the_guess():
-    win = JacobiWindow(3, 4)
-    win.row0, win.levels = [a, b], [[10, 11, 12], [20, 21, 22]]
-    win.realign(1, [30, 31, 32, 33])  # the docstring's example
-    assert win.row0 == [b, 31] and win.levels == [[11, 12, 32], [21, 22, 33]]
-    win.realign(5, [])  # shift capped at W-1; no guess: the row's last token repeats
-    assert win.row0 == [31, 31] and win.levels == [[32, 32, 32], [33, 33, 33]]
-    win.realign(0, [1, 2])
-    assert win.row0 == [31, 31]
