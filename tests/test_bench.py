@@ -247,8 +247,9 @@ def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsy
     alls = {r["method"]: r for r in res["table"] if r["group"] == "all"}
     for label in res["methods"]:
         assert alls[label]["identical"] == 1, label
-    # the window lever feeds W = 3's window (2 + 2 x 3 = 8 tokens) every step after its warm-up: more than auto
-    assert alls[f"{auto} W->3 always"]["fed_per_step"] > alls[auto]["fed_per_step"] + 5
+    # the window lever feeds W = 3's window every step (row 0's 2 tokens, then + 3 per level as it warms up to 8):
+    # more than auto, which fed none
+    assert alls[f"{auto} W->3 always"]["fed_per_step"] > alls[auto]["fed_per_step"] + 2
 
 
 # ---------------------------------------------------------------------------------------- CLI

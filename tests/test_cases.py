@@ -88,8 +88,10 @@ def test_s4_budget_smaller_than_run():
         out = lookahead(model, N=5, eos=[]).generate(prompt, max_new_tokens=budget)
         assert out.output_ids == [11, 12, 13][:budget] and out.finish_reason == "length"
         assert out.decoding_steps == 1
-    full = lookahead(model, N=5, eos=[]).generate(prompt, max_new_tokens=6)
-    assert full.accept_lengths[0] == 5  # N tokens in one step: the whole candidate plus the bonus
+    full = lookahead(model, N=5, eos=[]).generate(prompt, max_new_tokens=10)
+    # one step: the candidate 11..14, chained on by matching "11 12 13 14" again (-> 15, then 10, which the
+    # model rejects), so 11..15 plus the bonus 16
+    assert full.output_ids[:6] == [11, 12, 13, 14, 15, 16] and full.accept_lengths[0] == 6
 
 
 def test_s5_eos_and_budget_same_step():
