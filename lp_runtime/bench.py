@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from lp_runtime import data, metrics
+from lp_runtime.config import to_object as config_to_object
 from lp_runtime.config import (DTYPES, ConfigError, DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig,
                                ParallelConfig, register_configs)
 
@@ -689,7 +690,7 @@ def _threads() -> int:
 
 def _hydra_entry():
     import hydra
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig
 
     from lp_runtime.generate import CONF_DIR, _fail, _is_bad_input
 
@@ -701,7 +702,7 @@ def _hydra_entry():
     @hydra.main(config_path=CONF_DIR, config_name="bench", version_base=None)
     def _main(dict_cfg: DictConfig) -> None:
         try:
-            cfg = OmegaConf.to_object(dict_cfg)
+            cfg = config_to_object(dict_cfg)  # refuses keys no setting has
             assert isinstance(cfg, BenchConfig)
             from hydra.core.hydra_config import HydraConfig
             from hydra.types import RunMode

@@ -3,10 +3,11 @@
 Each dataclass checks its own values in ``__post_init__`` and raises ``ConfigError`` (a ``ValueError``)
 naming the bad value and what is allowed. ``register_configs()`` puts them in Hydra's ConfigStore as the
 schemas of the YAML groups under ``conf/``; the entry point turns the composed config into these plain
-objects with ``OmegaConf.to_object`` so nothing past it sees OmegaConf.
+objects with ``to_object`` so nothing past it sees OmegaConf.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
@@ -323,3 +324,34 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
+
+
+def to_object(node) -> Any:
+    """The plain dataclass objects of a composed Hydra config (``OmegaConf.to_object``), after refusing keys no
+    schema field has.
+
+    Hydra's ``+key=value`` adds a key even to a typed node, and ``OmegaConf.to_object`` then sets it as a stray
+    attribute of the dataclass, so a misspelt or removed setting (``+decoding.window_init=lookup``) would be
+    ignored silently. Raises ``ConfigError`` naming the first such key and the settings its group has.
+    """
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    def check(n, where: str) -> None:
+        if OmegaConf.to_container(n, resolve=False) is None:  # an Optional list or group set to null
+            return
+        if isinstance(n, ListConfig):
+            for i, item in enumerate(n):
+                if isinstance(item, (DictConfig, ListConfig)):
+                    check(item, f"{where}[{i}]")
+            return
+        kind = OmegaConf.get_type(n)
+        names = {f.name for f in dataclasses.fields(kind)} if dataclasses.is_dataclass(kind) else None
+        for key, child in n.items_ex(resolve=False):
+            path = f"{where}.{key}" if where else str(key)
+            if names is not None and key not in names:
+                raise ConfigError(f"{path} is not a setting; {where or 'the top level'} has: {', '.join(sorted(names))}")
+            if isinstance(child, (DictConfig, ListConfig)):
+                check(child, path)
+
+    check(node, "")
+    return OmegaConf.to_object(node)

@@ -29,12 +29,13 @@ from typing import Any, NoReturn
 
 import hydra
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from lp_runtime import data, jobs, metrics, settings
 from lp_runtime.config import ConfigError, ModelOutputError, RunConfig, register_configs
+from lp_runtime.config import to_object as config_to_object
 
 register_configs()
 
@@ -387,7 +388,7 @@ def _hydra_main(dict_cfg: DictConfig) -> None:
     try:
         jobs.apply_job_output(dict_cfg)  # a sweep job writes into its own folder
         jobs.submitit_rank_env()  # a job of Hydra's submitit launcher: one rank per task
-        cfg = OmegaConf.to_object(dict_cfg)
+        cfg = config_to_object(dict_cfg)  # refuses keys no setting has
         assert isinstance(cfg, RunConfig)
         run(cfg)
     except Exception as e:

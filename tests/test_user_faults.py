@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lp_runtime.bench import BenchConfig
-from lp_runtime.config import ConfigError, GenerationConfig, ModelConfig, RunConfig
+from lp_runtime.config import ConfigError, GenerationConfig, ModelConfig, RunConfig, to_object
 from lp_runtime.generate import CONF_DIR
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ GROUP_OPTIONS = sorted((p.parent.name, p.stem) for p in CONF.glob("*/*.yaml") if
 def test_every_group_option_composes(group, option):
     extra = ["dataset.path=questions.jsonl"] if (group, option) == ("dataset", "jsonl") else []
     cfg = _compose("generate", [f"{group}={option}", *extra])
-    assert isinstance(OmegaConf.to_object(cfg), RunConfig)
+    assert isinstance(to_object(cfg), RunConfig)  # no YAML key the schema lacks
 
 
 @pytest.mark.parametrize("launcher", sorted(p.stem for p in (CONF / "hydra" / "launcher").glob("*.yaml")))
@@ -70,7 +70,32 @@ def test_every_launcher_composes(launcher):
 @pytest.mark.parametrize("name", sorted(p.stem for p in CONF.glob("*.yaml")))
 def test_every_top_level_config_composes(name):
     cfg = _compose(name, [])
-    assert isinstance(OmegaConf.to_object(cfg), BenchConfig if name.startswith("bench") else RunConfig)
+    assert isinstance(to_object(cfg), BenchConfig if name.startswith("bench") else RunConfig)
+
+
+# ------------------------------------------------------------------ 1b. a key no setting has (Hydra's +key=value)
+DECODING_KEYS = ("chain, commit, cross_question, guess_set_size, lookup, max_depth, method, ngram_keys, ngram_size, "
+                 "pool_from_prompt, ranking, seed, tree, window_size")
+
+
+@pytest.mark.parametrize("config_name,override,message", [
+    ("generate", "+decoding.window_init=lookup",  # removed this session: must not be ignored silently
+     f"decoding.window_init is not a setting; decoding has: {DECODING_KEYS}"),
+    ("generate", "+bogus=1", "bogus is not a setting; the top level has: dataset, decoding, generation, model, "
+                             "model_id, output, parallel, progress, sampling"),
+    ("bench", "+datasets.0.bogus=1", "datasets[0].bogus is not a setting; datasets[0] has: first_turn_only, "
+                                     "limit, name, path"),
+])
+def test_unknown_key_is_refused(config_name, override, message):
+    cfg = _compose(config_name, [override])
+    with pytest.raises(ConfigError) as e:
+        to_object(cfg)
+    assert str(e.value) == message
+
+
+def test_unknown_key_on_the_command_line():
+    assert error_line(cli("+decoding.branch_ngrams=true", "dataset.limit=1")) == (
+        f"error: decoding.branch_ngrams is not a setting; decoding has: {DECODING_KEYS}")
 
 
 # ------------------------------------------------------------------ 2. a dict override into a null dict field
