@@ -349,7 +349,8 @@ def to_object(node) -> Any:
         for key, child in n.items_ex(resolve=False):
             path = f"{where}.{key}" if where else str(key)
             if names is not None and key not in names:
-                raise ConfigError(f"{path} is not a setting; {where or 'the top level'} has: {', '.join(sorted(names))}")
+                group = where or "the top level"
+                raise ConfigError(f"{path} is not a setting; {group} has: {', '.join(sorted(names))}")
             if isinstance(child, (DictConfig, ListConfig)):
                 check(child, path)
 

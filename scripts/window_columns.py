@@ -71,8 +71,10 @@ def main() -> None:
                              "steps": res.decoding_steps, "identical": res.output_ids == ref})
         finally:
             decoder_module.JacobiWindow = JacobiWindow
-        s = {g: sum(r["new_tokens"] for r in rows if r["group"] == g) / sum(r["steps"] for r in rows if r["group"] == g)
-             for g in ("mt_bench", "humaneval")}
+        s = {}
+        for g in ("mt_bench", "humaneval"):
+            mine = [r for r in rows if r["group"] == g]
+            s[g] = sum(r["new_tokens"] for r in mine) / sum(r["steps"] for r in mine)
         results[str(w)] = {"S": s, "rows": rows, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         print(f"columns 0..{w - 1}: S {s['mt_bench']:.2f} MT-Bench, {s['humaneval']:.2f} HumanEval, "
               f"identical {sum(r['identical'] for r in rows)}/{len(rows)}", flush=True)
