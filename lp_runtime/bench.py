@@ -692,7 +692,7 @@ def _hydra_entry():
     import hydra
     from omegaconf import DictConfig
 
-    from lp_runtime.generate import CONF_DIR, _fail, _is_bad_input
+    from lp_runtime.generate import CONF_DIR, _fail, _is_bad_input, remove_refused_run_dir
 
     register_configs()
     from hydra.core.config_store import ConfigStore
@@ -714,6 +714,7 @@ def _hydra_entry():
         except Exception as e:
             if not _is_bad_input(e):
                 raise
+            remove_refused_run_dir()  # as the main job: a refused setting leaves no new folder
             _fail(e)
 
     return _main

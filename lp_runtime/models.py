@@ -151,7 +151,8 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
         depth_key = "" if decoding.lookup == "pool" else f", decoding.max_depth={decoding.max_depth}"
         raise ConfigError(
             f"{window}decoding.ngram_size={N}, decoding.guess_set_size={G}{depth_key} make a lookahead step of "
-            f"{step} tokens (1 + (W-1) + (N-2)*W window tokens + G candidates of {depth} tokens), more than the "
+            f"{step} tokens ({'1 + (W-1) + (N-2)*W window tokens' if W else '1 pending token'} + G candidates of "
+            f"{depth} tokens), more than the "
             f"model's context of {ctx} tokens (max_position_embeddings); lower them so that a step fits")
 
 

@@ -100,7 +100,7 @@ def check(answers_path: Path, settings_path: Path, current: dict[str, Any]) -> N
                                     f"choose a new output path ({hint}) or move both files away") from None
     diffs = differences(recorded, current)
     if diffs:
-        listed = "; ".join(f"{k}: {old!r} in the file, {new!r} now" for k, old, new in diffs)
+        listed = "; ".join(f"{k}: {_as_typed(old)} in the file, {_as_typed(new)} now" for k, old, new in diffs)
         raise SettingsMismatchError(
             f"{answers_path} was made with other settings ({settings_path}): {listed}; re-run with the file's "
             f"settings to resume it, or write to a new output path ({hint})")
@@ -120,3 +120,8 @@ def read(settings_path: Path) -> dict[str, Any]:
         return json.loads(settings_path.read_text(encoding="utf-8"))["settings"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+
+
+def _as_typed(value) -> str:
+    """A setting's value as a user writes it on the command line: true/false/null, numbers, quoted strings."""
+    return json.dumps(value) if value is None or isinstance(value, (bool, int, float)) else repr(value)

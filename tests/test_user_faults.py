@@ -172,6 +172,13 @@ def test_refused_setting_removes_only_hydra_records(tmp_path):
     assert (run_dir / "keep.txt").read_text() == "x" and (run_dir / ".hydra" / "config.yaml").is_file()
 
 
+def test_refused_bench_leaves_no_hydra_folder(tmp_path):
+    proc = cli("ablation=true", cwd=tmp_path, module="lp_runtime.bench")
+    assert error_line(proc) == ("error: ablation=true switches decoding=auto's levers off one at a time; "
+                                "add decoding=auto")
+    assert list(tmp_path.iterdir()) == []  # neither outputs/bench/hydra/<time>/ nor outputs/
+
+
 # ------------------------------------------------------------------ 4, 12c. an answers file that is not one
 def test_report_on_a_question_file(tmp_path):
     q = tmp_path / "q.jsonl"
@@ -256,8 +263,8 @@ def test_lookahead_step_must_fit_the_context(over, step):
     depth_key = "" if cfg.lookup == "pool" else f", decoding.max_depth={cfg.max_depth}"
     assert str(e.value) == (
         f"decoding.window_size={cfg.window_size}, decoding.ngram_size={cfg.ngram_size}, decoding.guess_set_size="
-        f"{cfg.guess_set_size}{depth_key} make a lookahead step of {step} tokens (1 + (W-1) + (N-2)*W window tokens "
-        f"+ G candidates of {cfg.ngram_size - 1 if cfg.lookup == 'pool' else depth} tokens), more than the model's "
+        f"{cfg.guess_set_size}{depth_key} make a lookahead step of {step} tokens ("
+        f"{'1 + (W-1) + (N-2)*W window tokens' if cfg.window_size else '1 pending token'} + G candidates of {cfg.ngram_size - 1 if cfg.lookup == 'pool' else depth} tokens), more than the model's "
         "context of 256 tokens (max_position_embeddings); lower them so that a step fits")
 
 
