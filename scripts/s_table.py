@@ -44,12 +44,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
+from lp_runtime.config import ConfigError, DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 import lp_runtime.decoder as decoder_module  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
-from lp_runtime.lookup import AnswerStore, new_lookup, propose  # noqa: E402
+from lp_runtime.lookup import AnswerStore, SuffixLookup, new_lookup, propose  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
 from lp_runtime.verify import greedy_verify  # noqa: E402
 
@@ -255,6 +255,26 @@ def main() -> None:
                          "store), so one run can be split over processes")
     ap.add_argument("--lookup-kw", default="{}", help='JSON of SuffixLookup attributes set on every lookup, e.g. {"max_key": 6} ("keep_ngrams": the store\'s)')
     args = ap.parse_args()
+    settings = []  # checked before the model loads: a typo fails at once, not after the references
+    for setting in args.settings:
+        try:
+            w, n, g = (int(x) for x in setting.split(","))
+            DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g)
+        except (ValueError, ConfigError) as e:
+            ap.error(f"--settings {setting!r}: give W,N,G as three integers, e.g. 15,5,15 ({e})")
+        if args.replay and w:
+            ap.error(f"--settings {setting!r} with --replay: replay needs W = 0 (no window)")
+        settings.append((w, n, g))
+    try:
+        lookup_kw = json.loads(args.lookup_kw)
+    except ValueError as e:
+        ap.error(f"--lookup-kw {args.lookup_kw!r} is not JSON ({e})")
+    known = set(vars(SuffixLookup(2, 1))) | {"keep_ngrams"}
+    if not isinstance(lookup_kw, dict) or set(lookup_kw) - known:
+        ap.error(f"--lookup-kw {args.lookup_kw!r}: give a JSON object of SuffixLookup attributes, any of "
+                 f"{', '.join(sorted(k for k in known if not k.startswith('_')))}")
+    if min(args.mt_limit, args.he_limit, args.start) < 0 or not 1 <= args.max_new_tokens <= 128:
+        ap.error("--mt-limit, --he-limit and --start must be >= 0, --max-new-tokens 1..128 (the cached references)")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out_dir = ROOT / args.out
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -268,7 +288,6 @@ def main() -> None:
     else:
         refs = [hf_greedy(model, p, 128, eos) for _, _, p in prompts]
         ref_path.write_text(json.dumps(refs) + "\n")
-    assert args.max_new_tokens <= 128, "the cached references hold 128 tokens"
     keep = [i for i, (grp, _, _) in enumerate(prompts)
             if sum(g == grp for g, _, _ in prompts[: i + 1]) <= (args.mt_limit if grp == "mt_bench" else args.he_limit)]
     prompts = [prompts[i] for i in keep]
@@ -276,17 +295,16 @@ def main() -> None:
     tag = "" if (args.mt_limit, args.he_limit, args.max_new_tokens) == (16, 8, 128) else \
         f"_mt{args.mt_limit}he{args.he_limit}t{args.max_new_tokens}"
 
-    for setting in args.settings:
-        w, n, g = (int(x) for x in setting.split(","))
+    for w, n, g in settings:
         for v in args.variants:
             dec = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=args.commit, seed=args.seed,
                                  **VARIANTS[v])
             if args.replay:
-                kw = json.loads(args.lookup_kw)
+                kw = lookup_kw
                 kw_tag = "".join(f"_{k}{v}" for k, v in kw.items())
                 replay(prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_replay{tag}", dec, args.max_new_tokens, out_dir, kw)
                 continue
-            kw = json.loads(args.lookup_kw)
+            kw = lookup_kw
             kw_tag = "".join(f"_{k}{v}" for k, v in kw.items()) + (f"_from{args.start}" if args.start else "") + \
                 (f"_seed{args.seed}" if args.seed else "")
             run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_{args.commit}{tag}", dec, args.max_new_tokens,
