@@ -11,7 +11,8 @@ Needs only torch + transformers (lp_runtime's core modules are imported directly
 (b) latency: seconds per forward pass against input tokens per step q = 1..256 over a 200-token cache, bf16
     (``lp_runtime.tuner.measure_latency``: median of reps, logits for half the step).
 (c) prediction: for each method of a benchmark results JSON (``--results``, from ``python -m lp_runtime.bench``
-    on CPU), predicted speedup over greedy = S * latency(1) / latency(tokens per step of that method), per shape.
+    on CPU), predicted speedup over greedy = S * latency(1) / latency(tokens fed per step of that method, its
+    cap where the bench did not count them), per shape.
     It assumes S carries over from the CPU run's model to these shapes (it is a property of the model's
     predictions, not of the hardware).
 
@@ -121,8 +122,10 @@ def predict(curve: dict[int, float], results_path: str) -> list[dict]:
     for r in res["table"]:
         if r["group"] != "all" or not r.get("step_tokens") or not r.get("step_compression"):
             continue
-        lat = tuner.interpolate(curve, r["step_tokens"])
-        out.append({"method": r["method"], "S_cpu": r["step_compression"], "step_tokens": r["step_tokens"],
+        # tokens actually fed per step where the bench measured it (a policy feeds fewer than its cap), else the cap
+        q = r.get("fed_per_step") or r["step_tokens"]
+        lat = tuner.interpolate(curve, q)
+        out.append({"method": r["method"], "S_cpu": r["step_compression"], "step_tokens": q,
                     "step_latency_ratio": lat / curve[1],
                     "predicted_speedup": r["step_compression"] * curve[1] / lat,
                     "cpu_speedup_mean_ratio": r.get("speedup_mean_ratio")})
@@ -191,7 +194,7 @@ def main() -> None:
         md += ["", f"## predicted speedup over greedy on {name} (S from {args.results})", "",
                "| method | S (CPU) | tokens/step | latency ratio | predicted speedup | CPU speedup |",
                "|---|---|---|---|---|---|"]
-        md += [f"| {r['method']} | {r['S_cpu']:.2f} | {r['step_tokens']:g} | {r['step_latency_ratio']:.2f} | "
+        md += [f"| {r['method']} | {r['S_cpu']:.2f} | {r['step_tokens']:.1f} | {r['step_latency_ratio']:.2f} | "
                f"{r['predicted_speedup']:.2f}x | {r['cpu_speedup_mean_ratio'] or 0:.2f}x |" for r in rows]
     md += ["", f"all exact: {report['all_exact']}; skipped: {report['skipped'] or 'none'}; "
                f"{report['seconds']:.0f} s"]
