@@ -305,7 +305,7 @@ class Decoder:
         if streamer is not None:
             streamer.end()
         if self.store is not None:
-            self.store.add(prompt, stopper.output, lookup.harvested() if self.store.keep_ngrams else ())
+            self.store.add(prompt, stopper.output)
         return GenerationOutput(
             output_ids=list(stopper.output),
             finish_reason=stopper.finish_reason or "length",

@@ -179,22 +179,17 @@ class AnswerStore:
     never the output (greedy verification accepts model tokens only; sampling stays exact).
     """
 
-    def __init__(self, max_key: int = 4, keep_ngrams: bool = False, max_tokens: int = 1 << 18) -> None:
+    def __init__(self, max_key: int = 4, max_tokens: int = 1 << 18) -> None:
         self.max_key = max_key
         # Past max_tokens stored tokens the older half is forgotten: memory stays bounded in long jobs (the
         # index holds max_key entries a token, ~0.3 KB in CPython, so the default cap is ~80 MB).
         self.max_tokens = max_tokens
         self.num_tokens = 0
-        self.keep_ngrams = keep_ngrams  # also keep each answer's harvested n-grams (``add``'s ``ngrams``)
         self.docs: list[tuple[int, ...]] = []
         self.index: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # key -> [(doc, end index)], oldest first
 
-    def add(self, prompt: Sequence[int], output: Sequence[int], ngrams: Sequence[Sequence[int]] = ()) -> None:
-        """Store one finished answer (``output``, new tokens only) after the tail of its ``prompt``, and with
-        ``keep_ngrams`` the n-grams harvested while answering it (each its own document)."""
-        if self.keep_ngrams:
-            for g in ngrams:
-                self._add_doc(tuple(int(t) for t in g))
+    def add(self, prompt: Sequence[int], output: Sequence[int]) -> None:
+        """Store one finished answer (``output``, new tokens only) after the tail of its ``prompt``."""
         self._add_doc(tuple(int(t) for t in list(prompt)[-self.max_key:]) + tuple(int(t) for t in output))
         if self.num_tokens > self.max_tokens:  # keep the newest documents, at most half the cap (and the newest one)
             keep, total = [], 0
@@ -298,10 +293,6 @@ class SuffixLookup:
             keys = [(end, k) for end in range(len(key) - 1) for k in range(1, min(self.max_key, end + 1) + 1)]
         for end, k in keys:
             self._index.setdefault(key[end - k + 1 : end + 1], []).append((doc, end))
-
-    def harvested(self) -> list[tuple[int, ...]]:
-        """The distinct n-grams added so far (window and branch n-grams), oldest first."""
-        return list(self._docs)
 
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check)."""
@@ -435,9 +426,6 @@ class PoolLookup:
 
     def state(self) -> tuple:
         return tuple((k, tuple(v)) for k, v in self.pool.items())
-
-    def harvested(self) -> list:
-        return []
 
     def propose(self) -> CandidateTree:
         if not self.history:

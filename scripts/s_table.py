@@ -17,7 +17,7 @@ separate chains (lookup=pool tree=false); ``suffix`` = suffix lookup, separate c
 Candidate-source variant (issue 10's levers, docs/benchmarks.md section 6b): ``xq`` = counts + cross_question
 (one store per prompt set, filled in prompt order); the other levers measured there were removed after the
 measurement (commit 01c5f01 still has them and their variants). ``--lookup-kw`` sets
-``SuffixLookup`` attributes on every lookup (e.g. ``{"ngram_keys": "all"}``; ``keep_ngrams`` goes to the store),
+``SuffixLookup`` attributes on every lookup (e.g. ``{"ngram_keys": "all"}``),
 ``--seed`` the window's random seed (the noise control), ``--start k`` skips the first k selected prompts (their
 reference outputs, identical to the decoder's, fill the store), so a long run can be split over processes.
 ``--commit`` chooses copy-KV (default; the next step feeds only the bonus token) or re-feed.
@@ -111,18 +111,14 @@ class PlanProbe(LocalGroup):
 
 
 def tuned_lookups(kw):
-    """Make ``Decoder.generate`` build its lookups with ``kw`` set (lookup tuning experiments only; the key
-    ``keep_ngrams`` goes to the cross-question store). Returns a function that undoes it."""
+    """Make ``Decoder.generate`` build its lookups with ``kw`` set (lookup tuning experiments only). Returns a
+    function that undoes it."""
     base = decoder_module.new_lookup
 
     def make(cfg, store=None):
         lk = base(cfg, store)
         for key, val in kw.items():
-            if key == "keep_ngrams":
-                if store is not None:
-                    store.keep_ngrams = val
-            else:
-                setattr(lk, key, val)
+            setattr(lk, key, val)
         return lk
 
     decoder_module.new_lookup = make
@@ -149,7 +145,7 @@ def _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe
     done = start + len(rows)
     if done and dec.store is not None:
         # --start or a resumed run: the store is rebuilt from the earlier prompts' outputs (token-identical to
-        # the references), exactly what an unbroken run holds unless the store keeps window n-grams
+        # the references), exactly what an unbroken run holds
         print("  (the store is rebuilt from the reference outputs of the earlier prompts)")
         for (group, _, prompt), ref in zip(prompts[:done], refs[:done]):
             if group == prompts[done - 1][0]:
@@ -253,7 +249,7 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0,
                     help="model runs: skip the first k selected prompts (their outputs still fill the cross-question "
                          "store), so one run can be split over processes")
-    ap.add_argument("--lookup-kw", default="{}", help='JSON of SuffixLookup attributes set on every lookup, e.g. {"max_key": 6} ("keep_ngrams": the store\'s)')
+    ap.add_argument("--lookup-kw", default="{}", help='JSON of SuffixLookup attributes set on every lookup, e.g. {"max_key": 6}')
     args = ap.parse_args()
     settings = []  # checked before the model loads: a typo fails at once, not after the references
     for setting in args.settings:
@@ -269,7 +265,7 @@ def main() -> None:
         lookup_kw = json.loads(args.lookup_kw)
     except ValueError as e:
         ap.error(f"--lookup-kw {args.lookup_kw!r} is not JSON ({e})")
-    known = set(vars(SuffixLookup(2, 1))) | {"keep_ngrams"}
+    known = set(vars(SuffixLookup(2, 1)))
     if not isinstance(lookup_kw, dict) or set(lookup_kw) - known:
         ap.error(f"--lookup-kw {args.lookup_kw!r}: give a JSON object of SuffixLookup attributes, any of "
                  f"{', '.join(sorted(k for k in known if not k.startswith('_')))}")

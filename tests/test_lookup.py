@@ -190,13 +190,6 @@ def test_store_forgets_the_older_half_past_max_tokens():
     assert store.docs == [tuple(range(20, 40))] and store.num_tokens == 20
 
 
-def test_store_keeps_harvested_ngrams_when_asked():
-    plain, keeping = AnswerStore(max_key=2), AnswerStore(max_key=2, keep_ngrams=True)
-    for s in (plain, keeping):
-        s.add([a], [b], ngrams=[(c, d, e)])
-    assert plain.docs == [(a, b)] and keeping.docs == [(c, d, e), (a, b)]
-
-
 @pytest.mark.parametrize("keys, tokens", [("head", []), ("all", [d])])
 def test_ngram_keys_head_or_all(keys, tokens):
     lk = SuffixLookup(3, 2, index_history=False, ngram_keys=keys)
