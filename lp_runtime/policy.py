@@ -41,11 +41,48 @@ Example (flat curve up to 4 tokens, then dearer)::
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Protocol, Sequence
 
-from .lookup import StepChoice
+from .tree import CandidateTree, depths, path_probabilities, reindex
+from .window import levels_of
 
 WINDOW_GAIN_PRIOR = 0.15
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """What one step feeds: ``nodes`` of the proposed tree (ancestor-closed, ascending) and whether to feed the
+    window; the expectations are a policy's estimates (None when not estimated)."""
+
+    nodes: tuple[int, ...]
+    use_window: bool
+    expected_tokens: Optional[float] = None
+    expected_seconds: Optional[float] = None
+
+
+class StepPolicy(Protocol):
+    """Decides what each step feeds; the ``Decoder`` calls ``choose`` before and ``observe`` after every step.
+
+    ``choose(tree, num_pending=P, window_tokens=T)``: the proposed tree, the P pending tokens the step feeds
+    anyway, the T tokens the window would add (0 when there is none); returns a ``StepChoice``.
+    ``observe(tree, fed_nodes, accepted_nodes)``: the same proposed tree, the node indices fed and the accepted
+    path (indices into ``tree``). A policy held by a decoder sees every call's steps in order.
+    """
+
+    def choose(self, tree: CandidateTree, *, num_pending: int, window_tokens: int) -> StepChoice: ...
+
+    def observe(self, tree: CandidateTree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None: ...
+
+
+class FeedAll:
+    """The fixed-(W, N, G) policy: feed every proposed node, and the window whenever there is one."""
+
+    def choose(self, tree: CandidateTree, *, num_pending: int, window_tokens: int) -> StepChoice:
+        return StepChoice(nodes=tuple(range(len(tree))), use_window=window_tokens > 0)
+
+    def observe(self, tree: CandidateTree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None:
+        """No learning: a fixed setting feeds the same whatever was accepted."""
 
 
 def interpolate(curve: Mapping[int, float], q: float) -> float:
@@ -136,31 +173,6 @@ class AcceptanceCalibration:
         self.successes[key] = self.successes.get(key, 0) + int(bool(accepted))
 
 
-def node_depths(parents: Sequence[int]) -> list[int]:
-    """Depth of each node (children of the root: 1); parents must precede children.
-
-    >>> node_depths([-1, 0, 1, -1, 3])
-    [1, 2, 3, 1, 2]
-    """
-    depth: list[int] = []
-    for i, par in enumerate(parents):
-        assert par < i, f"node {i}'s parent {par} does not precede it"
-        depth.append(1 if par < 0 else depth[par] + 1)
-    return depth
-
-
-def path_probabilities(parents: Sequence[int], probs: Sequence[float]) -> list[float]:
-    """P(path root -> node accepted) = product of the per-node probabilities along the path.
-
-    >>> path_probabilities([-1, 0, -1], [0.5, 0.5, 0.25])
-    [0.5, 0.25, 0.25]
-    """
-    out: list[float] = []
-    for par, p in zip(parents, probs):
-        out.append(p if par < 0 else out[par] * p)
-    return out
-
-
 def best_prefix(path_probs: Sequence[float], base_q: int, curve: LatencyCurve, bonus_tokens: float = 0.0,
                 tokens_of: Optional[Callable[[list[int]], int]] = None) -> tuple[tuple[int, ...], float, float]:
     """The node set with the highest (1 + bonus + sum of path probs) / latency(q), q = base_q + nodes, or
@@ -217,7 +229,6 @@ class CostPolicy:
         self.steps = 0
         self.sum_expected_tokens = 0.0
         self.sum_expected_seconds = 0.0
-        self.sum_fed_nodes = 0
         self.lp_size = 1
         self.window_size = 0
         self._last: Optional[StepChoice] = None
@@ -234,13 +245,11 @@ class CostPolicy:
         """``tokens_of`` for ``best_prefix`` under LP (None for one process)."""
         if self.lp_size == 1:
             return None
-        from .parallel import max_rank_tokens, sub_parents  # torch: only under LP
+        from .parallel import max_rank_tokens  # torch: only under LP
 
         cols = self.window_size if window_tokens > 0 else 0
-        levels = (window_tokens - (cols - 1)) // cols if cols else 0
-        assert window_tokens == (max(cols - 1, 0) + levels * cols if cols else 0), \
-            f"window_tokens={window_tokens} is not a window of W={self.window_size} columns"
-        return lambda nodes: max_rank_tokens(num_pending, cols, levels, sub_parents(parents, sorted(nodes)),
+        levels = levels_of(cols, window_tokens)
+        return lambda nodes: max_rank_tokens(num_pending, cols, levels, reindex(parents, sorted(nodes)),
                                              self.lp_size)
 
     @property
@@ -251,8 +260,8 @@ class CostPolicy:
 
     def node_probabilities(self, tree) -> list[float]:
         """Calibrated P(node accepted | parent accepted) for every node of ``tree``."""
-        depths = node_depths(tree.parents)
-        return [self.calibration.estimate(d, p) for d, p in zip(depths, tree.prob)]
+        node_depths = depths(tree.parents)
+        return [self.calibration.estimate(d, p) for d, p in zip(node_depths, tree.prob)]
 
     def choose(self, tree, num_pending: int, window_tokens: int) -> StepChoice:
         """The nodes and window to feed after ``num_pending`` pending tokens (``window_tokens``: tokens the
@@ -281,20 +290,19 @@ class CostPolicy:
 
         A fed node is a trial when its parent is the root or was accepted; it succeeded when it was accepted.
         """
-        depths = node_depths(tree.parents)
+        node_depths = depths(tree.parents)
         accepted = set(int(i) for i in accepted_nodes)
         fed = set(int(i) for i in fed_nodes)
         assert accepted <= fed, f"accepted nodes {sorted(accepted - fed)} were not fed"
         for i in sorted(fed):
             par = tree.parents[i]
             if par < 0 or par in accepted:
-                self.calibration.update(depths[i], tree.prob[i], i in accepted)
+                self.calibration.update(node_depths[i], tree.prob[i], i in accepted)
         last = self._last
         if last is not None:
             self.steps += 1
             self.sum_expected_tokens += last.expected_tokens
             self.sum_expected_seconds += last.expected_seconds
-            self.sum_fed_nodes += len(fed)
             if last.use_window:
                 self.window_steps += 1
         from_window = getattr(tree, "from_window", None)

@@ -3,7 +3,7 @@
 Runs (float32, CPU, no timing anywhere):
 
 * one process, a tiny random Llama (vocab 64): plain greedy, fixed (W, N, G) = (3, 4, 3) and (7, 5, 7), the
-  reference pool (``lookup=pool``: the paper's candidates, re-feed), and ``decoding=auto``'s cost policy on a
+  paper's candidates (``decoding=paper``: the single-key pool, re-feed), and ``decoding=auto``'s cost policy on a
   SAVED latency curve (``CURVE`` below), each over 4 prompts answered by one decoder in order (so the answer
   store and the policy's calibration carry over as in a run);
 * seeded sampling on a peaked vocab-8 Llama at (3, 4, 3) and under the cost policy, 4 seeds each;
@@ -56,23 +56,21 @@ def make_decoder(model, run: str, *, lp=None, price_lp: int = 1, eos=(), tokeniz
     from lp_runtime.decoder import Decoder
     from lp_runtime.policy import CostPolicy
 
-    commit = "refeed" if (lp is not None or price_lp > 1) else "copy"
+    copy_kv = lp is None and price_lp == 1  # LP re-feeds; one process priced as LP re-feeds too
     if run == "greedy":
         return Decoder(model, DecodingConfig(method="greedy"), eos_token_ids=eos, tokenizer=tokenizer, lp=lp)
-    if run == "pool":
-        cfg = DecodingConfig(window_size=3, ngram_size=4, guess_set_size=3, lookup="pool", ranking="recency",
-                             tree=False, commit="refeed")
+    if run == "pool":  # the paper's candidates: single-key pool, newest first, separate chains, re-feed
+        cfg = DecodingConfig(method="paper", window_size=3, ngram_size=4, guess_set_size=3)
         return Decoder(model, cfg, eos_token_ids=eos, tokenizer=tokenizer, lp=lp)
     if run == "auto":
         policy = CostPolicy(CURVE)
         if lp is None and price_lp > 1:
             policy.price_lp(price_lp, 3)
-        cfg = DecodingConfig(method="auto", window_size=3, ngram_size=6, guess_set_size=4, max_depth=24,
-                             commit=commit)
-        return Decoder(model, cfg, eos_token_ids=eos, tokenizer=tokenizer, lp=lp, step_policy=policy)
+        cfg = DecodingConfig(method="auto", window_size=3, ngram_size=6, guess_set_size=4, max_depth=24)
+        return Decoder(model, cfg, eos_token_ids=eos, tokenizer=tokenizer, lp=lp, step_policy=policy, copy_kv=copy_kv)
     w, n, g = FIXED[run]
-    cfg = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=commit)
-    return Decoder(model, cfg, eos_token_ids=eos, tokenizer=tokenizer, lp=lp)
+    cfg = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g)
+    return Decoder(model, cfg, eos_token_ids=eos, tokenizer=tokenizer, lp=lp, copy_kv=copy_kv)
 
 
 def record(out) -> dict:
