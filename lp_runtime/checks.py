@@ -99,16 +99,22 @@ def check_supported(model, max_total_tokens: int) -> None:
     check_attention_span(model, max_total_tokens)
 
 
+def _refuse_past(model, max_total_tokens: int, limit: int, reason: str) -> None:
+    """``ConfigError`` (``reason``, the length asked for, the limit) when ``max_total_tokens`` > ``limit``."""
+    if max_total_tokens > limit:
+        raise ConfigError(
+            f"{_arch(model)} {reason}; this prompt plus max_new_tokens may reach {max_total_tokens} tokens. "
+            f"lp_runtime decodes such models exactly up to {limit} tokens: shorten the prompt or lower max_new_tokens"
+        )
+
+
 def check_rope_length(model, max_total_tokens: int) -> None:
     """``ConfigError`` when the model's rope frequencies would change within ``max_total_tokens`` tokens."""
     rope = length_dependent_rope(model)
-    if rope is not None and max_total_tokens > rope[1]:
+    if rope is not None:
         kind, limit = rope
-        raise ConfigError(
-            f"{_arch(model)} uses rope scaling {kind!r}, whose frequencies change once the sequence passes "
-            f"{limit} tokens; this prompt plus max_new_tokens may reach {max_total_tokens} tokens. lp_runtime "
-            f"decodes such models exactly up to {limit} tokens: shorten the prompt or lower max_new_tokens"
-        )
+        _refuse_past(model, max_total_tokens, limit, f"uses rope scaling {kind!r}, whose frequencies change once "
+                                                     f"the sequence passes {limit} tokens")
 
 
 def attention_span(model) -> Optional[tuple[str, int]]:
@@ -135,13 +141,9 @@ def check_attention_span(model, max_total_tokens: int) -> None:
     """``ConfigError`` naming the attribute when a sequence of ``max_total_tokens`` tokens would outgrow an
     attention window or chunk (``attention_span``)."""
     span = attention_span(model)
-    if span is not None and max_total_tokens > span[1]:
+    if span is not None:
         name, size = span
-        raise ConfigError(
-            f"{_arch(model)} attends within windows of {size} tokens ({name}={size}) and this sequence may reach "
-            f"{max_total_tokens} tokens; lookahead decoding is exact only up to {size} tokens: shorten the prompt "
-            "or lower max_new_tokens"
-        )
+        _refuse_past(model, max_total_tokens, size, f"attends within windows of {size} tokens ({name}={size})")
 
 
 # ------------------------------------------------------------------------------------------ the request

@@ -33,7 +33,7 @@ enough at this q (a GPU, or bfloat16 on a CPU with native bf16 matmul), never on
 
 Example (flat curve up to 4 tokens, then dearer)::
 
-    >>> from lp_runtime.lookup import CandidateTree
+    >>> from lp_runtime.tree import CandidateTree
     >>> pol = CostPolicy({1: 0.010, 4: 0.010, 8: 0.020})
     >>> tree = CandidateTree(tokens=[7, 8, 9], parents=[-1, 0, -1], prob=[0.9, 0.8, 0.1])
     >>> pol.choose(tree, num_pending=1, window_tokens=0).nodes   # all three fit in the flat part (q = 4)

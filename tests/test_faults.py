@@ -356,8 +356,8 @@ def test_8_learned_positions_and_sliding_window_count_only_what_was_asked():
     with pytest.raises(ConfigError) as err:
         dec.generate(prompt, max_new_tokens=11)
     assert str(err.value) == ("MistralForCausalLM (model_type 'mistral') attends within windows of 40 tokens "
-                              "(sliding_window=40) and this sequence may reach 41 tokens; lookahead decoding is exact "
-                              "only up to 40 tokens: shorten the prompt or lower max_new_tokens")
+                              "(sliding_window=40); this prompt plus max_new_tokens may reach 41 tokens. lp_runtime "
+                              "decodes such models exactly up to 40 tokens: shorten the prompt or lower max_new_tokens")
 
 
 # ------------------------------------------------------------------------- 10. inputs ending in a traceback
@@ -507,7 +507,7 @@ def _llama4(**over):
     torch.manual_seed(0)
     cfg = Llama4TextConfig(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=64, intermediate_size_mlp=64,
                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                     max_position_embeddings=256, num_local_experts=1, interleave_moe_layer_step=0,
+                                     max_position_embeddings=256, num_local_experts=1, moe_layers=[],
                                      attention_chunk_size=8, attn_temperature_tuning=False, initializer_range=0.3,
                                      bos_token_id=None, eos_token_id=None, pad_token_id=None), **over})
     return Llama4ForCausalLM(cfg).eval()
@@ -523,7 +523,8 @@ def test_20_1_windowed_or_chunked_attention_exact_inside_refused_past_it(make, n
     assert out.output_ids == hf_greedy(model, prompt, 4)
     with pytest.raises(ConfigError) as err:
         Decoder(model, LOOK).generate(prompt, max_new_tokens=5)
-    assert f"attends within windows of 8 tokens ({name}) and this sequence may reach 9 tokens" in str(err.value)
+    assert (f"attends within windows of 8 tokens ({name}); this prompt plus max_new_tokens may reach 9 tokens. "
+            "lp_runtime decodes such models exactly up to 8 tokens") in str(err.value)
 
 
 def mistral_sliding(window: int):
