@@ -2,7 +2,7 @@
 window, the request (prompt ids, budget, context), and the step's logits (NaN / inf).
 
 Lookahead decoding feeds a step as a token tree: explicit ``position_ids`` (several tokens share a position)
-and a float 4D mask (DESIGN.md sections 1 and 4). That is exact only when
+and a float 4D mask (docs/architecture.md). That is exact only when
 
 * the model's attention follows those ``position_ids`` and that mask (``check_attention``: a start-up probe that
   compares a 2-token tree step with plain decoding; ALiBi models such as BLOOM, MPT or Falcon with
@@ -14,7 +14,8 @@ and a float 4D mask (DESIGN.md sections 1 and 4). That is exact only when
 * every token may see the whole sequence (sliding-window attention up to its window only).
 
 Each refusal is a ``ConfigError`` naming the model, the value and what is supported. Non-finite logits raise
-``ModelOutputError`` naming the step and the position (``finite_argmax``, ``check_finite``).
+``ModelOutputError`` naming the step and the position when a row that decides an emitted token is not finite
+(``check_decided``).
 """
 from __future__ import annotations
 

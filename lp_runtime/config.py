@@ -116,7 +116,7 @@ class DecodingConfig:
 
 @dataclass
 class SamplingConfig:
-    """Logits processing and sampling, the same for plain and lookahead decoding (DESIGN.md section 1).
+    """Logits processing and sampling, the same for plain and lookahead decoding (README, "Configuration").
 
     Like transformers' ``generate``: ``repetition_penalty`` (> 0, 1 = off) applies in greedy and sampling;
     ``temperature`` (>= 0; 0 = greedy, > 0 = sample), ``top_k`` (>= 0, 0 = off), ``top_p`` (0 < p <= 1,

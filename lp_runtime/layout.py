@@ -1,13 +1,13 @@
 """One lookahead step's inputs: token order, position ids, the 4D attention mask, and where outputs are read.
 
-(Paper section 3.3, Figure 3; DESIGN.md section 1.) Every in-step token attends to the committed KV cache
+(Paper section 3.3, Figure 3; docs/architecture.md.) Every in-step token attends to the committed KV cache
 and to a chain of in-step tokens ending at itself, so the step is a token *tree* and the mask is its
 ancestor relation. Each token has one parent:
 
 * pending token i: pending token i-1 (the pending tokens are a causal run ending at ``c``);
 * row 0, column j (j >= 1): row 0 column j-1, where column 0 is ``c`` (the last pending token);
 * level l, column j: level l-1 column j (level 0 = row 0);
-* candidate node i: its parent node in the candidate tree (``lookup.CandidateTree.parents``), -1 = ``c``.
+* candidate node i: its parent node in the candidate tree (``tree.CandidateTree.parents``), -1 = ``c``.
   Candidates that share a prefix share its nodes, so a shared prefix is fed once.
 
 Position = position of the first pending token + depth in the tree. Token order in the step::
@@ -15,9 +15,9 @@ Position = position of the first pending token + depth in the tree. Token order 
     [pending (P)] [row 0 columns 1..R] [level 1: columns C] ... [level L: columns C] [candidate tree nodes]
 
 where C are the window columns this rank computes (all W in one process) and R = max(C) (row 0 is causal,
-so a rank computing column j must feed row 0 up to j). The window part depends only on (P, C, L) and is
-built once per shape; the candidate tree changes from step to step, so its block (depths and ancestor
-matrix, from the parent array) is cached by its parents tuple in a bounded LRU.
+so a rank computing column j must feed row 0 up to j). The whole step is one tree (``build_layout``: its
+parent array, then ``tree.ancestors`` for depths and mask: the one way a step's mask is built);
+``LayoutCache`` keeps each shape's device tensors in a bounded LRU.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lookahead parallelism (paper section 3.4; DESIGN.md section 3): who computes what in a step, and the merge.
+"""Lookahead parallelism (paper section 3.4; docs/architecture.md): who computes what in a step, and the merge.
 
 Every rank of an LP group holds the whole model and the same decoding state. Per step, ``shard_plan`` (a pure
 function of the step's shape and the group size) gives each rank some window columns and some whole subtrees of the candidate tree;

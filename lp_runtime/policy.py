@@ -1,6 +1,6 @@
-"""What to feed in a lookahead step: the cost-aware step policy (issue 9; DESIGN.md sections 1 and 7).
+"""What to feed in a lookahead step: the cost-aware step policy (issue 9; docs/architecture.md).
 
-Pure Python, no torch, no model. Each step the decoder holds a candidate tree (``lookup.CandidateTree``:
+Pure Python, no torch, no model. Each step the decoder holds a candidate tree (``tree.CandidateTree``:
 ``tokens``, ``parents`` with -1 = the root ``c``, ``prob`` = the lookup's raw estimate of P(node accepted |
 parent accepted)) and asks the policy which nodes to feed and whether to feed the Jacobi window.
 
@@ -26,7 +26,7 @@ start at the lookup's counts and move to what verification really accepts.
 The window earns nothing in the step that feeds it: its harvested n-grams become candidates in later steps.
 Its value per windowed step (``window_gain``, tokens) is a prior (0.15 tokens a step: the S difference between
 (W, N, G) = (3, 4, 3) and (0, 4, 2) measured on MT-Bench, docs/benchmarks.md section 1) refined online when
-the tree marks which nodes only the window proposed (``tree.from_window``, set by ``lookup.SuffixLookup``):
+the tree marks which nodes only the window proposed (``tree.from_window``, set by ``proposers.SuffixProposer``):
 gain = (window-only nodes accepted + k_w * prior) / (windowed steps + k_w). The window is fed when
 (E[tokens] + gain) / latency(q + window) beats E[tokens] / latency(q), i.e. only where the curve is flat
 enough at this q (a GPU, or bfloat16 on a CPU with native bf16 matmul), never on a steep curve.
@@ -213,7 +213,7 @@ class CostPolicy:
     pure function of the curve, the tree and what was accepted before, which the LP merge makes the same on every
     rank, so every rank feeds the same nodes; one process with the same pricing makes the same choices.
 
-    Methods follow the decoder's ``step_policy`` hook (CORE_INTERFACE.md): ``choose`` then ``observe`` each step.
+    Methods follow the decoder's ``step_policy`` hook (``StepPolicy``): ``choose`` then ``observe`` each step.
     """
 
     def __init__(self, curve, *, calibration: Optional[AcceptanceCalibration] = None,

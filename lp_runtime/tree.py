@@ -6,8 +6,8 @@ Medusa tree attention.) A tree is a parent array in topological order: ``parents
 ancestor matrix only).
 
     >>> t = CandidateTree(tokens=[7, 8, 3, 9], parents=[-1, 0, 0, 1], prob=[0.9, 0.5, 0.2, 0.5])
-    >>> t.depths(), t.path(3), t.children(0), subtrees(t.parents)
-    ([1, 2, 2, 3], [0, 1, 3], [1, 2], [[0, 1, 2, 3]])
+    >>> t.depths(), t.path(3), children(t.parents), subtrees(t.parents)
+    ([1, 2, 2, 3], [0, 1, 3], {-1: [0], 0: [1, 2], 1: [3]}, [[0, 1, 2, 3]])
 """
 from __future__ import annotations
 
@@ -159,10 +159,6 @@ class CandidateTree:
     def path(self, node: int) -> list[int]:
         """Node indices from the root's child down to ``node`` (``path``)."""
         return path(self.parents, node)
-
-    def children(self, node: int) -> list[int]:
-        """Indices of ``node``'s children in tree order (node -1 = the root)."""
-        return children(self.parents).get(node, [])
 
     def select(self, nodes: Sequence[int]) -> "CandidateTree":
         """The sub-tree of the ancestor-closed ``nodes`` (ascending), re-indexed. ``ValueError`` otherwise."""

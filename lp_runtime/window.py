@@ -1,4 +1,4 @@
-"""The 2D Jacobi window of the lookahead branch (paper section 3.1, Figure 2; DESIGN.md section 1).
+"""The 2D Jacobi window of the lookahead branch (paper section 3.1, Figure 2; docs/architecture.md).
 
 Pure Python. W columns by N-1 levels. Level 0 ("row 0") holds the newest accepted token ``c`` as column 0
 and the ``W-1`` guesses stored here, at positions p+1 .. p+W-1; level l (1 <= l <= N-2) holds W tokens,

@@ -167,14 +167,13 @@ def test_3_architectures_ignoring_the_tree_refused_at_construction(make, arch, p
     assert msg.startswith(f"{arch} is not supported by lp_runtime: {problem}") and msg.endswith(SUPPORTED)
 
 
-def test_3_probe_alone_catches_alibi_and_crashes(monkeypatch):
+def test_3_probe_alone_catches_alibi_and_crashes():
     # Without the ALiBi name list, the float32 probe still refuses them: BLOOM and Falcon crash inside their
     # attention on a 4D tree mask; MPT's bias follows cache indices, so the tree step's logits move.
-    monkeypatch.setattr(support, "ALIBI_MODEL_TYPES", ())
     for make, problem in ((_bloom, "a tree step fails inside the model (ValueError: too many values to unpack"),
                           (_mpt, PROBE)):
         torch.manual_seed(0)
-        assert checks._probe(make().eval()).startswith(problem)
+        assert checks._probe(make().eval(), alibi_types=()).startswith(problem)
     torch.manual_seed(0)
     falcon = _falcon_alibi().eval()
     falcon.config.alibi = False  # the name check reads the config; the model still builds ALiBi biases

@@ -51,3 +51,12 @@ def test_no_two_package_modules_import_each_other():
     pairs = sorted({tuple(sorted((a, b))) for a, deps in modules.items() for b in deps
                     if b in modules and a != b and a in modules[b]})
     assert pairs == [], f"modules importing each other: {pairs}"
+
+
+@pytest.mark.parametrize("module", ["tree", "window", "policy", "parallel", "verify", "ngram_pool"])
+def test_core_docstring_examples(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"lp_runtime.{module}"))
+    assert result.failed == 0 and result.attempted > 0
