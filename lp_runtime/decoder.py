@@ -154,7 +154,7 @@ class Decoder:
         checks.check_attention(model)  # ConfigError for attention that ignores position_ids / the 4D mask
         if step_policy is None and decoding.method == "auto":
             raise ConfigError("decoding.method='auto' needs its cost policy: pass step_policy=policy.CostPolicy(curve) "
-                              "(lp_runtime.auto.auto_policy(model) measures this machine's curve; the Python API does)")
+                              "on this machine's latency curve (LookaheadGenerator builds it from the cached profile)")
         self.step_policy = step_policy if step_policy is not None else FeedAll()
         self.window_size = decoding.window_size if decoding.method != "greedy" else 0
         self.ngram_size = decoding.ngram_size
@@ -181,7 +181,7 @@ class Decoder:
                  streamer=None, sampling: Optional[SamplingConfig] = None) -> GenerationOutput:
         """Decode up to ``max_new_tokens`` tokens after ``prompt_ids`` (a list of token ids).
 
-        Greedy output is token-identical to plain greedy decoding up to float near-ties (README, "Exactness").
+        Greedy output is token-identical to plain greedy decoding up to float near-ties (docs/architecture.md).
         ``streamer`` (transformers ``TextStreamer``-compatible: ``put``/``end``) first receives the prompt,
         then every emitted token in order, exactly once; its ``end()`` is called on every way out, errors
         included. ``sampling`` overrides the decoder's sampling settings for this call. Sampled output follows

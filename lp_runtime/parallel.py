@@ -29,8 +29,8 @@ import torch
 
 from . import distributed
 from .config import ParallelConfig
-from .tree import subtrees
-from .window import step_tokens
+from .tree import reindex, subtrees
+from .window import levels_of, step_tokens
 
 Plan = tuple[tuple[int, ...], tuple[int, ...]]
 
@@ -150,6 +150,19 @@ def max_rank_tokens(num_pending: int, num_columns: int, num_levels: int, parents
     sizes = tuple(len(g) for g in groups)
     plan = shard_plan(num_pending, num_columns, num_levels, sizes, world)
     return max(rank_tokens(p, num_pending, num_levels, sizes) for p in plan)
+
+
+class BusiestRankCost:
+    """A step's cost under LP (``policy.StepCost``): the input tokens of its busiest rank (``max_rank_tokens``), for
+    ``lp_size`` ranks and a decoder with W = ``window_size`` columns (window tokens split by column)."""
+
+    def __init__(self, lp_size: int, window_size: int) -> None:
+        self.lp_size, self.window_size = lp_size, window_size
+
+    def __call__(self, num_pending: int, window_tokens: int, parents: Sequence[int], nodes: Sequence[int]) -> int:
+        cols = self.window_size if window_tokens > 0 else 0
+        return max_rank_tokens(num_pending, cols, levels_of(cols, window_tokens), reindex(parents, sorted(nodes)),
+                               self.lp_size)
 
 
 # ---------------------------------------------------------------------------------------------- groups

@@ -44,8 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Protocol, Sequence
 
-from .tree import CandidateTree, depths, path_probabilities, reindex
-from .window import levels_of
+from .tree import CandidateTree, depths, path_probabilities
 
 WINDOW_GAIN_PRIOR = 0.15
 
@@ -196,6 +195,26 @@ def best_prefix(path_probs: Sequence[float], base_q: int, curve: LatencyCurve, b
     return tuple(sorted(order[:best_k])), best_tokens, best_s
 
 
+class StepCost(Protocol):
+    """What a step costs, in input tokens of the busiest process (the latency curve is read there):
+    ``cost(num_pending, window_tokens, parents, nodes)``, ``nodes`` the fed node indices of the tree ``parents``.
+    ``lp_size``: the ranks that share a step."""
+
+    lp_size: int
+
+    def __call__(self, num_pending: int, window_tokens: int, parents: Sequence[int], nodes: Sequence[int]) -> int: ...
+
+
+class OneProcessCost:
+    """One process feeds the whole step: pending + window + nodes."""
+
+    lp_size = 1
+    window_size = 0
+
+    def __call__(self, num_pending: int, window_tokens: int, parents: Sequence[int], nodes: Sequence[int]) -> int:
+        return num_pending + window_tokens + len(nodes)
+
+
 class CostPolicy:
     """Feed the candidate nodes (and the window) that maximise expected accepted tokens per second.
 
@@ -207,9 +226,11 @@ class CostPolicy:
         window_gain: prior value of feeding the window, in accepted tokens per windowed step.
         window_strength: pseudo-steps of that prior when it is refined online.
         max_nodes: never feed more nodes than this (None: no limit besides the curve).
+        step_cost: a ``StepCost`` (default ``OneProcessCost()``).
 
-    Under lookahead parallelism (``price_lp``) a step costs latency(the busiest rank's tokens) from the shard plan
-    (``parallel.max_rank_tokens``), not latency(all tokens): K ranks run their shares in parallel. The choice is a
+    Under lookahead parallelism (``step_cost=parallel.BusiestRankCost(K, W)``, or ``price_lp(K, W)``) a step costs
+    latency(the busiest rank's tokens) from the shard plan, not latency(all tokens): K ranks run their shares in
+    parallel. The choice is a
     pure function of the curve, the tree and what was accepted before, which the LP merge makes the same on every
     rank, so every rank feeds the same nodes; one process with the same pricing makes the same choices.
 
@@ -218,8 +239,9 @@ class CostPolicy:
 
     def __init__(self, curve, *, calibration: Optional[AcceptanceCalibration] = None,
                  window_gain: float = WINDOW_GAIN_PRIOR, window_strength: float = 32.0,
-                 max_nodes: Optional[int] = None) -> None:
+                 max_nodes: Optional[int] = None, step_cost: Optional[StepCost] = None) -> None:
         self.curve = curve if isinstance(curve, LatencyCurve) else LatencyCurve(curve)
+        self.step_cost = step_cost if step_cost is not None else OneProcessCost()
         self.calibration = calibration or AcceptanceCalibration()
         self.window_gain_prior = window_gain
         self.window_strength = window_strength
@@ -229,28 +251,30 @@ class CostPolicy:
         self.steps = 0
         self.sum_expected_tokens = 0.0
         self.sum_expected_seconds = 0.0
-        self.lp_size = 1
-        self.window_size = 0
         self._last: Optional[StepChoice] = None
 
+    @property
+    def lp_size(self) -> int:
+        """Ranks a step is priced for (``step_cost.lp_size``)."""
+        return self.step_cost.lp_size
+
+    @property
+    def window_size(self) -> int:
+        """The W the step cost splits by column (0 for one process)."""
+        return getattr(self.step_cost, "window_size", 0)
+
     def price_lp(self, lp_size: int, window_size: int) -> None:
-        """Price steps as ``lp_size`` ranks run them (``window_size``: the decoder's W, whose window tokens
-        (W - 1) + levels x W the shard plan splits by column). ``ValueError`` for lp_size < 1 or W < 0."""
+        """Price steps as ``lp_size`` ranks run them: ``step_cost = parallel.BusiestRankCost(lp_size, window_size)``
+        (``window_size``: the decoder's W). ``ValueError`` for lp_size < 1 or W < 0."""
+        from .parallel import BusiestRankCost  # torch: only under LP
+
         if lp_size < 1 or window_size < 0:
             raise ValueError(f"price_lp(lp_size={lp_size}, window_size={window_size}): need lp_size >= 1, W >= 0")
-        self.lp_size, self.window_size = int(lp_size), int(window_size)
+        self.step_cost = BusiestRankCost(int(lp_size), int(window_size)) if lp_size > 1 else OneProcessCost()
 
-    def _lp_tokens(self, parents: Sequence[int], num_pending: int,
-                   window_tokens: int) -> Optional[Callable[[list[int]], int]]:
-        """``tokens_of`` for ``best_prefix`` under LP (None for one process)."""
-        if self.lp_size == 1:
-            return None
-        from .parallel import max_rank_tokens  # torch: only under LP
-
-        cols = self.window_size if window_tokens > 0 else 0
-        levels = levels_of(cols, window_tokens)
-        return lambda nodes: max_rank_tokens(num_pending, cols, levels, reindex(parents, sorted(nodes)),
-                                             self.lp_size)
+    def _tokens_of(self, parents: Sequence[int], num_pending: int, window_tokens: int) -> Callable[[list[int]], int]:
+        """``tokens_of`` for ``best_prefix``: the step cost of feeding some nodes of the tree ``parents``."""
+        return lambda nodes: self.step_cost(num_pending, window_tokens, parents, nodes)
 
     @property
     def window_gain(self) -> float:
@@ -273,13 +297,13 @@ class CostPolicy:
             keep = set(sorted(range(len(paths)), key=lambda i: (-paths[i], i))[: self.max_nodes])
             paths = [p if i in keep else 0.0 for i, p in enumerate(paths)]  # a zero never pays
         nodes, tokens, seconds = best_prefix(paths, num_pending, self.curve,
-                                             tokens_of=self._lp_tokens(tree.parents, num_pending, 0))
+                                             tokens_of=self._tokens_of(tree.parents, num_pending, 0))
         choice = StepChoice(nodes, False, tokens, seconds)
         if window_tokens > 0:
             gain = self.window_gain
             w_nodes, w_tokens, w_seconds = best_prefix(
                 paths, num_pending + window_tokens, self.curve, gain,
-                tokens_of=self._lp_tokens(tree.parents, num_pending, window_tokens))
+                tokens_of=self._tokens_of(tree.parents, num_pending, window_tokens))
             if w_tokens / w_seconds > tokens / seconds:
                 choice = StepChoice(w_nodes, True, w_tokens - gain, w_seconds)
         self._last = choice

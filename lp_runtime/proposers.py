@@ -15,8 +15,8 @@ The suffix lookup in detail:
 
 Sources ("documents"): the accepted sequence (prompt + output so far, growing) and every distinct n-gram the
 Jacobi window harvested (the paper's lookahead branch stays the source of new n-grams). Each document is
-indexed by its k-token keys, k = 1 .. ``max_key``: in the accepted sequence every k-gram, in an n-gram its
-first k tokens (the paper keys n-grams by their head).
+indexed by its k-token keys, k = 1 .. ``max_key``: in the accepted sequence every k-gram, in an n-gram every
+k-gram inside it (``ngram_keys="all"``, the default) or its first k tokens (``"head"``, as the paper's pool).
 
 ``propose`` matches the longest suffix of the accepted sequence (its last 1 .. ``max_key`` tokens) and
 collects every occurrence that has a continuation, longest key first, newest first; an occurrence's *match
@@ -43,10 +43,10 @@ Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 n
     tree (ties broken by recency, newest first): tokens [d, c, a, a], parents [-1, -1, 0, 1]
 
 One more source (issue 10's levers, measured in docs/benchmarks.md section 6b): an ``AnswerStore`` of the run's
-earlier answers (``decoding.cross_question``; matched after the sequence's own sources, weight ``STORE_WEIGHT``).
+earlier answers (the ``store`` argument; matched after the sequence's own sources, weight ``STORE_WEIGHT``).
 
 ``CandidateTree.chains`` turns a tree into separate root-to-leaf chains (the flat candidates of the
-reference code, shared prefixes fed once per candidate): the ablation ``tree=False``.
+reference code, shared prefixes fed once per candidate): the lever ``tree=False``.
 """
 from __future__ import annotations
 
