@@ -91,7 +91,7 @@ class Decoder:
         step_policy: what each step feeds (``choose(tree, num_pending=, window_tokens=) -> StepChoice`` and
             ``observe(tree, fed_nodes, accepted_nodes)``; CORE_INTERFACE.md); default ``lookup.FeedAll``, or
             with ``decoding.method="auto"`` a ``policy.CostPolicy`` on this machine's latency profile
-            (``tuner.auto_policy``: measured once per model/device/dtype, then read from the cache). Under LP
+            (``auto.auto_policy``: measured once per model/device/dtype, then read from the cache). Under LP
             pass it (every rank on rank 0's curve; ``ConfigError`` otherwise): a ``CostPolicy`` is then told to
             price steps by the busiest rank's tokens (``CostPolicy.price_lp``) unless it already was.
 
@@ -117,7 +117,7 @@ class Decoder:
                 raise ConfigError("decoding.method='auto' under lookahead parallelism needs every rank on the same "
                                   "latency curve: pass step_policy=policy.CostPolicy(curve) with rank 0's curve "
                                   "(lp_runtime.generate does)")
-            from .tuner import auto_policy
+            from .auto import auto_policy
 
             step_policy = auto_policy(model)
         self.step_policy = step_policy if step_policy is not None else FeedAll()

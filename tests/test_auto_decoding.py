@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lp_runtime import tuner
+from lp_runtime import latency, models
 from lp_runtime.config import DecodingConfig
 from lp_runtime.decoder import Decoder
 from lp_runtime.lookup import FeedAll
@@ -88,7 +88,7 @@ def test_levers_do_not_change_the_tokens(tiny):
 
 def test_method_auto_builds_the_cost_policy_from_the_cached_profile(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
-    tuner.latency_profile(tuner.model_key(tiny), tuner.device_key(tiny), "float32", measure=lambda: FLAT)  # as if measured
+    latency.latency_profile(models.model_id_of(tiny), latency.device_key(tiny), "float32", measure=lambda: FLAT)  # as if measured
     dec = Decoder(tiny, AUTO)
     assert isinstance(dec.step_policy, CostPolicy) and dec.step_policy.curve(64) == 0.010
     assert isinstance(Decoder(tiny, DecodingConfig(method="lookahead")).step_policy, FeedAll)
