@@ -39,6 +39,7 @@ DIP_MARGIN = 0.05  # robust_curve keeps a dearer smaller q only when every round
 OUTLIER_RATIO = 1.5  # rounds disagree when a q's slowest round took this many times its fastest
 RECHECK_QS = (1, 8)  # what a cached profile is re-timed at on start-up
 RECHECK_RATIO = 1.5  # ... and replaced when a q now takes this many times more, or less, than cached
+DTYPE_MARGIN = 1.2  # model.dtype=auto keeps float32 unless another dtype's greedy step is this many times faster
 MEASURE_BUDGET_S = 60.0  # no round starts after this many seconds of measuring (the first always runs)
 VARIANTS = ("dynamic", "static_mask", "compile")
 DEFAULT_VARIANT = "static_mask"
@@ -293,7 +294,9 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
 
 def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, float]], *,
                  root: Optional[str] = None, retune: Optional[bool] = None, log: Callable[[str], None] = print) -> str:
-    """``model.dtype=auto``: the dtype whose greedy step (q = 1) is faster on this machine, by measurement.
+    """``model.dtype=auto``: the dtype whose greedy step (q = 1) is faster on this machine, by measurement;
+    float32 (whose output equals transformers' float32 greedy) unless another is more than ``DTYPE_MARGIN`` times
+    faster.
 
     ``timings()`` -> {dtype name: seconds of one greedy step} is called once per (model, device) and cached
     beside the latency profiles (``LP_RUNTIME_RETUNE=1`` measures again). ``log`` gets one line naming the choice
@@ -312,8 +315,11 @@ def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, 
         raise ValueError("choose_dtype: timings() measured no dtype")
     if saved is None:
         save_profile(path, {"model": model_id, "device": device, "step_s": step_s, "tstamp": time.time()})
-    best = min(step_s, key=lambda d: (step_s[d], d))
+    fastest = min(step_s, key=lambda d: (step_s[d], d))
+    exact = step_s.get("float32")  # float32 output equals transformers' float32 greedy: kept unless clearly slower
+    best = "float32" if exact is not None and exact <= step_s[fastest] * DTYPE_MARGIN else fastest
     others = ", ".join(f"{1e3 * t:.1f} ms in {d}" for d, t in step_s.items() if d != best)
-    log(f"model.dtype=auto: {best}, whose greedy step is the fastest on {device} ({1e3 * step_s[best]:.1f} ms "
+    why = "the fastest" if best == fastest else f"within {DTYPE_MARGIN:.2f}x of the fastest, and exact"
+    log(f"model.dtype=auto: {best}, whose greedy step is {why} on {device} ({1e3 * step_s[best]:.1f} ms "
         f"against {others}; {'cached in' if saved else 'measured now, cached in'} {path})")
     return best

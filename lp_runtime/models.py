@@ -82,21 +82,21 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
 
 
 def _faster_dtype(model: PreTrainedModel, step_seconds: Optional[Callable]) -> PreTrainedModel:
-    """``model`` (float32) or converted to bfloat16, whichever's greedy step ``latency.choose_dtype`` finds
-    faster. A float32 model converted to bfloat16 holds the weights a bfloat16 load would."""
+    """``model`` (float32) or converted to bfloat16, as ``latency.choose_dtype`` decides from greedy-step times
+    (a float32 model converted to bfloat16 holds the weights a bfloat16 load would). Under torchrun global rank 0
+    measures and every rank takes its choice (``distributed.broadcast_object``): LP ranks must share a dtype."""
     import copy
 
-    from . import latency
-
-    def default_seconds(m):
-        return latency.measure_latency(m, (1,), reps=5, warmup=2)[1]
+    from . import distributed, latency
 
     def timings():
-        timer = step_seconds or default_seconds
+        timer = step_seconds or (lambda m: latency.measure_latency(m, (1,), reps=5, warmup=2)[1])
         half = copy.deepcopy(model).to(torch.bfloat16)
         return {"float32": timer(model), "bfloat16": timer(half)}
 
-    best = latency.choose_dtype(model.lp_model_id, latency.device_key(model), timings)
+    main = not distributed.is_initialized() or torch.distributed.get_rank() == 0
+    best = latency.choose_dtype(model.lp_model_id, latency.device_key(model), timings) if main else None
+    best = distributed.broadcast_object(best, timeout_s=1800.0)
     return model.to(getattr(torch, best))
 
 

@@ -195,6 +195,10 @@ def test_choose_dtype_takes_the_faster_greedy_step_and_says_why(tmp_path):
     assert latency.choose_dtype("m-1", "cpu-2t", lambda: {"float32": 0.038, "bfloat16": 0.066}, **kw) == "float32"
     assert lines[2].startswith("model.dtype=auto: float32, whose greedy step is the fastest on cpu-2t (38.0 ms "
                                "against 66.0 ms in bfloat16;")
+    # bfloat16 faster, but by less than DTYPE_MARGIN: float32, whose output is exact
+    assert latency.choose_dtype("m-1", "cpu-4t", lambda: {"float32": 0.0110, "bfloat16": 0.0100}, **kw) == "float32"
+    assert lines[3].startswith("model.dtype=auto: float32, whose greedy step is within 1.20x of the fastest, and "
+                               "exact on cpu-4t (11.0 ms against 10.0 ms in bfloat16;")
 
 
 @pytest.mark.parametrize("faster", ["bfloat16", "float32"])
