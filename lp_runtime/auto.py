@@ -1,4 +1,4 @@
-"""``decoding=auto``: lookahead with the cost policy on this machine's latency curve (issue 9; DESIGN.md section 7).
+"""``decoding=auto``: lookahead with the cost policy on this machine's latency curve (issue 9; docs/design.md section 7).
 
 ``auto_policy(model)`` is what a caller decodes with: a ``policy.CostPolicy`` on the model's latency profile
 (``latency.model_profile``: measured once per model, device and dtype, then reused). ``resolve_auto`` is the
@@ -35,7 +35,7 @@ def auto_policy(model, *, model_id: Optional[str] = None, root: Optional[str] = 
 def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: float = 1.5,
                 gain: float = WINDOW_GAIN_PRIOR, windows: Sequence[int] = AUTO_WINDOWS, lp_size: int = 1) -> int:
     """The largest W of ``windows`` whose window could pay on this curve: (tokens + gain) / latency(1 + window)
-    >= tokens / latency(1), with a window of W columns = (W - 1) + (N - 2) * W tokens (DESIGN.md section 1) and
+    >= tokens / latency(1), with a window of W columns = (W - 1) + (N - 2) * W tokens (docs/design.md section 1) and
     ``expected_tokens`` a typical step's. The step policy still decides per step; W only bounds what it may feed.
     With ``lp_size`` K > 1 the window costs what its busiest rank feeds (``parallel.max_rank_tokens``).
 

@@ -186,7 +186,7 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
 
     Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``. The largest
     lookahead step, 1 pending + (W-1) + (N-2)*W window tokens + G candidates of up to ``depth`` tokens (N-1 with
-    ``lookup=pool``, else max(max_depth, N-1); DESIGN.md section 1), must fit the model's context
+    ``lookup=pool``, else max(max_depth, N-1); docs/design.md section 1), must fit the model's context
     (``max_position_embeddings``): a step that cannot fit would silently fall back to plain steps throughout.
     With ``decoding=auto`` W is chosen by the tuner and not counted. Raises ``ConfigError`` naming key, value and
     bound."""

@@ -1,4 +1,4 @@
-"""Logits processing and seeded draws shared by plain and lookahead decoding (DESIGN.md section 1).
+"""Logits processing and seeded draws shared by plain and lookahead decoding (docs/design.md section 1).
 
 Processing is transformers' own: ``RepetitionPenaltyLogitsProcessor``, ``SuppressTokensLogitsProcessor``, then
 (when sampling)
@@ -10,7 +10,7 @@ accepted sequence (prompt + output so far) plus, for a candidate tree node, the 
 Random draws are keyed, not streamed: the uniforms that decide the token at absolute sequence position t are
 ``uniforms(seed, t, n)``, a generator seeded by (seed, t). Each position's token is decided exactly once on
 the realised path, so draws for different decisions are independent; and whichever LP rank computes a
-position draws the same numbers, so the output does not depend on the LP degree (DESIGN.md section 6.5).
+position draws the same numbers, so the output does not depend on the LP degree (docs/design.md section 6.5).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stopping: cut a step's accepted run at the first token that ends generation (DESIGN.md section 1).
+"""Stopping: cut a step's accepted run at the first token that ends generation (docs/design.md section 1).
 
 A step may accept several tokens at once; everything after the first stop condition is dropped, so it is
 never emitted, streamed, counted or kept in the cache. Conditions, checked token by token in order: the
