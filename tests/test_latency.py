@@ -157,6 +157,18 @@ def test_rounds_that_disagree_are_measured_again(tiny_llama, tmp_path):
                   {1: 0.30, 8: 0.11}, {1: 0.10, 8: 0.11}, {1: 0.10, 8: 0.11})
     p = latency.model_profile(tiny_llama, "m-2", measure=busy, root=str(tmp_path), retune=True, log=lines.append)
     assert len(p["rounds_s"]) == 6 and latency.curve_of(p) == {1: 0.10, 8: 0.11}
+    # no time left in the budget: no second measurement, the rounds kept as they are
+    now = [0.0]
+
+    def slow(qs, reps, warmup):  # 40 s a round on the fake clock
+        now[0] += 40.0
+        return busy(qs, reps=reps, warmup=warmup)
+
+    busy = Rounds({1: 0.10, 8: 0.70}, {1: 0.10, 8: 0.11}, {1: 0.10, 8: 0.11})
+    p = latency.model_profile(tiny_llama, "m-5", measure=slow, root=str(tmp_path), retune=True, log=lines.append,
+                              clock=lambda: now[0])  # rounds at 0 and 40 s; none at 80 s; nothing left
+    assert len(busy.calls) == 2 and len(p["rounds_s"]) == 2 and latency.curve_of(p) == {1: 0.10, 8: 0.11}
+    assert p["measure_seconds"] == 80.0 and lines[-1].startswith("measuring this machine")  # said nothing more
 
 
 def test_a_cached_profile_that_no_longer_matches_the_machine_is_replaced(tiny_llama, tmp_path):
