@@ -19,7 +19,7 @@ from .policy import WINDOW_GAIN_PRIOR, CostPolicy, LatencyCurve
 
 AUTO_WINDOWS = (0, 3, 5, 7, 15)  # W that decoding=auto may choose, when the curve is flat enough
 CALIBRATION_TOKENS = 128  # new tokens per calibration prompt: a run's default budget (GenerationConfig)
-CALIBRATION_PROMPTS = (4, 2)  # MT-Bench first turns, HumanEval prompts
+CALIBRATION_PROMPTS = (3, 3)  # MT-Bench first turns, HumanEval prompts: half each, as the benchmark
 WARM_PROMPTS = 1  # decoded first and not counted: the policy and the answer store warm up, as in a run
 CALIBRATION_BUDGET_S = 90.0  # no further prompt is started after this many seconds (two are always counted)
 

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -45,9 +46,9 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     ``cfg.path``: ``bundled:smollm2`` (``bundled.bundled_cache``), or a local folder / HuggingFace id (with
     ``cfg.gguf_file``: that GGUF file inside it, dequantised on load). The model's ``generation_config`` is left
     as loaded. ``model.lp_model_id`` is set to ``model_id(cfg)``: the identity the latency profile and the
-    answers share. ``model.dtype=auto``: loaded in float32, then the faster of float32 and bfloat16 greedy steps
-    (``step_seconds(model)``, default ``latency.measure_latency`` at q = 1; ``latency.choose_dtype`` prints why),
-    or bfloat16 without measuring when only it fits. ``free_bytes``: the device's free memory (default: asked).
+    answers share. ``model.dtype=auto``: the faster of float32 and bfloat16 greedy steps (``_auto_dtype``;
+    ``step_seconds(model)``, default ``latency.measure_latency`` at q = 1), or bfloat16 when only it fits.
+    ``free_bytes``: the device's free memory (default: asked).
 
     Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded
     (``check_model_files``, ``_load_hf``, ``bundled.bundled_gguf``) or when its weights do not fit the device's
@@ -58,14 +59,12 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
     check_model_files(cfg)
     device = resolve_device(cfg.device)
-    dtype = "float32" if cfg.dtype == "auto" else cfg.dtype
-    problem = fit_problem(cfg, device, dtype, free_bytes)
-    if problem and cfg.dtype == "auto" and not fit_problem(cfg, device, "bfloat16", free_bytes):
-        dtype, problem = "bfloat16", None  # only the smaller one fits: nothing to measure
-        print("model.dtype=auto: bfloat16, the only one of float32 and bfloat16 whose weights fit", flush=True)
+    if cfg.dtype == "auto":
+        cfg = dataclasses.replace(cfg, dtype=_auto_dtype(cfg, device, step_seconds, free_bytes))
+    problem = fit_problem(cfg, device, cfg.dtype, free_bytes)
     if problem:
         raise ModelLoadError(problem)
-    kwargs = dict(dtype=resolve_dtype(dtype), attn_implementation=cfg.attn_implementation,
+    kwargs = dict(dtype=resolve_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation,
                   trust_remote_code=cfg.trust_remote_code)
     if cfg.path.startswith(BUNDLED_PREFIX):
         folder = bundled_cache(cfg.path[len(BUNDLED_PREFIX):])
@@ -76,28 +75,31 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     model.to(device)
     model.eval()
     model.lp_model_id = model_id(cfg)
-    if cfg.dtype == "auto" and dtype == "float32":
-        model = _faster_dtype(model, step_seconds)
     return model, tokenizer
 
 
-def _faster_dtype(model: PreTrainedModel, step_seconds: Optional[Callable]) -> PreTrainedModel:
-    """``model`` (float32) or converted to bfloat16, as ``latency.choose_dtype`` decides from greedy-step times
-    (a float32 model converted to bfloat16 holds the weights a bfloat16 load would). Under torchrun global rank 0
-    measures and every rank takes its choice (``distributed.broadcast_object``): LP ranks must share a dtype."""
-    import copy
-
+def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[Callable],
+                free_bytes: Optional[int]) -> str:
+    """``model.dtype=auto``: ``latency.choose_dtype`` from greedy-step times of the model loaded in float32 and
+    then converted in place to bfloat16 (the weights a bfloat16 load holds; memory for one float32 copy), measured
+    once per model and device, then cached; bfloat16 without measuring when float32 does not fit. Under torchrun
+    global rank 0 decides and every rank takes its choice (``distributed.broadcast_object``): ranks share a dtype."""
     from . import distributed, latency
+
+    if fit_problem(cfg, device, "float32", free_bytes):
+        print("model.dtype=auto: bfloat16, since the float32 weights would not fit", flush=True)
+        return "bfloat16"
 
     def timings():
         timer = step_seconds or (lambda m: latency.measure_latency(m, (1,), reps=5, warmup=2)[1])
-        half = copy.deepcopy(model).to(torch.bfloat16)
-        return {"float32": timer(model), "bfloat16": timer(half)}
+        model, _ = load_model(dataclasses.replace(cfg, dtype="float32"), free_bytes=free_bytes)
+        out = {"float32": timer(model)}
+        out["bfloat16"] = timer(model.to(torch.bfloat16))
+        return out
 
     main = not distributed.is_initialized() or torch.distributed.get_rank() == 0
-    best = latency.choose_dtype(model.lp_model_id, latency.device_key(model), timings) if main else None
-    best = distributed.broadcast_object(best, timeout_s=1800.0)
-    return model.to(getattr(torch, best))
+    best = latency.choose_dtype(model_id(cfg), latency.device_key(device), timings) if main else None
+    return distributed.broadcast_object(best, timeout_s=1800.0)
 
 
 _GB = 1e9

@@ -45,10 +45,15 @@ def main() -> None:
     ap.add_argument("--curve", choices=sorted(CURVES), default="h200")
     ap.add_argument("--bench", type=int, default=6)
     ap.add_argument("--new", type=int, default=auto.CALIBRATION_TOKENS)
+    ap.add_argument("--ngram-size", type=int, default=6)
+    ap.add_argument("--guess-set-size", type=int, default=4)
+    ap.add_argument("--max-depth", type=int, default=24)
     args = ap.parse_args()
     model, tok = load_model(ModelConfig(dtype="float32", device="cpu"))
     eos, curve = eos_token_ids(model, tok, None), CURVES[args.curve]
-    decoding = auto.auto_decoding(curve, DecodingConfig(method="auto"))
+    limits = DecodingConfig(method="auto", ngram_size=args.ngram_size, guess_set_size=args.guess_set_size,
+                            max_depth=args.max_depth)  # conf/decoding/auto.yaml's bounds by default
+    decoding = auto.auto_decoding(curve, limits)
 
     def fresh():
         return Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, step_policy=CostPolicy(curve))

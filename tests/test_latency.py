@@ -224,7 +224,7 @@ def test_dtype_auto_loads_the_measured_faster_dtype(tiny_model_dir, tmp_path, mo
 
     model, _ = models.load_model(ModelConfig(path=str(tiny_model_dir), device="cpu", dtype="auto"),
                                  step_seconds=step_seconds)
-    assert model.dtype == getattr(torch, faster) and seen == [torch.float32, torch.bfloat16]
+    assert model.dtype == getattr(torch, faster) and seen == [torch.float32, torch.bfloat16]  # then loaded again
     assert capsys.readouterr().out.startswith(f"model.dtype=auto: {faster}, whose greedy step is the fastest on cpu-")
     assert latency.dtype_name(model) == faster
     with pytest.raises(ConfigError, match="model.dtype='auto' has no torch dtype here; use float32, bfloat16 or"):
@@ -255,3 +255,12 @@ def test_mask_buffer_equals_full_mask_in_values_and_logits(tiny_llama):
                                          past_key_values=cache, use_cache=True).logits)
             assert torch.equal(logits[0], logits[1])
     assert buf.buf.shape[2] >= 7 and buf.buf.shape[3] >= 37
+
+
+def test_dtype_auto_takes_bfloat16_unmeasured_when_only_it_fits(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    cfg = ModelConfig(path=str(tiny_model_dir), device="cpu", dtype="auto")
+    params = models.weight_bytes(cfg, "float32")[0]
+    model, _ = models.load_model(cfg, free_bytes=3 * params, step_seconds=lambda m: pytest.fail("measured"))
+    assert model.dtype == torch.bfloat16
+    assert capsys.readouterr().out == "model.dtype=auto: bfloat16, since the float32 weights would not fit\n"
