@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Callable
+from typing import Callable, Optional
 
 BUNDLED_PREFIX = "bundled:"
 BUNDLED = {
@@ -37,15 +37,16 @@ def cache_root() -> str:
     return os.environ.get("LP_RUNTIME_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lp_runtime")
 
 
-def bundled_gguf(name: str) -> tuple[str, str, str]:
-    """(folder, GGUF file name, cache folder name) of bundled model ``name``.
+def bundled_gguf(name: str, table: Optional[dict] = None) -> tuple[str, str, str]:
+    """(folder, GGUF file name, cache folder name) of bundled model ``name`` in ``table`` (default ``BUNDLED``).
 
     Raises ``ModelLoadError`` naming the bundled models when ``name`` is not one, or the pip command when its
     package is not installed."""
-    if name not in BUNDLED:
+    table = BUNDLED if table is None else table
+    if name not in table:
         raise ModelLoadError(f"model.path='bundled:{name}' is not a bundled model; bundled models: "
-                             + ", ".join(f"bundled:{n}" for n in BUNDLED))
-    package, gguf_file, cache_name = BUNDLED[name]
+                             + ", ".join(f"bundled:{n}" for n in table))
+    package, gguf_file, cache_name = table[name]
     spec = importlib.util.find_spec(package)
     folders = list(spec.submodule_search_locations or []) if spec else []
     if spec is not None and spec.origin:

