@@ -17,7 +17,7 @@ from lp_runtime.bundled import (  # noqa: F401  (ModelLoadError, cache_root: re-
     BUNDLED_PREFIX, ModelLoadError, bundled_cache, bundled_gguf, cache_root,
 )
 from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
-from lp_runtime.support import context_length  # noqa: F401  (re-exported: one definition, in support.py)
+from lp_runtime.checks import context_length  # noqa: F401  (re-exported: one definition, in checks.py)
 
 _ALLOWED = "Use a local folder, a HuggingFace id, or bundled:smollm2"
 
@@ -54,7 +54,7 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     (``check_model_files``, ``_load_hf``, ``bundled.bundled_gguf``) or when its weights do not fit the device's
     free memory (``fit_problem``, before anything loads).
     """
-    from .support import check_device
+    from .checks import check_device
 
     check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
     check_model_files(cfg)
@@ -188,11 +188,11 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
 
     Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``. The largest
     lookahead step, 1 pending + (W-1) + (N-2)*W window tokens + G candidates of up to ``depth`` tokens (N-1 with
-    ``lookup=pool``, else max(max_depth, N-1); docs/design.md section 1), must fit the model's context
+    ``method=paper``, else max(max_depth, N-1); docs/design.md section 1), must fit the model's context
     (``max_position_embeddings``): a step that cannot fit would silently fall back to plain steps throughout.
     With ``decoding=auto`` W is chosen by the tuner and not counted. Raises ``ConfigError`` naming key, value and
     bound."""
-    from .support import vocab_size
+    from .checks import vocab_size
 
     vocab = vocab_size(model)
     lists = {"generation.eos_token_ids": generation.eos_token_ids if generation else None,
@@ -207,11 +207,11 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
         return
     W = 0 if decoding.method == "auto" else decoding.window_size
     N, G = decoding.ngram_size, decoding.guess_set_size
-    depth = N - 1 if decoding.lookup == "pool" else max(decoding.max_depth, N - 1)
+    depth = decoding.candidate_depth
     step = 1 + max(W - 1, 0) + (N - 2) * W + G * depth
     if step > ctx:
         window = f"decoding.window_size={W}, " if decoding.method != "auto" else ""
-        depth_key = "" if decoding.lookup == "pool" else f", decoding.max_depth={decoding.max_depth}"
+        depth_key = "" if decoding.method == "paper" else f", decoding.max_depth={decoding.max_depth}"
         raise ConfigError(
             f"{window}decoding.ngram_size={N}, decoding.guess_set_size={G}{depth_key} make a lookahead step of "
             f"{step} tokens ({'1 + (W-1) + (N-2)*W window tokens' if W else '1 pending token'} + G candidates of "

@@ -43,8 +43,8 @@ def test_auto_window_under_lp_prices_the_busiest_rank_and_keeps_the_variants():
     curve = {1: 50.0, 201: 250.0}  # 1 ms a token on 50 ms: one process, W = 3 at N = 4 is 9 tokens, +16% for +10%
     assert auto.auto_window(curve, 4) == 0
     assert auto.auto_window(curve, 4, lp_size=3) == 3  # 3 ranks: at most 1 + 2 + 2 = 5 tokens each, +8%
-    d = auto.auto_decoding(curve, DecodingConfig(method="auto", ngram_size=4, commit="refeed", max_depth=5), 3)
-    assert (d.window_size, d.commit, d.max_depth, d.method) == (3, "refeed", 5, "auto")
+    d = auto.auto_decoding(curve, DecodingConfig(method="auto", ngram_size=4, max_depth=5), 3)
+    assert (d.window_size, d.max_depth, d.method) == (3, 5, "auto")
 
 
 def test_expected_speedup():
