@@ -18,7 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from lp_runtime.bench import BenchConfig
+from scripts.bench import BenchConfig
 from lp_runtime.config import ConfigError, GenerationConfig, ModelConfig, RunConfig, to_object
 from lp_runtime.generate import CONF_DIR
 
@@ -43,7 +43,7 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def _compose(config_name: str, overrides: list[str], hydra: bool = False):
-    from lp_runtime.bench import _hydra_entry
+    from scripts.bench import _hydra_entry
 
     _hydra_entry()  # registers run_schema and bench_schema
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
@@ -173,7 +173,7 @@ def test_refused_setting_removes_only_hydra_records(tmp_path):
 
 
 def test_refused_bench_leaves_no_hydra_folder(tmp_path):
-    proc = cli("ablation=true", cwd=tmp_path, module="lp_runtime.bench")
+    proc = cli("ablation=true", cwd=tmp_path, module="scripts.bench")
     assert error_line(proc) == ("error: ablation=true switches decoding=auto's levers off one at a time; "
                                 "add decoding=auto")
     assert list(tmp_path.iterdir()) == []  # neither outputs/bench/hydra/<time>/ nor outputs/

@@ -17,32 +17,34 @@ Results go to ``output_dir``: ``results.csv`` (the table), ``results.json`` (tab
 versions) and figures (speedup per category; S against tokens per step, log scale, the paper's section 4
 scaling plot; seconds per step against tokens per step). Run from the repository root::
 
-    python -m lp_runtime.bench                                     # conf/bench.yaml: 5 MT-Bench + 5 HumanEval
-    python -m lp_runtime.bench limit=20 generation.max_new_tokens=128 output_dir=outputs/bench/full
-    python -m lp_runtime.bench --multirun decoding.window_size=0,3,7 decoding.ngram_size=3,5
-    python -m lp_runtime.bench decoding=auto                       # adds the tuner's choice as a method
-    python -m lp_runtime.bench 'datasets=[{name:jsonl,path:spec_bench/question.jsonl}]' limit=40
+    python scripts/bench.py                                       # conf/bench.yaml: 5 MT-Bench + 5 HumanEval
+    python scripts/bench.py limit=20 generation.max_new_tokens=128 output_dir=outputs/bench/full
+    python scripts/bench.py --multirun decoding.window_size=0,3,7 decoding.ngram_size=3,5
+    python scripts/bench.py decoding=auto                         # adds the tuner's choice as a method
+    python scripts/bench.py 'datasets=[{name:jsonl,path:spec_bench/question.jsonl}]' limit=40
 
 The ``decoding`` group's setting (a ``--multirun`` sweep point) is benchmarked besides ``methods`` and the
 ``lookahead`` list. ``parallel.lp`` > 1 needs torchrun with world size = lp (one sweep point per launch).
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import math
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from lp_runtime import data, metrics
-from lp_runtime.config import to_object as config_to_object
-from lp_runtime.config import (DTYPES, ConfigError, DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig,
-                               ParallelConfig, register_configs)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # python scripts/bench.py
+
+from lp_runtime import data, metrics  # noqa: E402
+from lp_runtime.report import fmt, format_table, write_results  # noqa: E402
+from lp_runtime.config import to_object as config_to_object  # noqa: E402
+from lp_runtime.config import (DTYPES, ConfigError, DatasetConfig, DecodingConfig,  # noqa: E402
+                               GenerationConfig, ModelConfig, ParallelConfig, register_configs)
 
 HF_GREEDY, HF_PROMPT_LOOKUP, GREEDY = "hf_greedy", "hf_prompt_lookup", "greedy"
 FIXED_METHODS = (HF_GREEDY, HF_PROMPT_LOOKUP, GREEDY)
@@ -257,62 +259,22 @@ COLUMNS = ("method", "group", "prompts", "new_tokens", "seconds", "steps", "toke
            "identical", "compared", "partings", "ties")
 
 
-def _fmt(v: Any, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
-# (header, cell) of the text table; lp_runtime.report passes its own columns to the same formatter.
+# (header, cell) of the text table (lp_runtime.report.format_table).
 TABLE_COLUMNS: tuple[tuple[str, Callable[[dict], str]], ...] = (
     ("method", lambda r: r["method"]),
     ("group", lambda r: r["group"]),
     ("n", lambda r: str(r["prompts"])),
-    ("tok/s", lambda r: _fmt(r["tokens_per_s"], ".2f")),
-    ("speedup(mean ratio)", lambda r: _fmt(r["speedup_mean_ratio"], ".3f")),
-    ("speedup(total)", lambda r: _fmt(r["speedup_total"], ".3f")),
-    ("S", lambda r: _fmt(r["step_compression"], ".3f")),
-    ("acc/step", lambda r: _fmt(r["mean_accepted"], ".3f")),
-    ("ms/step", lambda r: _fmt(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f")),
-    ("q/step", lambda r: _fmt(r["step_tokens"], "g")),
-    ("fed/step", lambda r: _fmt(r.get("fed_per_step"), ".2f")),
+    ("tok/s", lambda r: fmt(r["tokens_per_s"], ".2f")),
+    ("speedup(mean ratio)", lambda r: fmt(r["speedup_mean_ratio"], ".3f")),
+    ("speedup(total)", lambda r: fmt(r["speedup_total"], ".3f")),
+    ("S", lambda r: fmt(r["step_compression"], ".3f")),
+    ("acc/step", lambda r: fmt(r["mean_accepted"], ".3f")),
+    ("ms/step", lambda r: fmt(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f")),
+    ("q/step", lambda r: fmt(r["step_tokens"], "g")),
+    ("fed/step", lambda r: fmt(r.get("fed_per_step"), ".2f")),
     ("identical", lambda r: "-" if r["identical"] is None else f"{r['identical']}/{r['compared']}"),
     ("ties/partings", lambda r: f"{r.get('ties', 0)}/{r.get('partings', 0)}"),
 )
-
-
-def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None, *,
-                 columns: Sequence[tuple[str, Callable[[dict], str]]] = TABLE_COLUMNS, left: int = 2,
-                 markdown: bool = False) -> str:
-    """A fixed-width text table of ``aggregate``'s rows (``groups``: which groups, default all).
-
-    ``columns``: (header, row -> cell text) pairs; the first ``left`` columns are left-aligned, the rest
-    right-aligned. ``markdown``: a GitHub markdown table instead of plain text.
-    """
-    head = tuple(h for h, _ in columns)
-    lines = [tuple(cell(r) for _, cell in columns) for r in table if groups is None or r["group"] in groups]
-    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
-    fmt = lambda row: "  ".join(x.ljust(w) if i < left else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
-    if markdown:
-        fmt = lambda row: "| " + " | ".join(x.ljust(w) for x, w in zip(row, widths)) + " |"  # noqa: E731
-        rule = "|" + "|".join(":" + "-" * (w + 1) if i < left else "-" * (w + 1) + ":"
-                              for i, w in enumerate(widths)) + "|"
-        return "\n".join([fmt(head), rule] + [fmt(r) for r in lines])
-    return "\n".join([fmt(head), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in lines])
-
-
-def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], extra: dict[str, Any], *,
-                  columns: Sequence[str] = COLUMNS, name: str = "results") -> dict[str, str]:
-    """``<name>.csv`` (the table's ``columns``), ``<name>.json`` (table, per-prompt rows with output ids, ``extra``)
-    in ``out_dir``; returns their paths."""
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {"csv": os.path.join(out_dir, f"{name}.csv"), "json": os.path.join(out_dir, f"{name}.json")}
-    with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns))
-        w.writeheader()
-        for r in table:
-            w.writerow({k: r[k] for k in columns})
-    with open(paths["json"], "w", encoding="utf-8") as f:
-        json.dump({**extra, "table": list(table), "rows": list(rows)}, f, indent=1)
-    return paths
 
 
 def plot(table: Sequence[dict], out_dir: str) -> list[str]:
@@ -669,12 +631,13 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
              "device": str(next(model.parameters()).device), "torch_threads": _threads()}
     result = {**extra, "table": table, "rows": rows}
     if ctx.is_writer:
-        paths = write_results(cfg.output_dir, table, rows, extra)
+        paths = write_results(cfg.output_dir, table, rows, extra, columns=COLUMNS, name="results")
         paths["table"] = os.path.join(cfg.output_dir, "table.txt")
-        Path(paths["table"]).write_text(format_table(table) + "\n", encoding="utf-8")
+        Path(paths["table"]).write_text(format_table(table, columns=TABLE_COLUMNS) + "\n", encoding="utf-8")
         if cfg.figures:
             paths.update({f"figure{i}": p for i, p in enumerate(plot(table, cfg.output_dir))})
-        print(format_table(table, groups=[g for g in dict.fromkeys(r["group"] for r in table) if "/" not in g]))
+        print(format_table(table, groups=[g for g in dict.fromkeys(r["group"] for r in table) if "/" not in g],
+                           columns=TABLE_COLUMNS))
         print("\n".join(f"{k}: {v}" for k, v in paths.items()))
         result["paths"] = paths
     return result
