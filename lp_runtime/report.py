@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from lp_runtime import metrics, settings
+from lp_runtime import answers, metrics
 
 # Settings that name where a run wrote, not how it ran: never shown as a difference.
 _IGNORED = ("output.path", "output.summary_path", "progress")
@@ -38,18 +38,13 @@ class ReportError(ValueError):
     """A PATH given to the report holds no run, or the baseline names no run."""
 
 
-def _base(answers: Path) -> str:
-    s = str(answers)
-    return s[: -len(".jsonl")] if s.endswith(".jsonl") else s
-
-
 def find_runs(paths: Sequence[str]) -> list[Path]:
     """Answers files named by ``paths`` (files as given; folders searched recursively), in order, no duplicates."""
     found: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
             hits = sorted(a for a in p.rglob("*.jsonl")
-                          if Path(_base(a) + ".summary.json").is_file() or Path(_base(a) + ".settings.json").is_file())
+                          if answers.beside(a, ".summary.json").is_file() or answers.beside(a, ".settings.json").is_file())
             if not hits:
                 raise ReportError(f"{p} holds no answers file with a summary or settings beside it")
             found += hits
@@ -62,20 +57,40 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def load_run(answers: Path) -> dict[str, Any]:
-    """``{"path", "records", "metrics", "settings"}`` of one run; metrics recomputed from the answers."""
-    from lp_runtime.generate import load_answers
+def jobs_without_answers(paths: Sequence[str]) -> list[str]:
+    """Runs Hydra started under the folders in ``paths`` (each holds ``.hydra/overrides.yaml``) that hold no
+    answer: a sweep job that was refused, failed or has not run yet. ``"<folder> (<its overrides>)"`` each, the
+    folder relative to the PATH given, in job order."""
+    from omegaconf import OmegaConf
 
+    out = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            continue
+        jobs = [rec.parent.parent for rec in p.rglob(".hydra/overrides.yaml")]
+        for job in sorted(jobs, key=lambda j: (len(str(j)), str(j))):
+            if any(answers.has_answers(a) for a in job.glob("*.jsonl")):
+                continue
+            try:
+                overrides = " ".join(OmegaConf.load(job / ".hydra" / "overrides.yaml") or []) or "no overrides"
+            except (OSError, ValueError):
+                overrides = "overrides unreadable"
+            out.append(f"{job.relative_to(p) if job != p else job} ({overrides})")
+    return out
+
+
+def load_run(path: Path) -> dict[str, Any]:
+    """``{"path", "records", "metrics", "settings"}`` of one run; metrics recomputed from the answers."""
     advice = "give answers files of python -m lp_runtime.generate, or a folder holding them"
-    records = load_answers(answers, trim=False, advice=advice) if answers.exists() else []
-    recorded = settings.read(Path(_base(answers) + ".settings.json"))
+    records = answers.load_answers(path, trim=False, advice=advice) if path.exists() else []
+    recorded = answers.read_settings(answers.beside(path, ".settings.json"))
     if not recorded:
         try:
-            summary = json.loads(Path(_base(answers) + ".summary.json").read_text(encoding="utf-8"))
-            recorded = summary.get("settings") or settings.flatten(summary.get("config", {}))
+            summary = json.loads(answers.beside(path, ".summary.json").read_text(encoding="utf-8"))
+            recorded = summary.get("settings") or answers.flatten(summary.get("config", {}))
         except (OSError, ValueError):
             recorded = {}
-    return {"path": answers, "records": records, "metrics": metrics.summarize(records), "settings": recorded}
+    return {"path": path, "records": records, "metrics": metrics.summarize(records), "settings": recorded}
 
 
 def is_greedy(run: dict) -> bool:
@@ -238,22 +253,32 @@ def plot(rows: Sequence[dict], out_dir: str) -> Optional[str]:
 
 def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Optional[str] = None,
            figure: bool = True) -> dict[str, Any]:
-    """Build, print and write the table; returns ``{"rows", "keys", "text", "files"}``. Raises ``ReportError``."""
-    runs = [load_run(p) for p in find_runs(paths)]
+    """Build, print and write the table; returns ``{"rows", "keys", "text", "files", "missing"}`` (``missing``:
+    ``jobs_without_answers``, also listed under the table). Raises ``ReportError``."""
+    missing = jobs_without_answers(paths)
+    try:
+        found = find_runs(paths)
+    except ReportError as e:
+        if missing:
+            raise ReportError(f"{e}; jobs without answers: {'; '.join(missing)}") from None
+        raise
+    runs = [load_run(p) for p in found]
     rows, keys = build_table(runs, pick_baseline(runs, baseline))
     columns = table_columns(keys)
     text = format_table(rows, columns=columns, left=1 + len(keys))
+    if missing:
+        text += "\njobs without answers (refused, failed or not run yet): " + "; ".join(missing)
     if out_dir is None:
         first = Path(paths[0])
         out_dir = str(first if first.is_dir() else first.parent)
-    files = write_results(out_dir, rows, [], {"differing_settings": keys},
+    files = write_results(out_dir, rows, [], {"differing_settings": keys, "jobs_without_answers": missing},
                                 columns=["run", *keys, *CSV_COLUMNS[1:]], name="report")
     files["md"] = os.path.join(out_dir, "report.md")
     Path(files["md"]).write_text(format_table(rows, columns=columns, left=1 + len(keys), markdown=True) + "\n",
                                  encoding="utf-8")
     if figure and (png := plot(rows, out_dir)):
         files["png"] = png
-    return {"rows": rows, "keys": keys, "text": text, "files": files}
+    return {"rows": rows, "keys": keys, "text": text, "files": files, "missing": missing}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # python scripts/bench.py
 
-from lp_runtime import data, metrics  # noqa: E402
+from lp_runtime import cli, data, metrics  # noqa: E402
 from lp_runtime.report import fmt, format_table, write_results  # noqa: E402
 from lp_runtime.config import to_object as config_to_object  # noqa: E402
 from lp_runtime.config import (DTYPES, ConfigError, DatasetConfig, DecodingConfig,  # noqa: E402
@@ -229,13 +229,14 @@ def aggregate(rows: Sequence[dict[str, Any]], methods: Sequence[Method], baselin
             tokens = sum(r["new_tokens"] for r in mrows)
             seconds = sum(r["seconds"] for r in mrows)
             steps = sum(r["steps"] for r in mrows)
-            tps = _div(tokens, seconds)
+            known = [r for r in mrows if r["accepted"] is not None]
+            accepted = ((sum(r["accepted"] for r in known), sum(r["accept_steps"] for r in known))
+                        if len(known) == len(mrows) else (None, None))
+            rate = metrics.rates(tokens, steps, seconds, *accepted)
+            tps = rate["tokens_per_s"]
             ratios = [(r["new_tokens"] / r["seconds"]) / (base[r["key"]]["new_tokens"] / base[r["key"]]["seconds"])
                       for r in mrows if r["key"] in base and r["seconds"] and base[r["key"]]["new_tokens"]
                       and base[r["key"]]["seconds"]]
-            known = [r for r in mrows if r["accepted"] is not None]
-            mean_acc = (_div(sum(r["accepted"] for r in known), sum(r["accept_steps"] for r in known))
-                        if len(known) == len(mrows) else _div(tokens, steps))
             idents = [r["identical"] for r in mrows if r["identical"] is not None]
             fed = [r for r in mrows if r.get("fed_tokens") is not None]
             partings = [r["parting"] for r in mrows if r.get("parting")]
@@ -244,8 +245,8 @@ def aggregate(rows: Sequence[dict[str, Any]], methods: Sequence[Method], baselin
                 "steps": steps, "tokens_per_s": tps,
                 "speedup_mean_ratio": statistics.fmean(ratios) if ratios else None,
                 "speedup_total": _div(tps, base_tps) if (tps is not None and base_tps) else None,
-                "step_compression": _div(tokens, steps), "mean_accepted": mean_acc,
-                "seconds_per_step": _div(seconds, steps), "step_tokens": m.step_tokens,
+                "step_compression": rate["step_compression"], "mean_accepted": rate["mean_accepted_tokens"],
+                "seconds_per_step": rate["seconds_per_step"], "step_tokens": m.step_tokens,
                 "identical": sum(idents) if idents else None, "compared": len(idents),
                 "fed_per_step": (_div(sum(r["fed_tokens"] for r in fed), sum(r["steps"] for r in fed))
                                  if fed and len(fed) == len(mrows) else None),
@@ -487,7 +488,7 @@ def load_prompts(cfg: BenchConfig, tokenizer) -> tuple[list[Prompt], dict[str, d
 
 def is_rounding_tie(gap: float, top: float, dtype: str) -> bool:
     """Whether two greedy decodings may part at a next-token distribution whose top-2 logit gap is ``gap`` (top
-    logit ``top``): in float32 a near-tie (gap < 1e-4, DESIGN.md section 6); in bfloat16 / float16 a rounding tie,
+    logit ``top``): in float32 a near-tie (gap < 1e-4, docs/design.md section 6); in bfloat16 / float16 a rounding tie,
     gap <= 8 units in the last place of ``top`` in that dtype (README "Precision"; tests/test_exactness_tiny F1).
 
     >>> is_rounding_tie(0.0625, 20.0, "bfloat16"), is_rounding_tie(1.5, 20.0, "bfloat16")   # ulp(20) = 0.125
@@ -651,49 +652,29 @@ def _threads() -> int:
 
 # ------------------------------------------------------------------------------------------ entry point
 
-def _hydra_entry():
-    import hydra
-    from omegaconf import DictConfig
+def _job(dict_cfg) -> None:
+    cfg = config_to_object(dict_cfg)  # refuses keys no setting has
+    assert isinstance(cfg, BenchConfig)
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    from lp_runtime.generate import CONF_DIR, _fail, _is_bad_input, remove_refused_run_dir
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:  # one results folder per sweep point
+        cfg.output_dir = os.path.join(cfg.output_dir, "sweep", f"{hc.job.num}_{hc.job.override_dirname}")
+    run(cfg)
 
-    register_configs()
+
+def register_schema() -> None:
+    """Register ``BenchConfig`` (with ``RunConfig``'s groups) as the schema of ``conf/bench.yaml``."""
     from hydra.core.config_store import ConfigStore
 
+    register_configs()
     ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
-
-    @hydra.main(config_path=CONF_DIR, config_name="bench", version_base=None)
-    def _main(dict_cfg: DictConfig) -> None:
-        try:
-            cfg = config_to_object(dict_cfg)  # refuses keys no setting has
-            assert isinstance(cfg, BenchConfig)
-            from hydra.core.hydra_config import HydraConfig
-            from hydra.types import RunMode
-
-            hc = HydraConfig.get()
-            if hc.mode == RunMode.MULTIRUN:  # one results folder per sweep point
-                cfg.output_dir = os.path.join(cfg.output_dir, "sweep", f"{hc.job.num}_{hc.job.override_dirname}")
-            run(cfg)
-        except Exception as e:
-            if not _is_bad_input(e):
-                raise
-            remove_refused_run_dir()  # as the main job: a refused setting leaves no new folder
-            _fail(e)
-
-    return _main
 
 
 def main() -> None:
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from lp_runtime.generate import _fail
-
-    os.environ["HYDRA_FULL_ERROR"] = "1"
-    try:
-        _hydra_entry()()
-    except (HydraException, OmegaConfBaseException) as e:
-        _fail(e)
+    register_schema()
+    cli.main(cli.hydra_app("bench", _job), interrupted="interrupted; no results were written")
 
 
 if __name__ == "__main__":

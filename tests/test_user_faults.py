@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from scripts.bench import BenchConfig
 from lp_runtime.config import ConfigError, GenerationConfig, ModelConfig, RunConfig, to_object
-from lp_runtime.generate import CONF_DIR
+from lp_runtime.cli import CONF_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = Path(CONF_DIR)
@@ -43,9 +43,9 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def _compose(config_name: str, overrides: list[str], hydra: bool = False):
-    from scripts.bench import _hydra_entry
+    from scripts.bench import register_schema
 
-    _hydra_entry()  # registers run_schema and bench_schema
+    register_schema()  # run_schema and bench_schema
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         return compose(config_name, overrides=overrides, return_hydra_config=hydra)
 
@@ -192,7 +192,7 @@ def test_report_on_a_question_file(tmp_path):
 
 
 def test_answers_file_checks_name_the_answers_file(tmp_path):
-    from lp_runtime.generate import OutputError, load_answers
+    from lp_runtime.answers import OutputError, load_answers
 
     a = tmp_path / "a.jsonl"
     a.write_text('{"question_id": 1, "choices": []}\n')
@@ -279,7 +279,7 @@ def test_largest_step_that_fits_is_accepted():
 
 # ------------------------------------------------------------------ 10. one fixed output file for a whole sweep
 def test_sweep_with_one_fixed_output_path_is_refused_up_front(tmp_path):
-    from lp_runtime.generate import check_sweep_outputs
+    from lp_runtime.jobs import check_sweep_outputs
 
     with pytest.raises(ConfigError) as e:
         check_sweep_outputs(["-m", "decoding.window_size=0,3", "output.path=out/a.jsonl", "progress=false"])
@@ -328,14 +328,15 @@ def test_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, caps
     assert ids == list(range(8))  # each once, in order: the interrupted run's lines were complete
     capsys.readouterr()
     run(OmegaConf.to_object(_compose("generate", [*args, "dataset.limit=1"])))
-    assert capsys.readouterr().out.splitlines()[0] == (
-        f"all 1 questions of the dataset are already in {out}; nothing to do "
-        f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})")
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == f"already answered in {out}:" and shown[1].startswith("[0] ")  # the answer in the file
+    assert shown[2:] == [f"all 1 questions of the dataset are already in {out}; nothing to do "
+                         f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})"]
 
 
 # ------------------------------------------------------------------ 12b, 12d, 12e. messages that name the key
 def test_summary_path_folder_names_its_key(tmp_path):
-    from lp_runtime.generate import OutputError, check_output_path
+    from lp_runtime.answers import OutputError, check_output_path
 
     with pytest.raises(OutputError) as e:
         check_output_path(tmp_path, create=True, key="output.summary_path")
@@ -369,7 +370,8 @@ def test_launch_scripts_keep_the_callers_directory(tmp_path, script):
     repo, caller = tmp_path / "repo", tmp_path / "caller"
     (repo / "launch").mkdir(parents=True)
     (repo / "lp_runtime").mkdir()
-    (repo / "launch" / script).write_text((REPO / "launch" / script).read_text())
+    for name in (script, "until_interrupted.py"):
+        (repo / "launch" / name).write_text((REPO / "launch" / name).read_text())
     stub = repo / ".venv" / "bin" / "torchrun"  # the repository's venv, found from the script, not the cwd
     stub.parent.mkdir(parents=True)
     stub.write_text('#!/usr/bin/env bash\necho "cwd=$PWD"\necho "args=$*"\n')
