@@ -7,7 +7,7 @@ Needs only torch + transformers (lp_runtime's core modules are imported directly
 
 (a) exactness: lookahead (several W, N, G) against transformers' greedy ``generate`` on randomly initialised
     Llama models of real shapes (SmolLM2-135M, Llama-3.2-1B, Llama-2-7B) in float32 (TF32 off), random prompts;
-    a divergence reports the top-2 logit gap at the first differing token (DESIGN.md section 6: < 1e-4 is a tie).
+    a divergence reports the top-2 logit gap at the first differing token (docs/design.md section 6: < 1e-4 is a tie).
 (b) latency: seconds per forward pass against input tokens per step q = 1..256 over a 200-token cache, bf16
     (``lp_runtime.tuner.measure_latency``: median of reps, logits for half the step).
 (c) prediction: for each method of a benchmark results JSON (``--results``, from ``python scripts/bench.py``

@@ -27,7 +27,7 @@ from lp_runtime.lookup import FeedAll  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.policy import AcceptanceCalibration, CostPolicy  # noqa: E402
 
-# The issue-9 curves (ms; SmolLM2, 2-core CPU, 2026-11-30; DESIGN.md section 7b).
+# The issue-9 curves (ms; SmolLM2, 2-core CPU, 2026-11-30; docs/design.md section 7b).
 CURVES = {"float32": {1: 38.5, 2: 61.8, 3: 75.8, 4: 58.9, 8: 59.2, 16: 70.6, 32: 95.0, 64: 142.8},
           "bfloat16": {1: 21.9, 2: 21.5, 3: 21.0, 4: 22.1, 8: 24.4, 16: 28.0, 32: 36.8, 64: 52.6}}
 

@@ -1,4 +1,4 @@
-"""Shared helpers for exactness tests: plain greedy references and the near-tie rule (DESIGN.md section 6)."""
+"""Shared helpers for exactness tests: plain greedy references and the near-tie rule (docs/design.md section 6)."""
 import torch
 
 NEAR_TIE = 1e-4

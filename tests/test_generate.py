@@ -202,10 +202,55 @@ def _bad_input_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
     # As root os.access() says yes everywhere; /proc refuses new files even to root.
     cases["unwritable_output"] = (["output.path=/proc/lp_runtime_answers.jsonl", "model.path=/nonexistent"],
                                   "output path /proc/lp_runtime_answers.jsonl is not writable: No such file or directory")
+    for name, overrides, message in _summary_path_cases(tmp) + _auto_and_sweep_cases(tmp):
+        cases[name] = (overrides, message)
     d = _folder(tmp, "dataset_path_is_a_folder")
     cases[d.name] = (["dataset=jsonl", f"dataset.path={d}", "model.path=/nonexistent"],
                      f"dataset.path={str(d)!r} is a folder; give a question file in JSONL format ({_FORMAT})")
     return cases
+
+
+def _summary_path_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
+    """A summary path that would overwrite the answers, the questions or a file of the user's."""
+    out = []
+    d = _folder(tmp, "summary_is_the_answers_file")
+    a = d / "answers.jsonl"
+    out.append((d.name, [f"output.path={a}", f"output.summary_path={a}", "model.path=/nonexistent"],
+                f"output.summary_path={a} is the answers file (output.path); the summary would overwrite it: give "
+                f"another file, e.g. output.summary_path={d / 'answers.summary.json'}"))
+    d = _folder(tmp, "summary_is_the_question_file")
+    (d / "q.jsonl").write_text('{"question_id": 1, "turns": ["hi"]}\n')
+    out.append((d.name, ["dataset=jsonl", f"dataset.path={d / 'q.jsonl'}", f"output.path={d / 'a.jsonl'}",
+                         f"output.summary_path={d / 'q.jsonl'}", "model.path=/nonexistent"],
+                f"output.summary_path={d / 'q.jsonl'} is the question file (dataset.path); the summary would "
+                f"overwrite it: give another file, e.g. output.summary_path={d / 'a.summary.json'}"))
+    d = _folder(tmp, "summary_is_another_file")
+    (d / "notes.txt").write_text("mine\n")
+    out.append((d.name, [f"output.summary_path={d / 'notes.txt'}", "model.path=/nonexistent"],
+                f"output.summary_path={d / 'notes.txt'} exists and is not a run summary; the summary would overwrite "
+                f"it: give another file, e.g. output.summary_path={d / 'out' / 'answers.summary.json'}"))
+    return out
+
+
+def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
+    """Settings decoding=auto would ignore; sweeps with a bad job (checked before job 0 runs)."""
+    out = [("auto_window", ["decoding.window_size=7"],
+            "decoding.window_size=7 is ignored under decoding=auto, which chooses W itself from this machine's "
+            "latency curve; add decoding=lookahead to run decoding.window_size=7"),
+           ("auto_pool", ["decoding.pool_from_prompt=false"],
+            "decoding.pool_from_prompt=false is ignored under decoding=auto, which always seeds the n-gram pool from "
+            "the prompt; add decoding=lookahead to run decoding.pool_from_prompt=false")]
+    for name, sweep, message in [
+        ("sweep_bad_last_job", ["decoding=lookahead", "decoding.guess_set_size=1,-1"],
+         "sweep job 1 (decoding.guess_set_size=-1): decoding.guess_set_size=-1 is negative; G must be >= 0"),
+        ("sweep_auto_key", ["decoding.window_size=0,3"],
+         "sweep job 0 (decoding.window_size=0): decoding.window_size=0 is ignored under decoding=auto, which chooses "
+         "W itself from this machine's latency curve; add decoding=lookahead to run decoding.window_size=0"),
+    ]:
+        d = _folder(tmp, name)
+        out.append((name, ["-m", *sweep, f"hydra.sweep.dir={d / 'sweep'}", "model.path=/nonexistent",
+                           f"output.path={d}/${{hydra:job.num}}/answers.jsonl"], message + "; no job was run"))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +263,8 @@ def bad_input(tmp_path_factory):
     calls = []
     for name, (overrides, _) in cases.items():
         (tmp / name).mkdir(exist_ok=True)
-        args = [f"hydra.run.dir={tmp / name / 'hydra'}", "progress=false", *overrides]
+        flags = [o for o in overrides if o == "-m"]  # Hydra's flags go before the overrides
+        args = [*flags, f"hydra.run.dir={tmp / name / 'hydra'}", "progress=false", *[o for o in overrides if o != "-m"]]
         if not any(a.startswith("output.path=") for a in overrides):
             args.append(f"output.path={tmp / name / 'out' / 'answers.jsonl'}")
         calls.append(args)
@@ -273,3 +319,24 @@ def test_unwritable_output_fails_before_loading_the_model(bad_input):
 
 def test_dataset_path_is_a_folder(bad_input):
     _check(bad_input, "dataset_path_is_a_folder")
+
+
+@pytest.mark.parametrize("case", ["summary_is_the_answers_file", "summary_is_the_question_file",
+                                  "summary_is_another_file"])
+def test_summary_path_that_would_overwrite_another_file(bad_input, case):
+    folder = _check(bad_input, case)
+    assert {p.name: p.read_text() for p in folder.iterdir() if p.is_file()} == {
+        "summary_is_the_answers_file": {},
+        "summary_is_the_question_file": {"q.jsonl": '{"question_id": 1, "turns": ["hi"]}\n'},
+        "summary_is_another_file": {"notes.txt": "mine\n"}}[case]  # left as they were, nothing new
+
+
+@pytest.mark.parametrize("case", ["auto_window", "auto_pool"])
+def test_setting_that_auto_ignores_is_refused(bad_input, case):
+    _check(bad_input, case)
+
+
+@pytest.mark.parametrize("case", ["sweep_bad_last_job", "sweep_auto_key"])
+def test_sweep_checks_every_job_before_the_first(bad_input, case):
+    folder = _check(bad_input, case)
+    assert sorted(p.name for p in folder.iterdir()) == []  # no sweep folder, no job folder, no answers

@@ -1,4 +1,4 @@
-"""Lookahead parallelism (DESIGN.md sections 3 and 6.2): the shard plan, multi-rank exactness, failures, launchers.
+"""Lookahead parallelism (docs/design.md sections 3 and 6.2): the shard plan, multi-rank exactness, failures, launchers.
 
 Multi-rank tests run ``torchrun --standalone`` on tests/lp_driver.py (gloo, one thread per rank), ONE launch per
 world size (lp3; dp2 x lp2), each asserted on by several tests: the whole (W, N, G) x prompt grid against the

@@ -7,7 +7,7 @@ from lp_runtime.lookup import CandidateTree, FeedAll, StepChoice
 from lp_runtime.policy import (AcceptanceCalibration, CostPolicy, LatencyCurve, best_prefix, interpolate, node_depths,
                                path_probabilities)
 
-# Measured on the 2-core CPU on 2026-11-30 (ms, SmolLM2, 200-token cache; DESIGN.md section 7b).
+# Measured on the 2-core CPU on 2026-11-30 (ms, SmolLM2, 200-token cache; docs/design.md section 7b).
 FLOAT32 = {1: 38.5, 2: 61.8, 3: 75.8, 4: 58.9, 8: 59.2, 16: 70.6, 32: 95.0, 64: 142.8}
 BFLOAT16 = {1: 21.9, 2: 21.5, 3: 21.0, 4: 22.1, 8: 24.4, 16: 28.0, 32: 36.8, 64: 52.6}
 FLAT = {1: 10.0, 64: 10.0}

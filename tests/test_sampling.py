@@ -1,4 +1,4 @@
-"""Sampling and logits processing (DESIGN.md section 1 "Sampling verification", invariants 3 and 5; CASES P1, P2).
+"""Sampling and logits processing (docs/design.md section 1 "Sampling verification", invariants 3 and 5; CASES P1, P2).
 
 1. ``sample_verify`` on hand-made distributions: output law and acceptance rates against the closed form.
 2. End to end on a tiny vocab-8 Llama: the joint law of the first 3 sampled tokens of lookahead decoding
