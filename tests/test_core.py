@@ -1,6 +1,6 @@
 """Model-free core: mask/layout, n-gram pool, window, greedy verification, stopping.
 
-Hand-written token ids and exact expected results (docs/design.md section 1).
+Hand-written token ids and exact expected results (DESIGN.md section 1).
 """
 import pytest
 import torch
