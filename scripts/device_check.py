@@ -7,10 +7,10 @@ Needs only torch + transformers (lp_runtime's core modules are imported directly
 
 (a) exactness: lookahead (several W, N, G) against transformers' greedy ``generate`` on randomly initialised
     Llama models of real shapes (SmolLM2-135M, Llama-3.2-1B, Llama-2-7B) in float32 (TF32 off), random prompts;
-    a divergence reports the top-2 logit gap at the first differing token (docs/design.md section 6: < 1e-4 is a tie).
+    a divergence reports the top-2 logit gap at the first differing token (DESIGN.md section 6: < 1e-4 is a tie).
 (b) latency: seconds per forward pass against input tokens per step q = 1..256 over a 200-token cache, bf16
     (``lp_runtime.tuner.measure_latency``: median of reps, logits for half the step).
-(c) prediction: for each method of a benchmark results JSON (``--results``, from ``python scripts/bench.py``
+(c) prediction: for each method of a benchmark results JSON (``--results``, from ``python -m lp_runtime.bench``
     on CPU), predicted speedup over greedy = S * latency(1) / latency(tokens fed per step of that method, its
     cap where the bench did not count them), per shape.
     It assumes S carries over from the CPU run's model to these shapes (it is a property of the model's
@@ -177,7 +177,7 @@ def main() -> None:
         with open(os.path.join(args.outdir, "device_check.json"), "w") as f:  # partial results survive a kill
             json.dump(report, f, indent=1)
     if not os.path.isfile(args.results):
-        log(f"no {args.results}: no speedup prediction (run python scripts/bench.py first and carry it)")
+        log(f"no {args.results}: no speedup prediction (run python -m lp_runtime.bench first and carry it)")
     report["seconds"] = time.perf_counter() - t_start
     report["all_exact"] = all(r["ok"] for r in report["exactness"])
     with open(os.path.join(args.outdir, "device_check.json"), "w") as f:
