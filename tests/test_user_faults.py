@@ -306,7 +306,7 @@ def test_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, caps
                                  for i in range(8)))
     out = tmp_path / "out" / "answers.jsonl"
     args = [f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
-            f"dataset.path={questions}", "generation.max_new_tokens=48", f"output.path={out}", "progress=false"]
+            f"dataset.path={questions}", "generation.max_new_tokens=48", f"output.path={out}", "progress=true"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([PY, "-m", "lp_runtime.generate", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -316,8 +316,9 @@ def test_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, caps
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err[-2000:]
-    assert err.strip().splitlines()[-1] == ("interrupted; the answers written so far are complete: re-run the same "
-                                            "command to resume")
+    assert err.endswith("\ninterrupted; the answers written so far are complete: re-run the same command to "
+                        "resume\n")  # on a line of its own, not on the progress bar's
+    assert "questions:" in err  # the bar was there
     assert "Traceback" not in err
     done = len(out.read_bytes().split(b"\n")[:-1])
     assert 1 <= done < 8  # stopped part-way
