@@ -182,7 +182,7 @@ def test_port_for_job():
 
 def test_no_schema_among_the_choices_and_the_slurm_preset_composes():
     """--help and Hydra's "Available options" errors list these options (the CLI's one-line error for a failed run
-    leaving no folder is in test_generate.py::test_missing_model_fails_in_one_line)."""
+    leaving no folder is in test_cli.py::test_missing_model_fails_in_one_line)."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
