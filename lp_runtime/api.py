@@ -22,7 +22,8 @@ from typing import Optional, Sequence, Union
 from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig
 from .decoder import Decoder, GenerationOutput
 from .models import check_limits, eos_token_ids, load_model
-from .support import check_max_new_tokens, check_prompt_ids, vocab_size
+from .tuner import auto_policy
+from .checks import check_max_new_tokens, check_prompt_ids, vocab_size
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
 
@@ -39,7 +40,8 @@ class LookaheadGenerator:
 
     Args:
         model, tokenizer: a transformers causal LM and its tokenizer.
-        decoding: method and W, N, G (default: ``DecodingConfig()``, the CPU-tuned lookahead setting).
+        decoding: method and W, N, G (default: ``DecodingConfig()``, the CPU-tuned lookahead setting; with
+            ``method="auto"`` the cost policy on this machine's latency profile, ``tuner.auto_policy``).
         generation: default budget, stop strings and EOS ids (``GenerationConfig()``).
     """
 
@@ -47,9 +49,12 @@ class LookaheadGenerator:
                  generation: Optional[GenerationConfig] = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.generation = generation or GenerationConfig()
-        check_limits(model, decoding or DecodingConfig(), generation=self.generation)
+        decoding = decoding or DecodingConfig()
+        check_limits(model, decoding, generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
-        self.decoder = Decoder(model, decoding or DecodingConfig(), eos_token_ids=eos, tokenizer=tokenizer)
+        # decoding=auto: the cost policy on this machine's latency profile (measured once, then read from the cache)
+        policy = auto_policy(model) if decoding.method == "auto" else None
+        self.decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, step_policy=policy)
 
     @classmethod
     def from_config(cls, model: Optional[ModelConfig] = None, decoding: Optional[DecodingConfig] = None,

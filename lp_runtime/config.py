@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
+from .window import step_tokens as window_step_tokens
+
 
 class ConfigError(ValueError):
     """A user-supplied setting is invalid; the message names the value and what is allowed."""
@@ -28,11 +30,7 @@ def _check(cond: bool, msg: str) -> None:
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: lp_runtime.models.resolve_dtype
-METHODS = ("greedy", "lookahead", "auto")  # auto: lookahead with lp_runtime.policy.CostPolicy on the measured curve
-LOOKUPS = ("suffix", "pool")
-RANKINGS = ("counts", "recency")
-COMMITS = ("copy", "refeed")
-NGRAM_KEYS = ("head", "all")
+METHODS = ("greedy", "lookahead", "auto", "paper")  # auto: lookahead with policy.CostPolicy on the measured curve
 
 
 @dataclass
@@ -66,29 +64,17 @@ class ModelConfig:
 
 @dataclass
 class DecodingConfig:
-    """Decoding method and the lookahead parameters (paper section 3; DESIGN.md section 1).
+    """Decoding method and the lookahead parameters (paper section 3; README's configuration table).
 
-    window_size W (columns of the 2D Jacobi window, 0 = no lookahead branch, pool only),
-    ngram_size N (tokens per n-gram, >= 2), guess_set_size G (max verification candidates per step,
-    0 = no verification branch), pool_from_prompt (seed the n-gram pool with the prompt's n-grams and keep
-    adding the output's), seed (initialises the window's level 0 from the prompt reproducibly).
-
-    Candidates (issue 10; ``lookup.py``): ``lookup`` "suffix" (longest-suffix match over the prompt, the
-    output and the window's n-grams; continuations up to ``max_depth`` tokens after long matches) or "pool"
-    (the reference code's n-gram pool keyed by the newest token, N-1 tokens per candidate); ``tree``
-    (candidates sharing a prefix share its tokens in the step; false = separate chains); ``ranking``
-    "counts" (how often a continuation followed the key, recency breaking ties) or "recency".
-    ``commit``: "copy" keeps the accepted candidate's KV so the next step feeds one token (one process; LP
-    always re-feeds) or "refeed" (the accepted tokens are fed again next step).
-
-    Candidate sources (issue 10, measured in docs/benchmarks.md section 6): ``cross_question`` (the suffix
-    lookup also matches the earlier answers of the same ``Decoder``, SuffixDecoding's global tree; changes
-    candidates only: greedy tokens never change, sampled tokens follow the same law but a seed's draws then
-    depend on the earlier answers; null = on for greedy decoding with ``lookup=suffix``, off for sampling and
-    with ``pool``); ``ngram_keys`` "head" (a window n-gram is found by its first tokens, as the paper's pool
-    keys it) or "all" (by every k-gram inside it; the default: section 6b); ``chain`` (a continuation
-    that ends before ``max_depth`` is extended by matching again with the draft appended, so overlapping
-    n-grams and occurrences chain into longer drafts; the default: section 6c).
+    ``method``: "greedy" (plain, one token a step), "lookahead" (a fixed W, N, G), "auto" (lookahead whose
+    steps the cost policy chooses on this machine's latency curve: the caller builds the policy, see
+    ``api.LookaheadGenerator``) or "paper" (the paper's algorithm as published: the single-key n-gram pool,
+    newest first, separate candidates, the accepted tokens re-fed).
+    window_size W (columns of the 2D Jacobi window, 0 = no lookahead branch), ngram_size N (tokens per n-gram,
+    >= 2), guess_set_size G (max candidates per step, 0 = no verification branch), pool_from_prompt (match
+    the prompt and the output too, not only the window's n-grams), seed (initialises the window's level 0
+    from the prompt reproducibly), max_depth (longest candidate continuation after a long suffix match;
+    "paper" proposes N-1 tokens).
     """
 
     method: str = "lookahead"
@@ -97,30 +83,15 @@ class DecodingConfig:
     guess_set_size: int = 2
     pool_from_prompt: bool = True
     seed: int = 0
-    lookup: str = "suffix"
-    tree: bool = True
-    ranking: str = "counts"
     max_depth: int = 10
-    commit: str = "copy"
-    cross_question: Optional[bool] = None
-    ngram_keys: str = "all"
-    chain: bool = True
 
     def __post_init__(self) -> None:
-        _check(self.ngram_keys in NGRAM_KEYS,
-               f"decoding.ngram_keys={self.ngram_keys!r} is not allowed; use one of {', '.join(NGRAM_KEYS)}")
-        _check(not (self.cross_question and self.lookup == "pool"),
-               "decoding.cross_question=true needs decoding.lookup=suffix (the reference pool keeps no answers)")
-        _check(self.lookup in LOOKUPS, f"decoding.lookup={self.lookup!r} is not allowed; use one of {', '.join(LOOKUPS)}")
-        _check(self.ranking in RANKINGS,
-               f"decoding.ranking={self.ranking!r} is not allowed; use one of {', '.join(RANKINGS)}")
-        _check(self.commit in COMMITS, f"decoding.commit={self.commit!r} is not allowed; use one of {', '.join(COMMITS)}")
-        _check(self.max_depth >= 1, f"decoding.max_depth={self.max_depth} is not allowed; it must be >= 1")
         _check(self.method in METHODS, f"decoding.method={self.method!r} is not allowed; use one of {', '.join(METHODS)}")
+        _check(self.max_depth >= 1, f"decoding.max_depth={self.max_depth} is not allowed; it must be >= 1")
         _check(self.window_size >= 0, f"decoding.window_size={self.window_size} is negative; W must be >= 0")
         _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")
         _check(self.guess_set_size >= 0, f"decoding.guess_set_size={self.guess_set_size} is negative; G must be >= 0")
-        if self.method == "lookahead":
+        if self.method in ("lookahead", "paper"):
             _check(
                 self.guess_set_size > 0 or self.window_size > 0,
                 "decoding.window_size=0 and decoding.guess_set_size=0 leave lookahead decoding nothing to do; "
@@ -132,15 +103,20 @@ class DecodingConfig:
                 "set W > 0 or pool_from_prompt=true",
             )
 
+    @property
+    def candidate_depth(self) -> int:
+        """The deepest candidate node a step may feed: N-1 for ``paper``, else max(max_depth, N-1)."""
+        return self.ngram_size - 1 if self.method == "paper" else max(self.max_depth, self.ngram_size - 1)
+
     def step_tokens(self, num_pending: int, num_candidates: int) -> int:
-        """Input tokens of one lookahead step: pending + window + candidates (DESIGN.md section 1)."""
-        window = max(self.window_size - 1, 0) + (self.ngram_size - 2) * self.window_size
-        return num_pending + window + num_candidates * (self.ngram_size - 1)
+        """Input tokens of one lookahead step with a full window: pending + window (``window.step_tokens``)
+        + ``num_candidates`` candidates of N-1 tokens."""
+        return num_pending + window_step_tokens(self.window_size, self.ngram_size - 2) + num_candidates * (self.ngram_size - 1)
 
 
 @dataclass
 class SamplingConfig:
-    """Logits processing and sampling, the same for plain and lookahead decoding (DESIGN.md section 1).
+    """Logits processing and sampling, the same for plain and lookahead decoding (README, "Configuration").
 
     Like transformers' ``generate``: ``repetition_penalty`` (> 0, 1 = off) applies in greedy and sampling;
     ``temperature`` (>= 0; 0 = greedy, > 0 = sample), ``top_k`` (>= 0, 0 = off), ``top_p`` (0 < p <= 1,

@@ -1,29 +1,23 @@
-"""The decode loop for one sequence: prefill, lookahead steps, stopping, metrics.
+"""The decode loop for one sequence: prefill, lookahead steps, verify-and-commit, stopping.
 
-Lookahead decoding (Fu et al. 2024, sections 3.1-3.3, Algorithm 1 in appendix A) with the step layout of
-DESIGN.md section 1 and the candidates of issue 10. Each step (``generate``'s loop, CORE_INTERFACE.md):
+Lookahead decoding (Fu et al. 2024, sections 3.1-3.4, Algorithm 1 in appendix A); the path of one step
+through the modules is drawn in docs/architecture.md. Each step of ``Decoder.generate``:
 
-1. the lookup (``lookup.py``) proposes a candidate TREE from the longest suffix match over the prompt, the
-   output and the window's n-grams;
-2. the step policy (default ``FeedAll``) chooses which nodes to feed and whether to feed the window;
-3. ``_step``: ONE forward pass over [pending][window][chosen tree nodes] (shared prefixes fed once), then
-   verification by walking the tree (greedy, or sampling per node);
-4. commit: in one process copy-KV (the accepted path's KV rows are kept, so the next step feeds only the
-   bonus token); under LP re-feed (the accepted tokens are the next step's pending tokens);
-5. ``step_policy.observe`` sees what was fed and accepted.
+1. ``_plan``: the proposers (``proposers.py``) propose a candidate tree, the step policy (``policy.py``)
+   chooses which nodes and whether the Jacobi window (``window.py``) are fed; near the context's end the step
+   shrinks to a plain one;
+2. ``_forward``: ONE forward pass (``step.py``) over [pending][window][chosen tree nodes] laid out as one token
+   tree (``layout.py``), this rank's share under LP (``parallel.py``), the sampler's decisions, the LP merge;
+3. ``_verify_commit``: verification walks the tree (``verify.py``; greedy, or sampling per node), the cache
+   keeps the accepted part (copy-KV in one process: the accepted path's entries; LP re-feeds);
+4. ``_emit`` / ``_observe``: stopping and streaming, then the window, proposers and policy learn the step.
 
 Plain greedy decoding is the same loop with no window and no candidates (one pending token a step).
 
-Sampling and logits processing (``sampling.py``; paper appendix B): ``c`` and every tree node are processed
-against their own prefix with transformers' processors; greedy takes the processed argmax (so a repetition
-penalty matches ``generate(do_sample=False, repetition_penalty=...)``), sampling replaces each such argmax by
-the OUTCOME of that node -- sequential rejection of the node's draft children, else a residual (or, at a
-leaf, bonus) sample -- with uniforms keyed by (seed, absolute position). A node's outcome is a child exactly
-when that child was accepted, so ``verify.walk_outcomes`` rebuilds the step from one int64 per kept position.
-Under LP each rank decides the nodes of the subtrees it computed, from tree tokens every rank holds and
-draws every rank can make, so the merge exchanges the SAME fixed-size int64 buffer as greedy decoding: ONE
-all-gather per step, sampling or not, and no probabilities cross ranks. The window's new tokens stay the raw
-argmax (guesses only; they never affect the output law).
+Sampling (``sampling.py``; paper appendix B): ``c`` and every tree node are processed against their own
+prefix; greedy takes the processed argmax, sampling the OUTCOME of the node (sequential rejection of its
+draft children, else a residual or bonus sample) with uniforms keyed by (seed, absolute position), so under
+LP each rank decides the nodes it computed and the merge exchanges one int64 per kept row, sampling or not.
 
 Usage::
 
@@ -34,22 +28,25 @@ Usage::
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
-from . import support
+from . import checks
 from .config import ConfigError, DecodingConfig, SamplingConfig
-from .kv import commit, new_cache
-from .layout import LayoutCache, MaskBuffer, full_mask
-from .lookup import AnswerStore, CandidateTree, FeedAll, new_lookup, propose
-from .parallel import LocalGroup, state_hash, sub_parents
+from .layout import LayoutCache, MaskBuffer
+from .parallel import LocalGroup, state_hash
+from .policy import FeedAll
+from .proposers import proposers_for
 from .sampling import Sampler, check_processors, warn_model_defaults
+from .step import EagerStep, StepInputs, StepRows
 from .stopping import StopChecker
-from .verify import greedy_verify, node_children, walk_outcomes
-from .window import JacobiWindow
+from .tree import CandidateTree, child_tokens, reindex
+from .verify import greedy_verify, walk_outcomes
+from .window import JacobiWindow, reach
 
 
 @dataclass
@@ -74,243 +71,268 @@ class GenerationOutput:
     step_tokens: list[int] = field(default_factory=list)
 
 
+@dataclass
+class SequenceState:
+    """Everything one ``generate`` call changes as it decodes (nothing of it outlives the call).
+
+    ``past``: entries in the committed cache; ``pending``: accepted tokens the next step feeds first (its last
+    is ``c``); ``history``: prompt + accepted tokens (the sampler's context).
+    """
+
+    prompt: list[int]
+    cache: Any
+    past: int
+    pending: list[int]
+    window: JacobiWindow
+    history: list[int]
+    stopper: StopChecker
+    sampler: Sampler
+    steps: int = 0
+    accept_lengths: list[int] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class StepPlan:
+    """What one step feeds: the proposed tree, the fed sub-tree (``fed_nodes`` of ``proposed``), whether the
+    window's W columns are fed (``num_columns`` = W or 0) and the fed nodes' depths."""
+
+    proposed: CandidateTree
+    tree: CandidateTree
+    fed_nodes: tuple[int, ...]
+    num_columns: int
+    depths: list[int]
+
+
+@dataclass
+class StepResult:
+    """A merged step: x1 (the output at ``c``), the W new window tokens, one output per fed node (``NONFINITE``
+    where a row was not finite), tokens fed here, the in-step index of the first tree node, the kept rows."""
+
+    x1: int
+    new_window: list[int]
+    node_out: list[int]
+    num_fed: int
+    tree_start: int
+    rows: Optional[StepRows]
+
+
 class Decoder:
     """Greedy plain or lookahead decoding of one sequence at a time with a transformers causal LM.
 
     Args:
-        model: a transformers ``PreTrainedModel`` for causal LM (used through its public forward:
-            ``input_ids``, ``position_ids``, a float 4D ``attention_mask``, ``past_key_values``,
-            ``logits_to_keep``); it is never modified.
-        decoding: method, W, N, G and the candidate/commit variants (``DecodingConfig``).
+        model: a transformers ``PreTrainedModel`` for causal LM; never modified.
+        decoding: method, W, N, G (``DecodingConfig``).
         eos_token_ids: ids that end generation (may be empty).
         tokenizer: needed for stop strings only.
         lp: the lookahead-parallel group (``parallel.LocalGroup`` for one process).
         sampling: logits processing and sampling (``SamplingConfig``; default greedy, no processing).
         logits_processor: extra transformers processors applied after ``sampling``'s; only the classes of
             ``sampling.SUPPORTED_PROCESSORS`` (``ValueError`` naming any other).
-        step_policy: what each step feeds (``choose(tree, num_pending=, window_tokens=) -> StepChoice`` and
-            ``observe(tree, fed_nodes, accepted_nodes)``; CORE_INTERFACE.md); default ``lookup.FeedAll``, or
-            with ``decoding.method="auto"`` a ``policy.CostPolicy`` on this machine's latency profile
-            (``tuner.auto_policy``: measured once per model/device/dtype, then read from the cache). Under LP
-            pass it (every rank on rank 0's curve; ``ConfigError`` otherwise): a ``CostPolicy`` is then told to
-            price steps by the busiest rank's tokens (``CostPolicy.price_lp``) unless it already was.
+        step_policy: what each step feeds (``policy.StepPolicy``); default ``policy.FeedAll``. ``method="auto"``
+            needs one (``ConfigError`` otherwise): the caller builds the cost policy (``api.py``,
+            ``generate.py``). Under LP a ``CostPolicy`` priced for one process is told to price steps by the
+            busiest rank's tokens (``CostPolicy.price_lp``).
+        proposers: the candidate sources (``proposers.Proposer``); default ``proposers.proposers_for(decoding)``.
+        step: the model step (``step.EagerStep``'s methods); default ``EagerStep(model)``.
+        copy_kv: keep the accepted candidates' KV so the next step feeds one token (default: True except for
+            ``method="paper"``, which re-feeds); LP always re-feeds (the KV lives on one rank).
 
-    Attributes switched by the benchmark's ablation: ``copy_kv`` (False: re-feed the accepted tokens),
-    ``static_mask`` (False: concatenate a new mask each step instead of writing into ``layout.MaskBuffer``),
-    ``step_policy``.
+    Concurrent ``generate`` calls on one decoder are serialised (a lock): each returns what it would alone.
     """
 
     def __init__(self, model, decoding: DecodingConfig, *, eos_token_ids: Sequence[int] = (),
                  tokenizer=None, lp=None, sampling: Optional[SamplingConfig] = None,
-                 logits_processor: Sequence = (), step_policy=None) -> None:
-        self.model = model
-        self.cfg = decoding
+                 logits_processor: Sequence = (), step_policy=None, proposers: Optional[Sequence] = None,
+                 step=None, copy_kv: Optional[bool] = None) -> None:
+        self.model, self.cfg, self.tokenizer = model, decoding, tokenizer
         self.eos_token_ids = list(eos_token_ids or [])
-        self.tokenizer = tokenizer
         self.lp = lp if lp is not None else LocalGroup()
         self.extra_processors = check_processors(logits_processor or ())
         self.sampler = Sampler(sampling, self.extra_processors, getattr(model, "generation_config", None))
         warn_model_defaults(model, self.sampler.cfg)
-        support.check_attention(model)  # ConfigError for attention that ignores position_ids / the 4D mask
+        checks.check_attention(model)  # ConfigError for attention that ignores position_ids / the 4D mask
         if step_policy is None and decoding.method == "auto":
-            if self.lp.size > 1:  # each rank would read (or measure) its own curve: choices could differ
-                raise ConfigError("decoding.method='auto' under lookahead parallelism needs every rank on the same "
-                                  "latency curve: pass step_policy=policy.CostPolicy(curve) with rank 0's curve "
-                                  "(lp_runtime.generate does)")
-            from .tuner import auto_policy
-
-            step_policy = auto_policy(model)
+            raise ConfigError("decoding.method='auto' needs its cost policy: pass step_policy=policy.CostPolicy(curve) "
+                              "on this machine's latency curve (LookaheadGenerator builds it from the cached profile)")
         self.step_policy = step_policy if step_policy is not None else FeedAll()
-        lookahead = decoding.method in ("lookahead", "auto")  # auto: lookahead, the cost policy picks each step
-        self.window_size = decoding.window_size if lookahead else 0
+        self.window_size = decoding.window_size if decoding.method != "greedy" else 0
         self.ngram_size = decoding.ngram_size
-        self.guess_set_size = decoding.guess_set_size if lookahead else 0
-        self.use_pool = lookahead and (self.guess_set_size > 0)
-        # Deepest candidate node: N-1 for the pool, longer continuations after long suffix matches.
-        self.tree_depth = self.ngram_size - 1 if decoding.lookup == "pool" else max(decoding.max_depth,
-                                                                                    self.ngram_size - 1)
-        self.copy_kv = decoding.commit == "copy" and self.lp.size == 1  # LP re-feeds (KV lives on one rank)
+        self.proposers = list(proposers_for(decoding) if proposers is None else proposers)
+        copy = decoding.method != "paper" if copy_kv is None else copy_kv
+        self.copy_kv = copy and self.lp.size == 1
         if self.lp.size > 1 and getattr(self.step_policy, "lp_size", None) == 1:
             self.step_policy.price_lp(self.lp.size, self.window_size)  # a step costs its busiest rank's tokens
-        self.device = next(model.parameters()).device
+        self.step = step if step is not None else EagerStep(model)
+        self.device = self.step.device
         self.layouts = LayoutCache(self.device, model.dtype)
-        self.static_mask = True
-        self._mask_buffer = MaskBuffer(model.dtype, self.device)
-        self.context_length = support.position_limit(model)  # every fed position stays below this
-        # decoding.cross_question: earlier answers of this Decoder seed later prompts' lookups (candidates only);
-        # the store exists when some call may match it (a greedy one does whenever any does)
-        self.store = AnswerStore() if self._matches_answers(do_sample=False) else None
-
-    def _matches_answers(self, do_sample: bool) -> bool:
-        """Whether a call's lookup matches the cross-question store (``decoding.cross_question``): true/false as
-        set; null = for greedy calls only (a sampled answer's draws would depend on which answers came before);
-        never with ``lookup=pool`` (the reference pool keeps no answers) or without a verification branch."""
-        cross_question = self.cfg.cross_question
-        return self.use_pool and self.cfg.lookup != "pool" and (
-            cross_question if cross_question is not None else not do_sample)
+        self._mask = MaskBuffer(model.dtype, self.device)
+        self.context_length = checks.position_limit(model)  # every fed position stays below this
+        self.topk = max((p.topk for p in self.proposers), default=0)
+        self._lock = threading.Lock()
 
     def forget_answers(self) -> None:
-        """Empty the cross-question store (``decoding.cross_question``): later prompts match no earlier answer."""
-        if self.store is not None:
-            self.store = AnswerStore()
-
-    def _window_tokens(self, window: JacobiWindow) -> int:
-        """Window tokens one process would feed this step (row 0 columns 1..W-1 + W per level)."""
-        return max(self.window_size - 1, 0) + window.num_levels * self.window_size if window.active else 0
-
-    @staticmethod
-    def _decide(sampler: Sampler, logits_KV: torch.Tensor, kept: torch.Tensor, history: list[int],
-                tree: CandidateTree, nodes: Sequence[int], num_cols: int) -> torch.Tensor:
-        """``kept`` (int64 (k,), layout order) with ``c``'s and this rank's tree nodes' entries replaced by
-        the sampler's decision (processed argmax, or the sampled node outcome); window entries stay raw argmax,
-        so the LP merge exchanges the same int64 buffer as in greedy decoding."""
-        rows = [0] + [1 + num_cols + k for k in range(len(nodes))]
-        suffixes = [[]] + [[tree.tokens[m] for m in tree.path(n)] for n in nodes]
-        children = [node_children(tree.tokens, tree.parents, n) for n in (-1, *nodes)]
-        index = torch.tensor(rows, device=logits_KV.device)
-        tokens = sampler.decide(logits_KV[index], history, suffixes, children)
-        kept = kept.clone()
-        kept[index] = torch.tensor(tokens, dtype=kept.dtype, device=kept.device)
-        return kept
-
-    def _step(self, cache, past: int, pending: list[int], window: JacobiWindow, num_columns: int,
-              tree: CandidateTree, sampler: Sampler, history: list[int]):
-        """ONE forward pass: [pending][this rank's window columns][this rank's tree nodes], then the merge.
-
-        Returns (x1, the W new window tokens, one output per tree node, tokens fed, in-step index of each of
-        this rank's tree nodes or None under LP).
-        """
-        num_levels = window.num_levels if num_columns else 0
-        cols, nodes = self.lp.plan(len(pending), num_columns, num_levels, tree.parents)
-        layout, depth, inner, keep = self.layouts.get(len(pending), cols, num_levels,
-                                                      sub_parents(tree.parents, nodes))
-        ids = layout.input_ids(pending, window.row0, window.levels, [tree.tokens[n] for n in nodes])
-        out = self.model(
-            input_ids=torch.tensor([ids], device=self.device),
-            position_ids=(depth + past)[None],
-            attention_mask=None if layout.is_chain else (
-                self._mask_buffer.view(inner, past) if self.static_mask else full_mask(inner, past)),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=keep,
-        )
-        kept, finite = support.finite_argmax(out.logits[0])
-        if sampler.active:  # c and tree nodes: processed against their own prefix (window: raw argmax)
-            kept = self._decide(sampler, out.logits[0], kept, history, tree, nodes, len(cols))
-        kept = support.mark_nonfinite(kept, finite)  # NaN/inf rows -> NONFINITE on the device, no host sync
-        x1, new_window, node_out = self.lp.merge(kept, len(pending), num_columns, num_levels, tree.parents)
-        return x1, new_window, node_out, len(ids), layout.tree_start
+        """Forget what the proposers keep across prompts (the answer store): later prompts match no earlier one."""
+        for p in self.proposers:
+            p.reset()
 
     @torch.inference_mode()
     def generate(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_strings: Sequence[str] = (),
                  streamer=None, sampling: Optional[SamplingConfig] = None) -> GenerationOutput:
         """Decode up to ``max_new_tokens`` tokens after ``prompt_ids`` (a list of token ids).
 
-        Greedy output is token-identical to plain greedy decoding up to float near-ties (DESIGN.md
-        section 6). ``streamer`` (transformers ``TextStreamer``-compatible: ``put``/``end``) first receives
-        the prompt, then every emitted token in order, exactly once. ``sampling`` overrides the decoder's
-        sampling settings for this call (e.g. a per-question temperature or seed). Sampled output follows
+        Greedy output is token-identical to plain greedy decoding up to float near-ties (docs/architecture.md).
+        ``streamer`` (transformers ``TextStreamer``-compatible: ``put``/``end``) first receives the prompt,
+        then every emitted token in order, exactly once; its ``end()`` is called on every way out, errors
+        included. ``sampling`` overrides the decoder's sampling settings for this call. Sampled output follows
         the model's processed distribution exactly (paper appendix B; tests/test_sampling.py).
 
         Raises:
-            ConfigError: (``support.check_request``, before any forward pass) an empty prompt, a token id outside
+            ConfigError: (``checks.check_request``, before any forward pass) an empty prompt, a token id outside
                 the vocabulary, ``max_new_tokens`` < 1, a prompt leaving no room in the context for one new
-                token, or a length the model does not decode exactly (length-dependent rope, sliding window).
-                Near the context's end steps shrink to plain ones; a full context ends with "length".
-            ModelOutputError: NaN or inf logits at a decision (names the step and the position).
+                token, or a length the model does not decode exactly (length-dependent rope, an attention
+                window or chunk). Near the context's end steps shrink to plain ones; a full context ends with
+                "length".
+            ModelOutputError: NaN or inf logits in a row that decides an emitted token (names the step and the
+                position); such rows at rejected candidates or window cells only reject or discard a guess.
         """
         start = time.perf_counter()
+        try:
+            with self._lock:
+                state = self._start(prompt_ids, max_new_tokens, stop_strings, streamer, sampling)
+                self._loop(state, streamer)
+                for p in self.proposers:
+                    p.end(state.prompt, state.stopper.output)
+        finally:
+            if streamer is not None:
+                streamer.end()
+        return GenerationOutput(output_ids=list(state.stopper.output),
+                                finish_reason=state.stopper.finish_reason or "length",
+                                decoding_steps=state.steps, accept_lengths=state.accept_lengths,
+                                wall_time=time.perf_counter() - start, step_tokens=state.step_tokens)
+
+    def _loop(self, state: SequenceState, streamer) -> None:
+        """Steps until the stopper finishes (or the context is full)."""
+        while True:
+            plan = self._plan(state)
+            if plan is None:
+                state.stopper.finish_reason = "length"
+                return
+            result = self._forward(state, plan)
+            accepted = self._verify_commit(state, plan, result)
+            self._emit(state, accepted, streamer)
+            if state.stopper.finish_reason is not None:
+                return
+            self._observe(state, plan, result, accepted)
+
+    def _start(self, prompt_ids, max_new_tokens, stop_strings, streamer, sampling) -> SequenceState:
+        """Check the request, prefill all but the last prompt token (the first step's pending token)."""
         sampler = self.sampler if sampling is None else Sampler(sampling, self.extra_processors,
                                                                 getattr(self.model, "generation_config", None))
         # ids in the vocabulary, budget >= 1 (capped to the context), lengths the model decodes exactly
-        prompt, max_new_tokens = support.check_request(self.model, prompt_ids, max_new_tokens)
-        ctx = self.context_length
+        prompt, max_new_tokens = checks.check_request(self.model, prompt_ids, max_new_tokens)
         stopper = StopChecker(max_new_tokens, self.eos_token_ids, stop_strings, self.tokenizer)
         if streamer is not None:
             streamer.put(torch.tensor([prompt]))
-
-        cache = new_cache()
-        if len(prompt) > 1:  # prefill all but the last prompt token; it is the first step's pending token
-            self.model(
-                input_ids=torch.tensor([prompt[:-1]], device=self.device),
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=torch.empty(0, dtype=torch.long, device=self.device),
-            )
-        past = len(prompt) - 1
-        pending = [prompt[-1]]
-
-        store = self.store if self._matches_answers(sampler.do_sample) else None
-        lookup = new_lookup(self.cfg, store) if self.use_pool else None
-        history = list(prompt)
-        if lookup is not None:
-            lookup.extend(prompt)
+        cache = self.step.new_cache()
+        self.step.prefill(cache, prompt[:-1])
         window = JacobiWindow(self.window_size, self.ngram_size)
         if window.active:
             window.reset(prompt, self.cfg.seed)
-        steps, accept_lengths, step_tokens = 0, [], []
+        for p in self.proposers:
+            p.begin(prompt, do_sample=sampler.do_sample)
+        return SequenceState(prompt, cache, len(prompt) - 1, [prompt[-1]], window, list(prompt), stopper, sampler)
 
-        while True:
-            # What to feed: the lookup proposes a tree, the step policy picks nodes and the window.
-            proposed = propose(lookup, self.cfg)
-            choice = self.step_policy.choose(proposed, num_pending=len(pending),
-                                             window_tokens=self._window_tokens(window))
-            tree = proposed if len(choice.nodes) == len(proposed) else proposed.select(choice.nodes)
-            num_columns = self.window_size if choice.use_window else 0
-            fed_nodes = choice.nodes
-            depths = tree.depths()  # once per step: the span below and the finite check after the forward
-            span = len(pending) - 1 + max(max(depths, default=0),
-                                          self.window_size - 1 + self.ngram_size - 2 if num_columns else 0)
-            if ctx is not None and past + span >= ctx:
-                num_columns, tree, fed_nodes, depths = 0, CandidateTree(), (), []  # near the context's end: plain steps
-                if past + len(pending) > ctx:
-                    stopper.finish_reason = "length"
-                    break
+    def _propose(self) -> CandidateTree:
+        if not self.proposers:
+            return CandidateTree()
+        trees = [p.propose() for p in self.proposers]
+        return trees[0] if len(trees) == 1 else CandidateTree.union(trees)
 
-            x1, new_window, node_out, num_fed, tree_start = self._step(
-                cache, past, pending, window, num_columns, tree, sampler, history)
-            support.check_finite(steps + 1, past + len(pending) - 1, x1, new_window, node_out, depths)
-            verify = walk_outcomes if sampler.do_sample else greedy_verify
-            accepted, path = verify(x1, tree.tokens, tree.parents, node_out)
-            if self.copy_kv:  # keep the accepted nodes' KV: the next step feeds only the bonus token
-                commit(cache, num_fed, len(pending), [tree_start + n for n in path])
-                past += len(pending) + len(path)
-            else:
-                commit(cache, num_fed, len(pending))
-                past += len(pending)
-            steps += 1
-            step_tokens.append(num_fed)
-            self.step_policy.observe(proposed, fed_nodes, [fed_nodes[n] for n in path])
+    def _plan(self, state: SequenceState) -> Optional[StepPlan]:
+        """What the next step feeds; None when the context has no room for even a plain step."""
+        proposed = self._propose()
+        choice = self.step_policy.choose(proposed, num_pending=len(state.pending),
+                                         window_tokens=state.window.step_tokens)
+        tree = proposed if len(choice.nodes) == len(proposed) else proposed.select(choice.nodes)
+        plan = StepPlan(proposed, tree, choice.nodes, self.window_size if choice.use_window else 0, tree.depths())
+        ctx, past, pending = self.context_length, state.past, state.pending
+        span = len(pending) - 1 + max(max(plan.depths, default=0),
+                                      reach(self.window_size, self.ngram_size) if plan.num_columns else 0)
+        if ctx is not None and past + span >= ctx:  # near the context's end: plain steps
+            plan = StepPlan(proposed, CandidateTree(), (), 0, [])
+            if past + len(pending) > ctx:
+                return None
+        return plan
 
-            emitted = stopper.push(accepted)
-            accept_lengths.append(len(emitted))
-            if streamer is not None:
-                for tok in emitted:
-                    streamer.put(torch.tensor([tok]))
-            if stopper.finish_reason is not None:
-                break
+    def _forward(self, state: SequenceState, plan: StepPlan) -> StepResult:
+        """ONE forward pass over [pending][this rank's window columns][this rank's tree nodes], then the merge."""
+        window, tree, pending = state.window, plan.tree, state.pending
+        num_levels = window.num_levels if plan.num_columns else 0
+        cols, nodes = self.lp.plan(len(pending), plan.num_columns, num_levels, tree.parents)
+        layout, depth, inner, keep = self.layouts.get(len(pending), cols, num_levels, reindex(tree.parents, nodes))
+        ids = layout.input_ids(pending, window.row0, window.levels, [tree.tokens[n] for n in nodes])
+        inputs = StepInputs(ids=torch.tensor([ids], device=self.device), positions=(depth + state.past)[None],
+                            mask=None if layout.is_chain else self._mask.view(inner, state.past), keep=keep)
+        out = self.step(state.cache, inputs, topk=self.topk)
+        kept = out.tokens()
+        if state.sampler.active:  # c and tree nodes: processed against their own prefix (window: raw argmax)
+            kept = self._decide(state, out.logits, kept, out.finite, tree, nodes, len(cols))
+        x1, new_window, node_out = self.lp.merge(kept, len(pending), plan.num_columns, num_levels, tree.parents)
+        rows = StepRows([ids[i] for i in layout.keep_index.tolist()], out.topk) if self.topk else None
+        return StepResult(x1, new_window, node_out, len(ids), layout.tree_start, rows)
 
-            if num_columns:
-                for ngram in window.advance(pending[-1], new_window):
-                    if lookup is not None:
-                        lookup.add_ngram(ngram)
-            history.extend(accepted)
-            if lookup is not None:
-                lookup.extend(accepted)
-            pending = accepted[-1:] if self.copy_kv else accepted
-            if getattr(self.lp, "debug", False):  # every LP rank must hold the same state after the merge (DESIGN.md section 3)
-                self.lp.check_consistent(state_hash(window.state(), lookup.state() if lookup else None,
-                                                    past, stopper.output))
+    @staticmethod
+    def _decide(state: SequenceState, logits_KV: torch.Tensor, kept: torch.Tensor, finite: torch.Tensor,
+                tree: CandidateTree, nodes: Sequence[int], num_cols: int) -> torch.Tensor:
+        """``kept`` (int64 (k,), layout order) with ``c``'s and this rank's tree nodes' entries replaced by the
+        sampler's decision (processed argmax, or the sampled node outcome), ``NONFINITE`` kept where a row is
+        not finite; window entries stay raw argmax, so the LP merge exchanges the same int64 buffer."""
+        rows = [0] + [1 + num_cols + k for k in range(len(nodes))]
+        suffixes = [[]] + [[tree.tokens[m] for m in tree.path(n)] for n in nodes]
+        children = [child_tokens(tree.tokens, tree.parents, n) for n in (-1, *nodes)]
+        index = torch.tensor(rows, device=logits_KV.device)
+        tokens = torch.tensor(state.sampler.decide(logits_KV[index], state.history, suffixes, children),
+                              dtype=kept.dtype, device=kept.device)
+        kept = kept.clone()
+        kept[index] = torch.where(finite[index], tokens, kept[index])
+        return kept
 
+    def _verify_commit(self, state: SequenceState, plan: StepPlan, res: StepResult) -> list[int]:
+        """Verify the tree, commit the accepted part of the step's KV; returns the accepted tokens."""
+        verify = walk_outcomes if state.sampler.do_sample else greedy_verify
+        accepted, path = verify(res.x1, plan.tree.tokens, plan.tree.parents, res.node_out)
+        checks.check_decided(state.steps + 1, state.past + len(state.pending) - 1, accepted)
+        num_pending = len(state.pending)
+        if self.copy_kv:  # keep the accepted nodes' KV: the next step feeds only the bonus token
+            self.step.commit(state.cache, res.num_fed, num_pending, [res.tree_start + n for n in path])
+            state.past += num_pending + len(path)
+        else:
+            self.step.commit(state.cache, res.num_fed, num_pending)
+            state.past += num_pending
+        state.steps += 1
+        state.step_tokens.append(res.num_fed)
+        self.step_policy.observe(plan.proposed, plan.fed_nodes, [plan.fed_nodes[n] for n in path])
+        return accepted
+
+    @staticmethod
+    def _emit(state: SequenceState, accepted: list[int], streamer) -> None:
+        emitted = state.stopper.push(accepted)
+        state.accept_lengths.append(len(emitted))
         if streamer is not None:
-            streamer.end()
-        if self.store is not None:
-            self.store.add(prompt, stopper.output)
-        return GenerationOutput(
-            output_ids=list(stopper.output),
-            finish_reason=stopper.finish_reason or "length",
-            decoding_steps=steps,
-            accept_lengths=accept_lengths,
-            wall_time=time.perf_counter() - start,
-            step_tokens=step_tokens,
-        )
+            for tok in emitted:
+                streamer.put(torch.tensor([tok]))
+
+    def _observe(self, state: SequenceState, plan: StepPlan, res: StepResult, accepted: list[int]) -> None:
+        """The window, the proposers and the next step's pending tokens learn the step."""
+        ngrams = []
+        if plan.num_columns:  # a non-finite window row is a discarded guess: c stands in for it
+            c = state.pending[-1]
+            ngrams = state.window.advance(c, [t if t >= 0 else c for t in res.new_window])
+        state.history.extend(accepted)
+        for p in self.proposers:
+            p.observe(accepted, ngrams, res.rows)
+        state.pending = accepted[-1:] if self.copy_kv else accepted
+        if getattr(self.lp, "debug", False):  # every LP rank must hold the same state after the merge (docs/architecture.md)
+            self.lp.check_consistent(state_hash(state.window.state(), tuple(p.state() for p in self.proposers),
+                                                state.past, state.stopper.output))

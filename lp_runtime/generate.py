@@ -168,9 +168,9 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
 
 def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: int) -> None:
     """Refuse, before the first question is answered, a question whose first-turn prompt the model cannot take
-    (longer than its context, beyond an exact rope or sliding-window length: ``support.check_request``). Later
+    (longer than its context, beyond an exact rope or sliding-window length: ``checks.check_request``). Later
     turns hold the answers, so they are checked when they come. Raises ``ConfigError`` naming the question."""
-    from lp_runtime.support import check_request
+    from lp_runtime.checks import check_request
 
     for q in questions:
         try:

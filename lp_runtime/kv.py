@@ -1,7 +1,7 @@
 """KV cache for the decode loop: construction, the support check, and committing a step.
 
 A step feeds the pending tokens first, so committing it keeps a prefix of the step's new entries and drops
-the rest (window and candidates): one ``crop`` of the cache's tail (DESIGN.md section 1). In one process the
+the rest (window and candidates): one ``crop`` of the cache's tail (docs/architecture.md). In one process the
 accepted path's candidate entries are kept too (copy-KV), so the next step feeds only the bonus token.
 """
 from __future__ import annotations
@@ -15,14 +15,6 @@ from transformers import DynamicCache
 def new_cache() -> DynamicCache:
     """An empty cache with full (non-sliding) layers: the step's 4D mask decides what each token sees."""
     return DynamicCache()
-
-
-def check_supported(model, max_total_tokens: int) -> None:
-    """Refuse a sequence length this model would not decode exactly (``support.check_supported``: sliding
-    window, length-dependent rope). Kept here for callers of the old location."""
-    from .support import check_supported as _check
-
-    _check(model, max_total_tokens)
 
 
 def commit(cache: DynamicCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:

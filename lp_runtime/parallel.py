@@ -1,4 +1,4 @@
-"""Lookahead parallelism (paper section 3.4; DESIGN.md section 3): who computes what in a step, and the merge.
+"""Lookahead parallelism (paper section 3.4; docs/architecture.md): who computes what in a step, and the merge.
 
 Every rank of an LP group holds the whole model and the same decoding state. Per step, ``shard_plan`` (a pure
 function of the step's shape and the group size) gives each rank some window columns and some whole subtrees of the candidate tree;
@@ -29,23 +29,10 @@ import torch
 
 from . import distributed
 from .config import ParallelConfig
+from .tree import reindex, subtrees
+from .window import levels_of, step_tokens
 
 Plan = tuple[tuple[int, ...], tuple[int, ...]]
-
-
-def root_subtrees(parents: Sequence[int]) -> list[list[int]]:
-    """The candidate tree's nodes grouped by root child (one group per child of ``c``, in tree order).
-
-        >>> root_subtrees([-1, 0, -1, 1, 2])
-        [[0, 1, 3], [2, 4]]
-    """
-    top: list[int] = []
-    groups: dict[int, list[int]] = {}
-    for i, p in enumerate(parents):
-        r = i if p < 0 else top[p]
-        top.append(r)
-        groups.setdefault(r, []).append(i)
-    return list(groups.values())
 
 
 def split_outputs(argmax: Sequence[int], num_columns: int, num_nodes: int) -> tuple[int, list[int], list[int]]:
@@ -90,7 +77,7 @@ def shard_plan(num_pending: int, num_columns: int, num_levels: int, subtree_size
                world: int) -> tuple[Plan, ...]:
     """Each rank's ``(window columns, candidate subtrees)`` for one step, balanced on input tokens.
 
-    The candidate tree is split into the subtrees of the root's children (``root_subtrees``); a subtree stays
+    The candidate tree is split into the subtrees of the root's children (``tree.subtrees``); a subtree stays
     on one rank, so every node's ancestors are on its rank and nothing is fed twice (flat candidates are the
     special case of one chain per subtree). A rank computing columns C feeds the pending tokens (the same on
     every rank, so they do not affect the balance), row 0 columns 1..max(C) (row 0 is causal),
@@ -118,7 +105,7 @@ def shard_plan(num_pending: int, num_columns: int, num_levels: int, subtree_size
             f"shard_plan(num_pending={num_pending}, num_columns={num_columns}, num_levels={num_levels}, "
             f"subtree_sizes={sizes}, world={world}): counts must be >= 0, subtrees >= 1 node, world >= 1"
         )
-    col_total = (num_columns - 1 + num_levels * num_columns) if num_columns else 0
+    col_total = step_tokens(num_columns, num_levels)
     limit = max(num_columns - 1 + num_levels if num_columns else 0, max(sizes, default=0),
                 -(-(col_total + sum(sizes)) // world))
     order = sorted(range(len(sizes)), key=lambda t: (-sizes[t], t))
@@ -145,7 +132,7 @@ def tree_plan(num_pending: int, num_columns: int, num_levels: int, parents: Sequ
               world: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
     """Each rank's (window columns, candidate node indices ascending) from ``shard_plan`` over the tree's
     root subtrees."""
-    groups = root_subtrees(parents)
+    groups = subtrees(parents)
     plan = shard_plan(num_pending, num_columns, num_levels, tuple(len(g) for g in groups), world)
     return tuple((cols, tuple(sorted(n for t in trees for n in groups[t]))) for cols, trees in plan)
 
@@ -159,22 +146,29 @@ def max_rank_tokens(num_pending: int, num_columns: int, num_levels: int, parents
         >>> max_rank_tokens(1, 6, 2, [-1, 0, 1, -1, 3, 4, -1, 6, 7], 3), max_rank_tokens(1, 6, 2, [], 1)
         (12, 18)
     """
-    groups = root_subtrees(parents)
+    groups = subtrees(parents)
     sizes = tuple(len(g) for g in groups)
     plan = shard_plan(num_pending, num_columns, num_levels, sizes, world)
     return max(rank_tokens(p, num_pending, num_levels, sizes) for p in plan)
 
 
-def sub_parents(parents: Sequence[int], nodes: Sequence[int]) -> tuple[int, ...]:
-    """The parent array of the ancestor-closed ``nodes`` (ascending), re-indexed among themselves."""
-    where = {n: i for i, n in enumerate(nodes)}
-    return tuple(-1 if parents[n] < 0 else where[parents[n]] for n in nodes)
+class BusiestRankCost:
+    """A step's cost under LP (``policy.StepCost``): the input tokens of its busiest rank (``max_rank_tokens``), for
+    ``lp_size`` ranks and a decoder with W = ``window_size`` columns (window tokens split by column)."""
+
+    def __init__(self, lp_size: int, window_size: int) -> None:
+        self.lp_size, self.window_size = lp_size, window_size
+
+    def __call__(self, num_pending: int, window_tokens: int, parents: Sequence[int], nodes: Sequence[int]) -> int:
+        cols = self.window_size if window_tokens > 0 else 0
+        return max_rank_tokens(num_pending, cols, levels_of(cols, window_tokens), reindex(parents, sorted(nodes)),
+                               self.lp_size)
 
 
 # ---------------------------------------------------------------------------------------------- groups
 @dataclass
 class CommStats:
-    """Step-exchange counters since the last ``reset``: collectives, bytes gathered into this rank (the
+    """Step-exchange counters of a group's life: collectives, bytes gathered into this rank (the
     whole all-gather output, int64), seconds spent in them (host wall time, including the device sync),
     and the debug consistency checks, counted apart."""
 
@@ -182,9 +176,6 @@ class CommStats:
     bytes: int = 0
     seconds: float = 0.0
     debug_collectives: int = 0
-
-    def reset(self) -> None:
-        self.collectives, self.bytes, self.seconds, self.debug_collectives = 0, 0, 0.0, 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"collectives": self.collectives, "bytes": self.bytes, "seconds": self.seconds,
@@ -227,27 +218,19 @@ class LPGroup:
     Args:
         group: the LP process group (``distributed.make_groups``; None = the default group).
         debug: check every step that all ranks hold the same state (one extra 8-byte-per-rank all-gather).
-        slot_size: int64 entries each rank contributes per step. None (default): the largest slot this
-            step's plan needs, ``1 + max over ranks (columns + tree nodes)``, which every rank computes
-            identically from the shared state; give ``slot_size_for(W, max_nodes)`` for one fixed shape per decoder
-            (static buffers, CUDA graphs).
+
+    Each rank contributes the largest slot this step's plan needs, ``1 + max over ranks (columns + tree
+    nodes)`` int64 entries, which every rank computes identically from the shared state.
     """
 
-    def __init__(self, group=None, *, debug: bool = False, slot_size: Optional[int] = None) -> None:
+    def __init__(self, group=None, *, debug: bool = False) -> None:
         self.group = group
         self.rank = distributed.group_rank(group)
         self.size = distributed.group_size(group)
         self.global_ranks = distributed.group_ranks(group)
         self.debug = debug
-        self.slot_size = slot_size
         self.stats = CommStats()
         self._checks = 0
-
-    @staticmethod
-    def slot_size_for(window_size: int, max_nodes: int) -> int:
-        """The largest slot any step of a decoder with W window columns and at most ``max_nodes`` tree nodes
-        can need: 1 + W + max_nodes."""
-        return 1 + window_size + max_nodes
 
     def plan(self, num_pending: int, num_columns: int, num_levels: int,
              parents: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -263,9 +246,7 @@ class LPGroup:
         ``RuntimeError`` when a peer dies or times out.
         """
         plans = tree_plan(num_pending, num_columns, num_levels, parents, self.size)
-        need = 1 + max(len(c) + len(n) for c, n in plans)
-        slot = self.slot_size if self.slot_size is not None else need
-        assert slot >= need, f"slot_size={slot} < {need} needed by this step's plan"
+        slot = 1 + max(len(c) + len(n) for c, n in plans)
         assert kept.numel() == 1 + len(plans[self.rank][0]) + len(plans[self.rank][1])
         device = distributed.comm_device(self.group, kept.device)
         buf = torch.zeros(slot, dtype=torch.int64, device=device)

@@ -1,6 +1,6 @@
-"""What to feed in a lookahead step: the cost-aware step policy (issue 9; DESIGN.md sections 1 and 7).
+"""What to feed in a lookahead step: the cost-aware step policy (issue 9; docs/architecture.md).
 
-Pure Python, no torch, no model. Each step the decoder holds a candidate tree (``lookup.CandidateTree``:
+Pure Python, no torch, no model. Each step the decoder holds a candidate tree (``tree.CandidateTree``:
 ``tokens``, ``parents`` with -1 = the root ``c``, ``prob`` = the lookup's raw estimate of P(node accepted |
 parent accepted)) and asks the policy which nodes to feed and whether to feed the Jacobi window.
 
@@ -26,14 +26,14 @@ start at the lookup's counts and move to what verification really accepts.
 The window earns nothing in the step that feeds it: its harvested n-grams become candidates in later steps.
 Its value per windowed step (``window_gain``, tokens) is a prior (0.15 tokens a step: the S difference between
 (W, N, G) = (3, 4, 3) and (0, 4, 2) measured on MT-Bench, docs/benchmarks.md section 1) refined online when
-the tree marks which nodes only the window proposed (``tree.from_window``, set by ``lookup.SuffixLookup``):
+the tree marks which nodes only the window proposed (``tree.from_window``, set by ``proposers.SuffixProposer``):
 gain = (window-only nodes accepted + k_w * prior) / (windowed steps + k_w). The window is fed when
 (E[tokens] + gain) / latency(q + window) beats E[tokens] / latency(q), i.e. only where the curve is flat
 enough at this q (a GPU, or bfloat16 on a CPU with native bf16 matmul), never on a steep curve.
 
 Example (flat curve up to 4 tokens, then dearer)::
 
-    >>> from lp_runtime.lookup import CandidateTree
+    >>> from lp_runtime.tree import CandidateTree
     >>> pol = CostPolicy({1: 0.010, 4: 0.010, 8: 0.020})
     >>> tree = CandidateTree(tokens=[7, 8, 9], parents=[-1, 0, -1], prob=[0.9, 0.8, 0.1])
     >>> pol.choose(tree, num_pending=1, window_tokens=0).nodes   # all three fit in the flat part (q = 4)
@@ -41,11 +41,47 @@ Example (flat curve up to 4 tokens, then dearer)::
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Protocol, Sequence
 
-from .lookup import StepChoice
+from .tree import CandidateTree, depths, path_probabilities
 
 WINDOW_GAIN_PRIOR = 0.15
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """What one step feeds: ``nodes`` of the proposed tree (ancestor-closed, ascending) and whether to feed the
+    window; the expectations are a policy's estimates (None when not estimated)."""
+
+    nodes: tuple[int, ...]
+    use_window: bool
+    expected_tokens: Optional[float] = None
+    expected_seconds: Optional[float] = None
+
+
+class StepPolicy(Protocol):
+    """Decides what each step feeds; the ``Decoder`` calls ``choose`` before and ``observe`` after every step.
+
+    ``choose(tree, num_pending=P, window_tokens=T)``: the proposed tree, the P pending tokens the step feeds
+    anyway, the T tokens the window would add (0 when there is none); returns a ``StepChoice``.
+    ``observe(tree, fed_nodes, accepted_nodes)``: the same proposed tree, the node indices fed and the accepted
+    path (indices into ``tree``). A policy held by a decoder sees every call's steps in order.
+    """
+
+    def choose(self, tree: CandidateTree, *, num_pending: int, window_tokens: int) -> StepChoice: ...
+
+    def observe(self, tree: CandidateTree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None: ...
+
+
+class FeedAll:
+    """The fixed-(W, N, G) policy: feed every proposed node, and the window whenever there is one."""
+
+    def choose(self, tree: CandidateTree, *, num_pending: int, window_tokens: int) -> StepChoice:
+        return StepChoice(nodes=tuple(range(len(tree))), use_window=window_tokens > 0)
+
+    def observe(self, tree: CandidateTree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None:
+        """No learning: a fixed setting feeds the same whatever was accepted."""
 
 
 def interpolate(curve: Mapping[int, float], q: float) -> float:
@@ -136,31 +172,6 @@ class AcceptanceCalibration:
         self.successes[key] = self.successes.get(key, 0) + int(bool(accepted))
 
 
-def node_depths(parents: Sequence[int]) -> list[int]:
-    """Depth of each node (children of the root: 1); parents must precede children.
-
-    >>> node_depths([-1, 0, 1, -1, 3])
-    [1, 2, 3, 1, 2]
-    """
-    depth: list[int] = []
-    for i, par in enumerate(parents):
-        assert par < i, f"node {i}'s parent {par} does not precede it"
-        depth.append(1 if par < 0 else depth[par] + 1)
-    return depth
-
-
-def path_probabilities(parents: Sequence[int], probs: Sequence[float]) -> list[float]:
-    """P(path root -> node accepted) = product of the per-node probabilities along the path.
-
-    >>> path_probabilities([-1, 0, -1], [0.5, 0.5, 0.25])
-    [0.5, 0.25, 0.25]
-    """
-    out: list[float] = []
-    for par, p in zip(parents, probs):
-        out.append(p if par < 0 else out[par] * p)
-    return out
-
-
 def best_prefix(path_probs: Sequence[float], base_q: int, curve: LatencyCurve, bonus_tokens: float = 0.0,
                 tokens_of: Optional[Callable[[list[int]], int]] = None) -> tuple[tuple[int, ...], float, float]:
     """The node set with the highest (1 + bonus + sum of path probs) / latency(q), q = base_q + nodes, or
@@ -184,6 +195,26 @@ def best_prefix(path_probs: Sequence[float], base_q: int, curve: LatencyCurve, b
     return tuple(sorted(order[:best_k])), best_tokens, best_s
 
 
+class StepCost(Protocol):
+    """What a step costs, in input tokens of the busiest process (the latency curve is read there):
+    ``cost(num_pending, window_tokens, parents, nodes)``, ``nodes`` the fed node indices of the tree ``parents``.
+    ``lp_size``: the ranks that share a step."""
+
+    lp_size: int
+
+    def __call__(self, num_pending: int, window_tokens: int, parents: Sequence[int], nodes: Sequence[int]) -> int: ...
+
+
+class OneProcessCost:
+    """One process feeds the whole step: pending + window + nodes."""
+
+    lp_size = 1
+    window_size = 0
+
+    def __call__(self, num_pending: int, window_tokens: int, parents: Sequence[int], nodes: Sequence[int]) -> int:
+        return num_pending + window_tokens + len(nodes)
+
+
 class CostPolicy:
     """Feed the candidate nodes (and the window) that maximise expected accepted tokens per second.
 
@@ -195,19 +226,22 @@ class CostPolicy:
         window_gain: prior value of feeding the window, in accepted tokens per windowed step.
         window_strength: pseudo-steps of that prior when it is refined online.
         max_nodes: never feed more nodes than this (None: no limit besides the curve).
+        step_cost: a ``StepCost`` (default ``OneProcessCost()``).
 
-    Under lookahead parallelism (``price_lp``) a step costs latency(the busiest rank's tokens) from the shard plan
-    (``parallel.max_rank_tokens``), not latency(all tokens): K ranks run their shares in parallel. The choice is a
+    Under lookahead parallelism (``step_cost=parallel.BusiestRankCost(K, W)``, or ``price_lp(K, W)``) a step costs
+    latency(the busiest rank's tokens) from the shard plan, not latency(all tokens): K ranks run their shares in
+    parallel. The choice is a
     pure function of the curve, the tree and what was accepted before, which the LP merge makes the same on every
     rank, so every rank feeds the same nodes; one process with the same pricing makes the same choices.
 
-    Methods follow the decoder's ``step_policy`` hook (CORE_INTERFACE.md): ``choose`` then ``observe`` each step.
+    Methods follow the decoder's ``step_policy`` hook (``StepPolicy``): ``choose`` then ``observe`` each step.
     """
 
     def __init__(self, curve, *, calibration: Optional[AcceptanceCalibration] = None,
                  window_gain: float = WINDOW_GAIN_PRIOR, window_strength: float = 32.0,
-                 max_nodes: Optional[int] = None) -> None:
+                 max_nodes: Optional[int] = None, step_cost: Optional[StepCost] = None) -> None:
         self.curve = curve if isinstance(curve, LatencyCurve) else LatencyCurve(curve)
+        self.step_cost = step_cost if step_cost is not None else OneProcessCost()
         self.calibration = calibration or AcceptanceCalibration()
         self.window_gain_prior = window_gain
         self.window_strength = window_strength
@@ -217,31 +251,30 @@ class CostPolicy:
         self.steps = 0
         self.sum_expected_tokens = 0.0
         self.sum_expected_seconds = 0.0
-        self.sum_fed_nodes = 0
-        self.lp_size = 1
-        self.window_size = 0
         self._last: Optional[StepChoice] = None
 
+    @property
+    def lp_size(self) -> int:
+        """Ranks a step is priced for (``step_cost.lp_size``)."""
+        return self.step_cost.lp_size
+
+    @property
+    def window_size(self) -> int:
+        """The W the step cost splits by column (0 for one process)."""
+        return getattr(self.step_cost, "window_size", 0)
+
     def price_lp(self, lp_size: int, window_size: int) -> None:
-        """Price steps as ``lp_size`` ranks run them (``window_size``: the decoder's W, whose window tokens
-        (W - 1) + levels x W the shard plan splits by column). ``ValueError`` for lp_size < 1 or W < 0."""
+        """Price steps as ``lp_size`` ranks run them: ``step_cost = parallel.BusiestRankCost(lp_size, window_size)``
+        (``window_size``: the decoder's W). ``ValueError`` for lp_size < 1 or W < 0."""
+        from .parallel import BusiestRankCost  # torch: only under LP
+
         if lp_size < 1 or window_size < 0:
             raise ValueError(f"price_lp(lp_size={lp_size}, window_size={window_size}): need lp_size >= 1, W >= 0")
-        self.lp_size, self.window_size = int(lp_size), int(window_size)
+        self.step_cost = BusiestRankCost(int(lp_size), int(window_size)) if lp_size > 1 else OneProcessCost()
 
-    def _lp_tokens(self, parents: Sequence[int], num_pending: int,
-                   window_tokens: int) -> Optional[Callable[[list[int]], int]]:
-        """``tokens_of`` for ``best_prefix`` under LP (None for one process)."""
-        if self.lp_size == 1:
-            return None
-        from .parallel import max_rank_tokens, sub_parents  # torch: only under LP
-
-        cols = self.window_size if window_tokens > 0 else 0
-        levels = (window_tokens - (cols - 1)) // cols if cols else 0
-        assert window_tokens == (max(cols - 1, 0) + levels * cols if cols else 0), \
-            f"window_tokens={window_tokens} is not a window of W={self.window_size} columns"
-        return lambda nodes: max_rank_tokens(num_pending, cols, levels, sub_parents(parents, sorted(nodes)),
-                                             self.lp_size)
+    def _tokens_of(self, parents: Sequence[int], num_pending: int, window_tokens: int) -> Callable[[list[int]], int]:
+        """``tokens_of`` for ``best_prefix``: the step cost of feeding some nodes of the tree ``parents``."""
+        return lambda nodes: self.step_cost(num_pending, window_tokens, parents, nodes)
 
     @property
     def window_gain(self) -> float:
@@ -251,8 +284,8 @@ class CostPolicy:
 
     def node_probabilities(self, tree) -> list[float]:
         """Calibrated P(node accepted | parent accepted) for every node of ``tree``."""
-        depths = node_depths(tree.parents)
-        return [self.calibration.estimate(d, p) for d, p in zip(depths, tree.prob)]
+        node_depths = depths(tree.parents)
+        return [self.calibration.estimate(d, p) for d, p in zip(node_depths, tree.prob)]
 
     def choose(self, tree, num_pending: int, window_tokens: int) -> StepChoice:
         """The nodes and window to feed after ``num_pending`` pending tokens (``window_tokens``: tokens the
@@ -264,13 +297,13 @@ class CostPolicy:
             keep = set(sorted(range(len(paths)), key=lambda i: (-paths[i], i))[: self.max_nodes])
             paths = [p if i in keep else 0.0 for i, p in enumerate(paths)]  # a zero never pays
         nodes, tokens, seconds = best_prefix(paths, num_pending, self.curve,
-                                             tokens_of=self._lp_tokens(tree.parents, num_pending, 0))
+                                             tokens_of=self._tokens_of(tree.parents, num_pending, 0))
         choice = StepChoice(nodes, False, tokens, seconds)
         if window_tokens > 0:
             gain = self.window_gain
             w_nodes, w_tokens, w_seconds = best_prefix(
                 paths, num_pending + window_tokens, self.curve, gain,
-                tokens_of=self._lp_tokens(tree.parents, num_pending, window_tokens))
+                tokens_of=self._tokens_of(tree.parents, num_pending, window_tokens))
             if w_tokens / w_seconds > tokens / seconds:
                 choice = StepChoice(w_nodes, True, w_tokens - gain, w_seconds)
         self._last = choice
@@ -281,20 +314,19 @@ class CostPolicy:
 
         A fed node is a trial when its parent is the root or was accepted; it succeeded when it was accepted.
         """
-        depths = node_depths(tree.parents)
+        node_depths = depths(tree.parents)
         accepted = set(int(i) for i in accepted_nodes)
         fed = set(int(i) for i in fed_nodes)
         assert accepted <= fed, f"accepted nodes {sorted(accepted - fed)} were not fed"
         for i in sorted(fed):
             par = tree.parents[i]
             if par < 0 or par in accepted:
-                self.calibration.update(depths[i], tree.prob[i], i in accepted)
+                self.calibration.update(node_depths[i], tree.prob[i], i in accepted)
         last = self._last
         if last is not None:
             self.steps += 1
             self.sum_expected_tokens += last.expected_tokens
             self.sum_expected_seconds += last.expected_seconds
-            self.sum_fed_nodes += len(fed)
             if last.use_window:
                 self.window_steps += 1
         from_window = getattr(tree, "from_window", None)

@@ -346,6 +346,7 @@ def resolve_auto(model, tokenizer, model_name: Optional[str] = None, limits: Opt
     setting is for (the window priced per rank, ``auto_window``); the calibration decodes in this one process.
     """
     from .decoder import Decoder
+    from .policy import CostPolicy
 
     limits = limits or DecodingConfig(method="auto")
     profile = model_profile(model, retune=retune, root=root, log=lambda line: print(line, flush=True))
@@ -354,7 +355,7 @@ def resolve_auto(model, tokenizer, model_name: Optional[str] = None, limits: Opt
     key = f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size} T{max_new_tokens}"
     calib = (profile.get("calibration") or {}).get(key)
     if calib is None:
-        dec = Decoder(model, decoding, eos_token_ids=eos_token_ids, tokenizer=tokenizer)
+        dec = Decoder(model, decoding, eos_token_ids=eos_token_ids, tokenizer=tokenizer, step_policy=CostPolicy(curve))
         tokens, step_tokens = 0, []
         for prompt in calibration_prompts(tokenizer, fallback_questions):
             out = dec.generate(prompt, max_new_tokens=max_new_tokens)

@@ -1,20 +1,17 @@
 """Verification branch: choose the accepted tokens of a step (paper section 3.2 and Algorithm 2, appendix A).
 
 Greedy verification is a pure function over token ids; sampling verification (appendix B) a pure function
-over processed probability rows, candidates and uniform draws. No model needed.
+over processed probability rows, candidates and uniform draws (``node_outcome`` per node, then
+``walk_outcomes``). No model needed. A row that was not finite carries ``step.NONFINITE`` (-1), which no
+token equals: verification rejects every candidate under it.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
-
-def _children(parents: Sequence[int]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for i, p in enumerate(parents):
-        out.setdefault(int(p), []).append(i)
-    return out
+from .tree import children, path
 
 
 def greedy_verify(next_token: int, tokens: Sequence[int], parents: Sequence[int],
@@ -23,7 +20,7 @@ def greedy_verify(next_token: int, tokens: Sequence[int], parents: Sequence[int]
 
     Args:
         next_token: x1, the argmax at ``c`` (the root).
-        tokens, parents: the candidate tree (``lookup.CandidateTree``; parent -1 = ``c``, parents first).
+        tokens, parents: the candidate tree (``tree.CandidateTree``; parent -1 = ``c``, parents first).
         node_argmax: the argmax at each node (what the model predicts after the node's path).
 
     A node is verified when its parent is (the root always is) and its token equals the argmax at its parent
@@ -42,7 +39,7 @@ def greedy_verify(next_token: int, tokens: Sequence[int], parents: Sequence[int]
         >>> greedy_verify(7, [6, 8], [-1, 0], [8, 9])
         ([7], [])
     """
-    depth = [0] * len(tokens)
+    depth = [0] * len(tokens)  # 0 = not verified
     best, best_depth = -1, 0
     for i, (t, p) in enumerate(zip(tokens, parents)):
         if p < 0:
@@ -55,33 +52,11 @@ def greedy_verify(next_token: int, tokens: Sequence[int], parents: Sequence[int]
                 best, best_depth = i, depth[i]
     if best < 0:
         return [int(next_token)], []
-    path = []
-    node = best
-    while node >= 0:
-        path.append(node)
-        node = parents[node]
-    path.reverse()
-    return [int(tokens[n]) for n in path] + [int(node_argmax[best])], path
+    nodes = path(parents, best)
+    return [int(tokens[n]) for n in nodes] + [int(node_argmax[best])], nodes
 
 
 # ------------------------------------------------------------------------------------ sampling (appendix B)
-def node_children(tokens: Sequence[int], parents: Sequence[int], node: int) -> list[int]:
-    """The distinct draft tokens to try at ``node`` (-1 = the root ``c``): its children's tokens in tree order.
-
-    ``[]`` for a leaf (the next token is the bonus token).
-
-        >>> node_children([7, 8, 3, 6, 8], [-1, 0, 0, -1, 0], -1)
-        [7, 6]
-        >>> node_children([7, 8, 3, 6, 8], [-1, 0, 0, -1, 0], 0)
-        [8, 3]
-    """
-    out: list[int] = []
-    for t, p in zip(tokens, parents):
-        if p == node and int(t) not in out:
-            out.append(int(t))
-    return out
-
-
 def node_outcome(probs, children: Sequence[int], u: Sequence[float]) -> int:
     """One trie node of sampling verification: try the draft tokens ``children`` in order, then the residual.
 
@@ -127,40 +102,13 @@ def walk_outcomes(next_token: int, tokens: Sequence[int], parents: Sequence[int]
         >>> walk_outcomes(7, [7, 8, 3], [-1, 0, 0], [3, 0, 9])   # 7, then 3 (child of 7), then bonus 9
         ([7, 3, 9], [0, 2])
     """
-    kids = _children(parents)
-    accepted, path, node, token = [int(next_token)], [], -1, int(next_token)
+    kids = children(parents)
+    accepted, walked, node, token = [int(next_token)], [], -1, int(next_token)
     while True:
         nxt = next((c for c in kids.get(node, ()) if int(tokens[c]) == token), None)
         if nxt is None:
-            return accepted, path
+            return accepted, walked
         node = nxt
-        path.append(node)
+        walked.append(node)
         token = int(node_out[node])
         accepted.append(token)
-
-
-def sample_verify(root_probs, tokens: Sequence[int], parents: Sequence[int], node_probs,
-                  uniforms_at: Callable[[int], Sequence[float]]) -> tuple[list[int], list[int]]:
-    """Sampling verification of one step over a candidate tree (paper appendix B), no model needed.
-
-    Args:
-        root_probs: float (V,), the processed distribution at ``c``.
-        tokens, parents: the candidate tree.
-        node_probs: float (n, V), the processed distribution after each node (against the node's own path).
-        uniforms_at: depth -> uniforms in [0, 1) for the node at that depth (depth 0 = ``c``), at least one
-            more than the node's distinct children; the decoder keys them by (seed, absolute position).
-
-    The accepted tokens are distributed exactly as sampling them one by one from the model would be:
-    ``node_outcome`` at every node, then ``walk_outcomes``. Returns (accepted tokens, accepted path).
-    """
-    depth = [0] * len(tokens)
-    for i, p in enumerate(parents):
-        depth[i] = 1 if p < 0 else depth[p] + 1
-
-    def outcome(probs, node, d):
-        kids = node_children(tokens, parents, node)
-        return node_outcome(probs, kids, list(uniforms_at(d))[: len(kids) + 1])
-
-    x1 = outcome(root_probs, -1, 0)
-    out = [outcome(node_probs[i], i, depth[i]) for i in range(len(tokens))]
-    return walk_outcomes(x1, tokens, parents, out)

@@ -1,4 +1,4 @@
-"""The 2D Jacobi window of the lookahead branch (paper section 3.1, Figure 2; DESIGN.md section 1).
+"""The 2D Jacobi window of the lookahead branch (paper section 3.1, Figure 2; docs/architecture.md).
 
 Pure Python. W columns by N-1 levels. Level 0 ("row 0") holds the newest accepted token ``c`` as column 0
 and the ``W-1`` guesses stored here, at positions p+1 .. p+W-1; level l (1 <= l <= N-2) holds W tokens,
@@ -22,6 +22,34 @@ from __future__ import annotations
 
 import random
 from typing import Sequence
+
+
+def step_tokens(window_size: int, num_levels: int) -> int:
+    """Window tokens one step feeds (one process): row 0's columns 1..W-1 plus W per level besides row 0;
+    0 without a window. The single definition of the window's share of a step (layout.py's order).
+
+    >>> step_tokens(3, 2), step_tokens(1, 0), step_tokens(0, 3)
+    (8, 0, 0)
+    """
+    return max(window_size - 1, 0) + num_levels * window_size if window_size > 0 else 0
+
+
+def levels_of(window_size: int, tokens: int) -> int:
+    """The levels besides row 0 of a window of W columns feeding ``tokens`` (the inverse of ``step_tokens``);
+    ``ValueError`` when no number of levels gives ``tokens``."""
+    if window_size <= 0 or tokens <= 0:
+        if tokens:
+            raise ValueError(f"{tokens} window tokens with W={window_size} columns")
+        return 0
+    levels, rest = divmod(tokens - (window_size - 1), window_size)
+    if rest or levels < 0:
+        raise ValueError(f"{tokens} window tokens is not a window of W={window_size} columns")
+    return levels
+
+
+def reach(window_size: int, ngram_size: int) -> int:
+    """How far past ``c`` a full window's deepest token sits (positions): (W-1) + (N-2); 0 without a window."""
+    return window_size - 1 + ngram_size - 2 if window_size > 0 else 0
 
 
 class JacobiWindow:
@@ -60,6 +88,11 @@ class JacobiWindow:
     def num_levels(self) -> int:
         """Levels fed besides row 0 (0 .. N-2)."""
         return len(self.levels)
+
+    @property
+    def step_tokens(self) -> int:
+        """Tokens this window adds to a step now (``step_tokens``)."""
+        return step_tokens(self.window_size, self.num_levels)
 
     @property
     def full(self) -> bool:

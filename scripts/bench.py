@@ -364,7 +364,6 @@ def hf_method(label: str, model, *, max_new_tokens: int, eos_token_ids: Sequence
 ABLATIONS = {  # label suffix -> decoder options switched off (decoding=auto has them all on)
     "-copy_kv": {"copy_kv": False},            # re-feed the accepted tokens next step (the LP scheme)
     "-policy": {"policy": "feed_all"},         # feed every candidate node (and the window), fixed W, N, G
-    "-static_mask": {"static_mask": False},    # concatenate a new (q, past + q) mask each step
     "-cross_question": {"cross_question": False},  # no store of earlier answers (each prompt on its own)
     "-chain": {"chain": False},                # drafts end where their match ends (no re-match on the draft)
     "window": {"window": "always"},            # W = 3 fed every step where auto chose W = 0; W = 0 where it chose a window
@@ -388,7 +387,8 @@ class WindowAlways:
 
 def configure_decoder(dec, options: dict[str, Any]) -> None:
     """Switch a ``Decoder``'s levers (``ABLATIONS``) by its public attributes; unknown options raise ``ConfigError``."""
-    from lp_runtime.lookup import FeedAll
+    from lp_runtime.policy import FeedAll
+    from lp_runtime.proposers import proposers_for
 
     for key, value in options.items():
         if key == "policy":
@@ -398,11 +398,11 @@ def configure_decoder(dec, options: dict[str, Any]) -> None:
         elif key == "cross_question":
             if value is not False:
                 raise ConfigError(f"cross_question={value!r}: only false (drop the store of earlier answers) is a lever")
-            dec.store = None
+            dec.proposers = proposers_for(dec.cfg, cross_question=False)
         elif key == "chain":
             if value is not False:
                 raise ConfigError(f"chain={value!r}: only false (no chained drafts) is a lever")
-            dec.cfg = dataclasses.replace(dec.cfg, chain=False)
+            dec.proposers = proposers_for(dec.cfg, chain=False)
         elif key in ("copy_kv", "static_mask"):
             if not hasattr(dec, key):
                 raise ConfigError(f"this decoder has no {key!r} lever")
@@ -419,9 +419,11 @@ def configure_decoder(dec, options: dict[str, Any]) -> None:
 def ours_method(label: str, model, decoding: DecodingConfig, *, max_new_tokens: int, eos_token_ids: Sequence[int],
                 tokenizer=None, lp=None, options: Optional[dict[str, Any]] = None) -> Method:
     """Our ``Decoder`` (greedy, lookahead or auto), with ``options`` (``configure_decoder``) applied."""
+    from lp_runtime import tuner
     from lp_runtime.decoder import Decoder
 
-    dec = Decoder(model, decoding, eos_token_ids=eos_token_ids, tokenizer=tokenizer, lp=lp)
+    policy = tuner.auto_policy(model) if decoding.method == "auto" else None  # the caller builds the cost policy
+    dec = Decoder(model, decoding, eos_token_ids=eos_token_ids, tokenizer=tokenizer, lp=lp, step_policy=policy)
     configure_decoder(dec, options or {})
 
     def run(prompt_ids: list[int]) -> Result:

@@ -23,7 +23,7 @@ from lp_runtime import data, tuner  # noqa: E402
 from scripts.bench import select_per_category  # noqa: E402
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
-from lp_runtime.lookup import FeedAll  # noqa: E402
+from lp_runtime.policy import FeedAll  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.policy import AcceptanceCalibration, CostPolicy  # noqa: E402
 

@@ -11,13 +11,14 @@ on a busy machine. Every output is compared with transformers' greedy ``generate
 ``OUT/refs_128.json``, in prompt order); a difference counts as a near-tie only when the plain model's top-2 logit gap at the
 first differing token is below 1e-4.
 
-Variants (``DecodingConfig`` fields): ``pool`` = the reference code's n-gram pool keyed by the newest token,
-separate chains (lookup=pool tree=false); ``suffix`` = suffix lookup, separate chains, recency ranking;
-``tree`` = suffix lookup as a token tree, recency ranking; ``counts`` = tree + counts ranking (the default).
-Candidate-source variant (issue 10's levers, docs/benchmarks.md section 6b): ``xq`` = counts + cross_question
-(one store per prompt set, filled in prompt order); the other levers measured there were removed after the
-measurement (commit 01c5f01 still has them and their variants). ``--lookup-kw`` sets
-``SuffixLookup`` attributes on every lookup (e.g. ``{"ngram_keys": "all"}``),
+Variants (candidate-source levers, passed to the decoder's proposers, ``proposers.proposers_for``; recorded
+under their former ``DecodingConfig`` names): ``pool`` = the reference code's n-gram pool keyed by the newest
+token, separate chains (``decoding=paper``'s ``PoolProposer``); ``suffix`` = suffix lookup, separate chains,
+recency ranking; ``tree`` = suffix lookup as a token tree, recency ranking; ``counts`` = tree + counts ranking
+(the default). Candidate-source variant (issue 10's levers, docs/benchmarks.md section 6b): ``xq`` = counts +
+the answer store in sampled calls too (one store per prompt set, filled in prompt order); the other levers
+measured there were removed after the measurement (commit 01c5f01 still has them and their variants).
+``--lookup-kw`` passes ``SuffixProposer`` arguments to every suffix proposer (e.g. ``{"ngram_keys": "head"}``),
 ``--seed`` the window's random seed (the noise control), ``--start k`` skips the first k selected prompts (their
 reference outputs, identical to the decoder's, fill the store), so a long run can be split over processes.
 ``--commit`` chooses copy-KV (default; the next step feeds only the bonus token) or re-feed.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import os
 import sys
@@ -46,11 +48,10 @@ sys.path.insert(0, str(ROOT))
 
 from lp_runtime.config import ConfigError, DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
-import lp_runtime.decoder as decoder_module  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
-from lp_runtime.lookup import AnswerStore, SuffixLookup, new_lookup, propose  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
+from lp_runtime.proposers import SuffixProposer, proposers_for  # noqa: E402
 from lp_runtime.verify import greedy_verify  # noqa: E402
 
 VARIANTS = {
@@ -62,7 +63,24 @@ VARIANTS = {
     "xq": dict(lookup="suffix", tree=True, ranking="counts", cross_question=True),
 }
 NEAR_TIE = 1e-4
-KNOWN_FIELDS = {f.name for f in dataclasses.fields(DecodingConfig)}
+KNOWN_FIELDS = {f.name for f in dataclasses.fields(DecodingConfig)} | {"lookup", "tree", "ranking", "commit",
+                                                                      "cross_question"}
+SUFFIX_KW = set(inspect.signature(SuffixProposer).parameters) - {"ngram_size", "num_leaves"}
+
+
+def variant_config(w, n, g, variant, commit="copy", seed=0):
+    """(DecodingConfig, the record of the run's setting: its fields plus the variant's levers and commit)."""
+    cfg = DecodingConfig(method="paper" if VARIANTS[variant]["lookup"] == "pool" else "lookahead", window_size=w,
+                         ngram_size=n, guess_set_size=g, seed=seed)
+    return cfg, {**vars(cfg), "lookup": "suffix", "cross_question": None, **VARIANTS[variant], "commit": commit}
+
+
+def variant_proposers(cfg, record, lookup_kw=None, cross_question=None):
+    """The proposers of a recorded variant (``variant_config``), ``lookup_kw`` passed to a suffix proposer."""
+    levers = {"tree": record["tree"]} if record["lookup"] == "pool" else \
+        {"tree": record["tree"], "ranking": record["ranking"], **(lookup_kw or {})}
+    xq = record["cross_question"] if cross_question is None else cross_question
+    return proposers_for(cfg, cross_question=xq, **levers)
 
 
 def prompt_set(tok):
@@ -110,46 +128,31 @@ class PlanProbe(LocalGroup):
         return super().plan(num_pending, num_columns, num_levels, parents)
 
 
-def tuned_lookups(kw):
-    """Make ``Decoder.generate`` build its lookups with ``kw`` set (lookup tuning experiments only). Returns a
-    function that undoes it."""
-    base = decoder_module.new_lookup
-
-    def make(cfg, store=None):
-        lk = base(cfg, store)
-        for key, val in kw.items():
-            setattr(lk, key, val)
-        return lk
-
-    decoder_module.new_lookup = make
-    return lambda: setattr(decoder_module, "new_lookup", base)
-
-
 def run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k=None, lookup_kw=None, start=0):
     path = out_dir / "runs" / f"{name}.json"
     partial = path.with_suffix(".partial.json")
     if path.exists():
         return json.loads(path.read_text())
-    undo = tuned_lookups(lookup_kw) if lookup_kw else (lambda: None)
-    try:
-        return _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial,
-                    start)
-    finally:
-        undo()
+    return _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial,
+                start)
 
 
 def _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe_k, lookup_kw, path, partial, start):
     probe = PlanProbe(probe_k) if probe_k else None
-    dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=probe)
+    cfg, record = decoding
+    dec = Decoder(model, cfg, eos_token_ids=eos, tokenizer=tok, lp=probe, copy_kv=record["commit"] == "copy",
+                  proposers=variant_proposers(cfg, record, lookup_kw))
+    has_store = any(getattr(p, "store", None) is not None for p in dec.proposers)
     rows = json.loads(partial.read_text())["rows"] if partial.exists() else []
     done = start + len(rows)
-    if done and dec.store is not None:
+    if done and has_store:
         # --start or a resumed run: the store is rebuilt from the earlier prompts' outputs (token-identical to
         # the references), exactly what an unbroken run holds
         print("  (the store is rebuilt from the reference outputs of the earlier prompts)")
         for (group, _, prompt), ref in zip(prompts[:done], refs[:done]):
             if group == prompts[done - 1][0]:
-                dec.store.add(prompt, ref)
+                for p in dec.proposers:
+                    p.end(prompt, ref)
     prev_group = prompts[done - 1][0] if done else None
     prompts, refs = prompts[start:], refs[start:]
     t0 = time.time()
@@ -157,8 +160,8 @@ def _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe
     for (group, qid, prompt), ref in list(zip(prompts, refs))[len(rows):]:
         if probe:
             probe.rank_tokens = []
-        if dec.store is not None and prev_group not in (None, group):
-            dec.store = AnswerStore()  # one store per prompt set, as one generate run per dataset would hold
+        if prev_group not in (None, group):
+            dec.forget_answers()  # one store per prompt set, as one generate run per dataset would hold
         prev_group = group
         out = dec.generate(prompt, max_new_tokens=max_new)
         status = "identical"
@@ -172,7 +175,7 @@ def _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe
             row["rank_tokens"] = [sum(r[k] for r in probe.rank_tokens) for k in range(probe_k)]
         rows.append(row)
         print(f"  {name} {group} {qid}: S {row['new_tokens'] / row['steps']:.2f} {status}", flush=True)
-        res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": time.time() - t0,
+        res = {"name": name, "decoding": record, "rows": rows, "seconds": time.time() - t0,
                "lookup_kw": lookup_kw or {},
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "max_new_tokens": max_new}
         partial.write_text(json.dumps(res, indent=1) + "\n")  # a long run can be stopped and resumed
@@ -186,18 +189,16 @@ def replay(prompts, refs, name, decoding, max_new, out_dir, lookup_kw=None):
     plus the bonus token, so replaying transformers' greedy output gives the decoder's exact steps (whenever
     its output is token-identical, which the model-in-the-loop runs and tests check). Fed tokens assume
     copy-KV (1 pending token + the tree)."""
-    assert decoding.window_size == 0
+    cfg, record = decoding
+    assert cfg.window_size == 0
     path = out_dir / "runs" / f"{name}.json"
-    rows, stores = [], {}
-    for (group, qid, prompt), ref in zip(prompts, refs):
-        store = stores.setdefault(group, AnswerStore()) if decoding.cross_question else None  # one run per set
-        lk = new_lookup(decoding, store)
-        for key, val in (lookup_kw or {}).items():  # lookup tuning (attributes of SuffixLookup)
-            setattr(lk, key, val)
-        lk.extend(prompt)
+    rows, sets = [], {}
+    for (group, qid, prompt), ref in zip(prompts, refs):  # a store (xq only) per prompt set, as one run holds
+        lk = sets.setdefault(group, variant_proposers(cfg, record, lookup_kw, bool(record["cross_question"])))[0]
+        lk.begin(prompt, do_sample=False)
         pos = steps = fed = 0
         while pos < len(ref):
-            tree = propose(lk, decoding)
+            tree = lk.propose()
             out = []
             for i in range(len(tree)):
                 toks = [tree.tokens[m] for m in tree.path(i)]
@@ -205,13 +206,12 @@ def replay(prompts, refs, name, decoding, max_new, out_dir, lookup_kw=None):
                 out.append(ref[end] if end < len(ref) and ref[pos:end] == toks else -1)
             accepted, _ = greedy_verify(ref[pos], tree.tokens, tree.parents, out)
             accepted = accepted[: len(ref) - pos]
-            lk.extend(accepted)
+            lk.observe(accepted, ())
             pos, steps, fed = pos + len(accepted), steps + 1, fed + 1 + len(tree)
         rows.append({"group": group, "id": qid, "new_tokens": len(ref), "steps": steps, "fed_tokens": fed,
                      "status": "replay"})
-        if store is not None:
-            store.add(prompt, ref)
-    res = {"name": name, "decoding": vars(decoding), "rows": rows, "seconds": 0.0, "max_new_tokens": max_new,
+        lk.end(prompt, ref)
+    res = {"name": name, "decoding": record, "rows": rows, "seconds": 0.0, "max_new_tokens": max_new,
            "lookup_kw": lookup_kw or {},
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "replay": True}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -249,7 +249,7 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0,
                     help="model runs: skip the first k selected prompts (their outputs still fill the cross-question "
                          "store), so one run can be split over processes")
-    ap.add_argument("--lookup-kw", default="{}", help='JSON of SuffixLookup attributes set on every lookup, e.g. {"max_key": 6}')
+    ap.add_argument("--lookup-kw", default="{}", help='JSON of SuffixProposer arguments, e.g. {"max_key": 6}')
     args = ap.parse_args()
     settings = []  # checked before the model loads: a typo fails at once, not after the references
     for setting in args.settings:
@@ -265,10 +265,9 @@ def main() -> None:
         lookup_kw = json.loads(args.lookup_kw)
     except ValueError as e:
         ap.error(f"--lookup-kw {args.lookup_kw!r} is not JSON ({e})")
-    known = set(vars(SuffixLookup(2, 1)))
-    if not isinstance(lookup_kw, dict) or set(lookup_kw) - known:
-        ap.error(f"--lookup-kw {args.lookup_kw!r}: give a JSON object of SuffixLookup attributes, any of "
-                 f"{', '.join(sorted(k for k in known if not k.startswith('_')))}")
+    if not isinstance(lookup_kw, dict) or set(lookup_kw) - SUFFIX_KW:
+        ap.error(f"--lookup-kw {args.lookup_kw!r}: give a JSON object of SuffixProposer arguments, any of "
+                 f"{', '.join(sorted(SUFFIX_KW))}")
     if min(args.mt_limit, args.he_limit, args.start) < 0 or not 1 <= args.max_new_tokens <= 128:
         ap.error("--mt-limit, --he-limit and --start must be >= 0, --max-new-tokens 1..128 (the cached references)")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -293,8 +292,7 @@ def main() -> None:
 
     for w, n, g in settings:
         for v in args.variants:
-            dec = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=args.commit, seed=args.seed,
-                                 **VARIANTS[v])
+            dec = variant_config(w, n, g, v, args.commit, args.seed)
             if args.replay:
                 kw = lookup_kw
                 kw_tag = "".join(f"_{k}{v}" for k, v in kw.items())
@@ -306,8 +304,7 @@ def main() -> None:
             run(model, tok, eos, prompts, refs, f"w{w}n{n}g{g}_{v}{kw_tag}_{args.commit}{tag}", dec, args.max_new_tokens,
                 out_dir, lookup_kw=kw, start=args.start)
     for k in args.ks:
-        dec = DecodingConfig(window_size=15 * k, ngram_size=5, guess_set_size=15 * k, commit="refeed",
-                             **VARIANTS["counts"])
+        dec = variant_config(15 * k, 5, 15 * k, "counts", "refeed")
         run(model, tok, eos, prompts, refs, f"lp_k{k}{tag}", dec, args.max_new_tokens, out_dir, probe_k=k)
 
     table = {}

@@ -9,8 +9,9 @@ columns (those that LP adds more of) contribute no accepted tokens. Same prompts
 --ks 1`` (2 MT-Bench + 2 HumanEval prompts x 64 tokens, SmolLM2-135M float32, greedy, re-feed commit); every
 output is checked against transformers' greedy. Deterministic (no timing): may run on a busy machine.
 
-The restriction is a subclass of ``JacobiWindow`` handed to ``Decoder`` through the module attribute the decoder
-builds its window from; a measurement device only, not a decoding option.
+The restriction is a proposer wrapper (``FirstColumns``) handed to ``Decoder(..., proposers=...)``: it passes the
+first w n-grams of each step (the window harvests them in column order) to the product's suffix proposer; a
+measurement device only, not a decoding option.
 """
 from __future__ import annotations
 
@@ -27,21 +28,37 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import lp_runtime.decoder as decoder_module  # noqa: E402
 from lp_runtime.config import DecodingConfig, ModelConfig  # noqa: E402
+from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
-from lp_runtime.window import JacobiWindow  # noqa: E402
+from lp_runtime.proposers import proposers_for  # noqa: E402
 from s_table import hf_greedy, prompt_set  # noqa: E402
 
 
-def first_columns(w: int):
-    """A ``JacobiWindow`` whose ``advance`` returns only the n-grams of columns 0 .. w-1."""
+class FirstColumns:
+    """A proposer that sees only the n-grams of window columns 0 .. w-1 (``Proposer`` around ``inner``)."""
 
-    class FirstColumns(JacobiWindow):
-        def advance(self, c, new_tokens):
-            return super().advance(c, new_tokens)[:w]
+    def __init__(self, inner, w: int) -> None:
+        self.inner, self.w = inner, w
+        self.topk, self.max_depth = inner.topk, inner.max_depth
 
-    return FirstColumns
+    def begin(self, prompt, *, do_sample):
+        self.inner.begin(prompt, do_sample=do_sample)
+
+    def observe(self, accepted, ngrams, rows=None):
+        self.inner.observe(accepted, list(ngrams)[: self.w], rows)
+
+    def propose(self):
+        return self.inner.propose()
+
+    def end(self, prompt, output):
+        self.inner.end(prompt, output)
+
+    def reset(self):
+        self.inner.reset()
+
+    def state(self):
+        return self.inner.state()
 
 
 def main() -> None:
@@ -58,19 +75,16 @@ def main() -> None:
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
     refs = [hf_greedy(model, p, 64, eos) for _, _, p in chosen]
     for w in args.columns:
-        decoder_module.JacobiWindow = first_columns(w)
-        try:
-            dec = decoder_module.Decoder(model, DecodingConfig(window_size=15, ngram_size=5, guess_set_size=15,
-                                                               commit="refeed"), eos_token_ids=eos, tokenizer=tok)
-            rows = []
-            for i, ((group, qid, prompt), ref) in enumerate(zip(chosen, refs)):
-                if i and group != chosen[i - 1][0]:
-                    dec.forget_answers()  # one store per prompt set, as s_table.py holds it
-                res = dec.generate(prompt, max_new_tokens=64)
-                rows.append({"group": group, "id": qid, "new_tokens": len(res.output_ids),
-                             "steps": res.decoding_steps, "identical": res.output_ids == ref})
-        finally:
-            decoder_module.JacobiWindow = JacobiWindow
+        cfg = DecodingConfig(window_size=15, ngram_size=5, guess_set_size=15)
+        dec = Decoder(model, cfg, eos_token_ids=eos, tokenizer=tok, copy_kv=False,
+                      proposers=[FirstColumns(p, w) for p in proposers_for(cfg)])
+        rows = []
+        for i, ((group, qid, prompt), ref) in enumerate(zip(chosen, refs)):
+            if i and group != chosen[i - 1][0]:
+                dec.forget_answers()  # one store per prompt set, as s_table.py holds it
+            res = dec.generate(prompt, max_new_tokens=64)
+            rows.append({"group": group, "id": qid, "new_tokens": len(res.output_ids),
+                         "steps": res.decoding_steps, "identical": res.output_ids == ref})
         s = {}
         for g in ("mt_bench", "humaneval"):
             mine = [r for r in rows if r["group"] == g]

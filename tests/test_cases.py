@@ -4,40 +4,18 @@ are in test_exactness_tiny.py; C5 in test_parallel.py).
 Where a case needs a specific next token, the model is a tiny Llama (for the real cache and mask path)
 whose logits are replaced by a fixed successor table: the next token after t is ``succ[t]``.
 """
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from lp_runtime.config import DecodingConfig
 from lp_runtime.decoder import Decoder
 
+from fakes import ForcedLM
+
 VOCAB = 128
 
 
-class SuccessorLM(torch.nn.Module):
-    """A causal LM whose greedy next token after ``t`` is ``succ[t]`` (default ``t + 1``); runs a tiny Llama
-    underneath so the cache, positions and 4D mask go through transformers for real."""
-
-    def __init__(self, succ: dict[int, int]):
-        super().__init__()
-        torch.manual_seed(0)
-        self.inner = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32,
-                                                  num_hidden_layers=1, num_attention_heads=2,
-                                                  num_key_value_heads=1, max_position_embeddings=512)).eval()
-        self.config = self.inner.config
-        table = (torch.arange(VOCAB) + 1) % VOCAB
-        for k, v in succ.items():
-            table[k] = v
-        self.register_buffer("table", table)
-
-    @property
-    def dtype(self):
-        return self.inner.dtype
-
-    def forward(self, input_ids, logits_to_keep=0, **kwargs):
-        out = self.inner(input_ids=input_ids, logits_to_keep=logits_to_keep, **kwargs)
-        kept = input_ids[:, logits_to_keep] if isinstance(logits_to_keep, torch.Tensor) else input_ids
-        out.logits = torch.nn.functional.one_hot(self.table[kept], VOCAB).float() * 10
-        return out
+def SuccessorLM(succ: dict[int, int]):
+    """The forced-successor LM (``fakes.ForcedLM``) over ``VOCAB`` ids: the next token after t is ``succ[t]``."""
+    return ForcedLM(VOCAB, succ)
 
 
 class Collector:

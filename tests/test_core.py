@@ -1,11 +1,12 @@
 """Model-free core: mask/layout, n-gram pool, window, greedy verification, stopping.
 
-Hand-written token ids and exact expected results (DESIGN.md section 1).
+Hand-written token ids and exact expected results (docs/architecture.md).
 """
 import pytest
 import torch
 
-from lp_runtime.layout import LayoutCache, build_layout, full_mask, tree_ancestors
+from lp_runtime.layout import LayoutCache, build_layout, full_mask
+from lp_runtime.tree import ancestors, child_tokens, children, path, reindex, subtrees
 from lp_runtime.ngram_pool import NGramPool
 from lp_runtime.stopping import StopChecker
 from lp_runtime.verify import greedy_verify
@@ -77,8 +78,13 @@ def test_layout_plain_step_is_chain_and_n2_reads_row0():
 TREE = [-1, 0, 0, 2, -1]
 
 
-def test_tree_ancestors_table():
-    depth, anc = tree_ancestors(TREE)
+def test_tree_operations_table():
+    assert children(TREE) == {-1: [0, 4], 0: [1, 2], 2: [3]} and path(TREE, 3) == [0, 2, 3]
+    assert subtrees(TREE) == [[0, 1, 2, 3], [4]] and reindex(TREE, [0, 2, 3]) == (-1, 0, 1)
+    assert child_tokens([7, 8, 8, 9, 7], TREE, 0) == [8]
+    with pytest.raises(ValueError, match="node 3 selected without its parent 2"):
+        reindex(TREE, [0, 3])
+    depth, anc = ancestors(TREE)
     assert depth.tolist() == [1, 2, 2, 3, 1]
     assert anc.astype(int).tolist() == [
         [1, 0, 0, 0, 0],
@@ -105,7 +111,7 @@ def test_tree_layout_with_window_every_pair():
 
 
 def test_layout_cache_tree_block_equals_build_layout():
-    cache = LayoutCache(torch.device("cpu"), torch.float32, max_trees=2)
+    cache = LayoutCache(torch.device("cpu"), torch.float32, max_entries=2)
     blocked = torch.finfo(torch.float32).min
     for parents in (TREE, [-1, 0, 1], [-1, -1], TREE):
         lay = build_layout(2, [0, 1, 2], 1, parents)
@@ -113,7 +119,7 @@ def test_layout_cache_tree_block_equals_build_layout():
         assert torch.equal(depth, lay.depth) and torch.equal(keep, lay.keep_index)
         assert torch.equal(inner, torch.zeros(inner.shape).masked_fill_(~lay.ancestors, blocked))
         assert info.tree_start == lay.tree_start and info.num_tokens == lay.num_tokens
-    assert len(cache._trees) == 2  # LRU-bounded
+    assert len(cache._entries) == 2  # LRU-bounded
 
 
 def test_full_mask_is_float_additive():

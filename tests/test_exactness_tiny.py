@@ -57,7 +57,7 @@ def test_lookahead_equals_generate(tiny, W, N, G, pool):
         out = dec.generate(prompt, max_new_tokens=NEW)
         assert_greedy_equal(model, prompt, out.output_ids, ref, f"{arch} W={W} N={N} G={G} pool={pool}")
         assert sum(out.accept_lengths) == len(out.output_ids) == NEW
-        assert max(out.accept_lengths) <= dec.tree_depth + 1 and out.finish_reason == "length"  # deepest node + bonus
+        assert max(out.accept_lengths) <= dec.cfg.candidate_depth + 1 and out.finish_reason == "length"  # deepest node + bonus
         total, steps = total + NEW, steps + out.decoding_steps
     if G == 0:
         assert steps == total  # no verification branch: one token a step (C4)
@@ -79,10 +79,9 @@ def test_lookahead_accepts_several_tokens_per_step():
     model = LlamaForCausalLM(LlamaConfig(**COMMON)).eval()
     prompt = PROMPTS[2]
     ref = hf_greedy(model, prompt, NEW)
-    # The single-key pool (lookup=pool) proposes N - 1 tokens as separate chains (tree=false), re-fed
-    # (commit=refeed): a full match accepts exactly N, and step sizes are pending + (N-1) x candidates.
-    out = Decoder(model, DecodingConfig(window_size=0, ngram_size=4, guess_set_size=4, lookup="pool", tree=False,
-                                        commit="refeed")).generate(
+    # The paper's single-key pool (decoding=paper) proposes N - 1 tokens as separate chains, re-fed:
+    # a full match accepts exactly N, and step sizes are pending + (N-1) x candidates.
+    out = Decoder(model, DecodingConfig(method="paper", window_size=0, ngram_size=4, guess_set_size=4)).generate(
         prompt, max_new_tokens=NEW)
     assert out.output_ids == ref
     assert max(out.accept_lengths) == 4

@@ -19,7 +19,7 @@ from transformers import (
     Phi3ForCausalLM,
 )
 
-from lp_runtime import support
+from lp_runtime import checks
 from lp_runtime.api import LookaheadGenerator
 from lp_runtime.config import (ConfigError, DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig,
                                ModelOutputError, OutputConfig, RunConfig, SamplingConfig)
@@ -27,52 +27,12 @@ from lp_runtime.decoder import Decoder
 from lp_runtime.stopping import StopChecker
 
 from exactness import hf_greedy
+from fakes import TINY, V, ForcedLM, llama
 
 REPO = Path(__file__).resolve().parents[1]
-V = 96
-TINY = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, initializer_range=0.3, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 LOOK = DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2)
 SETTINGS = [DecodingConfig(method="greedy"), DecodingConfig(window_size=2, ngram_size=4, guess_set_size=2),
             DecodingConfig(window_size=5, ngram_size=4, guess_set_size=3)]
-
-
-def llama(**over):
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(**{**TINY, "max_position_embeddings": 256, **over})).eval()
-
-
-class ForcedLM(torch.nn.Module):
-    """A causal LM whose greedy next token after ``t`` is ``succ[t]`` (default ``t + 1``); a tiny Llama runs
-    underneath so cache, positions and mask go through transformers. ``nan_after``: tokens whose logits are NaN."""
-
-    def __init__(self, vocab: int, succ: dict[int, int], nan_after=()):
-        super().__init__()
-        torch.manual_seed(0)
-        self.inner = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32,
-                                                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                                  max_position_embeddings=512)).eval()
-        self.config = self.inner.config
-        self.vocab = vocab
-        table = (torch.arange(vocab) + 1) % vocab
-        for k, v in succ.items():
-            table[k] = v
-        self.register_buffer("table", table)
-        self.nan_after = torch.tensor(sorted(nan_after), dtype=torch.long)
-        self.calls = 0
-
-    @property
-    def dtype(self):
-        return self.inner.dtype
-
-    def forward(self, input_ids, logits_to_keep=0, **kwargs):
-        self.calls += 1
-        out = self.inner(input_ids=input_ids, logits_to_keep=logits_to_keep, **kwargs)
-        kept = input_ids[:, logits_to_keep] if isinstance(logits_to_keep, torch.Tensor) else input_ids
-        logits = torch.nn.functional.one_hot(self.table[kept], self.vocab).float() * 10
-        bad = torch.isin(kept, self.nan_after)
-        out.logits = torch.where(bad[..., None], torch.full_like(logits, math.nan), logits)
-        return out
 
 
 # ------------------------------------------------------------------------- 1. stop strings over many tokens
@@ -151,7 +111,7 @@ def test_2_length_dependent_rope(make, kind):
         # Up to the limit: exactly generate's tokens, though the window and candidates would reach past 32.
         out = dec.generate(prompt, max_new_tokens=6)
         assert out.output_ids == hf_greedy(model, prompt, 6), setting
-    assert support.position_limit(model) == 32
+    assert checks.position_limit(model) == 32
 
 
 # ------------------------------------------------------------------------- 3. attention that ignores the tree
@@ -207,19 +167,18 @@ def test_3_architectures_ignoring_the_tree_refused_at_construction(make, arch, p
     assert msg.startswith(f"{arch} is not supported by lp_runtime: {problem}") and msg.endswith(SUPPORTED)
 
 
-def test_3_probe_alone_catches_alibi_and_crashes(monkeypatch):
+def test_3_probe_alone_catches_alibi_and_crashes():
     # Without the ALiBi name list, the float32 probe still refuses them: BLOOM and Falcon crash inside their
     # attention on a 4D tree mask; MPT's bias follows cache indices, so the tree step's logits move.
-    monkeypatch.setattr(support, "ALIBI_MODEL_TYPES", ())
     for make, problem in ((_bloom, "a tree step fails inside the model (ValueError: too many values to unpack"),
                           (_mpt, PROBE)):
         torch.manual_seed(0)
-        assert support._probe(make().eval()).startswith(problem)
+        assert checks._probe(make().eval(), alibi_types=()).startswith(problem)
     torch.manual_seed(0)
     falcon = _falcon_alibi().eval()
     falcon.config.alibi = False  # the name check reads the config; the model still builds ALiBi biases
     falcon.transformer.use_alibi = True
-    assert support._probe(falcon).startswith("a tree step fails inside the model")
+    assert checks._probe(falcon).startswith("a tree step fails inside the model")
 
 
 def test_3_supported_architectures_pass_the_probe_and_match_generate():
@@ -395,8 +354,9 @@ def test_8_learned_positions_and_sliding_window_count_only_what_was_asked():
     assert dec.generate(prompt, max_new_tokens=10).output_ids == hf_greedy(mistral, prompt, 10)  # 40 = the window
     with pytest.raises(ConfigError) as err:
         dec.generate(prompt, max_new_tokens=11)
-    assert str(err.value) == ("the model uses sliding-window attention (window 40 tokens) and this sequence may "
-                              "reach 41 tokens; lookahead decoding supports sequences up to the window only")
+    assert str(err.value) == ("MistralForCausalLM (model_type 'mistral') attends within windows of 40 tokens "
+                              "(sliding_window=40); this prompt plus max_new_tokens may reach 41 tokens. lp_runtime "
+                              "decodes such models exactly up to 40 tokens: shorten the prompt or lower max_new_tokens")
 
 
 # ------------------------------------------------------------------------- 10. inputs ending in a traceback
@@ -489,7 +449,7 @@ def test_10_non_utf8_dataset_and_answers_files_fail_in_one_line(cli10):
 @pytest.mark.skipif(torch.cuda.device_count() > 1, reason="needs a machine without a second GPU")
 def test_10_missing_gpu_fails_before_loading(cli10):
     res = cli10[3][2]
-    available = ", ".join(support.available_devices())
+    available = ", ".join(checks.available_devices())
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     line, = res.stderr.strip().splitlines()
     assert line.startswith(f"error: model.device='{GPU}' is not available: ")
@@ -527,3 +487,147 @@ def test_10_single_stop_string_and_eos_id_accepted(cli10):
 # ------------------------------------------------------------------------- 9. teardown of torchrun jobs
 # tests/test_parallel.py::test_teardown_leaves_no_gloo_thread_for_interpreter_exit (asserted on that file's lp3
 # torchrun launch, whose driver imports transformers' model code after the group exists, as a run does).
+
+
+# ========================================================================= issue 20: faults of other decoders
+# ------------------------------------------------------------------------- 20.1 attention not causal over positions
+def _gpt_neo(window: int):
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    torch.manual_seed(0)
+    return GPTNeoForCausalLM(GPTNeoConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, window_size=window,
+                                          attention_types=[[["global", "local"], 1]], max_position_embeddings=128,
+                                          initializer_range=0.3, bos_token_id=None, eos_token_id=None)).eval()
+
+
+def _llama4(**over):
+    from transformers import Llama4ForCausalLM, Llama4TextConfig
+
+    torch.manual_seed(0)
+    cfg = Llama4TextConfig(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=64, intermediate_size_mlp=64,
+                                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                     max_position_embeddings=256, num_local_experts=1, moe_layers=[],
+                                     attention_chunk_size=8, attn_temperature_tuning=False, initializer_range=0.3,
+                                     bos_token_id=None, eos_token_id=None, pad_token_id=None), **over})
+    return Llama4ForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("make, name", [(lambda: _gpt_neo(8), "window_size=8"),
+                                        (lambda: _llama4(), "attention_chunk_size=8"),
+                                        (lambda: mistral_sliding(8), "sliding_window=8")])
+def test_20_1_windowed_or_chunked_attention_exact_inside_refused_past_it(make, name):
+    model = make()
+    prompt = [5, 6, 7, 5]
+    out = Decoder(model, LOOK).generate(prompt, max_new_tokens=4)  # 8 tokens: inside the first window / chunk
+    assert out.output_ids == hf_greedy(model, prompt, 4)
+    with pytest.raises(ConfigError) as err:
+        Decoder(model, LOOK).generate(prompt, max_new_tokens=5)
+    assert (f"attends within windows of 8 tokens ({name}); this prompt plus max_new_tokens may reach 9 tokens. "
+            "lp_runtime decodes such models exactly up to 8 tokens") in str(err.value)
+
+
+def mistral_sliding(window: int):
+    torch.manual_seed(0)
+    return MistralForCausalLM(MistralConfig(**{**TINY, "max_position_embeddings": 256, "sliding_window": window})).eval()
+
+
+def test_20_1_attention_temperature_by_cache_index_refused_at_construction():
+    model = _llama4(attn_temperature_tuning=True, attention_chunk_size=None)
+    with pytest.raises(ConfigError, match=r"is not supported by lp_runtime: it scales attention by cache index "
+                                          r"\(attn_temperature_tuning=True\)"):
+        Decoder(model, LOOK)
+    assert checks.attention_span(_gpt_neo(256)) == ("window_size", 256)  # of its kind: the span read at start-up
+    assert checks.attention_span(_llama4(attention_chunk_size=16)) == ("attention_chunk_size", 16)
+
+
+# ------------------------------------------------------------------------- 20.2 non-finite rows that decide nothing
+@pytest.mark.parametrize("setting", [LOOK, DecodingConfig(window_size=0, ngram_size=4, guess_set_size=3)],
+                         ids=["window", "candidates"])
+@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=1.0)], ids=["greedy", "sample"])
+def test_20_2_nonfinite_rejected_candidate_or_window_row_is_no_error(setting, sampling):
+    forced = ForcedLM(V, {}, nan_after=[40])  # greedy: t -> t + 1; the row after 40 is NaN
+    # The lookup proposes 5 -> 6 40 41 (from the prompt): 6 is accepted, 40 rejected; its NaN row decides nothing.
+    # The window's row 0 is drawn from the prompt's tokens, mostly 40: their rows are discarded guesses.
+    prompt = [40, 40, 40, 5, 6, 40, 41, 40, 5]
+    out = Decoder(forced, setting, sampling=sampling).generate(prompt, max_new_tokens=12)
+    assert out.output_ids == list(range(6, 18))
+    plain = Decoder(forced, DecodingConfig(method="greedy"), sampling=sampling).generate(prompt, max_new_tokens=12)
+    assert plain.output_ids == out.output_ids
+    # Of the same kind: +inf instead of NaN (a logits row with +inf has no finite maximum)
+    inf = ForcedLM(V, {}, nan_after=[40], bad=math.inf)
+    assert Decoder(inf, setting, sampling=sampling).generate(prompt, max_new_tokens=12).output_ids == list(range(6, 18))
+
+
+# ------------------------------------------------------------------------- 20.3 the streamer always ends
+class _Streamer:
+    def __init__(self):
+        self.puts, self.ended = 0, 0
+
+    def put(self, value):
+        self.puts += 1
+
+    def end(self):
+        self.ended += 1
+
+
+class _Exploding(torch.nn.Module):
+    """A tiny Llama whose ``after``-th forward call raises ``error`` (an OOM, a bug in the model's code)."""
+
+    def __init__(self, error: Exception, after: int):
+        super().__init__()
+        self.inner, self.error, self.after, self.calls = llama(), error, after, 0
+        self.config = self.inner.config
+
+    @property
+    def dtype(self):
+        return self.inner.dtype
+
+    def forward(self, **kwargs):
+        self.calls += 1
+        if self.calls == self.after:
+            raise self.error
+        return self.inner(**kwargs)
+
+
+@pytest.mark.parametrize("fail", ["nan", "oom", "forward", "request"])
+def test_20_3_streamer_end_called_on_every_way_out(fail):
+    streamer = _Streamer()
+    if fail == "nan":
+        model, error = ForcedLM(V, {}, nan_after=[8]), ModelOutputError
+    elif fail == "request":
+        model, error = llama(), ConfigError
+    else:
+        exc = torch.OutOfMemoryError("CUDA out of memory") if fail == "oom" else RuntimeError("bug in forward")
+        model, error = _Exploding(exc, after=8), type(exc)  # calls 1-4: the start-up probe (3 steps, 3 prefills)
+    dec = Decoder(model, LOOK)
+    with pytest.raises(error):
+        dec.generate([5, 6, 7] if fail != "request" else [], max_new_tokens=10, streamer=streamer)
+    assert streamer.ended == 1
+    # the same decoder still works afterwards (its lock was released) and ends its streamer once
+    if fail != "oom" and fail != "forward":
+        ok = _Streamer()
+        dec.generate([1, 2, 3], max_new_tokens=3, streamer=ok)
+        assert ok.ended == 1 and ok.puts == 1 + 3
+
+
+# ------------------------------------------------------------------------- 20.6 one decoder, several threads
+@pytest.mark.parametrize("policy", ["fixed", "cost"])
+def test_20_6_one_decoder_four_threads_four_calls_each_equal_solo(policy):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lp_runtime.policy import CostPolicy
+
+    model = llama()
+    prompts = [[3 + i, 4, 5 + i, 3 + i, 4, 9, 5 + i, 3 + i] for i in range(16)]
+
+    def make():
+        if policy == "fixed":
+            return Decoder(model, DecodingConfig(window_size=3, ngram_size=4, guess_set_size=3))
+        return Decoder(model, DecodingConfig(method="auto", ngram_size=6, guess_set_size=4, max_depth=24),
+                       step_policy=CostPolicy({1: 0.02, 8: 0.024, 32: 0.055}))
+
+    solo = [make().generate(p, max_new_tokens=24).output_ids for p in prompts]
+    shared = make()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outs = list(pool.map(lambda p: shared.generate(p, max_new_tokens=24).output_ids, prompts))
+    assert outs == solo

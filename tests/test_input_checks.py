@@ -6,7 +6,6 @@ no model at all.
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lp_runtime.cli import CONF_DIR
-from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, RunConfig, to_object
+from lp_runtime.config import ConfigError, GenerationConfig, ModelConfig, RunConfig, to_object
 from scripts.bench import BenchConfig
 
 CONF = Path(CONF_DIR)
@@ -52,7 +51,7 @@ def test_every_top_level_config_composes(name):
 
 
 # ------------------------------------------------------------------ 1b. a key no setting has (Hydra's +key=value)
-DECODING_KEYS = ", ".join(sorted(f.name for f in dataclasses.fields(DecodingConfig)))  # what the message lists
+DECODING_KEYS = "guess_set_size, max_depth, method, ngram_size, pool_from_prompt, seed, window_size"
 
 
 @pytest.mark.parametrize("config_name,override,message", [
@@ -179,7 +178,7 @@ def test_token_ids_outside_the_vocabulary():
 
 @pytest.mark.parametrize("over,step", [
     (dict(window_size=100000), 1 + 99999 + 2 * 100000 + 2 * 10),
-    (dict(ngram_size=100000, lookup="pool"), 1 + 2 + 99998 * 3 + 2 * 99999),
+    (dict(ngram_size=100000, method="paper"), 1 + 2 + 99998 * 3 + 2 * 99999),
     (dict(guess_set_size=100000), 1 + 2 + 2 * 3 + 100000 * 10),
     (dict(max_depth=100000, window_size=0), 1 + 2 * 100000),
 ])
@@ -190,12 +189,12 @@ def test_lookahead_step_must_fit_the_context(over, step):
     cfg = DecodingConfig(**{"window_size": 3, "ngram_size": 4, "guess_set_size": 2, **over})
     with pytest.raises(ConfigError) as e:
         check_limits(_tiny(), cfg)
-    depth = 3 if cfg.lookup == "pool" else max(cfg.max_depth, cfg.ngram_size - 1)
-    depth_key = "" if cfg.lookup == "pool" else f", decoding.max_depth={cfg.max_depth}"
+    depth = cfg.candidate_depth
+    depth_key = "" if cfg.method == "paper" else f", decoding.max_depth={cfg.max_depth}"
     assert str(e.value) == (
         f"decoding.window_size={cfg.window_size}, decoding.ngram_size={cfg.ngram_size}, decoding.guess_set_size="
         f"{cfg.guess_set_size}{depth_key} make a lookahead step of {step} tokens ("
-        f"{'1 + (W-1) + (N-2)*W window tokens' if cfg.window_size else '1 pending token'} + G candidates of {cfg.ngram_size - 1 if cfg.lookup == 'pool' else depth} tokens), more than the model's "
+        f"{'1 + (W-1) + (N-2)*W window tokens' if cfg.window_size else '1 pending token'} + G candidates of {depth} tokens), more than the model's "
         "context of 256 tokens (max_position_embeddings); lower them so that a step fits")
 
 

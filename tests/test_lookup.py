@@ -1,18 +1,20 @@
-"""Candidate lookup (lookup.py): suffix matching, the candidate tree, its caps and ranking, FeedAll.
+"""Candidate sources (proposers.py): suffix matching, the candidate tree, its caps and ranking, FeedAll.
 
 Hand-written token ids (letters as small ints) and exact expected trees.
 """
 import pytest
 
-from lp_runtime.lookup import (MATCH_WEIGHT, STORE_WEIGHT, AnswerStore, CandidateTree, FeedAll, PoolLookup, StepChoice,
-                               SuffixLookup)
+from lp_runtime.policy import FeedAll, StepChoice
+from lp_runtime.proposers import MATCH_WEIGHT, STORE_WEIGHT, AnswerStore, PoolProposer, SuffixProposer
+from lp_runtime.tree import CandidateTree, children
 
 a, b, c, d, e, f, g, h = range(1, 9)
 y = 10  # a token in no history
 
 
 def lookup(history, ngram_size=3, leaves=2, **kw):
-    lk = SuffixLookup(ngram_size, leaves, **kw)
+    """A suffix proposer after ``history``; n-grams keyed by their head unless ``ngram_keys`` says otherwise."""
+    lk = SuffixProposer(ngram_size, leaves, **{"ngram_keys": "head", **kw})
     lk.extend(history)
     return lk
 
@@ -71,7 +73,7 @@ def test_window_ngrams_are_a_source_and_dedup():
     tree = lk.propose()
     assert tree.tokens == [f, d, e] and tree.parents == [-1, -1, 1]
     assert lk.state()[0] == 3
-    n_only = SuffixLookup(3, 2, index_history=False)
+    n_only = SuffixProposer(3, 2, index_history=False, ngram_keys="head")
     n_only.extend([a, b, a])
     assert len(n_only.propose()) == 0  # the history is matched, not indexed
     n_only.add_ngram([a, g, h])
@@ -80,7 +82,7 @@ def test_window_ngrams_are_a_source_and_dedup():
 
 def test_tree_helpers():
     t = CandidateTree([b, c, d, e], [-1, 0, 0, -1], [0.5, 0.4, 0.3, 0.2])
-    assert t.depths() == [1, 2, 2, 1] and t.path(2) == [0, 2] and t.children(-1) == [0, 3]
+    assert t.depths() == [1, 2, 2, 1] and t.path(2) == [0, 2] and children(t.parents)[-1] == [0, 3]
     s = t.select((0, 2))
     assert (s.tokens, s.parents, s.prob) == ([b, d], [-1, 0], [0.5, 0.3])
     with pytest.raises(ValueError, match="ancestor-closed"):
@@ -93,8 +95,8 @@ def test_tree_helpers():
 
 
 def test_pool_lookup_and_feed_all():
-    pl = PoolLookup(3, 2)
-    pl.extend([a, b, c, a, b, d, a])
+    pl = PoolProposer(3, 2)
+    pl.observe([a, b, c, a, b, d, a], ())
     tree = pl.propose()
     assert (tree.tokens, tree.parents) == ([b, d, b, c], [-1, 0, -1, 2])
     choice = FeedAll().choose(tree, num_pending=1, window_tokens=0)
@@ -104,16 +106,16 @@ def test_pool_lookup_and_feed_all():
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="ranking='size'"):
-        SuffixLookup(3, 2, ranking="size")
+        SuffixProposer(3, 2, ranking="size")
     with pytest.raises(ValueError, match="need N >= 2"):
-        SuffixLookup(1, 2)
+        SuffixProposer(1, 2)
     assert len(lookup([a, a, a], leaves=0).propose()) == 0
 
 
 def test_default_budget():
     # G x (N-1) verification tokens, and always room for one full-depth continuation
-    assert SuffixLookup(4, 2).max_nodes == 10 and SuffixLookup(5, 15).max_nodes == 60
-    assert SuffixLookup(4, 2, max_depth=2).max_depth == 3  # never below N-1
+    assert SuffixProposer(4, 2).max_nodes == 10 and SuffixProposer(5, 15).max_nodes == 60
+    assert SuffixProposer(4, 2, max_depth=2).max_depth == 3  # never below N-1
     lk = lookup([a, b, c, d, e, f, g, h, a, b, c], ngram_size=4, leaves=1, chain=False)  # 3-token match: up to 9
     assert lk.propose().tokens == [d, e, f, g, h, a, b, c]
     lk.chain = True  # the draft's end "a b c" matches again at the start: continued to max_depth = 10
@@ -164,18 +166,18 @@ def test_store_matches_earlier_answers_after_their_prompt_tail():
     store = AnswerStore(max_key=2)
     store.add([h, g, a], [b, c, d])  # stored as (g, a, b, c, d): the prompt's last max_key tokens, then the answer
     assert store.docs == [(g, a, b, c, d)] and store.state() == (1, 5)
-    lk = SuffixLookup(3, 2, max_key=2, store=store)
+    lk = SuffixProposer(3, 2, max_key=2, store=store)
     lk.extend([e, g, a])  # "g a" matched in the store (2 tokens: up to 4 deep), nothing in the own text
     tree = lk.propose()
     assert (tree.tokens, tree.parents) == ([b, c, d], [-1, 0, 1])
-    assert SuffixLookup(3, 2, max_key=2).propose().tokens == []  # no store: nothing
+    assert SuffixProposer(3, 2, max_key=2).propose().tokens == []  # no store: nothing
 
 
 @pytest.mark.parametrize("weight, first", [(STORE_WEIGHT, b), (8.0, c)])
 def test_store_weight_against_own_text(weight, first):
     store = AnswerStore(max_key=2)
     store.add([], [a, c, g])
-    lk = SuffixLookup(3, 1, max_key=2, store=store, store_weight=weight)
+    lk = SuffixProposer(3, 1, max_key=2, store=store, store_weight=weight)
     lk.extend([a, b, f, a])  # own "a -> b f" (weight 1) vs stored "a -> c g" (weight ``weight``)
     assert lk.propose().tokens[0] == first
     assert STORE_WEIGHT == 0.25
@@ -192,7 +194,7 @@ def test_store_forgets_the_older_half_past_max_tokens():
 
 @pytest.mark.parametrize("keys, tokens", [("head", []), ("all", [d])])
 def test_ngram_keys_head_or_all(keys, tokens):
-    lk = SuffixLookup(3, 2, index_history=False, ngram_keys=keys)
+    lk = SuffixProposer(3, 2, index_history=False, ngram_keys=keys)
     lk.extend([g, c])
     lk.add_ngram([b, c, d])  # "c" is inside the n-gram, not its head
     assert lk.propose().tokens == tokens

@@ -22,7 +22,7 @@ TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
 
 import lp_driver  # noqa: E402
 
-from lp_runtime.lookup import CandidateTree  # noqa: E402
+from lp_runtime.tree import CandidateTree  # noqa: E402
 from lp_runtime.parallel import max_rank_tokens  # noqa: E402
 from lp_runtime.policy import CostPolicy  # noqa: E402
 
@@ -71,7 +71,7 @@ def test_lp_pricing_feeds_what_pays_on_the_busiest_rank():
     c = win.choose(t, num_pending=1, window_tokens=11)
     assert c.use_window and c.expected_seconds == pytest.approx(
         CostPolicy({1: 0.010, 64: 0.011}).curve(max_rank_tokens(1, 4, 2, t.parents, 2)))
-    with pytest.raises(AssertionError, match="window_tokens=10 is not a window of W=4 columns"):
+    with pytest.raises(ValueError, match="10 window tokens is not a window of W=4 columns"):
         win.choose(t, num_pending=1, window_tokens=10)
     with pytest.raises(ValueError, match="need lp_size >= 1"):
         win.price_lp(0, 4)
@@ -89,7 +89,7 @@ def test_decoder_prices_lp_steps_and_refuses_auto_without_a_shared_curve():
     Decoder(model, DecodingConfig(method="auto", window_size=3, ngram_size=3, guess_set_size=2), lp=FakeLP(),
             step_policy=policy)
     assert (policy.lp_size, policy.window_size) == (2, 3)
-    with pytest.raises(ConfigError, match="under lookahead parallelism needs every rank on the same latency curve"):
+    with pytest.raises(ConfigError, match="decoding.method='auto' needs its cost policy"):
         Decoder(model, DecodingConfig(method="auto"), lp=FakeLP())
 
 

@@ -25,8 +25,9 @@ import torch
 
 from lp_runtime import distributed
 from lp_runtime.config import ConfigError, ParallelConfig
-from lp_runtime.parallel import (LocalGroup, LPGroup, rank_tokens, root_subtrees, setup_parallel, shard_plan,
-                                 shard_questions, split_outputs, state_hash, sub_parents, tree_plan)
+from lp_runtime.parallel import (LocalGroup, LPGroup, rank_tokens, setup_parallel, shard_plan, shard_questions,
+                                 split_outputs, state_hash, tree_plan)
+from lp_runtime.tree import reindex, subtrees
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
@@ -99,11 +100,11 @@ def test_shard_plan_examples():
 
 def test_tree_plan_keeps_subtrees_whole():
     parents = [-1, 0, 0, -1, 3, -1, 1]  # subtrees {0, 1, 2, 6}, {3, 4}, {5}
-    assert root_subtrees(parents) == [[0, 1, 2, 6], [3, 4], [5]]
+    assert subtrees(parents) == [[0, 1, 2, 6], [3, 4], [5]]
     plan = tree_plan(1, 0, 0, parents, 2)
     assert plan == (((), (0, 1, 2, 6)), ((), (3, 4, 5)))
-    assert sub_parents(parents, plan[0][1]) == (-1, 0, 0, 1)
-    assert sub_parents(parents, plan[1][1]) == (-1, 0, -1)
+    assert reindex(parents, plan[0][1]) == (-1, 0, 0, 1)
+    assert reindex(parents, plan[1][1]) == (-1, 0, -1)
     assert tree_plan(1, 3, 1, parents, 1) == (((0, 1, 2), tuple(range(7))),)
 
 
@@ -164,7 +165,6 @@ def test_shard_questions_and_state_hash():
     with pytest.raises(ValueError):
         shard_questions(qs, 3, 3)
     assert state_hash((1, 2), [3], 4) == state_hash((1, 2), [3], 4) != state_hash((1, 2), [3], 5)
-    assert LPGroup.slot_size_for(15, 60) == 1 + 15 + 60
 
 
 # ------------------------------------------------------------------------------------------ multi-rank runs
@@ -397,8 +397,8 @@ def questions_file(tmp_path_factory):
 
 def _generate_args(model_dir, questions, out):
     return [f"model.path={model_dir}", "model.dtype=float32", "dataset=jsonl", f"dataset.path={questions}",
-            f"output.path={out}", "generation.max_new_tokens=12", "decoding=lookahead", "decoding.window_size=3",
-            "decoding.cross_question=false",  # steps equal across DP shares and resumes (the store carries over)
+            f"output.path={out}", "generation.max_new_tokens=12", "decoding.window_size=3",
+            "decoding=paper",  # the pool keeps nothing across questions: steps equal across DP shares and resumes
             "decoding.ngram_size=3",
             "decoding.guess_set_size=2", "parallel.backend=gloo", "progress=false"]
 

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from lp_runtime.lookup import CandidateTree, FeedAll, StepChoice
-from lp_runtime.policy import (AcceptanceCalibration, CostPolicy, LatencyCurve, best_prefix, interpolate, node_depths,
-                               path_probabilities)
+from lp_runtime.policy import AcceptanceCalibration, CostPolicy, FeedAll, LatencyCurve, StepChoice, best_prefix, interpolate
+from lp_runtime.tree import CandidateTree, depths, path_probabilities
 
 # Measured on the 2-core CPU on 2026-11-30 (ms, SmolLM2, 200-token cache; docs/design.md section 7b).
 FLOAT32 = {1: 38.5, 2: 61.8, 3: 75.8, 4: 58.9, 8: 59.2, 16: 70.6, 32: 95.0, 64: 142.8}
@@ -47,7 +46,7 @@ def test_interpolate_and_curve_table():
 
 
 def test_depths_and_path_probabilities():
-    assert node_depths([-1, 0, 1, 0, -1]) == [1, 2, 3, 2, 1]
+    assert depths([-1, 0, 1, 0, -1]) == [1, 2, 3, 2, 1]
     assert path_probabilities([-1, 0, 1, 0, -1], [0.5, 0.5, 0.5, 0.2, 0.9]) == [0.5, 0.25, 0.125, 0.1, 0.9]
 
 

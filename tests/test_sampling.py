@@ -25,10 +25,11 @@ from lp_runtime.config import ConfigError, DatasetConfig, DecodingConfig, Sampli
 from lp_runtime.data import build_prompt, load_questions
 from lp_runtime.decoder import Decoder
 from lp_runtime.models import eos_token_ids
-from lp_runtime.verify import node_children, node_outcome, sample_verify, walk_outcomes
+from lp_runtime.tree import child_tokens, depths
+from lp_runtime.verify import node_outcome, walk_outcomes
 
 from exactness import NEAR_TIE, hf_greedy
-from lp_driver import TINY8 as TINY, build_tiny8
+from fakes import TINY8 as TINY, build_tiny8
 
 ALPHA = 1e-3
 
@@ -66,9 +67,9 @@ def chi2_pvalue(counts: dict, probs: dict) -> tuple[float, int]:
 def test_node_children_and_walk():
     # tree: 1 -> {2, 3}, 2 -> 0   (index: 1:0, 2:1, 3:2, 2:3, 0:4)
     tokens, parents = [1, 2, 3, 2, 0], [-1, 0, 0, -1, 3]
-    assert node_children(tokens, parents, -1) == [1, 2]
-    assert node_children(tokens, parents, 0) == [2, 3]
-    assert node_children(tokens, parents, 1) == []
+    assert child_tokens(tokens, parents, -1) == [1, 2]
+    assert child_tokens(tokens, parents, 0) == [2, 3]
+    assert child_tokens(tokens, parents, 1) == []
     assert walk_outcomes(3, tokens, parents, [9, 9, 9, 9, 9]) == ([3], [])  # residual sample at c
     assert walk_outcomes(1, tokens, parents, [3, 2, 7, 9, 9]) == ([1, 3, 7], [0, 2])
     assert walk_outcomes(2, tokens, parents, [9, 9, 9, 0, 5]) == ([2, 0, 5], [3, 4])
@@ -107,6 +108,19 @@ def tree_law(p0, q, tokens, parents) -> dict:
             else:
                 law[prefix + (x,)] = law.get(prefix + (x,), 0.0) + pr * float(px)
     return law
+
+
+def sample_verify(root_probs, tokens, parents, node_probs, uniforms_at):
+    """Sampling verification of one step without a model, as the decoder does it: ``node_outcome`` at the root
+    and at every node (uniforms per depth, as the decoder keys them by position), then ``walk_outcomes``."""
+    depth = depths(parents)
+
+    def outcome(probs, node, d):
+        kids = child_tokens(tokens, parents, node)
+        return node_outcome(probs, kids, list(uniforms_at(d))[: len(kids) + 1])
+
+    x1 = outcome(root_probs, -1, 0)
+    return walk_outcomes(x1, tokens, parents, [outcome(node_probs[i], i, depth[i]) for i in range(len(tokens))])
 
 
 def _run_tree(p0, q, tokens, parents, n, seed):

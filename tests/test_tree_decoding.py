@@ -12,7 +12,8 @@ import torch
 from lp_runtime.config import ConfigError, DecodingConfig
 from lp_runtime.decoder import Decoder
 from lp_runtime.kv import commit, new_cache
-from lp_runtime.lookup import FeedAll, StepChoice
+from lp_runtime.policy import FeedAll, StepChoice
+from lp_runtime.proposers import proposers_for
 
 sys.path.insert(0, str(Path(__file__).parent))
 from exactness import hf_greedy  # noqa: E402
@@ -43,35 +44,30 @@ def test_commit_gathers_rows_into_place():
     assert cache.get_seq_length() == 6
 
 
+def decoder(model, w, n, g, levers, copy_kv=True):
+    """A decoder at (W, N, G) whose proposer takes ``levers`` (``{"method": "paper"}``: the paper's pool)."""
+    levers = dict(levers)
+    cfg = DecodingConfig(method=levers.pop("method", "lookahead"), window_size=w, ngram_size=n, guess_set_size=g,
+                         max_depth=levers.pop("max_depth", 10))
+    return Decoder(model, cfg, proposers=proposers_for(cfg, **levers), copy_kv=copy_kv)
+
+
 @pytest.mark.parametrize("wng", [(0, 3, 2), (2, 3, 1), (4, 4, 3), (7, 5, 4), (3, 2, 2)])
-@pytest.mark.parametrize("variant", [{}, {"lookup": "pool"}, {"tree": False}, {"ranking": "recency"},
-                                     {"max_depth": 3}])
-def test_copy_equals_refeed_equals_generate(tiny, wng, variant):
+@pytest.mark.parametrize("levers", [{}, {"method": "paper"}, {"tree": False}, {"ranking": "recency"}, {"max_depth": 3},
+                                    {"ngram_keys": "head"}, {"chain": False}], ids=str)
+def test_copy_equals_refeed_equals_generate(tiny, wng, levers):
+    """Every candidate source and shape, copy-KV or re-feed: transformers' greedy tokens, the same steps."""
     model, refs = tiny
-    w, n, g = wng
     for p, ref in zip(PROMPTS, refs):
         outs = {}
-        for mode in ("copy", "refeed"):
-            cfg = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=mode, **variant)
-            outs[mode] = Decoder(model, cfg).generate(p, max_new_tokens=40)
-            assert outs[mode].output_ids == ref, (mode, variant)
-        assert outs["copy"].accept_lengths == outs["refeed"].accept_lengths
+        for copy_kv in (True, False):
+            outs[copy_kv] = decoder(model, *wng, levers, copy_kv).generate(p, max_new_tokens=40)
+            assert outs[copy_kv].output_ids == ref, (copy_kv, levers)
+        assert outs[True].accept_lengths == outs[False].accept_lengths
         # copy-KV feeds one pending token after the first step; re-feed feeds every accepted token again
-        assert sum(outs["copy"].step_tokens) <= sum(outs["refeed"].step_tokens)
-    assert any(max(Decoder(model, DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, **variant))
-                   .generate(p, max_new_tokens=40).accept_lengths) > 1 for p in PROMPTS)  # candidates accepted
-
-
-@pytest.mark.parametrize("wng", [(2, 3, 1), (4, 4, 3), (7, 5, 4)])
-@pytest.mark.parametrize("variant", [{"ngram_keys": "head"}, {"ngram_keys": "all"}])
-def test_candidate_sources_keep_greedy_exact(tiny, wng, variant):
-    """Issue 10's candidate sources (how window n-grams are keyed) change steps, not tokens."""
-    model, refs = tiny
-    w, n, g = wng
-    for mode in ("copy", "refeed"):
-        cfg = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, commit=mode, **variant)
-        for p, ref in zip(PROMPTS, refs):
-            assert Decoder(model, cfg).generate(p, max_new_tokens=40).output_ids == ref, (mode, variant)
+        assert sum(outs[True].step_tokens) <= sum(outs[False].step_tokens)
+    assert any(max(decoder(model, *wng, levers).generate(p, max_new_tokens=40).accept_lengths) > 1
+               for p in PROMPTS)  # candidates accepted
 
 
 class Recorder(FeedAll):
@@ -106,17 +102,16 @@ def test_step_policy_hook(tiny):
     assert max(out.step_tokens[1:]) <= 2 and max(out.accept_lengths) == 2  # 1 pending + 1 node: at most 2 tokens
 
 
-def test_config_rejects_bad_variants():
+def test_config_rejects_bad_values_and_levers():
     for kwargs, msg in (
-        ({"lookup": "trie"}, "decoding.lookup='trie' is not allowed; use one of suffix, pool"),
-        ({"ranking": "size"}, "decoding.ranking='size' is not allowed; use one of counts, recency"),
-        ({"commit": "move"}, "decoding.commit='move' is not allowed; use one of copy, refeed"),
+        ({"method": "fast"}, "decoding.method='fast' is not allowed; use one of greedy, lookahead, auto, paper"),
         ({"max_depth": 0}, "decoding.max_depth=0 is not allowed; it must be >= 1"),
     ):
         with pytest.raises(ConfigError) as err:
             DecodingConfig(**kwargs)
         assert str(err.value) == msg
-
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lookup'"):  # levers are proposer arguments
+        DecodingConfig(lookup="pool")
 
 
 @pytest.mark.parametrize("wng", [(0, 3, 2), (4, 4, 3)])
@@ -125,23 +120,18 @@ def test_cross_question_store_changes_steps_never_tokens(tiny, wng):
     (fewer steps); every output stays transformers' greedy; a fresh Decoder starts with an empty store."""
     model, refs = tiny
     w, n, g = wng
-    levers = dict(window_size=w, ngram_size=n, guess_set_size=g)
-    dec = Decoder(model, DecodingConfig(cross_question=True, **levers))
+    cfg = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g)
+    dec = Decoder(model, cfg, proposers=proposers_for(cfg, cross_question=True))
     first = [dec.generate(p, max_new_tokens=40) for p in PROMPTS]
     second = [dec.generate(p, max_new_tokens=40) for p in PROMPTS]
     for out, ref in zip(first + second, refs + refs):
         assert out.output_ids == ref
-    assert len(dec.store.docs) == 2 * len(PROMPTS)
+    assert len(dec.proposers[0].store.docs) == 2 * len(PROMPTS)
     assert sum(o.decoding_steps for o in second) < sum(o.decoding_steps for o in first)
-    alone = Decoder(model, DecodingConfig(**levers)).generate(PROMPTS[0], max_new_tokens=40)
+    alone = Decoder(model, cfg).generate(PROMPTS[0], max_new_tokens=40)
     assert alone.decoding_steps == first[0].decoding_steps  # the store was empty for the first prompt
-    assert Decoder(model, DecodingConfig(**levers, cross_question=False)).store is None
-    assert Decoder(model, DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g, lookup="pool")).store is None
-    assert Decoder(model, DecodingConfig(**levers)).store is not None  # the default: on with the suffix lookup
-
-
-def test_config_rejects_bad_sources():
-    with pytest.raises(ConfigError, match="decoding.cross_question=true needs decoding.lookup=suffix"):
-        DecodingConfig(cross_question=True, lookup="pool")
-    with pytest.raises(ConfigError, match=r"decoding.ngram_keys='tail' is not allowed; use one of head, all"):
-        DecodingConfig(ngram_keys="tail")
+    assert proposers_for(cfg, cross_question=False)[0].store is None
+    assert not hasattr(proposers_for(DecodingConfig(method="paper", ngram_size=n, guess_set_size=g))[0], "store")
+    assert proposers_for(cfg)[0].store is not None  # the default: on with the suffix lookup
+    dec.forget_answers()
+    assert dec.generate(PROMPTS[0], max_new_tokens=40).decoding_steps == first[0].decoding_steps

@@ -218,5 +218,5 @@ def test_auto_window_under_lp_prices_the_busiest_rank_and_keeps_the_variants():
     assert tuner.auto_window(curve, 4) == 0
     # 3 ranks: each feeds at most 1 + 2 + 2 = 5 tokens for W = 3 (parallel.shard_plan): +8% for +10%
     assert tuner.auto_window(curve, 4, lp_size=3) == 3
-    d = tuner.auto_decoding(curve, DecodingConfig(method="auto", ngram_size=4, commit="refeed", max_depth=5), 3)
-    assert (d.window_size, d.commit, d.max_depth, d.method) == (3, "refeed", 5, "auto")
+    d = tuner.auto_decoding(curve, DecodingConfig(method="auto", ngram_size=4, max_depth=5), 3)
+    assert (d.window_size, d.max_depth, d.method) == (3, 5, "auto")

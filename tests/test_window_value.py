@@ -9,7 +9,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from lp_runtime.config import DecodingConfig
 from lp_runtime.decoder import Decoder
-from lp_runtime.lookup import CandidateTree, SuffixLookup
+from lp_runtime.proposers import SuffixProposer
+from lp_runtime.tree import CandidateTree
 from lp_runtime.policy import WINDOW_GAIN_PRIOR, CostPolicy
 
 A, B, C, X, D, E, F, Q = 10, 11, 12, 13, 14, 15, 16, 17
@@ -22,7 +23,7 @@ def _tagged(tree: CandidateTree) -> dict[tuple[int, ...], bool]:
 
 
 def test_suffix_lookup_tags_window_only_nodes():
-    lk = SuffixLookup(4, 3, max_key=1, chain=False)
+    lk = SuffixProposer(4, 3, max_key=1, chain=False, ngram_keys="head")
     lk.extend([A, B, C, X, A])            # "a" was followed by b c x in the text
     assert _tagged(lk.propose()) == {(B,): False, (B, C): False, (B, C, X): False}
     lk.add_ngram([A, D, E, F])            # the window saw a d e f
@@ -39,7 +40,7 @@ def test_suffix_lookup_tags_window_only_nodes():
 
 
 def test_window_gain_counts_accepted_window_only_nodes():
-    lk = SuffixLookup(4, 3, max_key=1, chain=False)
+    lk = SuffixProposer(4, 3, max_key=1, chain=False, ngram_keys="head")
     lk.extend([A, B, C, X, A])
     lk.add_ngram([A, D, E, F])
     tree = lk.propose()

@@ -2,7 +2,7 @@
 window, the request (prompt ids, budget, context), and the step's logits (NaN / inf).
 
 Lookahead decoding feeds a step as a token tree: explicit ``position_ids`` (several tokens share a position)
-and a float 4D mask (DESIGN.md sections 1 and 4). That is exact only when
+and a float 4D mask (docs/architecture.md). That is exact only when
 
 * the model's attention follows those ``position_ids`` and that mask (``check_attention``: a start-up probe that
   compares a 2-token tree step with plain decoding; ALiBi models such as BLOOM, MPT or Falcon with
@@ -14,7 +14,8 @@ and a float 4D mask (DESIGN.md sections 1 and 4). That is exact only when
 * every token may see the whole sequence (sliding-window attention up to its window only).
 
 Each refusal is a ``ConfigError`` naming the model, the value and what is supported. Non-finite logits raise
-``ModelOutputError`` naming the step and the position (``finite_argmax``, ``check_finite``).
+``ModelOutputError`` naming the step and the position when a row that decides an emitted token is not finite
+(``check_decided``).
 """
 from __future__ import annotations
 
@@ -25,9 +26,8 @@ from typing import Optional, Sequence
 import torch
 
 from .config import ConfigError, ModelOutputError
-
-# Marks a kept position whose logits were not finite; travels through the LP all-gather like a token id.
-NONFINITE = -1
+from .layout import full_mask
+from .step import EagerStep, StepInputs
 
 
 def _text_config(model):
@@ -97,34 +97,54 @@ def check_supported(model, max_total_tokens: int) -> None:
     keeps every fed position below ``position_limit`` and their tokens only feed guesses.
     """
     check_rope_length(model, max_total_tokens)
-    check_sliding_window(model, max_total_tokens)
+    check_attention_span(model, max_total_tokens)
+
+
+def _refuse_past(model, max_total_tokens: int, limit: int, reason: str) -> None:
+    """``ConfigError`` (``reason``, the length asked for, the limit) when ``max_total_tokens`` > ``limit``."""
+    if max_total_tokens > limit:
+        raise ConfigError(
+            f"{_arch(model)} {reason}; this prompt plus max_new_tokens may reach {max_total_tokens} tokens. "
+            f"lp_runtime decodes such models exactly up to {limit} tokens: shorten the prompt or lower max_new_tokens"
+        )
 
 
 def check_rope_length(model, max_total_tokens: int) -> None:
     """``ConfigError`` when the model's rope frequencies would change within ``max_total_tokens`` tokens."""
     rope = length_dependent_rope(model)
-    if rope is not None and max_total_tokens > rope[1]:
+    if rope is not None:
         kind, limit = rope
-        raise ConfigError(
-            f"{_arch(model)} uses rope scaling {kind!r}, whose frequencies change once the sequence passes "
-            f"{limit} tokens; this prompt plus max_new_tokens may reach {max_total_tokens} tokens. lp_runtime "
-            f"decodes such models exactly up to {limit} tokens: shorten the prompt or lower max_new_tokens"
-        )
+        _refuse_past(model, max_total_tokens, limit, f"uses rope scaling {kind!r}, whose frequencies change once "
+                                                     f"the sequence passes {limit} tokens")
 
 
-def check_sliding_window(model, max_total_tokens: int) -> None:
-    """``ConfigError`` when a sequence of ``max_total_tokens`` tokens would outgrow a sliding attention window."""
+def attention_span(model) -> Optional[tuple[str, int]]:
+    """(config attribute, tokens) when some layer attends only within a window or chunk of that many tokens:
+    ``sliding_window`` (when a layer uses it), GPT-Neo's local layers (``window_size``), Llama-4's chunked
+    attention (``attention_chunk_size``); the smallest when several apply; None when every layer is causal over
+    the whole sequence. A step's own 4D mask replaces the model's, so lookahead is exact only while every
+    position stays inside the first window or chunk (there the relation is plain causal)."""
     cfg = _text_config(model)
+    spans = []
     window = getattr(cfg, "sliding_window", None)
     layer_types = getattr(cfg, "layer_types", None) or []
-    uses_sliding = bool(window) and (
-        "sliding_attention" in layer_types or (not layer_types and getattr(cfg, "use_sliding_window", True))
-    )
-    if uses_sliding and max_total_tokens > window:
-        raise ConfigError(
-            f"the model uses sliding-window attention (window {window} tokens) and this sequence may reach "
-            f"{max_total_tokens} tokens; lookahead decoding supports sequences up to the window only"
-        )
+    if window and ("sliding_attention" in layer_types or (not layer_types and getattr(cfg, "use_sliding_window", True))):
+        spans.append(("sliding_window", int(window)))
+    local = getattr(cfg, "attention_layers", None) or []
+    if "local" in local and getattr(cfg, "window_size", None):
+        spans.append(("window_size", int(cfg.window_size)))
+    if getattr(cfg, "attention_chunk_size", None):
+        spans.append(("attention_chunk_size", int(cfg.attention_chunk_size)))
+    return min(spans, key=lambda s: s[1]) if spans else None
+
+
+def check_attention_span(model, max_total_tokens: int) -> None:
+    """``ConfigError`` naming the attribute when a sequence of ``max_total_tokens`` tokens would outgrow an
+    attention window or chunk (``attention_span``)."""
+    span = attention_span(model)
+    if span is not None:
+        name, size = span
+        _refuse_past(model, max_total_tokens, size, f"attends within windows of {size} tokens ({name}={size})")
 
 
 # ------------------------------------------------------------------------------------------ the request
@@ -202,64 +222,69 @@ _PROBED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 ALIBI_MODEL_TYPES = ("bloom", "mpt")  # plus any config with alibi=True (Falcon)
 
 
+def _probe_steps(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(chain, wrong, tree) float32 logits of the probe's three steps (see ``_probe``), each after a prefill of
+    one token, through the decoder's own step (``step.EagerStep``)."""
+    step = EagerStep(model)
+    dtype = model.dtype if model.dtype.is_floating_point else torch.float32
+    n = vocab_size(model) or 8
+    a, b, c, d = (t % n for t in (1, 2, 3, 4))
+    blocked = torch.finfo(dtype).min
+
+    def run(ids, positions, inner, keep):
+        cache = step.new_cache()
+        step.prefill(cache, [a])
+        mask = None if inner is None else full_mask(torch.tensor(inner, dtype=dtype, device=step.device), 1)
+        inputs = StepInputs(torch.tensor([ids], device=step.device), torch.tensor([positions], device=step.device),
+                            mask, torch.tensor(keep, device=step.device))
+        return step(cache, inputs).logits.float()
+
+    return (run([b, c], [1, 2], None, [0, 1]), run([b, d, c], [1, 2, 3], None, [0, 2]),
+            run([b, d, c], [1, 2, 2], [[0, blocked, blocked], [0, 0, blocked], [0, blocked, 0]], [0, 2]))
+
+
+def _distance(x: torch.Tensor, y: torch.Tensor) -> float:
+    diff = (x - y).abs()
+    diff = torch.where(torch.isnan(x) & torch.isnan(y), torch.zeros_like(diff), diff)  # NaN weights: not ours
+    return float(diff.nan_to_num(float("inf")).max())
+
+
 @torch.inference_mode()
-def _probe(model) -> Optional[str]:
+def _probe(model, alibi_types: Sequence[str] = ALIBI_MODEL_TYPES) -> Optional[str]:
     """None when a 2-token tree step reproduces plain decoding; else what went wrong.
 
-    After a prefill of (a), with the decoder's own calling convention (``DynamicCache``, ``position_ids``,
-    ``logits_to_keep`` indices):
+    After a prefill of (a), through the decoder's step:
     chain: the plain step (b, c) at positions (1, 2), no mask -- the reference;
     tree:  (b, d, c) at positions (1, 2, 2) with a float 4D mask in which c does not see its sibling d;
     wrong: (b, d, c) at positions (1, 2, 3), causal -- what a model that ignores positions and mask computes.
     b's and c's logits from the tree must equal the chain's up to rounding: within 1e-4 of the logit scale in
     float32; in 16-bit types within 2e-2 of it or a tenth of how far the wrong step lands (a 16-bit batched step
-    rounds differently from a chain step by more than a fixed tolerance). ALiBi models are refused by name
-    first (``config.alibi`` or model type bloom/mpt): their bias follows cache indices, not ``position_ids``,
-    which a 16-bit probe could mistake for rounding.
+    rounds differently from a chain step by more than a fixed tolerance). Refused by their config first:
+    ALiBi (``config.alibi`` or a model type in ``alibi_types``: the bias follows cache indices, not
+    ``position_ids``) and
+    Llama-4's attention temperature (``attn_temperature_tuning``: scaled by cache index, not position).
     """
-    from .kv import new_cache
-    from .layout import full_mask
-
     cfg = _text_config(model)
-    if getattr(cfg, "alibi", False) or getattr(cfg, "model_type", None) in ALIBI_MODEL_TYPES:
+    if getattr(cfg, "alibi", False) or getattr(cfg, "model_type", None) in alibi_types:
         return "it uses ALiBi attention biases, built from cache indices rather than position_ids"
-    device = next(model.parameters()).device
+    if getattr(cfg, "attn_temperature_tuning", False):
+        return ("it scales attention by cache index (attn_temperature_tuning=True), not by position_ids, which "
+                "a lookahead step's tokens do not share")
     dtype = model.dtype if model.dtype.is_floating_point else torch.float32
-    n = vocab_size(model) or 8
-    a, b, c, d = (t % n for t in (1, 2, 3, 4))
-
-    def step(ids, positions, inner, keep):
-        cache = new_cache()
-        model(input_ids=torch.tensor([[a]], device=device), past_key_values=cache, use_cache=True,
-              logits_to_keep=torch.empty(0, dtype=torch.long, device=device))
-        mask = None if inner is None else full_mask(torch.tensor(inner, dtype=dtype, device=device), 1)
-        return model(input_ids=torch.tensor([ids], device=device), position_ids=torch.tensor([positions], device=device),
-                     attention_mask=mask, past_key_values=cache, use_cache=True,
-                     logits_to_keep=torch.tensor(keep, device=device)).logits[0].float()
-
-    blocked = torch.finfo(dtype).min
     try:
-        chain = step([b, c], [1, 2], None, [0, 1])
-        wrong = step([b, d, c], [1, 2, 3], None, [0, 2])
-        tree = step([b, d, c], [1, 2, 2], [[0, blocked, blocked], [0, 0, blocked], [0, blocked, 0]], [0, 2])
+        chain, wrong, tree = _probe_steps(model)
     except Exception as e:  # the model's own attention code refused our inputs
         return f"a tree step fails inside the model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     if tree.shape != chain.shape:
         return f"a tree step returned logits of shape {tuple(tree.shape)}, expected {tuple(chain.shape)}"
-
-    def dist(x, y) -> float:
-        diff = (x - y).abs()
-        diff = torch.where(torch.isnan(x) & torch.isnan(y), torch.zeros_like(diff), diff)  # NaN weights: not ours
-        return float(diff.nan_to_num(float("inf")).max())
-
     finite = chain[torch.isfinite(chain)]
     scale = max(1.0, float(finite.abs().max()) if finite.numel() else 1.0)
     atol = (1e-4 if dtype == torch.float32 else 2e-2) * scale
-    off = dist(tree, chain)
+    off = _distance(tree, chain)
     # float32 rounds a batched step like a chain step to ~1e-6: a fixed tolerance separates them. 16-bit types
     # round differently by up to a few percent, so there the tree must sit much closer to the chain than the
     # wrong step does (models that ignore position_ids or the mask land on or near the wrong step).
-    if off <= (atol if dtype == torch.float32 else max(atol, 0.1 * dist(wrong, chain))):
+    if off <= (atol if dtype == torch.float32 else max(atol, 0.1 * _distance(wrong, chain))):
         return None
     return (f"a tree step's logits differ from plain decoding by {off:.3g} (its attention ignores position_ids or "
             "the 4D mask, e.g. ALiBi)")
@@ -285,36 +310,19 @@ def check_attention(model) -> None:
 
 
 # ------------------------------------------------------------------------------------------ finite logits
-def finite_argmax(logits_KV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(argmax int64 (K,), finite bool (K,)) of raw logits (K, V) in one reduction: a row's max is NaN if the
-    row holds a NaN, +inf if it holds +inf, -inf if every entry is -inf; all three make the row unusable."""
-    values, index = logits_KV.max(dim=-1)
-    return index, torch.isfinite(values)
-
-
-def mark_nonfinite(tokens_K: torch.Tensor, finite_K: torch.Tensor) -> torch.Tensor:
-    """``tokens_K`` with ``NONFINITE`` where ``finite_K`` is False (on the device: no host sync)."""
-    return torch.where(finite_K, tokens_K, torch.full_like(tokens_K, NONFINITE))
-
-
-def check_finite(step: int, c_position: int, x1: int, window: Sequence[int], node_out: Sequence[int],
-                 node_depths: Sequence[int]) -> None:
-    """Raise ``ModelOutputError`` when a merged step output is ``NONFINITE`` (pure Python over the lists the
-    merge already produced: no extra host sync). ``c_position``: sequence position of ``c`` (its logits
-    choose x1); a candidate tree node of depth d (``CandidateTree.depths``, 1 = a child of ``c``) sits at
-    ``c_position + d``; a window column's last level is reported as a position after ``c``."""
-    if x1 >= 0 and min(window, default=0) >= 0 and min(node_out, default=0) >= 0:
+def check_decided(step: int, c_position: int, accepted: Sequence[int]) -> None:
+    """Raise ``ModelOutputError`` when a step's accepted tokens hold ``step.NONFINITE``: the logits row that
+    decides an emitted token was NaN or inf. ``c_position``: sequence position of ``c``, whose row decides the
+    step's first token (at ``c_position + 1``). Non-finite rows that decide nothing (a rejected candidate, a
+    window cell) never get here: verification rejects them."""
+    bad = next((i for i, t in enumerate(accepted) if t < 0), None)
+    if bad is None:
         return
-    if x1 < 0:
-        where = f"position {c_position} (the logits choosing new token {c_position + 1})"
-    else:
-        bad = [c_position + d for t, d in zip(node_out, node_depths) if t < 0]
-        where = (f"position {bad[0]} (a verification candidate)" if bad
-                 else f"a lookahead-window position after {c_position}")
+    pos = c_position + bad
     raise ModelOutputError(
-        f"the model's logits are not finite (NaN or inf) at decoding step {step}, sequence {where}; no token "
-        "can be chosen from them. Check the weights, or the dtype (float16 overflows: try model.dtype=bfloat16 "
-        "or float32)"
+        f"the model's logits are not finite (NaN or inf) at decoding step {step}, sequence position {pos} (the "
+        f"logits choosing new token {pos + 1}); no token can be chosen from them. Check the weights, or the dtype "
+        "(float16 overflows: try model.dtype=bfloat16 or float32)"
     )
 
 

@@ -1,12 +1,22 @@
-"""Candidate lookup: a suffix match over the text so far and the window's n-grams, proposed as a token tree.
+"""Candidate sources: the ``Proposer`` protocol and its implementations, each proposing a ``tree.CandidateTree``.
 
-(Paper section 3.2's verification branch, with the lookup of SuffixDecoding, arXiv 2411.04975, and
-prompt-lookup decoding.) Pure Python, no torch.
+A ``Decoder`` takes its proposers as constructor arguments (``Decoder(..., proposers=[SuffixProposer(N, G)])``);
+a new candidate source is a new class with the methods of ``Proposer``. Implementations here:
+
+* ``SuffixProposer``: a suffix match over the text so far, the window's n-grams and (optionally) an
+  ``AnswerStore`` of earlier answers (paper section 3.2's verification branch, with the lookup of
+  SuffixDecoding, arXiv 2411.04975, and prompt-lookup decoding); the product's source;
+* ``PoolProposer``: the paper's n-gram pool keyed by the newest token (``ngram_pool.NGramPool``), G
+  candidates of N-1 tokens, newest first (``decoding=paper``).
+
+``proposers_for(decoding)`` builds the product's proposers for a ``DecodingConfig``. Pure Python, no torch.
+
+The suffix lookup in detail:
 
 Sources ("documents"): the accepted sequence (prompt + output so far, growing) and every distinct n-gram the
 Jacobi window harvested (the paper's lookahead branch stays the source of new n-grams). Each document is
-indexed by its k-token keys, k = 1 .. ``max_key``: in the accepted sequence every k-gram, in an n-gram its
-first k tokens (the paper keys n-grams by their head).
+indexed by its k-token keys, k = 1 .. ``max_key``: in the accepted sequence every k-gram, in an n-gram every
+k-gram inside it (``ngram_keys="all"``, the default) or its first k tokens (``"head"``, as the paper's pool).
 
 ``propose`` matches the longest suffix of the accepted sequence (its last 1 .. ``max_key`` tokens) and
 collects every occurrence that has a continuation, longest key first, newest first; an occurrence's *match
@@ -33,131 +43,22 @@ Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 n
     tree (ties broken by recency, newest first): tokens [d, c, a, a], parents [-1, -1, 0, 1]
 
 One more source (issue 10's levers, measured in docs/benchmarks.md section 6b): an ``AnswerStore`` of the run's
-earlier answers (``decoding.cross_question``; matched after the sequence's own sources, weight ``STORE_WEIGHT``).
+earlier answers (the ``store`` argument; matched after the sequence's own sources, weight ``STORE_WEIGHT``).
 
 ``CandidateTree.chains`` turns a tree into separate root-to-leaf chains (the flat candidates of the
-reference code, shared prefixes fed once per candidate): the ablation ``tree=False``.
+reference code, shared prefixes fed once per candidate): the lever ``tree=False``.
 """
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence
+
+from .ngram_pool import NGramPool
+from .tree import CandidateTree
 
 MATCH_WEIGHT = 4.0  # one occurrence matching l+1 tokens counts as this many matching l
 STORE_WEIGHT = 0.25  # an earlier answer's occurrence counts this much of one in the current text (measured:
 # docs/benchmarks.md section 6, replay at (0, 4, 2): 1.0 -> 0.25 raised S 1.534 -> 1.546 MT-Bench, 2.83 -> 2.86 HumanEval)
-
-
-@dataclass
-class CandidateTree:
-    """Draft tokens as a tree rooted at ``c``, the newest accepted token (CORE_INTERFACE.md).
-
-    Attributes:
-        tokens: node token ids, parents before children (topological order).
-        parents: parent node index per node; -1 = the root ``c``.
-        prob: estimated P(node accepted | its parent accepted), in [0, 1].
-        from_window: per node, True when only the window's harvested n-grams proposed it (no match in the prompt
-            or output did); empty when the lookup does not tag (then ``policy.CostPolicy`` keeps its window prior).
-    """
-
-    tokens: list[int] = field(default_factory=list)
-    parents: list[int] = field(default_factory=list)
-    prob: list[float] = field(default_factory=list)
-    from_window: list[bool] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def depths(self) -> list[int]:
-        """1-based depth of each node (a root child has depth 1)."""
-        out: list[int] = []
-        for p in self.parents:
-            out.append(1 if p < 0 else out[p] + 1)
-        return out
-
-    def path(self, node: int) -> list[int]:
-        """Node indices from the root's child down to ``node`` (inclusive); [] for -1."""
-        out = []
-        while node >= 0:
-            out.append(node)
-            node = self.parents[node]
-        return out[::-1]
-
-    def children(self, node: int) -> list[int]:
-        """Indices of ``node``'s children in tree order (node -1 = the root)."""
-        return [i for i, p in enumerate(self.parents) if p == node]
-
-    def select(self, nodes: Sequence[int]) -> "CandidateTree":
-        """The sub-tree of the ancestor-closed ``nodes`` (ascending), re-indexed. ``ValueError`` otherwise."""
-        where = {n: i for i, n in enumerate(nodes)}
-        parents = []
-        for n in nodes:
-            p = self.parents[n]
-            if p >= 0 and p not in where:
-                raise ValueError(f"node {n} selected without its parent {p}: a selection must be ancestor-closed")
-            parents.append(-1 if p < 0 else where[p])
-        return CandidateTree([self.tokens[n] for n in nodes], parents, [self.prob[n] for n in nodes])
-
-    def chains(self) -> "CandidateTree":
-        """Each root-to-leaf path as its own chain (shared prefixes repeated), leaves in tree order."""
-        leaves = [i for i in range(len(self)) if i not in set(self.parents)]
-        out = CandidateTree()
-        for leaf in leaves:
-            prev = -1
-            for n in self.path(leaf):
-                out.tokens.append(self.tokens[n])
-                out.parents.append(prev)
-                out.prob.append(self.prob[n])
-                prev = len(out.tokens) - 1
-        return out
-
-    def merged(self) -> "CandidateTree":
-        """Siblings with the same token merged (shared prefixes fed once); the first one's ``prob`` kept."""
-        out, where, remap = CandidateTree(), {}, []
-        for t, p, pr in zip(self.tokens, self.parents, self.prob):
-            key = (-1 if p < 0 else remap[p], t)
-            if key not in where:
-                out.tokens.append(t)
-                out.parents.append(key[0])
-                out.prob.append(pr)
-                where[key] = len(out.tokens) - 1
-            remap.append(where[key])
-        return out
-
-    @staticmethod
-    def from_chains(chains: Sequence[Sequence[int]], prob: float = 0.5) -> "CandidateTree":
-        """Separate chains from the root (no sharing), every node with ``prob``."""
-        out = CandidateTree()
-        for chain in chains:
-            prev = -1
-            for t in chain:
-                out.tokens.append(int(t))
-                out.parents.append(prev)
-                out.prob.append(prob)
-                prev = len(out.tokens) - 1
-        return out
-
-
-@dataclass(frozen=True)
-class StepChoice:
-    """What one step feeds (CORE_INTERFACE.md): ``nodes`` of the proposed tree (ancestor-closed, ascending)
-    and whether to feed the window; the expectations are a policy's estimates (None when not estimated)."""
-
-    nodes: tuple[int, ...]
-    use_window: bool
-    expected_tokens: Optional[float] = None
-    expected_seconds: Optional[float] = None
-
-
-class FeedAll:
-    """The fixed-(W, N, G) policy: feed every proposed node, and the window whenever there is one."""
-
-    def choose(self, tree: CandidateTree, *, num_pending: int, window_tokens: int) -> StepChoice:
-        return StepChoice(nodes=tuple(range(len(tree))), use_window=window_tokens > 0)
-
-    def observe(self, tree: CandidateTree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None:
-        """No learning: a fixed setting feeds the same whatever was accepted."""
 
 
 class _Node:
@@ -215,8 +116,46 @@ class AnswerStore:
         return len(self.docs), self.num_tokens
 
 
-class SuffixLookup:
-    """Suffix-match candidate source for one sequence (see the module docstring).
+class Proposer(Protocol):
+    """A candidate source for one ``Decoder`` (paper section 3.2's verification branch; docs/architecture.md).
+
+    The decoder runs one sequence at a time through its proposers (calls are serialised by the decoder):
+    ``begin`` with the prompt, then per step ``propose`` (a tree rooted at the newest accepted token) and,
+    after verification, ``observe`` (the tokens the step accepted, the n-grams the Jacobi window harvested
+    and, when ``topk`` > 0, the step's kept logits rows as ``step.StepRows``), and ``end`` with the finished
+    output. What a proposer keeps across sequences (an answer store, a successor table) must depend only on
+    accepted tokens and the rows every LP rank holds, so that every rank proposes the same tree.
+
+    Attributes:
+        topk: top-k token ids wanted from every kept logits row in ``observe`` (0 = none: no extra work).
+        max_depth: the deepest node it ever proposes (bounds the size of a step).
+    """
+
+    topk: int
+    max_depth: int
+
+    def begin(self, prompt: Sequence[int], *, do_sample: bool) -> None:
+        """Start a sequence after ``prompt`` (token ids); ``do_sample``: the call samples."""
+
+    def observe(self, accepted: Sequence[int], ngrams: Sequence[Sequence[int]], rows=None) -> None:
+        """One verified step: its ``accepted`` token ids, the window's harvested ``ngrams`` (each N ids) and
+        ``rows`` (``step.StepRows`` when ``topk`` > 0, else None)."""
+
+    def propose(self) -> CandidateTree:
+        """The candidate tree for the sequence so far (may be empty)."""
+
+    def end(self, prompt: Sequence[int], output: Sequence[int]) -> None:
+        """The sequence finished with ``output`` (new token ids)."""
+
+    def reset(self) -> None:
+        """Forget everything kept across sequences (later prompts see no earlier answer)."""
+
+    def state(self) -> tuple:
+        """A hashable summary of the state (the LP debug consistency check)."""
+
+
+class SuffixProposer:
+    """Suffix-match candidate source (see the module docstring); implements ``Proposer``.
 
     Args:
         ngram_size: N; a 1-token match proposes up to N-1 tokens, and harvested n-grams have N tokens.
@@ -228,24 +167,33 @@ class SuffixLookup:
         ranking: "counts" (estimated path probability; recency breaks ties) or "recency" (newest first).
         max_occurrences: most occurrences read per proposal (newest first within each key length).
         index_history: match over the accepted sequence too (``pool_from_prompt``); False: n-grams only.
-        store: an ``AnswerStore`` of earlier answers, matched after this sequence's own sources (each occurrence
-            weighted ``store_weight``; recency below every own occurrence).
-        ngram_keys: "head" (an n-gram is found by its first 1 .. max_key tokens, as the paper's pool keys it)
-            or "all" (by every k-gram inside it, like the accepted sequence: shorter continuations, more of them).
+        store: an ``AnswerStore`` of earlier answers (kept across sequences; every finished output is added),
+            matched after this sequence's own sources (each occurrence weighted ``store_weight``; recency below
+            every own occurrence) in greedy calls, and in sampled calls too when ``store_when_sampling``
+            (a sampled answer's draws then depend on which answers came before).
+        ngram_keys: "all" (an n-gram is found by every k-gram inside it, like the accepted sequence; measured
+            in docs/benchmarks.md section 6b) or "head" (by its first 1 .. max_key tokens, as the paper's pool).
         chain: when a tree node's continuation ends above ``max_depth``, match again on the accepted sequence
             with the node's draft appended and grow the node's children from that match (so a window n-gram's
             end, or a 1-token match's N-1 tokens, is continued by the n-grams and occurrences that overlap it).
+        tree: propose a tree (shared prefixes once); False: each root-to-leaf path as its own chain.
+
+    Raises ``ValueError`` for N < 2, G < 0, max_key < 1 or an unknown ``ranking`` / ``ngram_keys``.
     """
+
+    topk = 0
 
     def __init__(self, ngram_size: int, num_leaves: int, *, max_nodes: Optional[int] = None, max_depth: int = 10,
                  max_key: int = 4, ranking: str = "counts", max_occurrences: int = 64,
                  index_history: bool = True, store: Optional[AnswerStore] = None, store_weight: float = STORE_WEIGHT,
-                 ngram_keys: str = "head", chain: bool = True) -> None:
+                 store_when_sampling: bool = False, ngram_keys: str = "all", chain: bool = True,
+                 tree: bool = True) -> None:
         if ngram_size < 2 or num_leaves < 0 or max_key < 1:
             raise ValueError(f"ngram_size={ngram_size}, num_leaves={num_leaves}, max_key={max_key}: "
                              "need N >= 2, G >= 0, max_key >= 1")
-        if ranking not in ("counts", "recency"):
-            raise ValueError(f"ranking={ranking!r}; use 'counts' or 'recency'")
+        if ranking not in ("counts", "recency") or ngram_keys not in ("all", "head"):
+            raise ValueError(f"ranking={ranking!r}, ngram_keys={ngram_keys!r}; use ranking 'counts' or 'recency', "
+                             "ngram_keys 'all' or 'head'")
         self.ngram_size = ngram_size
         self.num_leaves = num_leaves
         self.max_depth = max(max_depth, ngram_size - 1)
@@ -256,14 +204,44 @@ class SuffixLookup:
         self.index_history = index_history
         self.store = store
         self.store_weight = store_weight
+        self.store_when_sampling = store_when_sampling
         self.ngram_keys = ngram_keys
         self.chain = chain
+        self.tree = tree
+        self.begin((), do_sample=False)
+
+    def begin(self, prompt: Sequence[int], *, do_sample: bool) -> None:
+        """Start a sequence: empty per-sequence index, then ``prompt`` as its first accepted tokens."""
+        self._store = self.store if (self.store_when_sampling or not do_sample) else None  # matched this sequence
         self.history: list[int] = []
         self._docs: list[tuple[int, ...]] = []  # harvested n-grams (doc id = index + 1; doc 0 = history)
         self._doc_ids: dict[tuple[int, ...], int] = {}
         self._stamp: list[int] = []  # per n-gram doc: clock when last harvested
         self._clock = 0
         self._index: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # key -> [(doc, end index)], oldest first
+        self.extend(prompt)
+
+    def observe(self, accepted: Sequence[int], ngrams: Sequence[Sequence[int]], rows=None) -> None:
+        """The window's n-grams first, then the accepted tokens (``add_ngram``, ``extend``)."""
+        for ngram in ngrams:
+            self.add_ngram(ngram)
+        self.extend(accepted)
+
+    def end(self, prompt: Sequence[int], output: Sequence[int]) -> None:
+        """Add the finished answer to the store (when there is one)."""
+        if self.store is not None:
+            self.store.add(prompt, output)
+
+    def reset(self) -> None:
+        """Empty the answer store: later prompts match no earlier answer."""
+        if self.store is not None:
+            self.store = AnswerStore(self.store.max_key, self.store.max_tokens)
+
+    def propose(self) -> CandidateTree:
+        """The candidate tree for the current accepted sequence (``grow``; separate chains when ``tree`` is
+        False)."""
+        tree = self.grow()
+        return tree if self.tree else tree.chains()
 
     # ------------------------------------------------------------------ sources
     def extend(self, tokens: Sequence[int]) -> None:
@@ -297,7 +275,7 @@ class SuffixLookup:
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check)."""
         return (len(self.history), self._clock, tuple(self._docs[-8:]), tuple(self._stamp[-8:]),
-                self.store.state() if self.store is not None else None)
+                self._store.state() if self._store is not None else None)
 
     def depth_for(self, match_len: int) -> int:
         """Continuation length proposed after a ``match_len``-token match: (N-1) x match_len, at most max_depth."""
@@ -311,7 +289,7 @@ class SuffixLookup:
         hist = self.history if hist is None else hist
         seen, out = set(), []
         last = len(self.history) - 1
-        store = self.store
+        store = self._store
         for m in range(min(self.max_key, len(hist)), 0, -1):
             key = tuple(hist[-m:])
             for doc, end in reversed(self._index.get(key, ())):
@@ -333,7 +311,7 @@ class SuffixLookup:
         return out
 
     def _seq(self, doc: int) -> Sequence[int]:
-        return self.history if doc == 0 else self._docs[doc - 1] if doc > 0 else self.store.docs[-1 - doc]
+        return self.history if doc == 0 else self._docs[doc - 1] if doc > 0 else self._store.docs[-1 - doc]
 
     def _trie(self, hist: Optional[Sequence[int]] = None) -> _Node:
         root = _Node(-1)
@@ -353,7 +331,7 @@ class SuffixLookup:
                 node = child
         return root
 
-    def propose(self) -> CandidateTree:
+    def grow(self) -> CandidateTree:
         """The candidate tree for the current accepted sequence (empty when nothing matches or G = 0).
 
         Nodes come best first (by estimated path probability, or recency), so the tree's order is also a
@@ -404,25 +382,36 @@ class SuffixLookup:
         return tree
 
 
-class PoolLookup:
-    """The reference code's source (ablation ``lookup=pool``): ``NGramPool`` keyed by the newest token,
-    G candidates of N-1 tokens, newest first, proposed as separate chains with prob 1/2 per node."""
+class PoolProposer:
+    """The paper's candidate source (``decoding=paper``): ``NGramPool`` keyed by the newest token, G candidates
+    of N-1 tokens, newest first, proposed as separate chains with prob 1/2 per node (``tree``: shared prefixes
+    merged). Implements ``Proposer``; keeps nothing across sequences."""
 
-    def __init__(self, ngram_size: int, num_leaves: int, from_prompt: bool = True) -> None:
-        from .ngram_pool import NGramPool
+    topk = 0
 
-        self.pool = NGramPool(ngram_size, num_leaves)
-        self.from_prompt = from_prompt
+    def __init__(self, ngram_size: int, num_leaves: int, *, from_prompt: bool = True, tree: bool = False) -> None:
+        self.ngram_size, self.num_leaves, self.from_prompt, self.tree = ngram_size, num_leaves, from_prompt, tree
+        self.max_depth = ngram_size - 1
+        self.begin((), do_sample=False)
+
+    def begin(self, prompt: Sequence[int], *, do_sample: bool) -> None:
+        self.pool = NGramPool(self.ngram_size, self.num_leaves)
         self.history: list[int] = []
+        self.observe(prompt, ())
 
-    def extend(self, tokens: Sequence[int]) -> None:
+    def observe(self, accepted: Sequence[int], ngrams: Sequence[Sequence[int]], rows=None) -> None:
+        for ngram in ngrams:
+            self.pool.add(ngram)
         start = len(self.history)
-        self.history.extend(int(t) for t in tokens)
+        self.history.extend(int(t) for t in accepted)
         if self.from_prompt:
             self.pool.add_from_sequence(self.history, start=start)
 
-    def add_ngram(self, ngram: Sequence[int]) -> None:
-        self.pool.add(ngram)
+    def end(self, prompt: Sequence[int], output: Sequence[int]) -> None:
+        """Nothing kept across sequences."""
+
+    def reset(self) -> None:
+        """Nothing kept across sequences."""
 
     def state(self) -> tuple:
         return tuple((k, tuple(v)) for k, v in self.pool.items())
@@ -430,24 +419,21 @@ class PoolLookup:
     def propose(self) -> CandidateTree:
         if not self.history:
             return CandidateTree()
-        return CandidateTree.from_chains(self.pool.candidates(self.history[-1]))
+        tree = CandidateTree.from_chains(self.pool.candidates(self.history[-1]))
+        return tree.merged() if self.tree else tree
 
 
-def new_lookup(cfg, store: Optional[AnswerStore] = None):
-    """The candidate source ``cfg`` (a ``DecodingConfig``) asks for: ``PoolLookup`` or ``SuffixLookup``
-    (matching ``store``'s earlier answers too, when given)."""
-    n, g = cfg.ngram_size, cfg.guess_set_size
-    if cfg.lookup == "pool":
-        return PoolLookup(n, g, from_prompt=cfg.pool_from_prompt)
-    return SuffixLookup(n, g, max_depth=cfg.max_depth, ranking=cfg.ranking, index_history=cfg.pool_from_prompt,
-                        store=store, ngram_keys=cfg.ngram_keys, chain=cfg.chain)
-
-
-def propose(lookup, cfg) -> CandidateTree:
-    """``lookup``'s tree in the shape ``cfg.tree`` asks for: shared prefixes merged, or separate chains."""
-    if lookup is None:
-        return CandidateTree()
-    tree = lookup.propose()
-    if cfg.lookup == "pool":
-        return tree.merged() if cfg.tree else tree
-    return tree if cfg.tree else tree.chains()
+def proposers_for(decoding, *, cross_question: Optional[bool] = None, **levers) -> list:
+    """The product's proposers for a ``DecodingConfig``: none for plain greedy or G = 0; ``PoolProposer`` for
+    ``method="paper"``; else a ``SuffixProposer`` (depth ``max_depth``) with an ``AnswerStore`` of earlier answers,
+    matched in greedy calls (``cross_question``: None = greedy calls only, True = sampled calls too, False = no
+    store). ``levers``: further ``SuffixProposer`` (or ``PoolProposer``) arguments, for measurements (e.g.
+    ``chain=False``, ``ranking="recency"``, ``tree=True``)."""
+    n, g = decoding.ngram_size, decoding.guess_set_size
+    if decoding.method == "greedy" or g == 0:
+        return []
+    if decoding.method == "paper":
+        return [PoolProposer(n, g, from_prompt=decoding.pool_from_prompt, **levers)]
+    store = None if cross_question is False else AnswerStore()
+    return [SuffixProposer(n, g, max_depth=decoding.max_depth, index_history=decoding.pool_from_prompt, store=store,
+                           store_when_sampling=bool(cross_question), **levers)]

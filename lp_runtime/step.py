@@ -1,0 +1,124 @@
+"""The one place that calls the model for a decoding step: step inputs -> step outputs (docs/architecture.md).
+
+A lookahead step feeds a token tree (paper section 3.3, Figure 3; ``layout.py``): explicit positions (several
+tokens may share one), a float additive 4D mask over the committed cache and the step, and the in-step indices
+whose logits rows are kept. ``EagerStep`` runs it through the model's public forward (``input_ids``,
+``position_ids``, ``attention_mask``, ``past_key_values``, ``logits_to_keep``) on a transformers
+``DynamicCache``, and owns that cache's life: ``new_cache``, ``prefill``, ``__call__`` (one step) and
+``commit`` (keep the accepted part of the step's KV). Another implementation (a static cache, a captured
+step) replaces it by passing ``Decoder(..., step=...)`` an object with the same four methods.
+
+Outputs are kept on the device (no host sync here): the argmax of every kept row, whether the row is finite,
+the raw rows (for the sampler), and on request the top-k token ids of every kept row (``StepOutputs.topk``,
+for a proposer with ``topk`` > 0, e.g. a successor table).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from . import kv
+
+# Marks a kept row whose logits were not finite; travels through the LP all-gather like a token id.
+NONFINITE = -1
+
+
+@dataclass
+class StepInputs:
+    """One step's model inputs (q = tokens fed, k = rows kept).
+
+    Attributes:
+        ids: int64 (1, q) token ids in layout order, on the model's device.
+        positions: int64 (1, q) absolute positions (committed length + depth in the step's tree).
+        mask: float (1, 1, q, past + q) additive mask in the model's dtype (0 = may attend, ``finfo.min`` =
+            blocked), or None for a plain causal run (the model builds its own causal mask).
+        keep: int64 (k,) in-step indices whose logits rows are returned, in layout order.
+    """
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    mask: Optional[torch.Tensor]
+    keep: torch.Tensor
+
+
+@dataclass
+class StepOutputs:
+    """What one step returns, per kept row, on the model's device.
+
+    Attributes:
+        logits: float (k, V) raw logits of the kept rows (the model's dtype).
+        argmax: int64 (k,) argmax of each row.
+        finite: bool (k,) False where a row holds NaN or inf (its argmax decides nothing).
+        topk: int64 (k, K) the K most likely token ids of each row, best first, when the step was asked for
+            ``topk=K`` > 0 (None otherwise).
+    """
+
+    logits: torch.Tensor
+    argmax: torch.Tensor
+    finite: torch.Tensor
+    topk: Optional[torch.Tensor] = None
+
+    def tokens(self) -> torch.Tensor:
+        """int64 (k,): the argmax, ``NONFINITE`` where the row is not finite (on the device: no host sync)."""
+        return torch.where(self.finite, self.argmax, torch.full_like(self.argmax, NONFINITE))
+
+
+@dataclass
+class StepRows:
+    """A step's kept rows as a proposer sees them (``Proposer.observe`` when its ``topk`` > 0).
+
+    Attributes:
+        tokens: the input token id of each kept row (the token whose successor the row predicts), layout order:
+            ``c``, then this rank's window columns (last level), then this rank's tree nodes.
+        topk: int64 (k, K) the top-K successor ids of each row (``StepOutputs.topk``); under LP only this
+            rank's rows.
+    """
+
+    tokens: list[int]
+    topk: torch.Tensor
+
+
+def finite_argmax(logits_KV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(argmax int64 (K,), finite bool (K,)) of raw logits (K, V) in one reduction: a row's max is NaN if the
+    row holds a NaN, +inf if it holds +inf, -inf if every entry is -inf; all three make the row unusable."""
+    values, index = logits_KV.max(dim=-1)
+    return index, torch.isfinite(values)
+
+
+class EagerStep:
+    """Steps through the model's eager forward on a ``DynamicCache`` (see the module docstring).
+
+    Args:
+        model: a transformers causal LM; never modified.
+    """
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+
+    def new_cache(self) -> DynamicCache:
+        """An empty cache with full (non-sliding) layers: the step's 4D mask decides what each token sees."""
+        return kv.new_cache()
+
+    def prefill(self, cache: DynamicCache, ids: Sequence[int]) -> None:
+        """Feed ``ids`` (a causal run after the cache) keeping no logits."""
+        if ids:
+            self.model(input_ids=torch.tensor([list(ids)], device=self.device), past_key_values=cache,
+                       use_cache=True, logits_to_keep=torch.empty(0, dtype=torch.long, device=self.device))
+
+    def __call__(self, cache: DynamicCache, inputs: StepInputs, *, topk: int = 0) -> StepOutputs:
+        """ONE forward pass of ``inputs`` after ``cache`` (appending q entries to it)."""
+        out = self.model(input_ids=inputs.ids, position_ids=inputs.positions, attention_mask=inputs.mask,
+                         past_key_values=cache, use_cache=True, logits_to_keep=inputs.keep)
+        logits = out.logits[0]
+        argmax, finite = finite_argmax(logits)
+        top = torch.topk(logits, topk, dim=-1).indices if topk > 0 else None
+        return StepOutputs(logits, argmax, finite, top)
+
+    def commit(self, cache: DynamicCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:
+        """Keep the first ``num_keep`` of the last step's ``num_fed`` entries, then those at step offsets
+        ``gather`` (``kv.commit``); drop the rest."""
+        kv.commit(cache, num_fed, num_keep, gather)

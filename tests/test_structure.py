@@ -1,0 +1,62 @@
+"""Structure rules of the package that code review would otherwise have to re-check by hand.
+
+* no function in the decode core is longer than 60 lines (docstring included);
+* no two package modules import each other (module-level or function-local imports alike).
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lp_runtime"
+CORE = ["decoder", "tree", "proposers", "step", "checks", "window", "layout", "verify", "kv", "parallel", "policy",
+        "ngram_pool", "api", "__init__"]
+MAX_LINES = 60
+
+
+def _functions(path: Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.lineno, node.end_lineno - node.lineno + 1
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_no_core_function_longer_than_60_lines(module):
+    long = [(name, line, n) for name, line, n in _functions(PACKAGE / f"{module}.py") if n > MAX_LINES]
+    assert long == [], f"{module}.py: functions over {MAX_LINES} lines (name, line, lines): {long}"
+
+
+def _imports(path: Path) -> set[str]:
+    """Package modules ``path`` imports (``from .x import``, ``from . import x``, ``lp_runtime.x``)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level == 1 and mod:
+                out.add(mod.split(".")[0])
+            elif node.level == 1:
+                out.update(a.name for a in node.names)
+            elif mod.startswith("lp_runtime."):
+                out.add(mod.split(".")[1])
+            elif mod == "lp_runtime":
+                out.update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("lp_runtime."))
+    return out
+
+
+def test_no_two_package_modules_import_each_other():
+    modules = {p.stem: _imports(p) for p in PACKAGE.glob("*.py")}
+    pairs = sorted({tuple(sorted((a, b))) for a, deps in modules.items() for b in deps
+                    if b in modules and a != b and a in modules[b]})
+    assert pairs == [], f"modules importing each other: {pairs}"
+
+
+@pytest.mark.parametrize("module", ["tree", "window", "policy", "parallel", "verify", "ngram_pool"])
+def test_core_docstring_examples(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"lp_runtime.{module}"))
+    assert result.failed == 0 and result.attempted > 0
