@@ -267,14 +267,21 @@ def run_settings(cfg: RunConfig, *, model_fingerprint: str, world_size: int) -> 
     return dict(sorted(flat.items()))
 
 
+# Settings that left the configuration (issue 17: measurement levers) with the value that is today's behaviour: a
+# record holding that value resumes; another value (a lever that was switched) is refused like any difference.
+RETIRED = {"decoding.lookup": "suffix", "decoding.tree": True, "decoding.ranking": "counts", "decoding.commit": "copy",
+           "decoding.cross_question": None, "decoding.ngram_keys": "all", "decoding.chain": True}
+
+
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, recorded value, current value)`` for every compared key that differs; a key absent from
-    ``recorded`` (a field added after the file was written) counts as its default."""
+    ``recorded`` (a field added after the file was written) counts as its default, a ``RETIRED`` key absent
+    from ``current`` as its retired value."""
     defaults = flatten(dataclasses.asdict(RunConfig()))
     missing = object()
     out = []
     for key in sorted(set(recorded) | set(current)):
-        if key in NOT_COMPARED:
+        if key in NOT_COMPARED or (key not in current and key in RETIRED and recorded[key] == RETIRED[key]):
             continue
         old = recorded.get(key, defaults.get(key, missing))
         new = current.get(key, missing)

@@ -157,6 +157,14 @@ def test_settings_differences_cover_new_fields_and_skip_display_ones():
     assert answers.differences(old, current) == [("sampling.min_p", 0.1, 0.0)]
 
 
+def test_settings_of_retired_levers_resume_only_at_todays_behaviour():
+    current = answers.run_settings(RunConfig(), model_fingerprint="ab", world_size=1)
+    old = {**current, **{k: v for k, v in answers.RETIRED.items() if k not in current}}  # a record from before
+    assert answers.differences(old, current) == []
+    old["decoding.chain"], old["decoding.lookup"] = False, "pool"  # levers that were switched: other tokens/steps
+    assert answers.differences(old, current) == [("decoding.chain", False, None), ("decoding.lookup", "pool", None)]
+
+
 def test_model_fingerprint_follows_the_files_not_the_name(tmp_path):
     a = tmp_path / "a"
     a.mkdir()
