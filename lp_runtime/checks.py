@@ -6,12 +6,14 @@ and a float 4D mask (docs/architecture.md). That is exact only when
 
 * the model's attention follows those ``position_ids`` and that mask (``check_attention``: a start-up probe that
   compares a 2-token tree step with plain decoding; ALiBi models such as BLOOM, MPT or Falcon with
-  ``alibi=True`` build their own bias and are refused);
-* the position encoding of a token does not depend on how long the sequence is (``length_limit``: LongRoPE
+  ``alibi=True`` build their own bias, and Llama-4's ``attn_temperature_tuning`` scales by cache index: refused);
+* the position encoding of a token does not depend on how long the sequence is (``check_rope_length``: LongRoPE
   switches to its long factors once the sequence passes ``original_max_position_embeddings``, dynamic NTK
   rescales past ``max_position_embeddings``; a step's window and candidates reach further than the accepted
   sequence, so such a model is decoded only up to that length);
-* every token may see the whole sequence (sliding-window attention up to its window only).
+* every token may see the whole sequence: a layer attending only within a window or chunk (``attention_span``:
+  ``sliding_window``, GPT-Neo's local ``window_size``, Llama-4's ``attention_chunk_size``) is exact only while
+  the sequence fits in the first window, where its relation is plain causal (issue 20 fault 1).
 
 Each refusal is a ``ConfigError`` naming the model, the value and what is supported. Non-finite logits raise
 ``ModelOutputError`` naming the step and the position when a row that decides an emitted token is not finite

@@ -631,3 +631,18 @@ def test_20_6_one_decoder_four_threads_four_calls_each_equal_solo(policy):
     with ThreadPoolExecutor(max_workers=4) as pool:
         outs = list(pool.map(lambda p: shared.generate(p, max_new_tokens=24).output_ids, prompts))
     assert outs == solo
+
+
+def test_20_6_one_generator_four_threads_equal_solo(tiny_model_dir):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    setting = DecodingConfig(window_size=3, ngram_size=4, guess_set_size=3)
+    prompts = [f"Count {i} {i} {i} and say {i} again" for i in range(16)]
+    solo = [LookaheadGenerator(model, tok, setting).generate(p, max_new_tokens=16).output_ids for p in prompts]
+    gen = LookaheadGenerator(model, tok, setting)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(lambda p: gen.generate(p, max_new_tokens=16).output_ids, prompts)) == solo

@@ -14,6 +14,7 @@ from lp_runtime.decoder import Decoder
 from lp_runtime.kv import commit, new_cache
 from lp_runtime.policy import FeedAll, StepChoice
 from lp_runtime.proposers import proposers_for
+from lp_runtime.tree import CandidateTree
 
 sys.path.insert(0, str(Path(__file__).parent))
 from exactness import hf_greedy  # noqa: E402
@@ -135,3 +136,56 @@ def test_cross_question_store_changes_steps_never_tokens(tiny, wng):
     assert proposers_for(cfg)[0].store is not None  # the default: on with the suffix lookup
     dec.forget_answers()
     assert dec.generate(PROMPTS[0], max_new_tokens=40).decoding_steps == first[0].decoding_steps
+
+
+class RowsRecorder:
+    """A proposer that proposes nothing and records the kept rows a step shows it (``topk`` = 3)."""
+
+    topk, max_depth = 3, 1
+
+    def __init__(self):
+        self.rows, self.accepted = [], []
+
+    def begin(self, prompt, *, do_sample):
+        pass
+
+    def observe(self, accepted, ngrams, rows=None):
+        self.rows.append(rows)
+        self.accepted.append(list(accepted))
+
+    def propose(self):
+        return CandidateTree()
+
+    def end(self, prompt, output):
+        pass
+
+    def reset(self):
+        pass
+
+    def state(self):
+        return ()
+
+
+def test_proposers_are_constructor_arguments_and_may_ask_for_topk_rows(tiny):
+    """Two sources side by side (the suffix lookup and a row recorder) keep the output; the recorder gets every
+    kept row's input token and its top-3 successors, the first of which at ``c`` is the step's first token."""
+    model, refs = tiny
+    cfg = DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2)
+    rec = RowsRecorder()
+    dec = Decoder(model, cfg, proposers=proposers_for(cfg) + [rec])
+    out = dec.generate(PROMPTS[0], max_new_tokens=40)
+    assert out.output_ids == refs[0] and dec.topk == 3
+    assert len(rec.rows) == out.decoding_steps - 1  # every step but the last one observes
+    for rows, accepted in zip(rec.rows, rec.accepted):
+        assert rows.topk.shape == (len(rows.tokens), 3) and rows.topk.dtype == torch.int64
+        assert int(rows.topk[0, 0]) == accepted[0]  # row 0 is c: its best successor is the first accepted token
+    assert Decoder(model, cfg).topk == 0  # nobody asked: no top-k work
+
+
+def test_union_merges_equal_siblings_and_keeps_window_tags():
+    a = CandidateTree([5, 6, 7], [-1, 0, -1], [0.5, 0.5, 0.2], [False, True, True])
+    b = CandidateTree([5, 8, 7], [-1, 0, 0], [0.9, 0.1, 0.3], [True, True, True])
+    u = CandidateTree.union([a, b])
+    assert (u.tokens, u.parents, u.prob) == ([5, 6, 7, 8, 7], [-1, 0, -1, 0, 0], [0.5, 0.5, 0.2, 0.1, 0.3])
+    assert u.from_window == [False, True, True, True, True]  # 5 was proposed by the text in a: not window-only
+    assert CandidateTree.union([a]) is not a and CandidateTree.union([a]).tokens == a.tokens
