@@ -22,7 +22,7 @@ from typing import Optional, Sequence, Union
 from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig
 from .decoder import Decoder, GenerationOutput
 from .models import check_limits, eos_token_ids, load_model
-from .tuner import auto_policy
+from .auto import auto_policy
 from .checks import check_max_new_tokens, check_prompt_ids, vocab_size
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
@@ -41,7 +41,7 @@ class LookaheadGenerator:
     Args:
         model, tokenizer: a transformers causal LM and its tokenizer.
         decoding: method and W, N, G (default: ``DecodingConfig()``, the CPU-tuned lookahead setting; with
-            ``method="auto"`` the cost policy on this machine's latency profile, ``tuner.auto_policy``).
+            ``method="auto"`` the cost policy on this machine's latency profile, ``auto.auto_policy``).
         generation: default budget, stop strings and EOS ids (``GenerationConfig()``).
     """
 

@@ -83,20 +83,22 @@ AUTO_WAIT_S = 1800.0  # how long other ranks wait while rank 0 measures the mach
 def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list, todo: list, is_main: bool,
                   timeout_s: float, lp_size: int) -> tuple[Any, dict, Any]:
     """``decoding=auto``: global rank 0 reads (or measures, the first time) this machine's latency profile and
-    prints the one start-up line (``tuner.resolve_auto``); every rank gets rank 0's setting and curve
+    prints the one start-up line (``auto.resolve_auto``); every rank gets rank 0's setting and curve
     (``distributed.broadcast_object``), so all ranks of an LP group make the same choice every step. Returns
     (the decoding setting, the summary entry, a ``policy.CostPolicy`` on that curve)."""
-    from lp_runtime import distributed, tuner
+    from lp_runtime import auto, distributed, latency
+    from lp_runtime.decoder import Decoder
     from lp_runtime.policy import CostPolicy
 
     resolved = None
     if is_main:
-        resolved = tuner.resolve_auto(model, tokenizer, label, limits, eos_token_ids=eos, fallback_questions=todo,
-                                      lp_size=lp_size)
+        resolved = auto.resolve_auto(
+            model, tokenizer, limits, model_name=label, fallback_questions=todo, lp_size=lp_size,
+            make_decoder=lambda d, p: Decoder(model, d, eos_token_ids=eos, tokenizer=tokenizer, step_policy=p))
     if distributed.is_initialized():
         resolved = distributed.broadcast_object(resolved, timeout_s=max(timeout_s, AUTO_WAIT_S))
     decoding, entry = resolved
-    return decoding, entry, CostPolicy(tuner.curve_of(entry))
+    return decoding, entry, CostPolicy(latency.curve_of(entry))
 
 
 def run(cfg: RunConfig) -> dict:

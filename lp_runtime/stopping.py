@@ -1,4 +1,4 @@
-"""Stopping: cut a step's accepted run at the first token that ends generation (DESIGN.md section 1).
+"""Stopping: cut a step's accepted run at the first token that ends generation (docs/design.md section 1).
 
 A step may accept several tokens at once; everything after the first stop condition is dropped, so it is
 never emitted, streamed, counted or kept in the cache. Conditions, checked token by token in order: the
@@ -12,7 +12,8 @@ tokens (a byte-level BPE splits one emoji into 3 tokens, "日本語" into 6) is 
 it, wherever it began: in an earlier step or earlier in the same accepted run. Like ``generate``, a token that
 completes a stop string and carries text past it still ends generation there. Only the generated text is
 searched (a stop string that begins in the prompt does not count). Tokenizers without a vocabulary to
-precompute from (``get_vocab``) fall back to decoding the output and searching the text.
+precompute from (``get_vocab``), or with one transformers cannot probe (word-level), fall back to decoding the
+output and searching the text.
 """
 from __future__ import annotations
 
@@ -24,10 +25,15 @@ import torch
 
 @functools.lru_cache(maxsize=16)
 def _criteria(tokenizer, stop_strings: tuple[str, ...]):
-    """``StopStringCriteria`` for this tokenizer and these strings (building one scans the vocabulary: ~1 s)."""
+    """``StopStringCriteria`` for this tokenizer and these strings (building one scans the vocabulary: ~1 s), or
+    None where transformers cannot probe the vocabulary (a word-level one, e.g. a ``tokenizers`` WordLevel model:
+    its probe raises ``ValueError: substring not found``); the caller then matches the decoded text."""
     from transformers.generation.stopping_criteria import StopStringCriteria
 
-    return StopStringCriteria(tokenizer, list(stop_strings))
+    try:
+        return StopStringCriteria(tokenizer, list(stop_strings))
+    except ValueError:
+        return None
 
 
 class StopChecker:
@@ -57,6 +63,7 @@ class StopChecker:
         self._tail = 0
         if self.stop_strings and hasattr(tokenizer, "get_vocab"):
             self._criteria = _criteria(tokenizer, self.stop_strings)
+        if self._criteria is not None:
             self._tail = self._criteria.maximum_token_len  # one token per character at most: the tail it reads
         self._decoded_len = 0  # fallback matcher: length of the text decoded before the newest token
         self.output: list[int] = []

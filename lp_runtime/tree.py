@@ -183,12 +183,17 @@ class CandidateTree:
         return out
 
     def merged(self) -> "CandidateTree":
-        """Siblings with the same token merged (shared prefixes fed once); the first one's ``prob`` kept."""
+        """Siblings with the same token merged (shared prefixes fed once); the first one's ``prob`` kept; a merged
+        node is window-only (``from_window``) when every node merged into it was."""
         out, where, remap = CandidateTree(), {}, []
-        for t, p, pr in zip(self.tokens, self.parents, self.prob):
+        tagged = len(self.from_window) == len(self)
+        for i, (t, p, pr) in enumerate(zip(self.tokens, self.parents, self.prob)):
             key = (-1 if p < 0 else remap[p], t)
             if key not in where:
                 where[key] = out.append(t, key[0], pr)
+                out.from_window += [self.from_window[i]] if tagged else []
+            elif tagged:
+                out.from_window[where[key]] = out.from_window[where[key]] and self.from_window[i]
             remap.append(where[key])
         return out
 
@@ -214,20 +219,4 @@ class CandidateTree:
             out.parents += [p if p < 0 else p + base for p in t.parents]
             out.prob += t.prob
             out.from_window += t.from_window if tagged else []
-        return out if len(trees) == 1 else _merge_tagged(out, tagged)
-
-
-def _merge_tagged(tree: CandidateTree, tagged: bool) -> CandidateTree:
-    merged = tree.merged()
-    if tagged:  # a merged node is window-only when every node merged into it was
-        where, remap, flags = {}, [], []
-        for i, (t, p) in enumerate(zip(tree.tokens, tree.parents)):
-            key = (-1 if p < 0 else remap[p], t)
-            if key not in where:
-                where[key] = len(flags)
-                flags.append(tree.from_window[i])
-            else:
-                flags[where[key]] = flags[where[key]] and tree.from_window[i]
-            remap.append(where[key])
-        merged.from_window = flags
-    return merged
+        return out if len(trees) == 1 else out.merged()

@@ -419,10 +419,10 @@ def configure_decoder(dec, options: dict[str, Any]) -> None:
 def ours_method(label: str, model, decoding: DecodingConfig, *, max_new_tokens: int, eos_token_ids: Sequence[int],
                 tokenizer=None, lp=None, options: Optional[dict[str, Any]] = None) -> Method:
     """Our ``Decoder`` (greedy, lookahead or auto), with ``options`` (``configure_decoder``) applied."""
-    from lp_runtime import tuner
+    from lp_runtime import auto
     from lp_runtime.decoder import Decoder
 
-    policy = tuner.auto_policy(model) if decoding.method == "auto" else None  # the caller builds the cost policy
+    policy = auto.auto_policy(model) if decoding.method == "auto" else None  # the caller builds the cost policy
     dec = Decoder(model, decoding, eos_token_ids=eos_token_ids, tokenizer=tokenizer, lp=lp, step_policy=policy)
     configure_decoder(dec, options or {})
 
@@ -534,7 +534,9 @@ def check_partings(rows: list[dict], methods: Sequence[Method], models_by_dtype:
 
 def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     """Load the model once per dtype, benchmark every method, write results and figures; return the results dict."""
-    from lp_runtime import models, tuner
+    from lp_runtime import auto, models
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.latency import dtype_name
     from lp_runtime.parallel import setup_parallel
 
     ctx = setup_parallel(cfg.parallel)
@@ -545,10 +547,10 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
     model_label = models.model_label(cfg.model, models.model_fingerprint(cfg.model))
     prompts, questions = load_prompts(cfg, tok)
     n_new = cfg.generation.max_new_tokens
-    dtypes = list(cfg.dtypes) or [tuner.dtype_name(model)]
+    dtypes = list(cfg.dtypes) or [dtype_name(model)]
     models_by_dtype = {}
     for d in dtypes:
-        models_by_dtype[d] = model if d == tuner.dtype_name(model) else models.load_model(
+        models_by_dtype[d] = model if d == dtype_name(model) else models.load_model(
             dataclasses.replace(cfg.model, dtype=d))[0]
     multi = len(dtypes) > 1
     named = (lambda d, label: f"{d} {label}") if multi else (lambda d, label: label)  # noqa: E731
@@ -568,7 +570,8 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
         if cfg.include_decoding:
             dc = cfg.decoding
             if dc.method == "auto":
-                dc, autos[d] = tuner.resolve_auto(m_d, tok, model_label, dc, eos_token_ids=eos)
+                dc, autos[d] = auto.resolve_auto(m_d, tok, dc, model_name=model_label, make_decoder=lambda dd, p, m=m_d:
+                                                 Decoder(m, dd, eos_token_ids=eos, tokenizer=tok, step_policy=p))
                 mine.append((decoding_label(dc), dc, {}))
                 if cfg.ablation:
                     for suffix, opts in ABLATIONS.items():

@@ -9,7 +9,7 @@ Needs only torch + transformers (lp_runtime's core modules are imported directly
     Llama models of real shapes (SmolLM2-135M, Llama-3.2-1B, Llama-2-7B) in float32 (TF32 off), random prompts;
     a divergence reports the top-2 logit gap at the first differing token (DESIGN.md section 6: < 1e-4 is a tie).
 (b) latency: seconds per forward pass against input tokens per step q = 1..256 over a 200-token cache, bf16
-    (``lp_runtime.tuner.measure_latency``: median of reps, logits for half the step).
+    (``lp_runtime.latency.measure_latency``: median of reps, logits for half the step).
 (c) prediction: for each method of a benchmark results JSON (``--results``, from ``python -m lp_runtime.bench``
     on CPU), predicted speedup over greedy = S * latency(1) / latency(tokens fed per step of that method, its
     cap where the bench did not count them), per shape.
@@ -30,7 +30,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lp_runtime import tuner  # noqa: E402
+from lp_runtime import latency  # noqa: E402
+from lp_runtime.policy import interpolate  # noqa: E402
 from lp_runtime.config import DecodingConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 
@@ -124,7 +125,7 @@ def predict(curve: dict[int, float], results_path: str) -> list[dict]:
             continue
         # tokens actually fed per step where the bench measured it (a policy feeds fewer than its cap), else the cap
         q = r.get("fed_per_step") or r["step_tokens"]
-        lat = tuner.interpolate(curve, q)
+        lat = interpolate(curve, q)
         out.append({"method": r["method"], "S_cpu": r["step_compression"], "step_tokens": q,
                     "step_latency_ratio": lat / curve[1],
                     "predicted_speedup": r["step_compression"] * curve[1] / lat,
@@ -166,7 +167,7 @@ def main() -> None:
         report["exactness"] += exactness(model, name, 2 if args.quick else 4, 12 if args.quick else 48,
                                          SETTINGS[:2] if args.quick else SETTINGS)
         model.to(torch.bfloat16 if args.device.startswith("cuda") or not args.quick else torch.float32)
-        curve = tuner.measure_latency(model, qs, cache_tokens=200, reps=2 if args.quick else 5)
+        curve = latency.measure_latency(model, qs, cache_tokens=200, reps=2 if args.quick else 5)
         report["latency_s"][name] = {str(q): t for q, t in curve.items()}
         log(f"latency {name} ({model.dtype}): " + ", ".join(f"q={q} {1e3 * t:.2f}ms" for q, t in curve.items()))
         if os.path.isfile(args.results):

@@ -1,8 +1,8 @@
 """Latency curves: ms of one forward pass against the tokens q in it, per dtype and step variant (issue 9).
 
-For each dtype (float32, bfloat16, ...) and variant (``lp_runtime.tuner.VARIANTS``: ``dynamic`` = today's
+For each dtype (float32, bfloat16, ...) and variant (``lp_runtime.latency.VARIANTS``: ``dynamic`` = today's
 DynamicCache + mask concatenated each step, ``static_mask`` = a preallocated mask buffer, ``compile`` =
-``torch.compile``), ``tuner.measure_latency`` times one step of q tokens over a ``--cache-tokens`` cache. The
+``torch.compile``), ``latency.measure_latency`` times one step of q tokens over a ``--cache-tokens`` cache. The
 (dtype, variant) pairs are measured in ``--rounds`` interleaved rounds (the machine drifts) and each q keeps
 the median over rounds. Writes ``OUT/<model>__<device>__<dtype>__<variant>.json``, ``OUT/latency_curves.json``
 (all of them), ``OUT/latency_curves.md`` (a table) and ``OUT/latency_curves.png`` (ms and ratio to q = 1).
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from lp_runtime import models, tuner  # noqa: E402
+from lp_runtime import latency, models  # noqa: E402
 from lp_runtime.config import ModelConfig  # noqa: E402
 
 
@@ -44,8 +44,8 @@ def measure_all(model, dtype, variants, qs, *, reps, rounds, cache_tokens, log=p
         pairs = pairs[r % len(pairs):] + pairs[: r % len(pairs)]
         for d, v in pairs:
             t0 = time.perf_counter()
-            curve = tuner.measure_latency(model, qs, cache_tokens=cache_tokens, reps=reps, variant=v,
-                                          warmup=3 if v == "compile" else 1)
+            curve = latency.measure_latency(model, qs, cache_tokens=cache_tokens, reps=reps, variant=v,
+                                            warmup=3 if v == "compile" else 1)
             for q, t in curve.items():
                 samples.setdefault((d, v), {}).setdefault(q, []).append(t)
             log(f"round {r + 1}/{rounds} {d} {v} ({time.perf_counter() - t0:.0f}s): "
@@ -117,11 +117,11 @@ def main() -> None:
     ap.add_argument("--model-name", default="smollm2_135m")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    ap.add_argument("--variants", nargs="+", default=["dynamic", "static_mask"], choices=tuner.VARIANTS)
-    ap.add_argument("--qs", nargs="+", type=int, default=list(tuner.LATENCY_QS))
+    ap.add_argument("--variants", nargs="+", default=["dynamic", "static_mask"], choices=latency.VARIANTS)
+    ap.add_argument("--qs", nargs="+", type=int, default=list(latency.LATENCY_QS))
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--cache-tokens", type=int, default=tuner.CACHE_TOKENS)
+    ap.add_argument("--cache-tokens", type=int, default=latency.CACHE_TOKENS)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--save-profile", action="store_true",
                     help="also store each dtype's static_mask curve as the tuner's profile (decoding=auto uses it)")
@@ -134,8 +134,7 @@ def main() -> None:
     device = str(next(model.parameters()).device)
     meta = {"model": args.model_name, "device": device, "threads": torch.get_num_threads(),
             "cache_tokens": args.cache_tokens, "reps": args.reps, "rounds": args.rounds,
-            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "native_bf16": models.native_bf16(next(model.parameters()).device)}
+            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     log = lambda *a: print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)  # noqa: E731
     log("measuring", meta)
     # the model is converted in place (float32 weights first, so nothing is rounded twice)
@@ -148,10 +147,10 @@ def main() -> None:
         log("wrote", p)
     if args.save_profile:
         for d in dtypes:
-            if (d, tuner.DEFAULT_VARIANT) in curves and args.qs == list(tuner.LATENCY_QS):
-                rounds = ROUNDS[(d, tuner.DEFAULT_VARIANT)]
-                prof = tuner.latency_profile(tuner.model_key(model), tuner.device_key(model), d, retune=True,
-                                             measure=lambda r=rounds: tuner.robust_curve(r))
+            if (d, latency.DEFAULT_VARIANT) in curves and args.qs == list(latency.LATENCY_QS):
+                rounds = ROUNDS[(d, latency.DEFAULT_VARIANT)]
+                prof = latency.latency_profile(models.model_id_of(model), latency.device_key(model), d, retune=True,
+                                               measure=lambda r=rounds: latency.robust_curve(r))
                 log("tuner profile", prof["path"])
     log(f"done in {time.perf_counter() - t0:.0f}s")
 

@@ -3,7 +3,7 @@ have on given latency curves, plus how well the lookup's raw acceptance estimate
 
 Decodes the same prompts with fixed settings (FeedAll) and with ``CostPolicy`` on each curve; step counts and
 tokens fed do not depend on the machine's speed, so this may run on a busy machine. The predicted speedup of a
-run on a curve is (tokens / sum of latency(tokens fed) over its steps) x latency(1) (``tuner.expected_speedup``).
+run on a curve is (tokens / sum of latency(tokens fed) over its steps) x latency(1) (``auto.expected_speedup``).
 The calibration table feeds every proposed node (a flat curve) and counts, per (depth, raw-probability bucket),
 how often a node whose parent was accepted was accepted itself::
 
@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lp_runtime import data, tuner  # noqa: E402
+from lp_runtime import auto, data  # noqa: E402
 from scripts.bench import select_per_category  # noqa: E402
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
@@ -75,7 +75,7 @@ def main() -> None:
             out = dec.generate(p, max_new_tokens=args.new)
             tokens += len(out.output_ids)
             fed += out.step_tokens
-        preds = " | ".join(f"{tuner.expected_speedup(c, tokens, fed):.3f}" for c in curves.values())
+        preds = " | ".join(f"{auto.expected_speedup(c, tokens, fed):.3f}" for c in curves.values())
         print(f"| {label} | {tokens / len(fed):.3f} | {sum(fed) / len(fed):.2f} | {preds} |", flush=True)
 
     cal = _Recording()

@@ -54,7 +54,7 @@ def tiny_model_dir(tmp_path_factory):
     if (cached / "tokenizer.json").is_file():
         tok = AutoTokenizer.from_pretrained(cached)
     else:
-        folder, gguf_file, _ = models._bundled_gguf("smollm2")
+        folder, gguf_file, _ = models.bundled_gguf("smollm2")
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -6,11 +6,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lp_runtime import tuner
+from lp_runtime import auto, latency, models
 from lp_runtime.config import DecodingConfig
 from lp_runtime.decoder import Decoder
-from lp_runtime.policy import FeedAll
-from lp_runtime.policy import CostPolicy
+from lp_runtime.policy import CostPolicy, FeedAll
 
 from exactness import assert_greedy_equal, hf_greedy
 
@@ -86,14 +85,14 @@ def test_levers_do_not_change_the_tokens(tiny):
     assert out.output_ids == ref and set(out.step_tokens) == {1}  # ... and never on the steep one
 
 
-def test_method_auto_builds_the_cost_policy_from_the_cached_profile(tiny, tmp_path, monkeypatch):
+def test_auto_policy_is_the_cost_policy_on_the_cached_profile(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
-    tuner.latency_profile(tuner.model_key(tiny), tuner.device_key(tiny), "float32", measure=lambda: FLAT)  # as if measured
-    dec = Decoder(tiny, AUTO, step_policy=tuner.auto_policy(tiny))  # the caller builds auto's policy (api.py)
-    assert isinstance(dec.step_policy, CostPolicy) and dec.step_policy.curve(64) == 0.010
-    assert isinstance(Decoder(tiny, DecodingConfig(method="lookahead")).step_policy, FeedAll)
-    out = dec.generate(PROMPTS[0], max_new_tokens=NEW)
+    latency.latency_profile(models.model_id_of(tiny), latency.device_key(tiny), "float32", measure=lambda: FLAT)
+    policy = auto.auto_policy(tiny, log=lambda line: pytest.fail(f"measured: {line}"))  # as if measured before
+    assert isinstance(policy, CostPolicy) and policy.curve(64) == 0.010
+    out = Decoder(tiny, AUTO, step_policy=policy).generate(PROMPTS[0], max_new_tokens=NEW)
     assert out.output_ids == hf_greedy(tiny, PROMPTS[0], NEW) and out.decoding_steps < NEW
+    assert isinstance(Decoder(tiny, DecodingConfig(method="lookahead")).step_policy, FeedAll)
 
 
 def test_auto_on_smollm2_equals_transformers_greedy(smollm2, smollm2_greedy):

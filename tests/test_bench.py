@@ -1,4 +1,4 @@
-"""The benchmark harness (fake clock) and a CLI smoke (the tuner: tests/test_tuner.py)."""
+"""The benchmark harness (fake clock) and a CLI smoke (the tuner: tests/test_latency.py, tests/test_auto.py)."""
 from __future__ import annotations
 
 import json
@@ -234,10 +234,13 @@ def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsy
                       generation=GenerationConfig(max_new_tokens=6), ablation=True,
                       datasets=[DatasetConfig(name="jsonl", path=str(questions))], methods=["hf_greedy"],
                       lookahead=[], figures=False, progress=False, output_dir=str(tmp_path / "out"))
-    from lp_runtime import tuner
+    import torch
+
+    from lp_runtime import latency, models
 
     float32 = {1: 0.0385, 2: 0.0618, 3: 0.0758, 4: 0.0589, 8: 0.0592, 16: 0.0706, 32: 0.095, 64: 0.1428}
-    monkeypatch.setattr(tuner, "measure_latency", lambda model, **kw: float32)  # as if measured on this curve
+    latency.latency_profile(models.model_id(cfg.model), f"cpu-{torch.get_num_threads()}t", "float32",
+                            measure=lambda: float32)  # as if measured on this curve
     res = run(cfg)
     auto = "auto W0 N4 G2"  # the window does not pay on this (float32, 2-core CPU) curve
     assert list(res["methods"]) == ["hf_greedy", auto, f"{auto} -copy_kv", f"{auto} -policy",

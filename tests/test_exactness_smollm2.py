@@ -19,7 +19,7 @@ from exactness import SMOLLM2_NEW as NEW, assert_greedy_equal
 def test_smollm2_lookahead_equals_generate(smollm2, smollm2_greedy, W, N, G, commit):
     model, tok = smollm2
     eos, _, prompts, refs = smollm2_greedy  # transformers' greedy generate, 64 new tokens (conftest.py)
-    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G, commit=commit),
+    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G), copy_kv=commit == "copy",
                   eos_token_ids=eos, tokenizer=tok)
     tokens = steps = 0
     for i, (prompt, ref) in enumerate(zip(prompts, refs)):

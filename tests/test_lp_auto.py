@@ -105,7 +105,7 @@ def test_broadcast_object_in_one_process_is_the_object():
 def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     """The main job with decoding=auto and parallel=lp2: rank 0 reads the (seeded) profile and prints one line,
     both ranks decode on its curve, the answers equal plain greedy's, and the summary records the choice."""
-    from lp_runtime import models, tuner
+    from lp_runtime import auto, latency, models
     from lp_runtime.config import DecodingConfig, ModelConfig
 
     model_dir = tmp_path / "tiny"
@@ -116,13 +116,14 @@ def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     loaded, _ = models.load_model(ModelConfig(path=str(model_dir), device="cpu", dtype="float32"))
     cache = tmp_path / "cache"
     curve = {1: 0.010, 4: 0.010, 8: 0.020, 64: 0.160}
-    key = tuner.model_key(loaded)
-    tuner.latency_profile(key, "cpu-1t", "float32", measure=lambda: curve, root=str(cache))  # as if measured
-    path = tuner.profile_path(key, "cpu-1t", "float32", str(cache))
+    key = models.model_id_of(loaded)
+    latency.latency_profile(key, "cpu-1t", "float32", measure=lambda: curve, root=str(cache))  # as if measured
+    path = latency.profile_path(key, "cpu-1t", "float32", str(cache))
     prof = json.loads(Path(path).read_text())
-    w = tuner.auto_window(curve, 4, lp_size=2)  # the window priced per rank
-    prof["calibration"] = {f"W{w} N4 G3 T32": {"tokens": 40, "steps": 20, "mean_step_tokens": 3.0,
-                                               "expected_speedup": 1.5}}  # no calibration decode either
+    w = auto.auto_window(curve, 4, lp_size=2)  # the window priced per rank
+    prof["calibration"] = {f"W{w} N4 G3 T{auto.CALIBRATION_TOKENS}": {
+        "tokens": 40, "steps": 20, "mean_step_tokens": 3.0, "expected_speedup": 1.5, "low": 1.2, "high": 1.8,
+        "prompts": 4, "max_new_tokens": auto.CALIBRATION_TOKENS}}  # no calibration decode either
     Path(path).write_text(json.dumps(prof))
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps({"question_id": i, "category": "t", "turns": [t]}) + "\n"

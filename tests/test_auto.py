@@ -1,0 +1,141 @@
+"""decoding=auto's setting and its start-up line (lp_runtime.auto): the window bound from the curve, the expected
+speedup from a calibration that resembles a run, and how close that estimate comes to what the policy then
+achieves (on a synthetic curve: the step time is the curve's, no wall clock)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from lp_runtime import auto, latency, models
+from lp_runtime.config import DecodingConfig, ModelConfig
+from lp_runtime.decoder import Decoder
+from lp_runtime.policy import CostPolicy
+
+FLOAT32 = {1: 38.5, 2: 61.8, 3: 75.8, 4: 58.9, 8: 59.2, 16: 70.6, 32: 95.0, 64: 142.8}
+BFLOAT16 = {1: 21.9, 2: 21.5, 3: 21.0, 4: 22.1, 8: 24.4, 16: 28.0, 32: 36.8, 64: 52.6}
+GPU = {1: 0.0100, 8: 0.0102, 16: 0.0105, 32: 0.0112, 64: 0.0130, 128: 0.0190}  # an H200-like, nearly flat curve
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.3,
+                                        max_position_embeddings=512, bos_token_id=None, eos_token_id=None,
+                                        pad_token_id=None)).eval()
+
+
+def test_auto_window_from_the_curve():
+    # N = 6: W = 3 is 2 + 4 * 3 = 14 window tokens. float32: q = 15 costs 69.2 ms vs 38.5: never pays.
+    assert auto.auto_window(FLOAT32, 6) == 0
+    assert auto.auto_window(BFLOAT16, 6) == 0  # 27.6 ms vs 21.9 for 0.15 more tokens on 1.5: not either
+    assert auto.auto_window({1: 10.0, 201: 12.0}, 6) == 15  # nearly flat: W = 15, +7.4% cost for +10% tokens
+    assert auto.auto_window({1: 10.0, 101: 20.0}, 6) == 0  # W = 3 costs +14% for +10%
+    d = auto.auto_decoding({1: 1.0, 64: 1.0}, DecodingConfig(method="auto", ngram_size=5, guess_set_size=3))
+    assert d == DecodingConfig(method="auto", window_size=15, ngram_size=5, guess_set_size=3)
+
+
+def test_auto_window_under_lp_prices_the_busiest_rank_and_keeps_the_variants():
+    curve = {1: 50.0, 201: 250.0}  # 1 ms a token on 50 ms: one process, W = 3 at N = 4 is 9 tokens, +16% for +10%
+    assert auto.auto_window(curve, 4) == 0
+    assert auto.auto_window(curve, 4, lp_size=3) == 3  # 3 ranks: at most 1 + 2 + 2 = 5 tokens each, +8%
+    d = auto.auto_decoding(curve, DecodingConfig(method="auto", ngram_size=4, max_depth=5), 3)
+    assert (d.window_size, d.max_depth, d.method) == (3, 5, "auto")
+
+
+def test_expected_speedup():
+    # 10 tokens in 4 steps of q = 1, 4, 8, 8 on float32: 10 * 38.5 / (38.5 + 58.9 + 2 * 59.2)
+    assert auto.expected_speedup(FLOAT32, 10, [1, 4, 8, 8]) == pytest.approx(385 / 215.8)
+    assert auto.expected_speedup(FLOAT32, 0, []) == 1.0
+
+
+class Out:
+    def __init__(self, tokens, steps):
+        self.output_ids, self.step_tokens = [0] * tokens, steps
+
+
+class Scripted:
+    """A fake decoder: prompt i makes ``outs[i]`` (tokens, step sizes); the calls are recorded."""
+
+    def __init__(self, outs, clock=None, seconds=0.0):
+        self.outs, self.calls, self.clock, self.seconds = outs, [], clock, seconds
+
+    def generate(self, prompt, max_new_tokens):
+        self.calls.append((prompt, max_new_tokens))
+        if self.clock is not None:
+            self.clock[0] += self.seconds
+        return Out(*self.outs[len(self.calls) - 1])
+
+
+def test_calibrate_skips_the_warm_prompt_and_reports_the_spread():
+    flat = {1: 1.0, 64: 1.0}
+    dec = Scripted([(5, [1] * 5), (8, [4, 4]), (6, [4, 4, 4])])
+    c = auto.calibrate(dec, [[1], [2], [3]], flat, max_new_tokens=8)
+    assert [p for p, _ in dec.calls] == [[1], [2], [3]] and {n for _, n in dec.calls} == {8}
+    # counted: prompts 2 and 3 (14 tokens in 5 steps of cost 1 against 14 plain steps)
+    assert c == {"tokens": 14, "steps": 5, "mean_step_tokens": 4.0, "expected_speedup": 14 / 5, "low": 2.0,
+                 "high": 4.0, "prompts": 2, "max_new_tokens": 8}
+    # one prompt only: it is counted (nothing to warm with); the time budget stops after two counted prompts
+    assert auto.calibrate(Scripted([(3, [1, 1, 1])]), [[1]], flat)["prompts"] == 1
+    now = [0.0]
+    dec = Scripted([(2, [1, 1])] * 6, clock=now, seconds=50.0)
+    c = auto.calibrate(dec, [[i] for i in range(6)], flat, budget_s=90.0, clock=lambda: now[0])
+    assert len(dec.calls) == 3 and c["prompts"] == 2  # 0 s, 50 s, 100 s: then over budget
+
+
+def test_expected_speedup_is_within_25_percent_of_what_the_policy_then_achieves(tiny):
+    """The start-up line's estimate (calibrate) against a 'bench' on other prompts with a fresh policy, as the run
+    decodes: the step time is the synthetic curve's (so speedup = tokens x latency(1) / sum latency(fed))."""
+    limits = DecodingConfig(method="auto", ngram_size=4, guess_set_size=3)
+    decoding = auto.auto_decoding(GPU, limits)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 96, (12,), generator=gen).tolist() for _ in range(10)]
+    calib = auto.calibrate(Decoder(tiny, decoding, step_policy=CostPolicy(GPU)), prompts[:5], GPU,
+                           max_new_tokens=96)
+    bench = Decoder(tiny, decoding, step_policy=CostPolicy(GPU))
+    outs = [bench.generate(p, max_new_tokens=96) for p in prompts[5:]]
+    achieved = auto.expected_speedup(GPU, sum(len(o.output_ids) for o in outs), [q for o in outs for q in o.step_tokens])
+    assert achieved > 1.2, achieved  # lookahead pays on this curve and model: the check has something to miss
+    assert abs(calib["expected_speedup"] / achieved - 1) <= 0.25, (calib, achieved)
+    assert calib["low"] <= calib["expected_speedup"] <= calib["high"]
+
+
+def test_resolve_auto_prints_one_line_and_reuses_the_calibration(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    from transformers import AutoTokenizer
+
+    from lp_runtime.data import Question
+
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    model, _ = models.load_model(ModelConfig(name="tiny", path=str(tiny_model_dir), device="cpu"))
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    flat = {1: 0.01, 64: 0.01}
+    latency.latency_profile(models.model_id_of(model), latency.device_key(model), "float32", measure=lambda: flat)
+    fallback = [Question(1, "writing", ["Write a haiku about the sea."]), Question(2, "code", ["def f(x):"])]
+    limits = DecodingConfig(method="auto", ngram_size=4, guess_set_size=2)
+    made = []
+
+    def make_decoder(d, policy):
+        made.append((d, policy))
+        return Decoder(model, d, tokenizer=tok, step_policy=policy)
+
+    d1, e1 = auto.resolve_auto(model, tok, limits, model_name="tiny", make_decoder=make_decoder,
+                               fallback_questions=fallback, max_new_tokens=4)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("decoding=auto: tiny, cost policy, (W, N, G) <= (15, 4, 2)")
+    c = e1["calibration"]
+    assert (f"expected speedup over greedy {c['expected_speedup']:.2f}x (per prompt {c['low']:.2f}-{c['high']:.2f}x;"
+            in lines[0]) and f"over {c['prompts']} calibration prompts of up to 4 tokens)" in lines[0]
+    assert d1 == DecodingConfig(method="auto", window_size=15, ngram_size=4, guess_set_size=2)
+    assert made[0][0] == d1 and isinstance(made[0][1], CostPolicy) and made[0][1].curve(64) == 0.01
+    # MT-Bench and HumanEval prompts (the fallback where those packages are missing), the first only warming up
+    n = len(auto.calibration_prompts(tok, fallback))
+    assert e1["reused_profile"] is True and c["prompts"] == n - 1 and c["tokens"] == 4 * (n - 1)
+    assert json.loads(Path(e1["profile"]).read_text())["calibration"]["W15 N4 G2 T4"] == c
+    d2, e2 = auto.resolve_auto(model, tok, limits, make_decoder=lambda *a: pytest.fail("calibrated again"),
+                               fallback_questions=fallback, max_new_tokens=4)
+    assert d2 == d1 and e2["calibration"] == c
+    assert capsys.readouterr().out.startswith(f"decoding=auto: {models.model_id_of(model)}, cost policy")

@@ -1,0 +1,266 @@
+"""The latency curve and its cached profile (lp_runtime.latency): measured in bounded, interleaved rounds,
+re-measured when rounds disagree, re-checked on reuse; model.dtype=auto by measured greedy steps. Every timing is
+injected (a fake ``measure`` or clock): nothing here depends on how fast this machine is."""
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lp_runtime import latency, models
+from lp_runtime.config import ConfigError, ModelConfig
+from lp_runtime.layout import LayoutCache, MaskBuffer, full_mask
+
+BFLOAT16 = {1: 21.9, 2: 21.5, 3: 21.0, 4: 22.1, 8: 24.4, 16: 28.0, 32: 36.8, 64: 52.6}
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.3,
+                                        max_position_embeddings=256)).eval()
+
+
+class Rounds:
+    """A fake ``measure(qs, reps=, warmup=)``: the next of ``curves`` (the last repeats), every call recorded."""
+
+    def __init__(self, *curves):
+        self.curves, self.calls = list(curves), []
+
+    def __call__(self, qs, reps, warmup):
+        self.calls.append((tuple(qs), reps, warmup))
+        curve = self.curves[min(len(self.calls), len(self.curves)) - 1]
+        return {q: curve[q] for q in qs if q in curve}
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+def test_measure_latency_times_each_variant_with_the_clock_given(tiny_llama):
+    for variant in ("dynamic", "static_mask"):
+        ticks = itertools.count()  # every timed pass takes exactly one tick
+        curve = latency.measure_latency(tiny_llama, (1, 3), cache_tokens=8, reps=3, variant=variant,
+                                        clock=lambda: next(ticks))
+        assert curve == {1: 1, 3: 1}
+    with pytest.raises(ValueError, match="variant='static' is not allowed; use one of dynamic, static_mask, compile"):
+        latency.measure_latency(tiny_llama, (1,), variant="static")
+
+
+def test_measure_rounds_stops_starting_rounds_after_the_budget():
+    measure, now = Rounds({1: 0.1}), [0.0]
+
+    def slow(qs, reps, warmup):  # each round takes 40 s of the fake clock
+        now[0] += 40.0
+        return measure(qs, reps=reps, warmup=warmup)
+
+    assert len(latency.measure_rounds(slow, (1,), budget_s=60.0, clock=lambda: now[0])) == 2  # 0 s, 40 s; not 80
+    assert [c[2] for c in measure.calls] == [1, 0]  # warm-up passes in the first round only
+    now[0] = 0.0
+    assert len(latency.measure_rounds(slow, (1,), budget_s=1000.0, clock=lambda: now[0])) == latency.ROUNDS
+    now[0] = 0.0
+    assert len(latency.measure_rounds(slow, (1,), budget_s=0.0, clock=lambda: now[0])) == 1  # the first always
+
+
+def _monotone(curve):
+    ts = [curve[q] for q in sorted(curve)]
+    return all(a <= b for a, b in zip(ts, ts[1:]))
+
+
+def test_robust_curve_lifts_noise_and_keeps_a_dip_every_round_saw():
+    import random
+
+    rng = random.Random(0)
+    true = {q: t / 1e3 for q, t in BFLOAT16.items()}
+    true = {q: max(t for p, t in true.items() if p <= q) for q in true}  # a monotone truth
+    for trial in range(100):
+        spells = [1 + rng.uniform(0, 0.5) for _ in range(3)]  # a slow spell per round, jitter per pass
+        rounds = [{q: t * f * (1 + rng.uniform(0, 0.05)) for q, t in true.items()} for f in spells]
+        rounds[trial % 3][1] *= 1.6  # once a spike at q = 1
+        out = latency.robust_curve(rounds)
+        assert _monotone(out), (trial, out)
+        for q, t in out.items():  # never below the truth, never above the slowest round
+            assert true[q] <= t <= max(r[q] for r in rounds) * 1.05, (trial, q)
+    f32 = [{1: 38.5, 2: 61.8, 3: 75.8, 4: 58.9, 8: 59.2, 16: 70.6},
+           {1: 40.0, 2: 63.0, 3: 77.0, 4: 60.0, 8: 59.9, 16: 71.0}]
+    assert latency.robust_curve(f32) == {1: 38.5, 2: 61.8, 3: 75.8, 4: 61.8, 8: 61.8, 16: 70.6}
+    assert latency.robust_curve([{1: 2.0, 8: 1.0}]) == {1: 2.0, 8: 1.0}  # one round, a far dip: kept
+    assert latency.robust_curve([{1: 2.0}, {8: 1.95, 1: 3.0}]) == {1: 2.0, 8: 2.0}  # within 5%: lifted
+    with pytest.raises(ValueError, match="at least one round"):
+        latency.robust_curve([])
+
+
+def test_disagreement_names_the_worst_q():
+    assert latency.disagreement([{1: 0.11, 2: 0.70}, {1: 0.10, 2: 0.11}]) == (2, pytest.approx(0.70 / 0.11))
+    assert latency.disagreement([{1: 0.10, 2: 0.11}, {1: 0.12, 2: 0.12}]) == (1, pytest.approx(1.2))
+    assert latency.disagreement([{1: 0.1}]) == (0, 1.0)
+
+
+# ------------------------------------------------------------------------------------------ the profile
+
+def test_profile_saved_and_reused(tmp_path):
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {1: 0.03, 4: 0.04}
+
+    kw = dict(measure=measure, root=str(tmp_path))
+    p1 = latency.latency_profile("m/x", "cpu", "float32", **kw)
+    path = latency.profile_path("m/x", "cpu", "float32", str(tmp_path))
+    assert p1["path"] == path and path == str(tmp_path / "tuner" / "m_x__cpu__float32.json") and not p1["reused"]
+    p2 = latency.latency_profile("m/x", "cpu", "float32", **kw)
+    assert p2["reused"] is True and len(calls) == 1 and latency.curve_of(p2) == {1: 0.03, 4: 0.04}
+    saved = json.loads(Path(path).read_text())
+    assert saved["latency_s"] == {"1": 0.03, "4": 0.04} and saved["fingerprint"]["variant"] == "static_mask"
+    assert "reused" not in saved and "path" not in saved
+    for args, extra in ((("m/x", "cpu", "bfloat16"), {}), (("m/x", "cuda:0", "float32"), {}),
+                        (("m/x", "cpu", "float32"), {"variant": "dynamic"}), (("m/x", "cpu", "float32"), {"retune": True})):
+        latency.latency_profile(*args, **extra, **kw)  # another dtype, device or variant, or retune: measured
+    assert len(calls) == 5
+
+
+def test_model_profile_measures_once_says_so_and_keeps_the_rounds(tiny_llama, tmp_path):
+    noisy = Rounds({1: 0.030, 8: 0.020}, {1: 0.021, 8: 0.022}, {1: 0.022, 8: 0.021}, {1: 0.021, 8: 0.021})
+    lines = []
+    p = latency.model_profile(tiny_llama, "tiny-1234abcd", measure=noisy, root=str(tmp_path), retune=False,
+                              log=lines.append)
+    assert [c[2] for c in noisy.calls] == [1, 0, 0] and {c[1] for c in noisy.calls} == {latency.REPS}
+    assert latency.curve_of(p) == {1: 0.021, 8: 0.021}  # fastest round per q, then monotone
+    device = f"cpu-{torch.get_num_threads()}t"
+    assert lines == [f"measuring this machine's step latency for decoding=auto, once: tiny-1234abcd, float32 on "
+                     f"{device}, 3 rounds x 12 step sizes, at most ~60 s; cached in {p['path']}"]
+    assert p["path"].endswith(f"tiny-1234abcd__{device}__float32.json")
+    saved = json.loads(Path(p["path"]).read_text())
+    assert saved["rounds_s"] == [{"1": 0.030, "8": 0.020}, {"1": 0.021, "8": 0.022}, {"1": 0.022, "8": 0.021}]
+    # reused: re-checked at q = 1 and 8 only (within 1.5x of the cached 21 ms), nothing said
+    again = latency.model_profile(tiny_llama, "tiny-1234abcd", measure=noisy, root=str(tmp_path), log=lines.append)
+    assert again["reused"] and noisy.calls[3] == ((1, 8), latency.REPS, 1) and len(noisy.calls) == 4
+    assert len(lines) == 1
+
+
+def test_rounds_that_disagree_are_measured_again(tiny_llama, tmp_path):
+    # round 1 measured q = 8 at 0.70 s against 0.11 s next (another process held the cores), then quiet rounds
+    busy = Rounds({1: 0.10, 8: 0.70}, {1: 0.10, 8: 0.11}, {1: 0.10, 8: 0.11}, {1: 0.10, 8: 0.11})
+    lines = []
+    p = latency.model_profile(tiny_llama, "m-1", measure=busy, root=str(tmp_path), retune=True, log=lines.append)
+    assert lines[1] == ("the latency rounds disagree (q=8: slowest 6.4x the fastest; the machine was busy?): "
+                        "measuring once more")
+    assert len(busy.calls) == 6 and [c[2] for c in busy.calls[3:]] == [0, 0, 0]
+    assert p["rounds_s"] == [{"1": 0.10, "8": 0.11}] * 3  # the agreeing re-measurement replaces them
+    # a second input of the kind: the re-measurement disagrees too -> every round kept, fastest per q
+    busy = Rounds({1: 0.10, 8: 0.70}, {1: 0.10, 8: 0.11}, {1: 0.10, 8: 0.11},
+                  {1: 0.30, 8: 0.11}, {1: 0.10, 8: 0.11}, {1: 0.10, 8: 0.11})
+    p = latency.model_profile(tiny_llama, "m-2", measure=busy, root=str(tmp_path), retune=True, log=lines.append)
+    assert len(p["rounds_s"]) == 6 and latency.curve_of(p) == {1: 0.10, 8: 0.11}
+    # no time left in the budget: no second measurement, the rounds kept as they are
+    now = [0.0]
+
+    def slow(qs, reps, warmup):  # 40 s a round on the fake clock
+        now[0] += 40.0
+        return busy(qs, reps=reps, warmup=warmup)
+
+    busy = Rounds({1: 0.10, 8: 0.70}, {1: 0.10, 8: 0.11}, {1: 0.10, 8: 0.11})
+    p = latency.model_profile(tiny_llama, "m-5", measure=slow, root=str(tmp_path), retune=True, log=lines.append,
+                              clock=lambda: now[0])  # rounds at 0 and 40 s; none at 80 s; nothing left
+    assert len(busy.calls) == 2 and len(p["rounds_s"]) == 2 and latency.curve_of(p) == {1: 0.10, 8: 0.11}
+    assert p["measure_seconds"] == 80.0 and lines[-1].startswith("measuring this machine")  # said nothing more
+
+
+def test_a_cached_profile_that_no_longer_matches_the_machine_is_replaced(tiny_llama, tmp_path):
+    slow = Rounds({1: 0.70, 8: 0.80})  # measured while another process held the cores
+    latency.model_profile(tiny_llama, "m-3", measure=slow, root=str(tmp_path), retune=True, log=lambda _: None)
+    quiet, lines = Rounds({1: 0.11, 8: 0.12}), []
+    p = latency.model_profile(tiny_llama, "m-3", measure=quiet, root=str(tmp_path), log=lines.append)
+    assert quiet.calls[0] == ((1, 8), latency.REPS, 1) and not p["reused"]
+    assert lines[0].startswith("measuring this machine's step latency for decoding=auto, the cached profile no "
+                               "longer matches this machine (q=1 now takes 110.0 ms, cached 700.0 ms): m-3, ")
+    assert latency.curve_of(p) == {1: 0.11, 8: 0.12}
+    # a profile given rather than measured here (a script's, a test's) is kept without a re-check
+    latency.latency_profile("m-4", latency.device_key(tiny_llama), "float32", measure=lambda: {1: 9.0},
+                            root=str(tmp_path))
+    never = Rounds()
+    assert latency.model_profile(tiny_llama, "m-4", measure=never, root=str(tmp_path))["reused"] and not never.calls
+
+
+# ------------------------------------------------------------------------------------------ model.dtype=auto
+
+def test_choose_dtype_takes_the_faster_greedy_step_and_says_why(tmp_path):
+    lines, calls = [], []
+
+    def timings():
+        calls.append(1)
+        return {"float32": 0.0122 * 1.53, "bfloat16": 0.0122}  # bfloat16 1.53x faster (an AVX2-only EPYC)
+
+    kw = dict(root=str(tmp_path), log=lines.append)
+    assert latency.choose_dtype("m-1", "cpu-16t", timings, **kw) == "bfloat16"
+    path = str(tmp_path / "tuner" / "m-1__cpu-16t__dtype-auto.json")
+    assert lines == [f"model.dtype=auto: bfloat16, whose greedy step is the fastest on cpu-16t (12.2 ms against "
+                     f"18.7 ms in float32; measured now, cached in {path})"]
+    assert latency.choose_dtype("m-1", "cpu-16t", timings, **kw) == "bfloat16" and len(calls) == 1
+    assert lines[1].endswith(f"18.7 ms in float32; cached in {path})")
+    # the other way round (a CPU that only emulates bfloat16)
+    assert latency.choose_dtype("m-1", "cpu-2t", lambda: {"float32": 0.038, "bfloat16": 0.066}, **kw) == "float32"
+    assert lines[2].startswith("model.dtype=auto: float32, whose greedy step is the fastest on cpu-2t (38.0 ms "
+                               "against 66.0 ms in bfloat16;")
+    # bfloat16 faster, but by less than DTYPE_MARGIN: float32, whose output is exact
+    assert latency.choose_dtype("m-1", "cpu-4t", lambda: {"float32": 0.0110, "bfloat16": 0.0100}, **kw) == "float32"
+    assert lines[3].startswith("model.dtype=auto: float32, whose greedy step is within 1.20x of the fastest, and "
+                               "exact on cpu-4t (11.0 ms against 10.0 ms in bfloat16;")
+
+
+@pytest.mark.parametrize("faster", ["bfloat16", "float32"])
+def test_dtype_auto_loads_the_measured_faster_dtype(tiny_model_dir, tmp_path, monkeypatch, capsys, faster):
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    seen = []
+
+    def step_seconds(model):  # the injected timing: the dtype named `faster` takes 10 ms, the other 20 ms
+        seen.append(model.dtype)
+        return 0.010 if model.dtype == getattr(torch, faster) else 0.020
+
+    model, _ = models.load_model(ModelConfig(path=str(tiny_model_dir), device="cpu", dtype="auto"),
+                                 step_seconds=step_seconds)
+    assert model.dtype == getattr(torch, faster) and seen == [torch.float32, torch.bfloat16]  # then loaded again
+    assert capsys.readouterr().out.startswith(f"model.dtype=auto: {faster}, whose greedy step is the fastest on cpu-")
+    assert latency.dtype_name(model) == faster
+    with pytest.raises(ConfigError, match="model.dtype='auto' has no torch dtype here; use float32, bfloat16 or"):
+        models.resolve_dtype("auto")
+
+
+# ------------------------------------------------------------------------------------------ the mask the timing uses
+
+def test_mask_buffer_equals_full_mask_in_values_and_logits(tiny_llama):
+    from lp_runtime.kv import new_cache
+
+    layouts = LayoutCache(torch.device("cpu"), torch.float32)
+    buf = MaskBuffer(torch.float32, "cpu", rows=4, cols=8)  # small: the steps below make it grow
+    gen = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        for past, shape in ((5, (2, [1, 2], 1, [-1, 0, -1])), (9, (1, [], 0, [-1, 0])),
+                            (30, (2, [1, 2], 1, [-1, 0, 0, 1])), (31, (1, [1], 1, []))):
+            lay, depth, inner, _ = layouts.get(*shape)
+            view = buf.view(inner, past)
+            assert torch.equal(view, full_mask(inner, past)), (past, shape)  # old blocks were cleared
+            ids = torch.randint(0, 96, (1, past), generator=gen)
+            step = torch.randint(0, 96, (1, lay.num_tokens), generator=gen)
+            logits = []
+            for mask in (full_mask(inner, past), view):
+                cache = new_cache()
+                tiny_llama(input_ids=ids, past_key_values=cache, use_cache=True)
+                logits.append(tiny_llama(input_ids=step, position_ids=(depth + past)[None], attention_mask=mask,
+                                         past_key_values=cache, use_cache=True).logits)
+            assert torch.equal(logits[0], logits[1])
+    assert buf.buf.shape[2] >= 7 and buf.buf.shape[3] >= 37
+
+
+def test_dtype_auto_takes_bfloat16_unmeasured_when_only_it_fits(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    cfg = ModelConfig(path=str(tiny_model_dir), device="cpu", dtype="auto")
+    params = models.weight_bytes(cfg, "float32")[0]
+    model, _ = models.load_model(cfg, free_bytes=3 * params, step_seconds=lambda m: pytest.fail("measured"))
+    assert model.dtype == torch.bfloat16
+    assert capsys.readouterr().out == "model.dtype=auto: bfloat16, since the float32 weights would not fit\n"

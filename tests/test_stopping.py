@@ -1,0 +1,50 @@
+"""Stop strings with a tokenizer whose vocabulary transformers' StopStringCriteria cannot probe (word-level): the
+decoded text is matched instead of failing with a bare 'ValueError: substring not found'."""
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from lp_runtime.config import DecodingConfig
+from lp_runtime.decoder import Decoder
+from lp_runtime.stopping import StopChecker
+
+WORDS = ["[UNK]", "hello", "world", "the", "end", "stop", "here", ".", "again", "now"]
+
+
+def word_level(pre_tokenizer) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizer
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+
+
+@pytest.mark.parametrize("pre", [pre_tokenizers.Whitespace(), pre_tokenizers.WhitespaceSplit()],
+                         ids=["whitespace", "whitespace_split"])
+def test_word_level_stop_strings_match_the_decoded_text(pre):
+    tok = word_level(pre)
+    ids = {w: i for i, w in enumerate(WORDS)}
+    stop = StopChecker(10, [], ["the end"], tok)  # transformers' probe raises 'substring not found' here
+    assert stop.push([ids["hello"], ids["the"]]) == [ids["hello"], ids["the"]] and stop.finish_reason is None
+    assert stop.push([ids["end"], ids["world"]]) == [ids["end"]] and stop.finish_reason == "stop"
+    # a second input of the kind: a one-word stop string inside a run, and one never completed
+    stop = StopChecker(4, [], ["now", "stop here"], tok)
+    assert stop.push([ids["again"], ids["now"], ids["hello"]]) == [ids["again"], ids["now"]]
+    assert stop.finish_reason == "stop"
+    stop = StopChecker(3, [], ["stop here"], tok)
+    assert stop.push([ids["stop"], ids["world"], ids["here"], ids["."]]) == [ids["stop"], ids["world"], ids["here"]]
+    assert stop.finish_reason == "length"
+
+
+def test_a_decoder_with_a_word_level_tokenizer_stops_at_the_string():
+    tok = word_level(pre_tokenizers.Whitespace())
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                         bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
+    dec = Decoder(model, DecodingConfig(method="lookahead"), tokenizer=tok)
+    free = dec.generate([1, 2], max_new_tokens=12).output_ids
+    word = tok.decode(free[2:3])  # stop at the word the model emits third
+    out = dec.generate([1, 2], max_new_tokens=12, stop_strings=[word])
+    assert out.finish_reason == "stop" and out.output_ids == free[: free.index(free[2]) + 1]
