@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import (
     AutoTokenizer, BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM, GPT2Config, GPT2LMHeadModel,
-    LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, MptConfig, MptForCausalLM, Phi3Config,
+    MistralConfig, MistralForCausalLM, MptConfig, MptForCausalLM, Phi3Config,
     Phi3ForCausalLM,
 )
 

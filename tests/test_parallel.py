@@ -25,7 +25,7 @@ import torch
 
 from lp_runtime import distributed
 from lp_runtime.config import ConfigError, ParallelConfig
-from lp_runtime.parallel import (LocalGroup, LPGroup, rank_tokens, setup_parallel, shard_plan, shard_questions,
+from lp_runtime.parallel import (LocalGroup, rank_tokens, setup_parallel, shard_plan, shard_questions,
                                  split_outputs, state_hash, tree_plan)
 from lp_runtime.tree import reindex, subtrees
 
