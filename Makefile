@@ -29,12 +29,12 @@ test: install
 # lookahead (0,3,1) (0,4,2) (3,4,3), interleaved per prompt (conf/bench.yaml); table + CSV/JSON/figures in outputs/bench.
 # BENCH_ARGS adds Hydra overrides, e.g. make bench BENCH_ARGS='decoding=auto dtypes=[float32,bfloat16]'.
 bench: install
-	$(PY) -m lp_runtime.bench $(BENCH_ARGS)
+	$(PY) scripts/bench.py $(BENCH_ARGS)
 
 # make bench-issue9: the full issue-9 run on a QUIET machine (conf/bench_issue9.yaml: 24 MT-Bench over 8 categories
 # + 20 HumanEval, 128 tokens, float32 and bfloat16, decoding=auto with its ablation) -> results/bench_issue9.
 bench-issue9: install
-	$(PY) -m lp_runtime.bench --config-name bench_issue9 progress=false $(BENCH_ARGS)
+	$(PY) scripts/bench.py --config-name bench_issue9 progress=false $(BENCH_ARGS)
 
 # make latency-curves: ms per forward against q per dtype and step variant -> results/latency (+ the tuner profile).
 latency-curves: install

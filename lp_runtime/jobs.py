@@ -1,4 +1,11 @@
-"""Hydra job context of the generate entry point: per-job output paths in a sweep, ranks of a submitit job.
+"""Hydra job context of the generate entry point: checks of the command line and of every job of a sweep before
+the first runs, per-job output paths in a sweep, ranks of a submitit job.
+
+- A setting that ``decoding=auto`` ignores (``AUTO_IGNORES``) given on the command line is refused: the run would
+  not use it, while the report would show it.
+- ``--multirun``: ``ValidateSweep`` (registered in ``conf/generate.yaml`` as a Hydra callback) composes and checks
+  every job's settings when the sweep starts, so a bad point fails before job 0 runs; ``check_argv`` refuses a
+  sweep under torchrun and a sweep that fixes ``output.path`` to one file for all its jobs.
 
 - ``--multirun``: every job of a sweep gets its own ``answers.jsonl`` (with its summary and settings) in its job
   folder, ``<hydra.sweep.dir>/<job number>/``, unless ``output.path`` is given on the command line. A single run
@@ -15,6 +22,10 @@ import os
 import re
 from typing import Any
 
+from hydra.experimental.callback import Callback
+
+from lp_runtime.config import ConfigError
+
 
 def is_multirun() -> bool:
     """True inside a job of a Hydra ``--multirun`` sweep."""
@@ -30,7 +41,7 @@ def command_line_keys() -> set[str]:
 
     if not HydraConfig.initialized():
         return set()
-    return {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
+    return {_key(o) for o in HydraConfig.get().overrides.task}
 
 
 def apply_job_output(dict_cfg: Any) -> None:
@@ -67,3 +78,150 @@ def submitit_rank_env() -> None:
     if executor == "local" and env.num_tasks > 1:
         os.environ.update(RANK=str(env.global_rank), WORLD_SIZE=str(env.num_tasks))
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+
+
+# Settings decoding=auto chooses itself, so a value given for them would be shown by the report but not run.
+AUTO_IGNORES = {"decoding.window_size": "chooses W itself from this machine's latency curve",
+                "decoding.pool_from_prompt": "always seeds the n-gram pool from the prompt"}
+
+
+def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
+    """Raise ``ConfigError`` when the command line (``keys``) sets a setting of ``AUTO_IGNORES`` while the
+    composed config (``dict_cfg``) runs ``decoding=auto``. N and G stay allowed: under auto they bound the tree."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.select(dict_cfg, "decoding.method") != "auto":
+        return
+    for key, what in AUTO_IGNORES.items():
+        if key in keys:
+            value = OmegaConf.select(dict_cfg, key)
+            shown = str(value).lower() if isinstance(value, bool) else value
+            raise ConfigError(f"{key}={shown} is ignored under decoding=auto, which {what}; add "
+                              f"decoding=lookahead to run {key}={shown}")
+
+
+def check_job(dict_cfg: Any, keys: set[str]) -> Any:
+    """Every check of a composed job's settings that needs no model or file: the typed config (``to_object``)
+    and ``check_auto_keys``. Returns the ``RunConfig``; raises ``ConfigError`` (or OmegaConf's errors)."""
+    from lp_runtime.config import RunConfig, to_object
+
+    cfg = to_object(dict_cfg)  # refuses keys no setting has, and bad values
+    check_auto_keys(dict_cfg, keys)
+    assert isinstance(cfg, RunConfig)
+    return cfg
+
+
+def sweep_jobs(task_overrides: list[str]) -> tuple[list[list[str]], set[str]]:
+    """The override list of each job of a basic sweep, in job order (what Hydra's basic sweeper launches), and
+    the keys the sweep varies."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(task_overrides)
+    swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
+    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch], swept
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def validate_sweep(config: Any) -> None:
+    """Compose every job of the sweep ``config`` describes and ``check_job`` it; the first bad job raises
+    ``ConfigError`` naming its number and overrides, before any job runs."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    from lp_runtime.cli import is_bad_input, one_line
+
+    loader = GlobalHydra.instance().config_loader()
+    jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+    try:
+        for num, overrides in enumerate(jobs):
+            job_cfg = loader.load_sweep_config(config, overrides)
+            with open_dict(job_cfg):
+                job_cfg.hydra.job.num = num  # what ${hydra:job.num} in output.path resolves to
+            HydraConfig.instance().set_config(job_cfg)
+            task_cfg = job_cfg.copy()  # what the job function gets: the config without Hydra's node
+            with open_dict(task_cfg):
+                del task_cfg["hydra"]
+            try:
+                check_job(task_cfg, {_key(o) for o in overrides})
+            except Exception as e:
+                if not is_bad_input(e):
+                    raise
+                point = " ".join(o for o in overrides if _key(o) in swept)
+                raise ConfigError(f"sweep job {num} ({point}): {one_line(e)}; no job was run") from None
+    finally:
+        HydraConfig.instance().set_config(config)
+
+
+class ValidateSweep(Callback):
+    """Hydra callback (``hydra.callbacks`` in ``conf/generate.yaml``): ``validate_sweep`` when a sweep starts; a
+    bad job ends the process there (``cli.fail``: Hydra turns an exception raised in a callback into a warning)."""
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        from lp_runtime.cli import fail
+
+        try:
+            validate_sweep(config)
+        except ConfigError as e:
+            fail(e)
+
+
+_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun",
+                "--cfg", "-c", "--package", "-p")  # Hydra's flags that take a value (not an override)
+
+
+def is_sweep(argv: list[str]) -> bool:
+    """Whether a command line asks Hydra for a ``--multirun`` sweep."""
+    return any(a in ("-m", "--multirun") for a in argv) or "hydra.mode=MULTIRUN" in argv
+
+
+def check_argv(argv: list[str]) -> None:
+    """Command-line checks before Hydra starts: ``check_torchrun_sweep`` and ``check_sweep_outputs``."""
+    check_torchrun_sweep(argv)
+    check_sweep_outputs(argv)
+
+
+TORCHRUN_SWEEP = ("sweeps (-m/--multirun) and torchrun do not mix: every rank would run the whole sweep; launch "
+                  "torchrun once per setting, or sweep from one process with hydra/launcher=lp_local (or lp_slurm), "
+                  "which starts each job's ranks itself")
+
+
+def check_torchrun_sweep(argv: list[str]) -> None:
+    """Refuse a sweep in a process torchrun started (``TORCHELASTIC_RUN_ID`` set). Raises ``ConfigError``."""
+    if is_sweep(argv) and "TORCHELASTIC_RUN_ID" in os.environ:
+        raise ConfigError(TORCHRUN_SWEEP)
+
+
+def check_sweep_outputs(argv: list[str]) -> None:
+    """Refuse, before Hydra starts any job, a ``--multirun`` sweep of several jobs whose command line fixes
+    ``output.path`` (or ``output.summary_path``) to one file for all of them: job 0 would write it and every
+    later job refuse it (one answers file holds one setting). A value with an interpolation (``${hydra:job.num}``)
+    is taken as per-job. Raises ``ConfigError`` saying what to do instead."""
+    if not is_sweep(argv):
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args, skip = [], False
+    for a in argv:
+        if skip or a.startswith("-"):
+            skip = a in _VALUE_FLAGS
+            continue
+        args.append(a)
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except Exception:  # Hydra reports a malformed override itself
+        return
+    sweeps = [o.input_line for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")]
+    for o in overrides if sweeps else []:
+        if o.key_or_group in ("output.path", "output.summary_path") and not o.is_sweep_override():
+            value = (o.input_line or "").split("=", 1)[-1]  # as typed (get_value_element_as_str escapes ${)
+            if "${" not in value:
+                raise ConfigError(
+                    f"{o.key_or_group}={value} names one file for every job of this --multirun sweep "
+                    f"({' '.join(sweeps)}), but one answers file holds the answers of one setting; drop "
+                    f"{o.key_or_group} so that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), "
+                    f"or put the job number in it: '{o.key_or_group}=outputs/sweep/${{hydra:job.num}}/answers.jsonl'")

@@ -222,12 +222,12 @@ def latency_profile(model_id: str, device: str, dtype: str, *, measure: Callable
 
 
 def save_profile(path: str, profile: dict[str, Any]) -> None:
-    """Write ``profile`` (minus ``reused``/``path``) to ``path`` atomically."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({k: v for k, v in profile.items() if k not in ("reused", "path")}, f, indent=1)
-    os.replace(tmp, path)
+    """Write ``profile`` (minus ``reused``/``path``) to ``path`` atomically (``answers.write_json``)."""
+    from pathlib import Path
+
+    from .answers import write_json
+
+    write_json(Path(path), {k: v for k, v in profile.items() if k not in ("reused", "path")}, indent=1)
 
 
 def curve_of(profile: dict[str, Any]) -> dict[int, float]:

@@ -1,4 +1,6 @@
-"""Run summary from answer records (DESIGN.md section 5).
+"""Run summaries: the one place where tokens, steps and seconds become S, tokens/s and seconds/step
+(docs/design.md section 5). ``rates`` is used by the job's summary (``summarize``), the report and
+``scripts/bench.py``.
 
 Pure functions over the answers JSONL records (one dict per question, FastChat / Spec-Bench format), so a
 resumed run's summary covers every answer in the file, not only those of the last process.
@@ -19,6 +21,24 @@ from typing import Any, Iterable, Optional
 def _ratio(num: float, den: float) -> Optional[float]:
     """``num / den``, or None when ``den`` is 0 (JSON has no NaN)."""
     return num / den if den else None
+
+
+def rates(new_tokens: float, steps: float, seconds: float, accepted: Optional[float] = None,
+          accept_steps: Optional[float] = None) -> dict[str, Optional[float]]:
+    """``step_compression`` S = new_tokens / steps (the paper's step compression ratio), ``mean_accepted_tokens``
+    = accepted / accept_steps (tokens per step; new_tokens / steps when ``accepted`` is None), ``tokens_per_s``
+    and ``seconds_per_step`` (prefill time included, so an upper bound); None where a denominator is 0.
+
+    >>> rates(12, 4, 2.0)["step_compression"], rates(12, 4, 2.0)["tokens_per_s"]
+    (3.0, 6.0)
+    """
+    return {
+        "step_compression": _ratio(new_tokens, steps),
+        "mean_accepted_tokens": (_ratio(new_tokens, steps) if accepted is None
+                                 else _ratio(accepted, accept_steps or 0)),
+        "tokens_per_s": _ratio(new_tokens, seconds),
+        "seconds_per_step": _ratio(seconds, steps),
+    }
 
 
 def summarize(records: Iterable[dict]) -> dict[str, Any]:
@@ -48,19 +68,11 @@ def summarize(records: Iterable[dict]) -> dict[str, Any]:
         wall_time += sum(choice["wall_time"])
         for lengths in choice["accept_lengths"]:
             histogram.update(lengths)
-    num_accepts = sum(histogram.values())
-    return {
-        "num_questions": num_questions,
-        "num_turns": num_turns,
-        "new_tokens": new_tokens,
-        "decoding_steps": steps,
-        "wall_time": wall_time,
-        "step_compression": _ratio(new_tokens, steps),
-        "mean_accepted_tokens": _ratio(sum(k * n for k, n in histogram.items()), num_accepts),
-        "accept_length_histogram": dict(sorted(histogram.items())),
-        "tokens_per_s": _ratio(new_tokens, wall_time),
-        "seconds_per_step": _ratio(wall_time, steps),
-    }
+    out = {"num_questions": num_questions, "num_turns": num_turns, "new_tokens": new_tokens,
+           "decoding_steps": steps, "wall_time": wall_time,
+           **rates(new_tokens, steps, wall_time, sum(k * n for k, n in histogram.items()), sum(histogram.values())),
+           "accept_length_histogram": dict(sorted(histogram.items()))}
+    return out
 
 
 def versions() -> dict[str, str]:
@@ -77,7 +89,7 @@ def versions() -> dict[str, str]:
 def run_summary(records: Iterable[dict], config: Any, answers_path: str,
                 settings: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``summarize(records)`` plus the answers file, the resolved config (a dataclass), ``versions()`` and, when
-    given, the compared settings (``lp_runtime.settings.run_settings``: flat keys, model fingerprint included)."""
+    given, the compared settings (``lp_runtime.answers.run_settings``: flat keys, model fingerprint included)."""
     out = {
         "answers": answers_path,
         **summarize(records),

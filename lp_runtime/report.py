@@ -16,18 +16,19 @@ One row per run (an answers file; folders are searched for ``*.jsonl`` files tha
 
 The table is printed and written to ``report.csv``, ``report.json``, ``report.md`` and, when matplotlib is
 installed, ``report.png`` (S and speedup per run) in ``--out`` (default: the first PATH if it is a folder, else
-the folder of the first file). The text formatting is ``lp_runtime.bench``'s.
+the folder of the first file). ``format_table`` and ``write_results`` also lay out ``scripts/bench.py``'s table.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from lp_runtime import bench, metrics, settings
+from lp_runtime import answers, metrics
 
 # Settings that name where a run wrote, not how it ran: never shown as a difference.
 _IGNORED = ("output.path", "output.summary_path", "progress")
@@ -37,18 +38,13 @@ class ReportError(ValueError):
     """A PATH given to the report holds no run, or the baseline names no run."""
 
 
-def _base(answers: Path) -> str:
-    s = str(answers)
-    return s[: -len(".jsonl")] if s.endswith(".jsonl") else s
-
-
 def find_runs(paths: Sequence[str]) -> list[Path]:
     """Answers files named by ``paths`` (files as given; folders searched recursively), in order, no duplicates."""
     found: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
             hits = sorted(a for a in p.rglob("*.jsonl")
-                          if Path(_base(a) + ".summary.json").is_file() or Path(_base(a) + ".settings.json").is_file())
+                          if answers.beside(a, ".summary.json").is_file() or answers.beside(a, ".settings.json").is_file())
             if not hits:
                 raise ReportError(f"{p} holds no answers file with a summary or settings beside it")
             found += hits
@@ -61,20 +57,40 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def load_run(answers: Path) -> dict[str, Any]:
-    """``{"path", "records", "metrics", "settings"}`` of one run; metrics recomputed from the answers."""
-    from lp_runtime.generate import load_answers
+def jobs_without_answers(paths: Sequence[str]) -> list[str]:
+    """Runs Hydra started under the folders in ``paths`` (each holds ``.hydra/overrides.yaml``) that hold no
+    answer: a sweep job that was refused, failed or has not run yet. ``"<folder> (<its overrides>)"`` each, the
+    folder relative to the PATH given, in job order."""
+    from omegaconf import OmegaConf
 
+    out = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            continue
+        jobs = [rec.parent.parent for rec in p.rglob(".hydra/overrides.yaml")]
+        for job in sorted(jobs, key=lambda j: (len(str(j)), str(j))):
+            if any(answers.has_answers(a) for a in job.glob("*.jsonl")):
+                continue
+            try:
+                overrides = " ".join(OmegaConf.load(job / ".hydra" / "overrides.yaml") or []) or "no overrides"
+            except (OSError, ValueError):
+                overrides = "overrides unreadable"
+            out.append(f"{job.relative_to(p) if job != p else job} ({overrides})")
+    return out
+
+
+def load_run(path: Path) -> dict[str, Any]:
+    """``{"path", "records", "metrics", "settings"}`` of one run; metrics recomputed from the answers."""
     advice = "give answers files of python -m lp_runtime.generate, or a folder holding them"
-    records = load_answers(answers, trim=False, advice=advice) if answers.exists() else []
-    recorded = settings.read(Path(_base(answers) + ".settings.json"))
+    records = answers.load_answers(path, trim=False, advice=advice) if path.exists() else []
+    recorded = answers.read_settings(answers.beside(path, ".settings.json"))
     if not recorded:
         try:
-            summary = json.loads(Path(_base(answers) + ".summary.json").read_text(encoding="utf-8"))
-            recorded = summary.get("settings") or settings.flatten(summary.get("config", {}))
+            summary = json.loads(answers.beside(path, ".summary.json").read_text(encoding="utf-8"))
+            recorded = summary.get("settings") or answers.flatten(summary.get("config", {}))
         except (OSError, ValueError):
             recorded = {}
-    return {"path": answers, "records": records, "metrics": metrics.summarize(records), "settings": recorded}
+    return {"path": path, "records": records, "metrics": metrics.summarize(records), "settings": recorded}
 
 
 def is_greedy(run: dict) -> bool:
@@ -148,13 +164,56 @@ def build_table(runs: Sequence[dict], baseline: int) -> tuple[list[dict], list[s
     return rows, keys
 
 
+def fmt(v: Any, spec: str) -> str:
+    """``v`` formatted by ``spec``; "-" for None."""
+    return "-" if v is None else format(v, spec)
+
+
+def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None, *,
+                 columns: Sequence[tuple[str, Callable[[dict], str]]], left: int = 2,
+                 markdown: bool = False) -> str:
+    """A fixed-width text table of ``table``'s rows (``groups``: rows whose ``group`` is listed, default all).
+
+    ``columns``: (header, row -> cell text) pairs; the first ``left`` columns are left-aligned, the rest
+    right-aligned. ``markdown``: a GitHub markdown table instead of plain text.
+    """
+    head = tuple(h for h, _ in columns)
+    lines = [tuple(cell(r) for _, cell in columns) for r in table if groups is None or r["group"] in groups]
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    fmt = lambda row: "  ".join(x.ljust(w) if i < left else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
+    if markdown:
+        fmt = lambda row: "| " + " | ".join(x.ljust(w) for x, w in zip(row, widths)) + " |"  # noqa: E731
+        rule = "|" + "|".join(":" + "-" * (w + 1) if i < left else "-" * (w + 1) + ":"
+                              for i, w in enumerate(widths)) + "|"
+        return "\n".join([fmt(head), rule] + [fmt(r) for r in lines])
+    return "\n".join([fmt(head), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in lines])
+
+
+def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], extra: dict[str, Any], *,
+                  columns: Sequence[str], name: str) -> dict[str, str]:
+    """``<name>.csv`` (the table's ``columns``), ``<name>.json`` (table, per-prompt rows with output ids, ``extra``)
+    in ``out_dir``; returns their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {"csv": os.path.join(out_dir, f"{name}.csv"), "json": os.path.join(out_dir, f"{name}.json")}
+    with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns))
+        w.writeheader()
+        for r in table:
+            w.writerow({k: r[k] for k in columns})
+    with open(paths["json"], "w", encoding="utf-8") as f:
+        json.dump({**extra, "table": list(table), "rows": list(rows)}, f, indent=1)
+    return paths
+
+
+
+
 def _cell(v: Any) -> str:
     return "-" if v is None else json.dumps(v) if isinstance(v, (list, dict, bool)) else str(v)
 
 
 def table_columns(keys: Sequence[str]) -> list:
-    """(header, cell) pairs for ``bench.format_table``."""
-    f = bench._fmt
+    """(header, cell) pairs for ``format_table``."""
+    f = fmt
     return ([("run", lambda r: r["run"] + (" (baseline)" if r["baseline"] else ""))]
             + [(k, lambda r, k=k: _cell(r[k])) for k in keys]
             + [("questions", lambda r: str(r["questions"])), ("turns", lambda r: str(r["turns"])),
@@ -194,22 +253,32 @@ def plot(rows: Sequence[dict], out_dir: str) -> Optional[str]:
 
 def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Optional[str] = None,
            figure: bool = True) -> dict[str, Any]:
-    """Build, print and write the table; returns ``{"rows", "keys", "text", "files"}``. Raises ``ReportError``."""
-    runs = [load_run(p) for p in find_runs(paths)]
+    """Build, print and write the table; returns ``{"rows", "keys", "text", "files", "missing"}`` (``missing``:
+    ``jobs_without_answers``, also listed under the table). Raises ``ReportError``."""
+    missing = jobs_without_answers(paths)
+    try:
+        found = find_runs(paths)
+    except ReportError as e:
+        if missing:
+            raise ReportError(f"{e}; jobs without answers: {'; '.join(missing)}") from None
+        raise
+    runs = [load_run(p) for p in found]
     rows, keys = build_table(runs, pick_baseline(runs, baseline))
     columns = table_columns(keys)
-    text = bench.format_table(rows, columns=columns, left=1 + len(keys))
+    text = format_table(rows, columns=columns, left=1 + len(keys))
+    if missing:
+        text += "\njobs without answers (refused, failed or not run yet): " + "; ".join(missing)
     if out_dir is None:
         first = Path(paths[0])
         out_dir = str(first if first.is_dir() else first.parent)
-    files = bench.write_results(out_dir, rows, [], {"differing_settings": keys},
+    files = write_results(out_dir, rows, [], {"differing_settings": keys, "jobs_without_answers": missing},
                                 columns=["run", *keys, *CSV_COLUMNS[1:]], name="report")
     files["md"] = os.path.join(out_dir, "report.md")
-    Path(files["md"]).write_text(bench.format_table(rows, columns=columns, left=1 + len(keys), markdown=True) + "\n",
+    Path(files["md"]).write_text(format_table(rows, columns=columns, left=1 + len(keys), markdown=True) + "\n",
                                  encoding="utf-8")
     if figure and (png := plot(rows, out_dir)):
         files["png"] = png
-    return {"rows": rows, "keys": keys, "text": text, "files": files}
+    return {"rows": rows, "keys": keys, "text": text, "files": files, "missing": missing}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -20,7 +20,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from lp_runtime import auto, data  # noqa: E402
-from lp_runtime.bench import select_per_category  # noqa: E402
+from scripts.bench import select_per_category  # noqa: E402
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.policy import FeedAll  # noqa: E402

@@ -1,17 +1,20 @@
-"""Several ``python -m lp_runtime.generate ...`` command lines in ONE fresh interpreter, for the bad-input tests.
+"""Several ``python -m MODULE ...`` command lines in ONE fresh interpreter, for the bad-input tests.
 
 Each of those commands fails before a model is loaded, so a separate process apiece spends nearly all its time
 importing torch, transformers and Hydra. Here one subprocess (a clean interpreter, the test's environment) runs
-``lp_runtime.generate.main()`` once per command line with ``sys.argv`` set as ``python -m`` sets it, and records
+``MODULE.main()`` once per command line (default ``lp_runtime.generate``; ``lp_runtime.report`` and ``scripts.bench``
+too), in its working directory, with ``sys.argv`` set as ``python -m`` sets it, and records
 what the process would have shown: the exit status (``SystemExit``'s code; 1 and a printed traceback for an
 escaping exception, as the interpreter does) and everything written to file descriptors 1 and 2 during that call
 (so log handlers and C code are captured too). Hydra clears its global state after every run.
 
-    results = run_cli([["dataset=jsonl"], ["model.path=/nonexistent", "dataset.limit=1"]], env)
+    results = run_cli([["dataset=jsonl"], ["model.path=/nonexistent", "dataset.limit=1"],
+                       Call(["ablation=true"], cwd="/tmp/x", module="scripts.bench")], env)
     results[0].returncode, results[0].stderr
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -19,29 +22,41 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_cli(calls: list[list[str]], env: dict, timeout: float = 300) -> list[subprocess.CompletedProcess]:
-    """Run each argument list as ``python -m lp_runtime.generate ARGS`` in one subprocess; one result per call."""
+@dataclass
+class Call:
+    """``python -m MODULE ARGS`` run in ``cwd`` (default: the repository root)."""
+
+    args: list[str]
+    cwd: str = str(REPO)
+    module: str = "lp_runtime.generate"
+
+
+def run_cli(calls: list, env: dict, timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """Run each call (a ``Call``, or an argument list for ``python -m lp_runtime.generate`` in the repository root)
+    in one subprocess; one result per call."""
+    calls = [c if isinstance(c, Call) else Call(list(c)) for c in calls]
     with tempfile.TemporaryDirectory() as tmp:
         spec, out = Path(tmp) / "calls.json", Path(tmp) / "results.json"
-        spec.write_text(json.dumps(calls))
+        spec.write_text(json.dumps([asdict(c) for c in calls]))
         proc = subprocess.run([sys.executable, __file__, str(spec), str(out)], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=timeout)
         assert proc.returncode == 0 and out.is_file(), proc.stdout[-2000:] + proc.stderr[-3000:]
         rows = json.loads(out.read_text())
     assert len(rows) == len(calls)
-    return [subprocess.CompletedProcess(["python", "-m", "lp_runtime.generate", *args], r["returncode"], r["stdout"],
-                                        r["stderr"]) for args, r in zip(calls, rows)]
+    return [subprocess.CompletedProcess(["python", "-m", c.module, *c.args], r["returncode"], r["stdout"],
+                                        r["stderr"]) for c, r in zip(calls, rows)]
 
 
-def _call(generate, args: list[str]) -> int:
-    sys.argv = [generate.__file__, *args]
+def _call(module, args: list[str]) -> int:
+    sys.argv = [module.__file__, *args]
     try:
-        generate.main()
+        module.main()
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             return e.code or 0
@@ -55,17 +70,17 @@ def _call(generate, args: list[str]) -> int:
 
 def _main(spec: str, out: str) -> None:
     sys.path.insert(0, str(REPO))  # this checkout's lp_runtime, as `python -m` from the repository root finds it
-    import lp_runtime.generate as generate
-
     rows = []
-    for args in json.loads(Path(spec).read_text()):
+    for call in json.loads(Path(spec).read_text()):
+        os.chdir(call["cwd"])
+        module = importlib.import_module(call["module"])
         saved = {fd: os.dup(fd) for fd in (1, 2)}
         with tempfile.TemporaryFile() as o, tempfile.TemporaryFile() as e:
             sys.stdout.flush(), sys.stderr.flush()
             os.dup2(o.fileno(), 1), os.dup2(e.fileno(), 2)
             start = time.perf_counter()
             try:
-                code = _call(generate, args)
+                code = _call(module, call["args"])
             finally:
                 sys.stdout.flush(), sys.stderr.flush()
                 for fd, copy in saved.items():

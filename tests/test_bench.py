@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lp_runtime.bench import (Method, Prompt, Result, aggregate, check_partings, format_table, is_rounding_tie,
+from lp_runtime.report import format_table
+from scripts.bench import (TABLE_COLUMNS, Method, Prompt, Result, aggregate, check_partings, is_rounding_tie,
                               run_benchmark)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,12 +71,12 @@ def test_harness_metrics_on_a_fake_clock():
     assert table[("fast", "b/x")]["speedup_mean_ratio"] == pytest.approx(2.0)
     b = table[("base", "all")]
     assert b["speedup_mean_ratio"] == 1.0 and b["step_compression"] == 1.0 and b["mean_accepted"] == 1.0
-    assert "fast" in format_table(list(table.values()))
+    assert "fast" in format_table(list(table.values()), columns=TABLE_COLUMNS)
 
 
 def test_warm_up_answer_is_forgotten_before_the_timed_runs(tiny_model_dir):
     """Our method's cross-question store must not hold the warm-up's answer when the same prompt is timed."""
-    from lp_runtime.bench import ours_method
+    from scripts.bench import ours_method
     from lp_runtime.config import DecodingConfig, ModelConfig
     from lp_runtime.models import load_model
 
@@ -170,7 +171,7 @@ def test_check_partings_measures_the_gap_in_the_methods_dtype():
 def test_mt_bench_prompts_spread_over_categories(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from lp_runtime.bench import BenchConfig, load_prompts
+    from scripts.bench import BenchConfig, load_prompts
     from lp_runtime.config import DatasetConfig
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -185,7 +186,7 @@ def test_mt_bench_prompts_spread_over_categories(tiny_model_dir):
 
 
 def test_bench_config_errors():
-    from lp_runtime.bench import BenchConfig
+    from scripts.bench import BenchConfig
     from lp_runtime.config import ConfigError, DecodingConfig
 
     with pytest.raises(ConfigError, match=r"per_category=\{'mt_bench': 0\} is not allowed"):
@@ -197,7 +198,7 @@ def test_bench_config_errors():
 
 
 def test_run_two_dtypes_in_one_run(tiny_model_dir, tmp_path, monkeypatch):
-    from lp_runtime.bench import BenchConfig, run
+    from scripts.bench import BenchConfig, run
     from lp_runtime.config import DatasetConfig, GenerationConfig, ModelConfig
 
     monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path / "cache"))
@@ -222,7 +223,7 @@ def test_run_two_dtypes_in_one_run(tiny_model_dir, tmp_path, monkeypatch):
 
 
 def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    from lp_runtime.bench import BenchConfig, run
+    from scripts.bench import BenchConfig, run
     from lp_runtime.config import DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig
 
     monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path / "cache"))
@@ -265,7 +266,7 @@ def test_bench_cli_smoke(tiny_model_dir, tmp_path):
     ]))
     out = tmp_path / "bench"
     env = dict(os.environ, HF_HUB_OFFLINE="1", LP_RUNTIME_CACHE=str(tmp_path / "cache"))
-    args = [sys.executable, "-m", "lp_runtime.bench", f"hydra.run.dir={tmp_path / 'hydra'}", "progress=false",
+    args = [sys.executable, str(REPO / "scripts" / "bench.py"), f"hydra.run.dir={tmp_path / 'hydra'}", "progress=false",
             f"model.path={tiny_model_dir}", "model.name=tiny", "generation.max_new_tokens=8",
             f"datasets=[{{name:jsonl,path:'{questions}',first_turn_only:true}}]", "lookahead=[[0,3,1],[2,3,2]]",
             "decoding.ngram_size=3", "decoding.guess_set_size=1",  # the decoding group's setting: one of the list

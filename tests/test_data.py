@@ -55,6 +55,20 @@ def _error(path):
     return str(e.value)
 
 
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
+def test_jsonl_with_a_byte_order_mark(tmp_path, newline):
+    """What Notepad and Excel write: a UTF-8 BOM first (and CRLF line ends), read like plain UTF-8."""
+    path = tmp_path / "q.jsonl"
+    rows = [{"question_id": 1, "category": "c", "turns": ["héllo"]}, {"question_id": "b", "turns": ["x", "y"]}]
+    path.write_bytes(b"\xef\xbb\xbf" + b"".join(json.dumps(r, ensure_ascii=False).encode() + newline for r in rows))
+    qs = load_questions(DatasetConfig(name="jsonl", path=str(path)))
+    assert [(q.question_id, q.category, q.turns) for q in qs] == [(1, "c", ["héllo"]), ("b", "default", ["x", "y"])]
+    # Only a file's first bytes are a BOM: one inside a later line is still what it is, a bad character.
+    path.write_bytes(json.dumps(rows[0]).encode() + newline + b"\xef\xbb\xbf" + json.dumps(rows[1]).encode() + newline)
+    with pytest.raises(DatasetError, match=r"line 2: not valid JSON"):
+        load_questions(DatasetConfig(name="jsonl", path=str(path)))
+
+
 def test_jsonl_missing_file(tmp_path):
     path = str(tmp_path / "nope.jsonl")
     assert _error(path) == f"dataset.path={path!r} does not exist; give a question file in JSONL format ({FORMAT})"

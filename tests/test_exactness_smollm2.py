@@ -2,7 +2,7 @@
 
 1 MT-Bench first turn (chat template) and 1 HumanEval prompt (raw), 64 new tokens, the default setting of
 conf/decoding/lookahead.yaml (copy-KV commit) and a windowed one with the re-feed commit that LP uses. Divergence
-is allowed only at a near-tie (DESIGN.md 6). This is the end-to-end check on a real model (real tokenizer and chat
+is allowed only at a near-tie (docs/design.md 6). This is the end-to-end check on a real model (real tokenizer and chat
 template, 30 layers, long prompts); the combinations of W, N, G, commit, candidate variants, stop conditions and
 prompt shapes are covered on tiny random models (test_exactness_tiny.py, test_tree_decoding.py, test_cases.py),
 which take seconds. decoding=auto on SmolLM2: test_auto_decoding.py.

@@ -1,18 +1,13 @@
-"""The generate entry point: answers JSONL, resume, summary metrics, and one-line errors on bad input."""
+"""The main job in this process: answers JSONL, resume, summary metrics (the command line: test_cli.py)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
-
-import pytest
 
 from lp_runtime import metrics
 from lp_runtime.config import (DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig, OutputConfig,
                                RunConfig)
 
-REPO = Path(__file__).resolve().parents[1]
 CHOICE_KEYS = {"index", "turns", "output_ids", "new_tokens", "decoding_steps", "wall_time", "accept_lengths",
                "finish_reason", "seed", "temperature"}
 
@@ -148,128 +143,3 @@ def test_greedy_and_lookahead_answers_match(tiny_model_dir, tmp_path):
     run(_run_config(tiny_model_dir, tmp_path / "l", method="lookahead"))
     ids = [[r["choices"][0]["output_ids"] for r in _lines(tmp_path / d / "out" / "answers.jsonl")] for d in "gl"]
     assert ids[0] == ids[1]
-
-
-# ------------------------------------------------------------------------------- bad input, as the CLI
-# Every case below fails before a model is loaded. All run as `python -m lp_runtime.generate ...` command lines in
-# one fresh interpreter (tests/cli_batch.py), each with its own files, run folder and output path under tmp/<case>.
-
-FORMAT = 'each line must be a JSON object {{"question_id": int or str, "category": str, "turns": [str, ...]}}'
-EMPTY_DATASET_MESSAGE = "dataset.path='{path}' holds no questions; " + FORMAT
-BAD_LINE_MESSAGE = "{path}, line 2: not valid JSON (Expecting property name enclosed in double quotes); " + FORMAT
-
-BAD_CONFIGS = [
-    (["decoding.window_size=-1"], "decoding.window_size=-1 is negative; W must be >= 0"),
-    (["decoding.ngram_size=1"], "decoding.ngram_size=1 is too small; N must be >= 2"),
-    (["generation.max_new_tokens=abc"], "Error merging override generation.max_new_tokens=abc: "
-                                        "Value 'abc' of type 'str' could not be converted to Integer"),
-    (["decoding.windw_size=3"], "Could not override 'decoding.windw_size': "
-                                "Key 'windw_size' not in 'DecodingConfig'"),
-    (["dataset=jsonl"], "dataset=jsonl needs dataset.path=<question file .jsonl>"),
-]
-
-
-def _folder(tmp: Path, name: str) -> Path:
-    (tmp / name).mkdir()
-    return tmp / name
-
-
-def _bad_input_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
-    """case -> (overrides, the expected one-line error); the case's files are made under tmp/<case>."""
-    from lp_runtime.data import _FORMAT
-
-    cases = {f"bad_config_{i}": (overrides, message) for i, (overrides, message) in enumerate(BAD_CONFIGS)}
-    d = _folder(tmp, "output_under_a_file")
-    (d / "afile").write_text("x")
-    path = d / "afile" / "answers.jsonl"
-    cases[d.name] = ([f"output.path={path}", "model.path=/nonexistent"],
-                     f"cannot create the folder for output path {path}: {d / 'afile'} is a file")
-    d = _folder(tmp, "output_path_is_a_folder")
-    cases[d.name] = ([f"output.path={d}", "model.path=/nonexistent"],
-                     f"output path {d} is a folder; give a file path such as {d / 'answers.jsonl'}")
-    d = _folder(tmp, "missing_model")
-    cases[d.name] = (["model.path=/nonexistent", "dataset.limit=1", f"output.path={d / 'out' / 'deeper' / 'answers.jsonl'}"],
-                     "model.path='/nonexistent' is not an existing folder. "
-                     "Use a local folder, a HuggingFace id, or bundled:smollm2")
-    d = _folder(tmp, "empty_dataset")
-    (d / "empty.jsonl").write_text("")
-    cases[d.name] = (["dataset=jsonl", f"dataset.path={d / 'empty.jsonl'}", "model.path=/nonexistent"],
-                     EMPTY_DATASET_MESSAGE.format(path=d / "empty.jsonl"))
-    d = _folder(tmp, "malformed_dataset")
-    (d / "bad.jsonl").write_text('{"question_id": 1, "category": "x", "turns": ["hi"]}\n{"question_id": 2, \n')
-    cases[d.name] = (["dataset=jsonl", f"dataset.path={d / 'bad.jsonl'}", "model.path=/nonexistent"],
-                     BAD_LINE_MESSAGE.format(path=d / "bad.jsonl"))
-    # As root os.access() says yes everywhere; /proc refuses new files even to root.
-    cases["unwritable_output"] = (["output.path=/proc/lp_runtime_answers.jsonl", "model.path=/nonexistent"],
-                                  "output path /proc/lp_runtime_answers.jsonl is not writable: No such file or directory")
-    d = _folder(tmp, "dataset_path_is_a_folder")
-    cases[d.name] = (["dataset=jsonl", f"dataset.path={d}", "model.path=/nonexistent"],
-                     f"dataset.path={str(d)!r} is a folder; give a question file in JSONL format ({_FORMAT})")
-    return cases
-
-
-@pytest.fixture(scope="module")
-def bad_input(tmp_path_factory):
-    """case -> (the case's folder, the CLI's result, the expected one-line error)."""
-    from cli_batch import run_cli
-
-    tmp = tmp_path_factory.mktemp("cli")
-    cases = _bad_input_cases(tmp)
-    calls = []
-    for name, (overrides, _) in cases.items():
-        (tmp / name).mkdir(exist_ok=True)
-        args = [f"hydra.run.dir={tmp / name / 'hydra'}", "progress=false", *overrides]
-        if not any(a.startswith("output.path=") for a in overrides):
-            args.append(f"output.path={tmp / name / 'out' / 'answers.jsonl'}")
-        calls.append(args)
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    env.pop("HYDRA_FULL_ERROR", None)
-    results = run_cli(calls, env)
-    return {name: (tmp / name, res, message) for (name, (_, message)), res in zip(cases.items(), results)}
-
-
-def _assert_fails_with(result: subprocess.CompletedProcess, message: str) -> None:
-    assert "Traceback" not in result.stderr, result.stderr
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines() == [f"error: {message}"]
-
-
-def _check(bad_input, case: str) -> Path:
-    folder, result, message = bad_input[case]
-    _assert_fails_with(result, message)
-    return folder
-
-
-@pytest.mark.parametrize("case", [f"bad_config_{i}" for i in range(len(BAD_CONFIGS))],
-                         ids=[o[0] for o, _ in BAD_CONFIGS])
-def test_bad_config_fails_in_one_line(bad_input, case):
-    _check(bad_input, case)
-
-
-def test_output_under_a_file_fails_before_loading_the_model(bad_input):
-    _check(bad_input, "output_under_a_file")
-
-
-def test_output_path_is_a_folder(bad_input):
-    _check(bad_input, "output_path_is_a_folder")
-
-
-def test_missing_model_fails_in_one_line(bad_input):
-    folder = _check(bad_input, "missing_model")
-    assert not (folder / "out").exists()  # no empty answers file, summary or folder left behind
-
-
-def test_empty_dataset_fails_before_loading_the_model(bad_input):
-    _check(bad_input, "empty_dataset")
-
-
-def test_malformed_dataset_line_fails_before_loading_the_model(bad_input):
-    _check(bad_input, "malformed_dataset")
-
-
-def test_unwritable_output_fails_before_loading_the_model(bad_input):
-    _check(bad_input, "unwritable_output")
-
-
-def test_dataset_path_is_a_folder(bad_input):
-    _check(bad_input, "dataset_path_is_a_folder")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lp_runtime import jobs, models, settings
+from lp_runtime import answers, jobs, models
 from lp_runtime.config import (DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig, OutputConfig,
                                RunConfig)
 
@@ -117,7 +117,7 @@ def test_changed_settings_refuse_before_loading_and_same_settings_resume(tiny_mo
     changed = _cfg(tiny_model_dir, tmp_path, window_size=2)
     changed.model.path = "/nonexistent"  # would fail to load: the refusal must come first
     changed.generation.max_new_tokens = 4
-    with pytest.raises(settings.SettingsMismatchError) as e:
+    with pytest.raises(answers.SettingsMismatchError) as e:
         run(changed)
     fp_new = models.model_fingerprint(changed.model)
     assert str(e.value) == (
@@ -138,7 +138,7 @@ def test_changed_settings_refuse_before_loading_and_same_settings_resume(tiny_mo
 
     # A file written before settings were recorded: a clear refusal, nothing touched.
     (out / "answers.settings.json").unlink()
-    with pytest.raises(settings.SettingsMismatchError, match=r"holds answers but no record of the settings .*"
+    with pytest.raises(answers.SettingsMismatchError, match=r"holds answers but no record of the settings .*"
                                                            r"choose a new output path \(output.path=.*answers-2.jsonl\)"):
         run(cfg)
     assert (out / "answers.jsonl").read_bytes() == lines
@@ -146,15 +146,23 @@ def test_changed_settings_refuse_before_loading_and_same_settings_resume(tiny_mo
 
 def test_settings_differences_cover_new_fields_and_skip_display_ones():
     cfg = RunConfig()
-    current = settings.run_settings(cfg, model_fingerprint="ab", world_size=2)
+    current = answers.run_settings(cfg, model_fingerprint="ab", world_size=2)
     assert current["parallel.world_size"] == 2 and current["sampling.category_temperature"] is None
-    assert not set(settings.NOT_COMPARED) & set(current)
+    assert not set(answers.NOT_COMPARED) & set(current)
     old = dict(current)
     del old["sampling.min_p"]  # a field the older record did not have: its default is assumed
-    assert settings.differences(old, current) == []
+    assert answers.differences(old, current) == []
     old["sampling.min_p"] = 0.1
     old["progress"] = False
-    assert settings.differences(old, current) == [("sampling.min_p", 0.1, 0.0)]
+    assert answers.differences(old, current) == [("sampling.min_p", 0.1, 0.0)]
+
+
+def test_settings_of_retired_levers_resume_only_at_todays_behaviour():
+    current = answers.run_settings(RunConfig(), model_fingerprint="ab", world_size=1)
+    old = {**current, **{k: v for k, v in answers.RETIRED.items() if k not in current}}  # a record from before
+    assert answers.differences(old, current) == []
+    old["decoding.chain"], old["decoding.lookup"] = False, "pool"  # levers that were switched: other tokens/steps
+    assert answers.differences(old, current) == [("decoding.chain", False, None), ("decoding.lookup", "pool", None)]
 
 
 def test_model_fingerprint_follows_the_files_not_the_name(tmp_path):
@@ -182,11 +190,11 @@ def test_port_for_job():
 
 def test_no_schema_among_the_choices_and_the_slurm_preset_composes():
     """--help and Hydra's "Available options" errors list these options (the CLI's one-line error for a failed run
-    leaving no folder is in test_generate.py::test_missing_model_fails_in_one_line)."""
+    leaving no folder is in test_cli.py::test_missing_model_fails_in_one_line)."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from lp_runtime.generate import CONF_DIR
+    from lp_runtime.cli import CONF_DIR
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         loader = GlobalHydra.instance().config_loader()

@@ -17,32 +17,34 @@ Results go to ``output_dir``: ``results.csv`` (the table), ``results.json`` (tab
 versions) and figures (speedup per category; S against tokens per step, log scale, the paper's section 4
 scaling plot; seconds per step against tokens per step). Run from the repository root::
 
-    python -m lp_runtime.bench                                     # conf/bench.yaml: 5 MT-Bench + 5 HumanEval
-    python -m lp_runtime.bench limit=20 generation.max_new_tokens=128 output_dir=outputs/bench/full
-    python -m lp_runtime.bench --multirun decoding.window_size=0,3,7 decoding.ngram_size=3,5
-    python -m lp_runtime.bench decoding=auto                       # adds the tuner's choice as a method
-    python -m lp_runtime.bench 'datasets=[{name:jsonl,path:spec_bench/question.jsonl}]' limit=40
+    python scripts/bench.py                                       # conf/bench.yaml: 5 MT-Bench + 5 HumanEval
+    python scripts/bench.py limit=20 generation.max_new_tokens=128 output_dir=outputs/bench/full
+    python scripts/bench.py --multirun decoding.window_size=0,3,7 decoding.ngram_size=3,5
+    python scripts/bench.py decoding=auto                         # adds the tuner's choice as a method
+    python scripts/bench.py 'datasets=[{name:jsonl,path:spec_bench/question.jsonl}]' limit=40
 
 The ``decoding`` group's setting (a ``--multirun`` sweep point) is benchmarked besides ``methods`` and the
 ``lookahead`` list. ``parallel.lp`` > 1 needs torchrun with world size = lp (one sweep point per launch).
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import math
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from lp_runtime import data, metrics
-from lp_runtime.config import to_object as config_to_object
-from lp_runtime.config import (DTYPES, ConfigError, DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig,
-                               ParallelConfig, register_configs)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # python scripts/bench.py
+
+from lp_runtime import cli, data, metrics  # noqa: E402
+from lp_runtime.report import fmt, format_table, write_results  # noqa: E402
+from lp_runtime.config import to_object as config_to_object  # noqa: E402
+from lp_runtime.config import (DTYPES, ConfigError, DatasetConfig, DecodingConfig,  # noqa: E402
+                               GenerationConfig, ModelConfig, ParallelConfig, register_configs)
 
 HF_GREEDY, HF_PROMPT_LOOKUP, GREEDY = "hf_greedy", "hf_prompt_lookup", "greedy"
 FIXED_METHODS = (HF_GREEDY, HF_PROMPT_LOOKUP, GREEDY)
@@ -227,13 +229,14 @@ def aggregate(rows: Sequence[dict[str, Any]], methods: Sequence[Method], baselin
             tokens = sum(r["new_tokens"] for r in mrows)
             seconds = sum(r["seconds"] for r in mrows)
             steps = sum(r["steps"] for r in mrows)
-            tps = _div(tokens, seconds)
+            known = [r for r in mrows if r["accepted"] is not None]
+            accepted = ((sum(r["accepted"] for r in known), sum(r["accept_steps"] for r in known))
+                        if len(known) == len(mrows) else (None, None))
+            rate = metrics.rates(tokens, steps, seconds, *accepted)
+            tps = rate["tokens_per_s"]
             ratios = [(r["new_tokens"] / r["seconds"]) / (base[r["key"]]["new_tokens"] / base[r["key"]]["seconds"])
                       for r in mrows if r["key"] in base and r["seconds"] and base[r["key"]]["new_tokens"]
                       and base[r["key"]]["seconds"]]
-            known = [r for r in mrows if r["accepted"] is not None]
-            mean_acc = (_div(sum(r["accepted"] for r in known), sum(r["accept_steps"] for r in known))
-                        if len(known) == len(mrows) else _div(tokens, steps))
             idents = [r["identical"] for r in mrows if r["identical"] is not None]
             fed = [r for r in mrows if r.get("fed_tokens") is not None]
             partings = [r["parting"] for r in mrows if r.get("parting")]
@@ -242,8 +245,8 @@ def aggregate(rows: Sequence[dict[str, Any]], methods: Sequence[Method], baselin
                 "steps": steps, "tokens_per_s": tps,
                 "speedup_mean_ratio": statistics.fmean(ratios) if ratios else None,
                 "speedup_total": _div(tps, base_tps) if (tps is not None and base_tps) else None,
-                "step_compression": _div(tokens, steps), "mean_accepted": mean_acc,
-                "seconds_per_step": _div(seconds, steps), "step_tokens": m.step_tokens,
+                "step_compression": rate["step_compression"], "mean_accepted": rate["mean_accepted_tokens"],
+                "seconds_per_step": rate["seconds_per_step"], "step_tokens": m.step_tokens,
                 "identical": sum(idents) if idents else None, "compared": len(idents),
                 "fed_per_step": (_div(sum(r["fed_tokens"] for r in fed), sum(r["steps"] for r in fed))
                                  if fed and len(fed) == len(mrows) else None),
@@ -257,62 +260,22 @@ COLUMNS = ("method", "group", "prompts", "new_tokens", "seconds", "steps", "toke
            "identical", "compared", "partings", "ties")
 
 
-def _fmt(v: Any, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
-# (header, cell) of the text table; lp_runtime.report passes its own columns to the same formatter.
+# (header, cell) of the text table (lp_runtime.report.format_table).
 TABLE_COLUMNS: tuple[tuple[str, Callable[[dict], str]], ...] = (
     ("method", lambda r: r["method"]),
     ("group", lambda r: r["group"]),
     ("n", lambda r: str(r["prompts"])),
-    ("tok/s", lambda r: _fmt(r["tokens_per_s"], ".2f")),
-    ("speedup(mean ratio)", lambda r: _fmt(r["speedup_mean_ratio"], ".3f")),
-    ("speedup(total)", lambda r: _fmt(r["speedup_total"], ".3f")),
-    ("S", lambda r: _fmt(r["step_compression"], ".3f")),
-    ("acc/step", lambda r: _fmt(r["mean_accepted"], ".3f")),
-    ("ms/step", lambda r: _fmt(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f")),
-    ("q/step", lambda r: _fmt(r["step_tokens"], "g")),
-    ("fed/step", lambda r: _fmt(r.get("fed_per_step"), ".2f")),
+    ("tok/s", lambda r: fmt(r["tokens_per_s"], ".2f")),
+    ("speedup(mean ratio)", lambda r: fmt(r["speedup_mean_ratio"], ".3f")),
+    ("speedup(total)", lambda r: fmt(r["speedup_total"], ".3f")),
+    ("S", lambda r: fmt(r["step_compression"], ".3f")),
+    ("acc/step", lambda r: fmt(r["mean_accepted"], ".3f")),
+    ("ms/step", lambda r: fmt(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f")),
+    ("q/step", lambda r: fmt(r["step_tokens"], "g")),
+    ("fed/step", lambda r: fmt(r.get("fed_per_step"), ".2f")),
     ("identical", lambda r: "-" if r["identical"] is None else f"{r['identical']}/{r['compared']}"),
     ("ties/partings", lambda r: f"{r.get('ties', 0)}/{r.get('partings', 0)}"),
 )
-
-
-def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None, *,
-                 columns: Sequence[tuple[str, Callable[[dict], str]]] = TABLE_COLUMNS, left: int = 2,
-                 markdown: bool = False) -> str:
-    """A fixed-width text table of ``aggregate``'s rows (``groups``: which groups, default all).
-
-    ``columns``: (header, row -> cell text) pairs; the first ``left`` columns are left-aligned, the rest
-    right-aligned. ``markdown``: a GitHub markdown table instead of plain text.
-    """
-    head = tuple(h for h, _ in columns)
-    lines = [tuple(cell(r) for _, cell in columns) for r in table if groups is None or r["group"] in groups]
-    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
-    fmt = lambda row: "  ".join(x.ljust(w) if i < left else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
-    if markdown:
-        fmt = lambda row: "| " + " | ".join(x.ljust(w) for x, w in zip(row, widths)) + " |"  # noqa: E731
-        rule = "|" + "|".join(":" + "-" * (w + 1) if i < left else "-" * (w + 1) + ":"
-                              for i, w in enumerate(widths)) + "|"
-        return "\n".join([fmt(head), rule] + [fmt(r) for r in lines])
-    return "\n".join([fmt(head), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in lines])
-
-
-def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], extra: dict[str, Any], *,
-                  columns: Sequence[str] = COLUMNS, name: str = "results") -> dict[str, str]:
-    """``<name>.csv`` (the table's ``columns``), ``<name>.json`` (table, per-prompt rows with output ids, ``extra``)
-    in ``out_dir``; returns their paths."""
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {"csv": os.path.join(out_dir, f"{name}.csv"), "json": os.path.join(out_dir, f"{name}.json")}
-    with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns))
-        w.writeheader()
-        for r in table:
-            w.writerow({k: r[k] for k in columns})
-    with open(paths["json"], "w", encoding="utf-8") as f:
-        json.dump({**extra, "table": list(table), "rows": list(rows)}, f, indent=1)
-    return paths
 
 
 def plot(table: Sequence[dict], out_dir: str) -> list[str]:
@@ -527,7 +490,7 @@ def load_prompts(cfg: BenchConfig, tokenizer) -> tuple[list[Prompt], dict[str, d
 
 def is_rounding_tie(gap: float, top: float, dtype: str) -> bool:
     """Whether two greedy decodings may part at a next-token distribution whose top-2 logit gap is ``gap`` (top
-    logit ``top``): in float32 a near-tie (gap < 1e-4, DESIGN.md section 6); in bfloat16 / float16 a rounding tie,
+    logit ``top``): in float32 a near-tie (gap < 1e-4, docs/design.md section 6); in bfloat16 / float16 a rounding tie,
     gap <= 8 units in the last place of ``top`` in that dtype (README "Precision"; tests/test_exactness_tiny F1).
 
     >>> is_rounding_tie(0.0625, 20.0, "bfloat16"), is_rounding_tie(1.5, 20.0, "bfloat16")   # ulp(20) = 0.125
@@ -674,12 +637,13 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
              "device": str(next(model.parameters()).device), "torch_threads": _threads()}
     result = {**extra, "table": table, "rows": rows}
     if ctx.is_writer:
-        paths = write_results(cfg.output_dir, table, rows, extra)
+        paths = write_results(cfg.output_dir, table, rows, extra, columns=COLUMNS, name="results")
         paths["table"] = os.path.join(cfg.output_dir, "table.txt")
-        Path(paths["table"]).write_text(format_table(table) + "\n", encoding="utf-8")
+        Path(paths["table"]).write_text(format_table(table, columns=TABLE_COLUMNS) + "\n", encoding="utf-8")
         if cfg.figures:
             paths.update({f"figure{i}": p for i, p in enumerate(plot(table, cfg.output_dir))})
-        print(format_table(table, groups=[g for g in dict.fromkeys(r["group"] for r in table) if "/" not in g]))
+        print(format_table(table, groups=[g for g in dict.fromkeys(r["group"] for r in table) if "/" not in g],
+                           columns=TABLE_COLUMNS))
         print("\n".join(f"{k}: {v}" for k, v in paths.items()))
         result["paths"] = paths
     return result
@@ -693,49 +657,29 @@ def _threads() -> int:
 
 # ------------------------------------------------------------------------------------------ entry point
 
-def _hydra_entry():
-    import hydra
-    from omegaconf import DictConfig
+def _job(dict_cfg) -> None:
+    cfg = config_to_object(dict_cfg)  # refuses keys no setting has
+    assert isinstance(cfg, BenchConfig)
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    from lp_runtime.generate import CONF_DIR, _fail, _is_bad_input, remove_refused_run_dir
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:  # one results folder per sweep point
+        cfg.output_dir = os.path.join(cfg.output_dir, "sweep", f"{hc.job.num}_{hc.job.override_dirname}")
+    run(cfg)
 
-    register_configs()
+
+def register_schema() -> None:
+    """Register ``BenchConfig`` (with ``RunConfig``'s groups) as the schema of ``conf/bench.yaml``."""
     from hydra.core.config_store import ConfigStore
 
+    register_configs()
     ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
-
-    @hydra.main(config_path=CONF_DIR, config_name="bench", version_base=None)
-    def _main(dict_cfg: DictConfig) -> None:
-        try:
-            cfg = config_to_object(dict_cfg)  # refuses keys no setting has
-            assert isinstance(cfg, BenchConfig)
-            from hydra.core.hydra_config import HydraConfig
-            from hydra.types import RunMode
-
-            hc = HydraConfig.get()
-            if hc.mode == RunMode.MULTIRUN:  # one results folder per sweep point
-                cfg.output_dir = os.path.join(cfg.output_dir, "sweep", f"{hc.job.num}_{hc.job.override_dirname}")
-            run(cfg)
-        except Exception as e:
-            if not _is_bad_input(e):
-                raise
-            remove_refused_run_dir()  # as the main job: a refused setting leaves no new folder
-            _fail(e)
-
-    return _main
 
 
 def main() -> None:
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from lp_runtime.generate import _fail
-
-    os.environ["HYDRA_FULL_ERROR"] = "1"
-    try:
-        _hydra_entry()()
-    except (HydraException, OmegaConfBaseException) as e:
-        _fail(e)
+    register_schema()
+    cli.main(cli.hydra_app("bench", _job), interrupted="interrupted; no results were written")
 
 
 if __name__ == "__main__":

@@ -1,51 +1,28 @@
-"""Faults a new user met on a fresh clone: each is checked for its kind, with the exact message, in seconds.
-
-Config composition goes through Hydra's compose API (no model); command-line checks run
-``python -m lp_runtime.generate`` on faults refused before the model loads; the rest use the tiny model folder
-of ``conftest.tiny_model_dir`` or no model at all.
+"""Bad input a new user met on a fresh clone, checked without the command line (that is test_cli.py): every conf
+file composes, keys no setting has, values only the loaded model can bound, answers files that are not one,
+messages that name the key. Each is checked for its kind, with the exact message, in seconds: config composition
+goes through Hydra's compose API (no model); the rest use the tiny model folder of ``conftest.tiny_model_dir`` or
+no model at all.
 """
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from lp_runtime.bench import BenchConfig
+from lp_runtime.cli import CONF_DIR
 from lp_runtime.config import ConfigError, GenerationConfig, ModelConfig, RunConfig, to_object
-from lp_runtime.generate import CONF_DIR
+from scripts.bench import BenchConfig
 
-REPO = Path(__file__).resolve().parents[1]
 CONF = Path(CONF_DIR)
-PY = sys.executable
-
-
-def cli(*args: str, cwd=None, module: str = "lp_runtime.generate", timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([PY, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def error_line(proc: subprocess.CompletedProcess) -> str:
-    """The one ``error:`` line of a refused run (exit 2, no traceback)."""
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1, proc.stderr[-2000:]
-    return lines[0]
 
 
 def _compose(config_name: str, overrides: list[str], hydra: bool = False):
-    from lp_runtime.bench import _hydra_entry
+    from scripts.bench import register_schema
 
-    _hydra_entry()  # registers run_schema and bench_schema
+    register_schema()  # run_schema and bench_schema
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         return compose(config_name, overrides=overrides, return_hydra_config=hydra)
 
@@ -90,11 +67,6 @@ def test_unknown_key_is_refused(config_name, override, message):
     with pytest.raises(ConfigError) as e:
         to_object(cfg)
     assert str(e.value) == message
-
-
-def test_unknown_key_on_the_command_line():
-    assert error_line(cli("+decoding.branch_ngrams=true", "dataset.limit=1")) == (
-        f"error: decoding.branch_ngrams is not a setting; decoding has: {DECODING_KEYS}")
 
 
 # ------------------------------------------------------------------ 2. a dict override into a null dict field
@@ -148,50 +120,9 @@ def test_gguf_file_with_the_bundled_model():
                             "holds that file")
 
 
-# ------------------------------------------------------------------ 3, 7. the command line: one line, no new folder
-def test_empty_model_folder_on_the_command_line_leaves_nothing(tmp_path):
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "outputs" / "hydra").mkdir(parents=True)  # existed before: kept (its new run folder is not)
-    proc = cli("model.path=empty", "progress=false", cwd=tmp_path)
-    assert error_line(proc) == ("error: model.path='empty' holds neither config.json (a transformers model folder) nor "
-                                "a .gguf file (for model.gguf_file); give a folder saved by save_pretrained, a "
-                                "HuggingFace id, or bundled:smollm2")
-    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["empty", "outputs", "outputs/hydra"]
-
-
-def test_refused_setting_removes_only_hydra_records(tmp_path):
-    proc = cli("decoding.window_size=-1", cwd=tmp_path)
-    assert error_line(proc) == "error: decoding.window_size=-1 is negative; W must be >= 0"
-    assert list(tmp_path.iterdir()) == []  # neither outputs/hydra/<time>/ nor outputs/
-    run_dir = tmp_path / "mine"
-    (run_dir / "keep.txt").parent.mkdir()
-    (run_dir / "keep.txt").write_text("x")
-    proc = cli("decoding.window_size=-1", f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    assert error_line(proc) == "error: decoding.window_size=-1 is negative; W must be >= 0"
-    assert (run_dir / "keep.txt").read_text() == "x" and (run_dir / ".hydra" / "config.yaml").is_file()
-
-
-def test_refused_bench_leaves_no_hydra_folder(tmp_path):
-    proc = cli("ablation=true", cwd=tmp_path, module="lp_runtime.bench")
-    assert error_line(proc) == ("error: ablation=true switches decoding=auto's levers off one at a time; "
-                                "add decoding=auto")
-    assert list(tmp_path.iterdir()) == []  # neither outputs/bench/hydra/<time>/ nor outputs/
-
-
 # ------------------------------------------------------------------ 4, 12c. an answers file that is not one
-def test_report_on_a_question_file(tmp_path):
-    q = tmp_path / "q.jsonl"
-    q.write_text('{"question_id": 1, "turns": ["hi"]}\n')
-    proc = cli(str(q), module="lp_runtime.report")
-    assert error_line(proc) == (f"error: {q} line 1 is a question (an answer line has question_id and choices[0] with "
-                                "output_ids, new_tokens, decoding_steps, wall_time, accept_lengths), so "
-                                f"{q} is not an answers file; give answers files of python -m lp_runtime.generate, "
-                                "or a folder holding them")
-    assert not (tmp_path / "report.csv").exists()
-
-
 def test_answers_file_checks_name_the_answers_file(tmp_path):
-    from lp_runtime.generate import OutputError, load_answers
+    from lp_runtime.answers import OutputError, load_answers
 
     a = tmp_path / "a.jsonl"
     a.write_text('{"question_id": 1, "choices": []}\n')
@@ -277,8 +208,8 @@ def test_largest_step_that_fits_is_accepted():
 
 
 # ------------------------------------------------------------------ 10. one fixed output file for a whole sweep
-def test_sweep_with_one_fixed_output_path_is_refused_up_front(tmp_path):
-    from lp_runtime.generate import check_sweep_outputs
+def test_sweep_with_one_fixed_output_path_is_refused_up_front():
+    from lp_runtime.jobs import check_sweep_outputs
 
     with pytest.raises(ConfigError) as e:
         check_sweep_outputs(["-m", "decoding.window_size=0,3", "output.path=out/a.jsonl", "progress=false"])
@@ -293,48 +224,11 @@ def test_sweep_with_one_fixed_output_path_is_refused_up_front(tmp_path):
     check_sweep_outputs(["-m", "--config-name", "generate", "decoding.window_size=0,3"])  # no output.path
     with pytest.raises(ConfigError):
         check_sweep_outputs(["--cfg", "job", "--multirun", "output.path=a.jsonl", "decoding.window_size=0,3"])
-    proc = cli("-m", "decoding.window_size=0,3", "output.path=out/a.jsonl", cwd=tmp_path)
-    assert error_line(proc).startswith("error: output.path=out/a.jsonl names one file for every job")
-    assert list(tmp_path.iterdir()) == []
-
-
-# ------------------------------------------------------------------ 12a, 12f. SIGTERM like Ctrl-C; resume; the count
-def test_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, capsys):
-    questions = tmp_path / "q.jsonl"
-    questions.write_text("".join(json.dumps({"question_id": i, "turns": [f"Count to {i}."]}) + "\n"
-                                 for i in range(8)))
-    out = tmp_path / "out" / "answers.jsonl"
-    args = [f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
-            f"dataset.path={questions}", "generation.max_new_tokens=48", f"output.path={out}", "progress=false"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([PY, "-m", "lp_runtime.generate", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (out.exists() and out.read_bytes().count(b"\n") >= 1) and time.time() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err[-2000:]
-    assert err.strip().splitlines()[-1] == ("interrupted; the answers written so far are complete: re-run the same "
-                                            "command to resume")
-    assert "Traceback" not in err
-    done = len(out.read_bytes().split(b"\n")[:-1])
-    assert 1 <= done < 8  # stopped part-way
-    from lp_runtime.generate import run
-
-    run(OmegaConf.to_object(_compose("generate", args)))  # the same config as the command line's; resumes
-    ids = [json.loads(line)["question_id"] for line in out.read_text().splitlines()]
-    assert ids == list(range(8))  # each once, in order: the interrupted run's lines were complete
-    capsys.readouterr()
-    run(OmegaConf.to_object(_compose("generate", [*args, "dataset.limit=1"])))
-    assert capsys.readouterr().out.splitlines()[0] == (
-        f"all 1 questions of the dataset are already in {out}; nothing to do "
-        f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})")
 
 
 # ------------------------------------------------------------------ 12b, 12d, 12e. messages that name the key
 def test_summary_path_folder_names_its_key(tmp_path):
-    from lp_runtime.generate import OutputError, check_output_path
+    from lp_runtime.answers import OutputError, check_output_path
 
     with pytest.raises(OutputError) as e:
         check_output_path(tmp_path, create=True, key="output.summary_path")
@@ -362,23 +256,3 @@ def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
     assert str(e.value) == "the prompt is empty text; give a non-empty user turn"
 
 
-# ------------------------------------------------------------------ 8. launch scripts: paths are the caller's
-@pytest.mark.parametrize("script", ["torchrun_single_node.sh", "slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
-def test_launch_scripts_keep_the_callers_directory(tmp_path, script):
-    repo, caller = tmp_path / "repo", tmp_path / "caller"
-    (repo / "launch").mkdir(parents=True)
-    (repo / "lp_runtime").mkdir()
-    (repo / "launch" / script).write_text((REPO / "launch" / script).read_text())
-    stub = repo / ".venv" / "bin" / "torchrun"  # the repository's venv, found from the script, not the cwd
-    stub.parent.mkdir(parents=True)
-    stub.write_text('#!/usr/bin/env bash\necho "cwd=$PWD"\necho "args=$*"\n')
-    stub.chmod(0o755)
-    caller.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LP_RUNTIME_", "TORCHRUN"))}
-    env.update(SLURM_JOB_ID="7", SLURM_NNODES="1", HEAD_NODE="127.0.0.1", LP_RUNTIME_SRUN="", NPROC_PER_NODE="1")
-    proc = subprocess.run(["bash", str(repo / "launch" / script), "output.path=rel/answers.jsonl"], cwd=caller,
-                          env=env, capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[0] == f"cwd={caller}"
-    assert "-m lp_runtime.generate" in lines[1] and lines[1].endswith("output.path=rel/answers.jsonl")

@@ -1,0 +1,41 @@
+"""Copy stdin (torchrun's stderr, with its ranks') to stderr up to the end of the first line that starts with
+``interrupted; `` -- the line rank 0 prints on Ctrl-C -- then drop the rest and exit 130; exit 0 at the end of
+the input when no such line came. Also drops torchrun's own "death signal, shutting down workers" line: after
+Ctrl-C torchrun logs that, stops its ranks, then prints a traceback and a failure report (the part dropped).
+
+Used by ``launch/torchrun_single_node.sh``, which starts it with Ctrl-C ignored. Whole lines are passed on as
+they come; a partial line (a progress bar redrawn with carriage returns) once the input pauses for 50 ms.
+"""
+import os
+import select
+import sys
+
+MARKER = b"interrupted; "
+DROP = (b"death signal, shutting down workers",)
+
+
+def main() -> int:
+    buf = b""
+    while True:
+        ready = select.select([0], [], [], 0.05)[0]
+        chunk = os.read(0, 65536) if ready else None
+        if chunk == b"":  # end of input: torchrun has exited
+            os.write(2, buf)
+            return 0
+        if chunk is None:  # a pause: show a partial line now
+            os.write(2, buf)
+            buf = b""
+            continue
+        *lines, buf = (buf + chunk).split(b"\n")
+        for line in lines:
+            if any(d in line for d in DROP):
+                continue
+            os.write(2, line + b"\n")
+            if line.split(b"\r")[-1].startswith(MARKER):
+                while os.read(0, 65536):  # drop the rest; let the writers finish
+                    pass
+                return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""The answers file of a run and the files beside it: where they may go, reading and resuming, one run at a time.
+
+An answers file ``answers.jsonl`` (``output.path``) holds one JSON line per question (FastChat / Spec-Bench format,
+docs/design.md section 5), appended and fsynced as each question finishes. Beside it:
+
+- ``answers.settings.json``: the settings that made the answers, written with the first answer. A later run on the
+  same file compares its own settings before the model loads and refuses, naming each differing key with both
+  values, so one file never mixes answers of two settings. Every config field counts except ``NOT_COMPARED``
+  (they change neither the tokens nor the speed, or, ``dataset.limit``, only how many questions are answered);
+  a key missing from an older record is taken as its default.
+- ``answers.summary.json`` (or ``output.summary_path``): the run summary (``lp_runtime.metrics``).
+- ``answers.lock`` while a run holds the file (``AnswersLock``): a second run on the same file refuses.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any, Optional
+
+from lp_runtime import data
+from lp_runtime.config import RunConfig, jsonl_base
+
+
+class OutputError(ValueError):
+    """``output.path`` (or ``output.summary_path``) cannot hold what the run writes: a folder, unwritable, a
+    corrupt earlier answers file, a file another run holds, or a summary path that names another file."""
+
+
+class SettingsMismatchError(ValueError):
+    """A re-run's settings differ from those recorded for its answers file (or none were recorded)."""
+
+
+def beside(answers_path: Path, suffix: str) -> Path:
+    """The file named ``suffix`` beside an answers file: ``beside(Path("a.jsonl"), ".lock") == Path("a.lock")``."""
+    return Path(jsonl_base(str(answers_path)) + suffix)
+
+
+def write_json(path: Path, obj: Any, indent: int = 2) -> None:
+    """Write ``obj`` as JSON atomically: to a temporary file beside ``path`` (per process), then renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=indent) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------ output paths
+
+def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> None:
+    """Raise ``OutputError`` unless ``path`` can be a file we append to; messages name ``key`` unless it is
+    ``output.path`` ("output path ...").
+
+    ``create``: really try (make the missing folders, open the file for append), then remove what the try made,
+    so a run that fails later leaves no empty file or folder behind; the folders are made again at the first write.
+    """
+    name = f"output path {path}" if key == "output.path" else f"{key}={path}"
+    if path.is_dir():
+        example = path / ("answers.jsonl" if key == "output.path" else "summary.json")
+        raise OutputError(f"{name} is a folder; give a file path such as {example}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(f"cannot create the folder for {name}: {parent} is a file")
+            break
+    made = [p for p in reversed(path.parents) if not p.exists()]  # outermost first
+    try:
+        if create:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise OutputError(f"cannot create the folder for {name}: {e.strerror}") from None
+        target = path if path.exists() else path.parent
+        if target.exists() and not os.access(target, os.W_OK):
+            raise OutputError(f"{name} is not writable")
+        if create:
+            _try_append(path, name)
+    finally:
+        for folder in reversed(made):  # innermost first; only folders this check made, and only if still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+
+
+def _try_append(path: Path, name: str) -> None:
+    """Open ``path`` for append (``os.access`` says yes to root everywhere: opening is the real test); a file
+    this made is removed again, so a run that fails before its first answer leaves none."""
+    existed = path.exists()
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        raise OutputError(f"{name} is not writable: {e.strerror}") from None
+    if not existed:
+        path.unlink()
+
+
+def is_summary(path: Path) -> bool:
+    """Whether ``path`` holds a run summary written by lp_runtime (a JSON object with ``answers`` and
+    ``num_questions``)."""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and "answers" in obj and "num_questions" in obj
+
+
+def check_summary_path(cfg: RunConfig) -> None:
+    """Refuse an ``output.summary_path`` that would overwrite something else: the answers file, the question file
+    (``dataset.path``), the settings record or any existing file that is not a run summary. Raises ``OutputError``."""
+    if not cfg.output.summary_path:
+        return
+    summary = Path(cfg.output.summary_path)
+    others = {"the answers file (output.path)": Path(cfg.output.path),
+              "the settings record": Path(cfg.output.resolved_settings_path)}
+    if cfg.dataset.name == "jsonl" and cfg.dataset.path:
+        others["the question file (dataset.path)"] = Path(cfg.dataset.path)
+    advice = f"give another file, e.g. output.summary_path={beside(Path(cfg.output.path), '.summary.json')}"
+    for what, other in others.items():
+        if summary.resolve() == other.resolve():
+            raise OutputError(f"output.summary_path={summary} is {what}; the summary would overwrite it: {advice}")
+    if summary.is_file() and not is_summary(summary):
+        raise OutputError(f"output.summary_path={summary} exists and is not a run summary; the summary would "
+                          f"overwrite it: {advice}")
+
+
+class AnswersLock:
+    """An exclusive lock on an answers file for a whole run (``fcntl.flock`` on ``<answers>.lock``, which names
+    its holder: pid and host). The lock ends with the process, so a killed run leaves no stale lock; the lock
+    file is removed on release. Use as a context manager; entering raises ``OutputError`` naming the holder when
+    another process holds it.
+    """
+
+    def __init__(self, answers_path: Path) -> None:
+        self.answers_path = answers_path
+        self.path = beside(answers_path, ".lock")
+        self._fd: Optional[int] = None
+        self._made: list[Path] = []
+
+    def __enter__(self) -> "AnswersLock":
+        self._made = [p for p in self.path.parents if not p.exists()]  # innermost first
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "an unknown process"
+                os.close(fd)
+                raise OutputError(f"output path {self.answers_path} is in use by another run ({holder}); wait for "
+                                  f"it to finish or choose another output.path") from None
+            try:  # the holder before us may have removed the file after we opened it: lock the one on disk
+                if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._fd is not None:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+            os.close(self._fd)  # releases the lock
+            self._fd = None
+            for folder in self._made:  # a refused or failed run leaves no folder the lock made; answers keep theirs
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+
+
+# ------------------------------------------------------------------------------------------ answers
+
+ANSWER_KEYS = ("output_ids", "new_tokens", "decoding_steps", "wall_time", "accept_lengths")
+OUTPUT_ADVICE = "move the file away or choose another output.path"
+
+
+def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list[dict]:
+    """Answers already in ``path`` (empty if it does not exist).
+
+    A final line without its newline is what a killed run leaves: it is ignored, and with ``trim`` cut off the
+    file (after every other line parsed) so the next append starts on a fresh line. A line that is not UTF-8, not
+    JSON, or not an answer (a JSON object with ``question_id`` and ``choices[0]`` holding ``ANSWER_KEYS``: e.g. a
+    line of a question file) raises ``OutputError`` naming the file and the line, followed by ``advice``, and
+    leaves the file as it was.
+    """
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    complete = raw[: raw.rfind(b"\n") + 1]
+    records: list = []
+    for num, line_bytes in enumerate(complete.splitlines(), 1):
+        where = f"{path} line {num}"
+        line = data.decode_line(line_bytes, where, OutputError,  # one line naming file and line
+                                advice=f"an answers file is written as UTF-8, so this one was changed elsewhere; {advice}")
+        if not line.strip():
+            continue
+        try:
+            records.append((where, json.loads(line)))
+        except json.JSONDecodeError:
+            raise OutputError(f"{where} is not JSON; {advice}") from None
+    for where, record in records:  # after every line decoded: a bad byte anywhere is named first
+        _check_answer(record, where, path, advice)
+    if trim and len(complete) < len(raw):
+        with open(path, "r+b") as f:
+            f.truncate(len(complete))
+            os.fsync(f.fileno())
+    return [record for _, record in records]
+
+
+def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
+    choices = record.get("choices") if isinstance(record, dict) else None
+    if not (isinstance(record, dict) and "question_id" in record and isinstance(choices, list) and choices
+            and isinstance(choices[0], dict) and all(k in choices[0] for k in ANSWER_KEYS)):
+        what = "a question" if isinstance(record, dict) and "turns" in record and "choices" not in record else "not an answer"
+        raise OutputError(f"{where} is {what} (an answer line has question_id and choices[0] with "
+                          f"{', '.join(ANSWER_KEYS)}), so {path} is not an answers file; {advice}")
+
+
+def append_line(path: Path, record: dict) -> None:
+    """Append one JSON line with a single write, then flush and fsync (a kill leaves at most a partial last line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def first_line(record: dict, width: int = 120) -> str:
+    """``[question id] first line of the first turn``: how the job shows an answer."""
+    text = (record["choices"][0].get("turns") or [""])[0]
+    return f"[{record['question_id']}] {(text.strip().splitlines() or [''])[0][:width]}"
+
+
+# ------------------------------------------------------------------------------------------ settings record
+
+FORMAT = 1
+# Display and bookkeeping keys; dataset.limit only extends or shortens the list of questions answered.
+NOT_COMPARED = ("progress", "output.path", "output.summary_path", "parallel.timeout_s", "dataset.limit")
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists and scalars are leaves, values JSON-normalised."""
+    if isinstance(tree, dict) and tree:
+        out: dict[str, Any] = {}
+        for k, v in tree.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: json.loads(json.dumps(tree))}
+
+
+def run_settings(cfg: RunConfig, *, model_fingerprint: str, world_size: int) -> dict[str, Any]:
+    """The compared settings of ``cfg``: flat dotted keys, sorted, JSON values, plus ``model.fingerprint``
+    (``models.model_fingerprint``: what the files of ``model.path`` hold) and ``parallel.world_size`` (ranks)."""
+    flat = {k: v for k, v in flatten(dataclasses.asdict(cfg)).items() if k not in NOT_COMPARED}
+    flat["model.fingerprint"] = model_fingerprint
+    flat["parallel.world_size"] = world_size
+    return dict(sorted(flat.items()))
+
+
+# Settings that left the configuration (issue 17: measurement levers) with the value that is today's behaviour: a
+# record holding that value resumes; another value (a lever that was switched) is refused like any difference.
+RETIRED = {"decoding.lookup": "suffix", "decoding.tree": True, "decoding.ranking": "counts", "decoding.commit": "copy",
+           "decoding.cross_question": None, "decoding.ngram_keys": "all", "decoding.chain": True}
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, recorded value, current value)`` for every compared key that differs; a key absent from
+    ``recorded`` (a field added after the file was written) counts as its default, a ``RETIRED`` key absent
+    from ``current`` as its retired value."""
+    defaults = flatten(dataclasses.asdict(RunConfig()))
+    missing = object()
+    out = []
+    for key in sorted(set(recorded) | set(current)):
+        if key in NOT_COMPARED or (key not in current and key in RETIRED and recorded[key] == RETIRED[key]):
+            continue
+        old = recorded.get(key, defaults.get(key, missing))
+        new = current.get(key, missing)
+        if old != new:
+            out.append((key, None if old is missing else old, None if new is missing else new))
+    return out
+
+
+def has_answers(answers_path: Path) -> bool:
+    """True when ``answers_path`` holds at least one complete line."""
+    if not answers_path.is_file():
+        return False
+    with open(answers_path, "rb") as f:
+        return any(line.endswith(b"\n") and line.strip() for line in f)
+
+
+def _new_path_hint(answers_path: Path) -> str:
+    base = jsonl_base(str(answers_path))
+    n = 2
+    while Path(f"{base}-{n}.jsonl").exists():
+        n += 1
+    return f"output.path={base}-{n}.jsonl"
+
+
+def check_settings(answers_path: Path, settings_path: Path, current: dict[str, Any]) -> None:
+    """Raise ``SettingsMismatchError`` (one line) unless the answers in ``answers_path`` were made with ``current``.
+
+    A file without answers passes (there is nothing to mix). Reads only; the files are left as they are.
+    """
+    if not has_answers(answers_path):
+        return
+    hint = _new_path_hint(answers_path)
+    if not settings_path.is_file():
+        raise SettingsMismatchError(
+            f"{answers_path} holds answers but no record of the settings that made them ({settings_path} is "
+            f"missing: the file was written before lp_runtime recorded settings, or by another tool), so a resumed "
+            f"run could mix settings; choose a new output path ({hint}) or move the file away")
+    try:
+        recorded = json.loads(settings_path.read_text(encoding="utf-8"))["settings"]
+    except (ValueError, KeyError, TypeError):
+        raise SettingsMismatchError(f"{settings_path} is not a settings record written by lp_runtime; "
+                                    f"choose a new output path ({hint}) or move both files away") from None
+    diffs = differences(recorded, current)
+    if diffs:
+        listed = "; ".join(f"{k}: {_as_typed(old)} in the file, {_as_typed(new)} now" for k, old, new in diffs)
+        raise SettingsMismatchError(
+            f"{answers_path} was made with other settings ({settings_path}): {listed}; re-run with the file's "
+            f"settings to resume it, or write to a new output path ({hint})")
+
+
+def write_settings(settings_path: Path, current: dict[str, Any]) -> None:
+    """Record ``current`` (atomically, ``write_json``)."""
+    write_json(settings_path, {"format": FORMAT, "settings": current}, indent=1)
+
+
+def read_settings(settings_path: Path) -> dict[str, Any]:
+    """The recorded settings (``{}`` when there is no readable record)."""
+    try:
+        return json.loads(settings_path.read_text(encoding="utf-8"))["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _as_typed(value) -> str:
+    """A setting's value as a user writes it on the command line: true/false/null, numbers, quoted strings."""
+    return json.dumps(value) if value is None or isinstance(value, (bool, int, float)) else repr(value)

@@ -1,0 +1,157 @@
+"""The command-line frame shared by ``python -m lp_runtime.generate`` and ``scripts/bench.py``.
+
+``hydra_app(config_name, job)`` composes ``conf/<config_name>.yaml`` with the command line's overrides and calls
+``job(dict_cfg)``; ``main(app, ...)`` runs it. Between them every way out of a command is one of:
+
+- success: exit 0;
+- bad input (a setting, model, dataset or output path the user gave: ``is_bad_input``): ``error: <one line>`` on
+  stderr, exit 2, and the run folder Hydra made for the refused run removed (``remove_refused_run_dir``);
+- Ctrl-C (exit 130) or SIGTERM (exit 143: ``kill``, ``timeout``, Slurm at the time limit): the line given as
+  ``interrupted``, on a line of its own, from rank 0 only;
+- anything else is a bug: Python's traceback.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Callable, NoReturn, Optional
+
+import hydra
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from lp_runtime import answers, data
+from lp_runtime.config import ConfigError, ModelOutputError
+
+# An absolute path: "../conf" would resolve as the Python module `conf` under `python -m`, found only when the
+# launch directory is the repository root.
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+def is_bad_input(e: BaseException) -> bool:
+    """Errors that come from what the user gave (reported in one line) rather than from a bug (traceback)."""
+    kinds: tuple[type, ...] = (ConfigError, ModelOutputError, answers.OutputError, answers.SettingsMismatchError,
+                               data.DatasetError, OmegaConfBaseException, OSError)
+    models = sys.modules.get("lp_runtime.models")  # ModelLoadError can only be raised once models is imported
+    return isinstance(e, kinds + ((models.ModelLoadError,) if models else ()))
+
+
+def one_line(e: BaseException) -> str:
+    """``e``'s message in one line: its first line, Hydra's list of available options if any, and the first line
+    of an OmegaConf cause (Hydra wraps OmegaConf's errors)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
+    msg = lines[0]
+    if len(lines) > 2 and lines[1].endswith(":"):  # "Available options in 'model':" then one option a line
+        options = next((lines[2:i] for i in range(2, len(lines)) if lines[i].endswith(":")), lines[2:])
+        msg += f" ({lines[1]} {', '.join(options)})"
+    if isinstance(e.__cause__, OmegaConfBaseException) and str(e.__cause__).strip():
+        msg = msg.rstrip(".") + ": " + str(e.__cause__).strip().splitlines()[0]
+    return msg
+
+
+def fail(e: BaseException) -> NoReturn:
+    """``error: <one line>`` on stderr, exit 2."""
+    print(f"error: {one_line(e)}", file=sys.stderr)
+    sys.exit(2)
+
+
+def is_rank0() -> bool:
+    """True unless this process is a torchrun / Slurm rank other than 0 (for lines every rank would print)."""
+    return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
+
+
+_DIRS_BEFORE: set[str] = set()  # folders (2 levels below the launch directory) that existed before Hydra ran
+
+
+def _dirs_near(root: Path, depth: int = 2) -> set[str]:
+    found: set[str] = set()
+    try:
+        entries = [e for e in os.scandir(root) if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    except OSError:
+        return found
+    for e in entries:
+        found.add(os.path.abspath(e.path))
+        if depth > 1:
+            found |= _dirs_near(Path(e.path), depth - 1)
+    return found
+
+
+def remove_refused_run_dir() -> None:
+    """After a refusal in a single (not ``--multirun``) run, remove the run folder Hydra made for it when it holds
+    nothing but Hydra's records (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``) and an empty job log,
+    then the empty folders above it (up to the launch directory) that did not exist before the run. A folder
+    holding anything else (torchrun logs, answers, a non-empty log) is left as it is."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode == RunMode.MULTIRUN:
+        return
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    records = {f"{hc.output_subdir}/{n}" for n in ("config.yaml", "hydra.yaml", "overrides.yaml")} if hc.output_subdir else set()
+    allowed = records | {f"{hc.job.name}.log", hc.output_subdir}
+    try:
+        found = {str(p.relative_to(run_dir)): p for p in run_dir.rglob("*")}
+        if not run_dir.is_dir() or any(rel not in allowed for rel in found):
+            return
+        if any(rel.endswith(".log") and p.stat().st_size > 0 for rel, p in found.items()):
+            return
+        for rel in sorted(found, key=len, reverse=True):  # files, then .hydra/, then the run folder
+            (found[rel].rmdir if found[rel].is_dir() else found[rel].unlink)()
+        run_dir.rmdir()
+        cwd = Path.cwd().resolve()
+        for parent in run_dir.resolve().parents:
+            if parent == cwd or cwd not in parent.parents or str(parent) in _DIRS_BEFORE or any(parent.iterdir()):
+                break
+            parent.rmdir()
+    except OSError:  # another rank removed it first, or it changed under us: leave the rest
+        return
+
+
+def hydra_app(config_name: str, job: Callable[[DictConfig], None]) -> Callable[[], None]:
+    """The ``@hydra.main`` function of a command: ``job(dict_cfg)`` on ``conf/<config_name>.yaml`` plus the
+    command line; bad input it raises ends the process as the module docstring says."""
+
+    @hydra.main(config_path=CONF_DIR, config_name=config_name, version_base=None)
+    def _app(dict_cfg: DictConfig) -> None:
+        try:
+            job(dict_cfg)
+        except Exception as e:
+            if not is_bad_input(e):
+                raise
+            remove_refused_run_dir()  # README: a refused setting leaves no new file or folder
+            fail(e)
+
+    return _app
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, Slurm at the time limit, torchrun stopping its workers), taken like Ctrl-C."""
+
+
+def _on_sigterm(signum, frame) -> NoReturn:
+    raise Terminated()
+
+
+def main(app: Callable[[], None], *, interrupted: str,
+         check_argv: Optional[Callable[[list[str]], None]] = None) -> None:
+    """Run ``app`` (``hydra_app``) with the exits of the module docstring. ``check_argv(sys.argv[1:])`` runs
+    first and may raise ``ConfigError`` (e.g. a sweep that torchrun cannot run)."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    # Without HYDRA_FULL_ERROR, Hydra prints composition errors (a wrong type or an unknown key in an override)
+    # itself and exits with 1; with it they reach us and are reported like every other bad input.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    _DIRS_BEFORE.update(_dirs_near(Path.cwd()))
+    try:
+        if check_argv is not None:
+            check_argv(sys.argv[1:])
+        app()
+    except (HydraException, OmegaConfBaseException, ConfigError) as e:
+        fail(e)
+    except KeyboardInterrupt as e:
+        if is_rank0():
+            print(interrupted, file=sys.stderr, flush=True)
+        sys.exit(143 if isinstance(e, Terminated) else 130)

@@ -1,0 +1,551 @@
+"""The command line, end to end: every refusal as one line (exit 2, no new file or folder), a run's answers
+file (one run at a time, resume, a re-run that shows the answers), prompts checked before the first question,
+Ctrl-C and SIGTERM (plain and under torchrun), sweeps and torchrun, the launch scripts, the report over a sweep.
+
+The refusals run as command lines in ONE fresh interpreter (tests/cli_batch.py): each fails before a model loads,
+so a process apiece would spend its time importing torch. The rest are real processes on the tiny model.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_batch import Call
+from lp_runtime.answers import AnswersLock, OutputError
+from lp_runtime.generate import INTERRUPTED
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def _questions(folder: Path, n: int, long_index: int = -1, long_words: int = 0) -> Path:
+    q = folder / "q.jsonl"
+    q.write_text("".join(json.dumps({"question_id": i, "turns": ["word " * long_words if i == long_index
+                                                                  else f"Count to {i}."]}) + "\n" for i in range(n)))
+    return q
+
+
+def _args(model_dir: Path, questions: Path, out: Path, *extra: str) -> list[str]:
+    return [f"model.path={model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
+            f"dataset.path={questions}", "generation.max_new_tokens=64", f"output.path={out}", *extra]
+
+
+def _wait_for_answers(out: Path, proc: subprocess.Popen, n: int = 1, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while not (out.exists() and out.read_bytes().count(b"\n") >= n):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+
+
+def run_config(args: list[str]) -> dict:
+    """The main job in this process on ``conf/generate.yaml`` + ``args`` (as the command line would compose it)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from lp_runtime.cli import CONF_DIR
+    from lp_runtime.generate import run
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        return run(OmegaConf.to_object(compose("generate", overrides=args)))
+
+
+def _ids(out: Path) -> list:
+    return [json.loads(line)["question_id"] for line in out.read_text().splitlines()]
+
+
+# ------------------------------------------------------------------------------ one run per answers file
+def test_lock_names_its_holder_and_is_released(tmp_path):
+    out = tmp_path / "answers.jsonl"
+    with AnswersLock(out):
+        assert (tmp_path / "answers.lock").read_text() == f"pid {os.getpid()} on host {socket.gethostname()}\n"
+        with pytest.raises(OutputError) as e:  # another open of the same file: the same refusal as another process
+            with AnswersLock(out):
+                pass
+        assert str(e.value) == (f"output path {out} is in use by another run (pid {os.getpid()} on host "
+                                f"{socket.gethostname()}); wait for it to finish or choose another output.path")
+    assert not (tmp_path / "answers.lock").exists()
+    with AnswersLock(out):  # free again
+        pass
+
+
+def test_second_run_on_the_same_output_is_refused(tmp_path, tiny_model_dir):
+    questions = _questions(tmp_path, 40)
+    out = tmp_path / "out" / "answers.jsonl"
+    args = _args(tiny_model_dir, questions, out, "progress=false")
+    first = subprocess.Popen([sys.executable, "-m", "lp_runtime.generate", *args], cwd=tmp_path, env=ENV,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_answers(out, first)
+        first.send_signal(signal.SIGSTOP)  # paused mid-run, holding the file: no race, no CPU taken meanwhile
+        second = subprocess.run([sys.executable, "-m", "lp_runtime.generate", *args], cwd=tmp_path, env=ENV,
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=120)
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert second.stderr.strip().splitlines() == [
+        f"error: output path {out} is in use by another run (pid {first.pid} on host {socket.gethostname()}); "
+        "wait for it to finish or choose another output.path"]
+    assert first.returncode == 143, err[-3000:]
+    done = _ids(out)
+    assert done == list(range(len(done))) and done  # each answer once, in order: the second run wrote nothing
+    assert not (tmp_path / "out" / "answers.lock").exists()  # released by the interrupted run
+    # The file is free again: a third run resumes it, and every answer is still there once.
+    run_config([*args, f"dataset.limit={len(done) + 2}"])
+    assert _ids(out) == list(range(len(done) + 2))
+
+
+# ------------------------------------------------------------------------------ Ctrl-C
+def _interrupt(cmd: list[str], out: Path, cwd: Path, extra_env: dict) -> tuple[int, str]:
+    """Start ``cmd`` in its own process group, press Ctrl-C (SIGINT to the group, as a terminal does) once it
+    wrote its first answer; (exit status, stderr)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env={**ENV, **extra_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        _wait_for_answers(out, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, err
+
+
+def test_ctrl_c_under_torchrun_exits_130_with_one_line(tmp_path, tiny_model_dir):
+    out = tmp_path / "answers.jsonl"
+    cmd = ["bash", str(REPO / "launch" / "torchrun_single_node.sh"),
+           *_args(tiny_model_dir, _questions(tmp_path, 400), out), "progress=false"]
+    code, err = _interrupt(cmd, out, tmp_path, {"NPROC": "1", "RUN_DIR": str(tmp_path / "run")})
+    assert code == 130, err[-3000:]
+    assert err.strip().splitlines()[-1] == INTERRUPTED
+    for noise in ("Traceback", "SignalException", "ChildFailedError"):
+        assert noise not in err, err[-3000:]
+    assert _ids(out) == list(range(len(_ids(out))))
+
+
+@pytest.mark.parametrize("flag", ["-m", "--multirun"])
+def test_sweep_under_torchrun_is_refused(tmp_path, flag):
+    stub = tmp_path / "torchrun"  # never started
+    stub.write_text("#!/usr/bin/env bash\necho started > \"$(dirname \"$0\")/started\"\n")
+    stub.chmod(0o755)
+    proc = subprocess.run(["bash", str(REPO / "launch" / "torchrun_single_node.sh"), flag, "decoding=greedy,lookahead"],
+                          cwd=tmp_path, env={**ENV, "TORCHRUN": str(stub)}, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "error: sweeps (-m/--multirun) and torchrun do not mix: every rank would run the whole sweep; launch torchrun "
+        "once per setting, or sweep from one process with hydra/launcher=lp_local (or lp_slurm), which starts each "
+        "job's ranks itself"]
+    assert not (tmp_path / "started").exists()
+
+
+def test_sweep_in_a_torchrun_rank_is_refused(monkeypatch):
+    from lp_runtime.config import ConfigError
+    from lp_runtime.jobs import TORCHRUN_SWEEP, check_torchrun_sweep
+
+    check_torchrun_sweep(["-m", "decoding=greedy,lookahead"])  # not under torchrun: Hydra sweeps
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    check_torchrun_sweep(["decoding=greedy"])  # under torchrun, one setting
+    with pytest.raises(ConfigError) as e:
+        check_torchrun_sweep(["hydra.mode=MULTIRUN", "decoding=greedy,lookahead"])
+    assert str(e.value) == TORCHRUN_SWEEP
+
+
+# ------------------------------------------------------------------------------ before the first question
+def test_over_long_prompt_is_found_before_the_first_question(tmp_path, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from lp_runtime.config import ConfigError
+    from lp_runtime.data import Question, build_prompt
+    questions = _questions(tmp_path, 3, long_index=2, long_words=1100)  # the last one: past the 1024-token context
+    n = len(build_prompt(AutoTokenizer.from_pretrained(tiny_model_dir), Question(2, "default", ["word " * 1100]), []))
+    out = tmp_path / "answers.jsonl"
+    with pytest.raises(ConfigError) as e:
+        run_config(_args(tiny_model_dir, questions, out, "progress=false"))
+    assert str(e.value) == (f"question 2, turn 1: the prompt ({n} tokens) fills the model's context of 1024 tokens; "
+                            "it leaves no room for a new token: shorten it; no question was answered (remove or "
+                            "shorten it, then re-run)")
+    assert not out.exists()
+    # Resuming a file: the questions left are checked before the next is answered.
+    short = _questions(tmp_path, 2)
+    run_config(_args(tiny_model_dir, short, out, "progress=false"))
+    assert _ids(out) == [0, 1]
+    with pytest.raises(ConfigError, match=r"^question 2, turn 1: the prompt \(\d+ tokens\) fills"):
+        run_config(_args(tiny_model_dir, _questions(tmp_path, 3, long_index=2, long_words=1100), out,
+                         "progress=false", "dataset.limit=3"))
+    assert _ids(out) == [0, 1]
+
+
+# ------------------------------------------------------------------------------ a re-run shows the answers
+def test_rerun_shows_the_answers_already_there(tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "answers.jsonl"
+    args = _args(tiny_model_dir, _questions(tmp_path, 2), out, "progress=false", "generation.max_new_tokens=8")
+    run_config(args)
+    texts = [json.loads(line)["choices"][0]["turns"][0] for line in out.read_text().splitlines()]
+    capsys.readouterr()
+    run_config(args)
+    shown = capsys.readouterr().out.splitlines()
+    assert shown == [f"already answered in {out}:",
+                     *[f"[{i}] {(t.strip().splitlines() or [''])[0][:120]}" for i, t in enumerate(texts)],
+                     f"all 2 questions of the dataset are already in {out}; nothing to do (summary kept: "
+                     f"{tmp_path / 'answers.summary.json'})"]
+
+
+# ------------------------------------------------------------------------------ report: jobs without answers
+def _answer(qid) -> dict:
+    return {"question_id": qid, "choices": [{"turns": ["x"], "output_ids": [[1, 2]], "new_tokens": [2],
+                                             "decoding_steps": [2], "wall_time": [1.0], "accept_lengths": [[1, 1]]}]}
+
+
+def _job(folder: Path, overrides: list[str], answered: bool) -> None:
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    if answered:
+        (folder / "answers.jsonl").write_text(json.dumps(_answer(1)) + "\n")
+        (folder / "answers.settings.json").write_text(json.dumps({"format": 1, "settings": {"x": overrides}}))
+
+
+def test_report_lists_jobs_without_answers(tmp_path):
+    from lp_runtime.report import ReportError, report
+
+    _job(tmp_path / "0", ["decoding.guess_set_size=1"], answered=True)
+    _job(tmp_path / "1", ["decoding.guess_set_size=-1"], answered=False)
+    _job(tmp_path / "10", ["decoding.guess_set_size=9"], answered=False)
+    result = report([str(tmp_path)], figure=False)
+    assert result["missing"] == ["1 (decoding.guess_set_size=-1)", "10 (decoding.guess_set_size=9)"]
+    assert result["text"].splitlines()[-1] == ("jobs without answers (refused, failed or not run yet): "
+                                               "1 (decoding.guess_set_size=-1); 10 (decoding.guess_set_size=9)")
+    # A sweep none of whose jobs answered: the error says which jobs there were.
+    empty = tmp_path / "empty"
+    _job(empty / "0", ["decoding.guess_set_size=-1"], answered=False)
+    with pytest.raises(ReportError) as e:
+        report([str(empty)], figure=False)
+    assert str(e.value) == (f"{empty} holds no answers file with a summary or settings beside it; jobs without "
+                            "answers: 0 (decoding.guess_set_size=-1)")
+
+
+# ------------------------------------------------------------------------------ SIGTERM like Ctrl-C; resume; the count
+def test_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, capsys):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"question_id": i, "turns": [f"Count to {i}."]}) + "\n"
+                                 for i in range(8)))
+    out = tmp_path / "out" / "answers.jsonl"
+    args = [f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
+            f"dataset.path={questions}", "generation.max_new_tokens=48", f"output.path={out}", "progress=true"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([PY, "-m", "lp_runtime.generate", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out.exists() and out.read_bytes().count(b"\n") >= 1) and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert err.endswith("\ninterrupted; the answers written so far are complete: re-run the same command to "
+                        "resume\n")  # on a line of its own, not on the progress bar's
+    assert "questions:" in err  # the bar was there
+    assert "Traceback" not in err
+    done = len(out.read_bytes().split(b"\n")[:-1])
+    assert 1 <= done < 8  # stopped part-way
+    run_config(args)  # the same config as the command line's; resumes
+    ids = [json.loads(line)["question_id"] for line in out.read_text().splitlines()]
+    assert ids == list(range(8))  # each once, in order: the interrupted run's lines were complete
+    capsys.readouterr()
+    run_config([*args, "dataset.limit=1"])
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == f"already answered in {out}:" and shown[1].startswith("[0] ")  # the answer in the file
+    assert shown[2:] == [f"all 1 questions of the dataset are already in {out}; nothing to do "
+                         f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})"]
+
+
+# ------------------------------------------------------------------------------ launch scripts: paths are the caller's
+@pytest.mark.parametrize("script", ["torchrun_single_node.sh", "slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
+def test_launch_scripts_keep_the_callers_directory(tmp_path, script):
+    repo, caller = tmp_path / "repo", tmp_path / "caller"
+    (repo / "launch").mkdir(parents=True)
+    (repo / "lp_runtime").mkdir()
+    for name in (script, "until_interrupted.py"):
+        (repo / "launch" / name).write_text((REPO / "launch" / name).read_text())
+    stub = repo / ".venv" / "bin" / "torchrun"  # the repository's venv, found from the script, not the cwd
+    stub.parent.mkdir(parents=True)
+    stub.write_text('#!/usr/bin/env bash\necho "cwd=$PWD"\necho "args=$*"\n')
+    stub.chmod(0o755)
+    caller.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LP_RUNTIME_", "TORCHRUN"))}
+    env.update(SLURM_JOB_ID="7", SLURM_NNODES="1", HEAD_NODE="127.0.0.1", LP_RUNTIME_SRUN="", NPROC_PER_NODE="1")
+    proc = subprocess.run(["bash", str(repo / "launch" / script), "output.path=rel/answers.jsonl"], cwd=caller,
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"cwd={caller}"
+    assert "-m lp_runtime.generate" in lines[1] and lines[1].endswith("output.path=rel/answers.jsonl")
+
+
+# ------------------------------------------------------------------------------- bad input, as the CLI
+# Every case below fails before a model is loaded. All run as `python -m lp_runtime.generate ...` (or the report,
+# or scripts/bench.py) command lines in one fresh interpreter, each with its own files, run folder and output path
+# under tmp/<case>.
+
+FORMAT = 'each line must be a JSON object {{"question_id": int or str, "category": str, "turns": [str, ...]}}'
+EMPTY_DATASET_MESSAGE = "dataset.path='{path}' holds no questions; " + FORMAT
+BAD_LINE_MESSAGE = "{path}, line 2: not valid JSON (Expecting property name enclosed in double quotes); " + FORMAT
+
+BAD_CONFIGS = [
+    (["decoding.window_size=-1"], "decoding.window_size=-1 is negative; W must be >= 0"),
+    (["decoding.ngram_size=1"], "decoding.ngram_size=1 is too small; N must be >= 2"),
+    (["generation.max_new_tokens=abc"], "Error merging override generation.max_new_tokens=abc: "
+                                        "Value 'abc' of type 'str' could not be converted to Integer"),
+    (["decoding.windw_size=3"], "Could not override 'decoding.windw_size': "
+                                "Key 'windw_size' not in 'DecodingConfig'"),
+    (["dataset=jsonl"], "dataset=jsonl needs dataset.path=<question file .jsonl>"),
+]
+
+
+def _folder(tmp: Path, name: str) -> Path:
+    (tmp / name).mkdir()
+    return tmp / name
+
+
+def _bad_input_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """case -> (overrides, the expected one-line error); the case's files are made under tmp/<case>."""
+    from lp_runtime.data import _FORMAT
+
+    cases = {f"bad_config_{i}": (overrides, message) for i, (overrides, message) in enumerate(BAD_CONFIGS)}
+    d = _folder(tmp, "output_under_a_file")
+    (d / "afile").write_text("x")
+    path = d / "afile" / "answers.jsonl"
+    cases[d.name] = ([f"output.path={path}", "model.path=/nonexistent"],
+                     f"cannot create the folder for output path {path}: {d / 'afile'} is a file")
+    d = _folder(tmp, "output_path_is_a_folder")
+    cases[d.name] = ([f"output.path={d}", "model.path=/nonexistent"],
+                     f"output path {d} is a folder; give a file path such as {d / 'answers.jsonl'}")
+    d = _folder(tmp, "missing_model")
+    cases[d.name] = (["model.path=/nonexistent", "dataset.limit=1", f"output.path={d / 'out' / 'deeper' / 'answers.jsonl'}"],
+                     "model.path='/nonexistent' is not an existing folder. "
+                     "Use a local folder, a HuggingFace id, or bundled:smollm2")
+    d = _folder(tmp, "empty_dataset")
+    (d / "empty.jsonl").write_text("")
+    cases[d.name] = (["dataset=jsonl", f"dataset.path={d / 'empty.jsonl'}", "model.path=/nonexistent"],
+                     EMPTY_DATASET_MESSAGE.format(path=d / "empty.jsonl"))
+    d = _folder(tmp, "malformed_dataset")
+    (d / "bad.jsonl").write_text('{"question_id": 1, "category": "x", "turns": ["hi"]}\n{"question_id": 2, \n')
+    cases[d.name] = (["dataset=jsonl", f"dataset.path={d / 'bad.jsonl'}", "model.path=/nonexistent"],
+                     BAD_LINE_MESSAGE.format(path=d / "bad.jsonl"))
+    # As root os.access() says yes everywhere; /proc refuses new files even to root.
+    cases["unwritable_output"] = (["output.path=/proc/lp_runtime_answers.jsonl", "model.path=/nonexistent"],
+                                  "output path /proc/lp_runtime_answers.jsonl is not writable: No such file or directory")
+    for name, overrides, message in _summary_path_cases(tmp) + _auto_and_sweep_cases(tmp) + _own_folder_cases(tmp):
+        cases[name] = (overrides, message)
+    d = _folder(tmp, "dataset_path_is_a_folder")
+    cases[d.name] = (["dataset=jsonl", f"dataset.path={d}", "model.path=/nonexistent"],
+                     f"dataset.path={str(d)!r} is a folder; give a question file in JSONL format ({_FORMAT})")
+    return cases
+
+
+def _summary_path_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
+    """A summary path that would overwrite the answers, the questions or a file of the user's."""
+    out = []
+    d = _folder(tmp, "summary_is_the_answers_file")
+    a = d / "answers.jsonl"
+    out.append((d.name, [f"output.path={a}", f"output.summary_path={a}", "model.path=/nonexistent"],
+                f"output.summary_path={a} is the answers file (output.path); the summary would overwrite it: give "
+                f"another file, e.g. output.summary_path={d / 'answers.summary.json'}"))
+    d = _folder(tmp, "summary_is_the_question_file")
+    (d / "q.jsonl").write_text('{"question_id": 1, "turns": ["hi"]}\n')
+    out.append((d.name, ["dataset=jsonl", f"dataset.path={d / 'q.jsonl'}", f"output.path={d / 'a.jsonl'}",
+                         f"output.summary_path={d / 'q.jsonl'}", "model.path=/nonexistent"],
+                f"output.summary_path={d / 'q.jsonl'} is the question file (dataset.path); the summary would "
+                f"overwrite it: give another file, e.g. output.summary_path={d / 'a.summary.json'}"))
+    d = _folder(tmp, "summary_is_another_file")
+    (d / "notes.txt").write_text("mine\n")
+    out.append((d.name, [f"output.summary_path={d / 'notes.txt'}", "model.path=/nonexistent"],
+                f"output.summary_path={d / 'notes.txt'} exists and is not a run summary; the summary would overwrite "
+                f"it: give another file, e.g. output.summary_path={d / 'out' / 'answers.summary.json'}"))
+    return out
+
+
+def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
+    """Settings decoding=auto would ignore; sweeps with a bad job (checked before job 0 runs)."""
+    out = [("auto_window", ["decoding.window_size=7"],
+            "decoding.window_size=7 is ignored under decoding=auto, which chooses W itself from this machine's "
+            "latency curve; add decoding=lookahead to run decoding.window_size=7"),
+           ("auto_pool", ["decoding.pool_from_prompt=false"],
+            "decoding.pool_from_prompt=false is ignored under decoding=auto, which always seeds the n-gram pool from "
+            "the prompt; add decoding=lookahead to run decoding.pool_from_prompt=false")]
+    for name, sweep, message in [
+        ("sweep_bad_last_job", ["decoding=lookahead", "decoding.guess_set_size=1,-1"],
+         "sweep job 1 (decoding.guess_set_size=-1): decoding.guess_set_size=-1 is negative; G must be >= 0"),
+        ("sweep_auto_key", ["decoding.window_size=0,3"],
+         "sweep job 0 (decoding.window_size=0): decoding.window_size=0 is ignored under decoding=auto, which chooses "
+         "W itself from this machine's latency curve; add decoding=lookahead to run decoding.window_size=0"),
+    ]:
+        d = _folder(tmp, name)
+        out.append((name, ["-m", *sweep, f"hydra.sweep.dir={d / 'sweep'}", "model.path=/nonexistent",
+                           f"output.path={d}/${{hydra:job.num}}/answers.jsonl"], message + "; no job was run"))
+    return out
+
+
+DECODING_KEYS = "guess_set_size, max_depth, method, ngram_size, pool_from_prompt, seed, window_size"
+
+
+def _own_folder_cases(tmp: Path) -> list:
+    """Command lines run in a folder of their own (the folders a refusal may leave are checked), the report and
+    the bench among them."""
+    out = []
+    d = _folder(tmp, "unknown_key")
+    out.append((d.name, Call(["+decoding.branch_ngrams=true", "dataset.limit=1"], cwd=str(d)),
+                f"decoding.branch_ngrams is not a setting; decoding has: {DECODING_KEYS}"))
+    d = _folder(tmp, "empty_model_folder")
+    (d / "empty").mkdir()
+    (d / "outputs" / "hydra").mkdir(parents=True)  # existed before: kept (its new run folder is not)
+    out.append((d.name, Call(["model.path=empty", "progress=false"], cwd=str(d)),
+                "model.path='empty' holds neither config.json (a transformers model folder) nor a .gguf file (for "
+                "model.gguf_file); give a folder saved by save_pretrained, a HuggingFace id, or bundled:smollm2"))
+    d = _folder(tmp, "refused_setting")
+    out.append((d.name, Call(["decoding.window_size=-1"], cwd=str(d)),
+                "decoding.window_size=-1 is negative; W must be >= 0"))
+    d = _folder(tmp, "refused_setting_own_run_dir")
+    (d / "mine").mkdir()
+    (d / "mine" / "keep.txt").write_text("x")
+    out.append((d.name, Call(["decoding.window_size=-1", f"hydra.run.dir={d / 'mine'}"], cwd=str(d)),
+                "decoding.window_size=-1 is negative; W must be >= 0"))
+    d = _folder(tmp, "refused_bench")
+    out.append((d.name, Call(["ablation=true"], cwd=str(d), module="scripts.bench"),
+                "ablation=true switches decoding=auto's levers off one at a time; add decoding=auto"))
+    d = _folder(tmp, "report_on_a_question_file")
+    (d / "q.jsonl").write_text('{"question_id": 1, "turns": ["hi"]}\n')
+    out.append((d.name, Call([str(d / "q.jsonl")], cwd=str(d), module="lp_runtime.report"),
+                f"{d / 'q.jsonl'} line 1 is a question (an answer line has question_id and choices[0] with "
+                "output_ids, new_tokens, decoding_steps, wall_time, accept_lengths), so "
+                f"{d / 'q.jsonl'} is not an answers file; give answers files of python -m lp_runtime.generate, or "
+                "a folder holding them"))
+    d = _folder(tmp, "sweep_with_one_output_file")
+    out.append((d.name, Call(["-m", "decoding=lookahead", "decoding.window_size=0,3", "output.path=out/a.jsonl"],
+                             cwd=str(d)),
+                "output.path=out/a.jsonl names one file for every job of this --multirun sweep "
+                "(decoding.window_size=0,3), but one answers file holds the answers of one setting; drop output.path "
+                "so that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the job number "
+                "in it: 'output.path=outputs/sweep/${hydra:job.num}/answers.jsonl'"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def bad_input(tmp_path_factory):
+    """case -> (the case's folder, the CLI's result, the expected one-line error)."""
+    from cli_batch import run_cli
+
+    tmp = tmp_path_factory.mktemp("cli")
+    cases = _bad_input_cases(tmp)
+    calls = []
+    for name, (overrides, _) in cases.items():
+        if isinstance(overrides, Call):
+            calls.append(overrides)
+            continue
+        (tmp / name).mkdir(exist_ok=True)
+        flags = [o for o in overrides if o == "-m"]  # Hydra's flags go before the overrides
+        args = [*flags, f"hydra.run.dir={tmp / name / 'hydra'}", "progress=false", *[o for o in overrides if o != "-m"]]
+        if not any(a.startswith("output.path=") for a in overrides):
+            args.append(f"output.path={tmp / name / 'out' / 'answers.jsonl'}")
+        calls.append(args)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env.pop("HYDRA_FULL_ERROR", None)
+    results = run_cli(calls, env)
+    return {name: (tmp / name, res, message) for (name, (_, message)), res in zip(cases.items(), results)}
+
+
+def _assert_fails_with(result: subprocess.CompletedProcess, message: str) -> None:
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"error: {message}"]
+
+
+def _check(bad_input, case: str) -> Path:
+    folder, result, message = bad_input[case]
+    _assert_fails_with(result, message)
+    return folder
+
+
+@pytest.mark.parametrize("case", [f"bad_config_{i}" for i in range(len(BAD_CONFIGS))],
+                         ids=[o[0] for o, _ in BAD_CONFIGS])
+def test_bad_config_fails_in_one_line(bad_input, case):
+    _check(bad_input, case)
+
+
+def test_output_under_a_file_fails_before_loading_the_model(bad_input):
+    _check(bad_input, "output_under_a_file")
+
+
+def test_output_path_is_a_folder(bad_input):
+    _check(bad_input, "output_path_is_a_folder")
+
+
+def test_missing_model_fails_in_one_line(bad_input):
+    folder = _check(bad_input, "missing_model")
+    assert not (folder / "out").exists()  # no empty answers file, summary or folder left behind
+
+
+def test_empty_dataset_fails_before_loading_the_model(bad_input):
+    _check(bad_input, "empty_dataset")
+
+
+def test_malformed_dataset_line_fails_before_loading_the_model(bad_input):
+    _check(bad_input, "malformed_dataset")
+
+
+def test_unwritable_output_fails_before_loading_the_model(bad_input):
+    _check(bad_input, "unwritable_output")
+
+
+def test_dataset_path_is_a_folder(bad_input):
+    _check(bad_input, "dataset_path_is_a_folder")
+
+
+@pytest.mark.parametrize("case", ["summary_is_the_answers_file", "summary_is_the_question_file",
+                                  "summary_is_another_file"])
+def test_summary_path_that_would_overwrite_another_file(bad_input, case):
+    folder = _check(bad_input, case)
+    assert {p.name: p.read_text() for p in folder.iterdir() if p.is_file()} == {
+        "summary_is_the_answers_file": {},
+        "summary_is_the_question_file": {"q.jsonl": '{"question_id": 1, "turns": ["hi"]}\n'},
+        "summary_is_another_file": {"notes.txt": "mine\n"}}[case]  # left as they were, nothing new
+
+
+@pytest.mark.parametrize("case", ["auto_window", "auto_pool"])
+def test_setting_that_auto_ignores_is_refused(bad_input, case):
+    _check(bad_input, case)
+
+
+@pytest.mark.parametrize("case", ["sweep_bad_last_job", "sweep_auto_key"])
+def test_sweep_checks_every_job_before_the_first(bad_input, case):
+    folder = _check(bad_input, case)
+    assert sorted(p.name for p in folder.iterdir()) == []  # no sweep folder, no job folder, no answers
+
+
+def _tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("case", ["unknown_key", "refused_setting", "refused_bench", "sweep_with_one_output_file"])
+def test_refusal_leaves_no_new_folder(bad_input, case):
+    assert _tree(_check(bad_input, case)) == []  # neither outputs/hydra/<time>/ nor outputs/
+
+
+def test_refusal_keeps_folders_that_were_there(bad_input):
+    folder = _check(bad_input, "empty_model_folder")
+    assert _tree(folder) == ["empty", "outputs", "outputs/hydra"]
+    folder = _check(bad_input, "refused_setting_own_run_dir")
+    assert (folder / "mine" / "keep.txt").read_text() == "x" and (folder / "mine" / ".hydra" / "config.yaml").is_file()
+
+
+def test_report_on_a_question_file(bad_input):
+    folder = _check(bad_input, "report_on_a_question_file")
+    assert _tree(folder) == ["q.jsonl"]  # no report.csv
