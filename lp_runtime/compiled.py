@@ -1,0 +1,181 @@
+"""One compiled decoding step per shape bucket over a ``SlotCache`` (issue 19, items 2 and 4).
+
+A step of q tokens is padded to the smallest bucket b >= q (``BUCKETS``: 1, 2, 4, ..., 256), so every step of a
+bucket has the same shapes: ids (1, b), positions (1, b), the step's tree mask (1, 1, b, b), the kept rows (b,),
+the committed length as a 0-d device tensor, and the cache's buffers. Each bucket's forward is compiled once
+(``torch.compile``: ``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA; inductor on CPU), with the inputs
+copied into per-bucket static buffers; warm-up at start-up (``warm_up``) prints one line with its time.
+
+Padding: padded rows sit at the last real position, see only themselves (so their softmax is finite), and
+no real row sees them; their outputs are never read (the kept rows are padded with row 0, whose logits are
+dropped). Their KV is written at slots past+q .. past+b-1, after everything the step commits, and later steps
+overwrite it before reading it (the cache's length only counts real tokens). So ``SlotCache`` needs
+``max_len`` >= the longest sequence + the largest bucket.
+
+Attention goes through ``attention.split_attention`` (prefix + tree block, log-sum-exp merge): no mask over
+the whole cache. Prefill and everything else run eagerly on the same cache (written by length).
+
+Usage (a compiled greedy; ``greedy`` below)::
+
+    step = CapturedStep(model, max_len=len(prompt) + 128 + 256)
+    step.warm_up()                       # "captured 9 step buckets (1..256) in 41.2 s"
+    tokens = step.greedy(prompt, 128)    # token-identical to eager greedy in float32
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from .attention import use_split_attention
+from .static_cache import SlotCache
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def bucket_for(q: int, buckets: Sequence[int] = BUCKETS) -> int:
+    """The smallest bucket >= q. ``ValueError`` when q < 1 or q > the largest bucket."""
+    fits = [b for b in buckets if b >= q]
+    if q < 1 or not fits:
+        raise ValueError(f"a step of {q} tokens has no bucket; buckets are {tuple(buckets)} (1 <= q <= {max(buckets)})")
+    return min(fits)
+
+
+class CapturedStep:
+    """Compiled step per bucket for one model (float32 or bfloat16, CPU or CUDA), one sequence at a time.
+
+    Args:
+        model: a transformers causal LM whose attention takes position ids and a 4D mask (Llama-like); its
+            attention implementation is set to ``attention.SPLIT`` (``use_split_attention``: behaves as sdpa for
+            every other caller; the weights are untouched).
+        max_len: ``SlotCache`` slots: prompt + new tokens + the largest bucket.
+        buckets: ascending step sizes to compile.
+        mode: ``torch.compile`` mode; None = "reduce-overhead" on CUDA, inductor's default elsewhere.
+        backend: ``torch.compile`` backend ("inductor"; tests may pass another).
+
+    Attributes: ``cache`` (the ``SlotCache``; ``kv.commit`` commits it), ``capture_seconds`` (warm-up time).
+    """
+
+    def __init__(self, model, max_len: int, buckets: Sequence[int] = BUCKETS, mode: Optional[str] = None,
+                 backend: str = "inductor") -> None:
+        if list(buckets) != sorted(set(buckets)) or not buckets or buckets[0] < 1:
+            raise ValueError(f"buckets={tuple(buckets)} must be ascending, distinct and >= 1")
+        if max_len < max(buckets) + 1:
+            raise ValueError(f"max_len={max_len} must exceed the largest bucket ({max(buckets)})")
+        use_split_attention(model)
+        self.model = model
+        self.buckets = tuple(buckets)
+        self.device = next(model.parameters()).device
+        self.past = torch.zeros((), dtype=torch.long, device=self.device)
+        torch._dynamo.mark_static_address(self.past)
+        self.cache = SlotCache.for_model(model, max_len)
+        self.prefill([0])  # allocates the cache's buffers eagerly (static addresses, outside any graph)
+        self._blocked = torch.finfo(model.dtype).min
+        self._buffers = {b: self._new_buffers(b) for b in self.buckets}
+        self.on_cuda = self.device.type == "cuda"
+        mode = mode if mode is not None else ("reduce-overhead" if self.on_cuda else None)
+        self._compiled = torch.compile(self._forward, mode=mode, backend=backend, dynamic=False)
+        self.capture_seconds: Optional[float] = None
+
+    def _new_buffers(self, b: int) -> dict[str, torch.Tensor]:
+        dev = self.device
+        pad = torch.full((b, b), self._blocked, dtype=self.model.dtype, device=dev).fill_diagonal_(0)
+        causal = torch.full((b, b), self._blocked, dtype=self.model.dtype, device=dev).triu_(1)
+        return {"ids": torch.zeros(1, b, dtype=torch.long, device=dev),
+                "pos": torch.zeros(1, b, dtype=torch.long, device=dev),
+                "mask": pad[None, None].clone(), "pad": pad, "causal": causal,
+                "keep": torch.zeros(b, dtype=torch.long, device=dev)}
+
+    def _forward(self, ids, pos, mask, keep):
+        return self.model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
+                          use_cache=True, logits_to_keep=keep, lp_past=self.past).logits[0]
+
+    def prefill(self, prompt_ids: Sequence[int]) -> None:
+        """Empty the cache and run ``prompt_ids`` through the model eagerly (written by length)."""
+        self.cache.reset()
+        if prompt_ids:
+            with torch.inference_mode():
+                self.model(input_ids=torch.tensor([list(prompt_ids)], device=self.device),
+                           past_key_values=self.cache, use_cache=True,
+                           logits_to_keep=torch.empty(0, dtype=torch.long, device=self.device))
+
+    def _fill(self, b: int, ids: Sequence[int], positions: torch.Tensor, inner: Optional[torch.Tensor],
+              keep: torch.Tensor, past: int) -> dict[str, torch.Tensor]:
+        """Copy one step's inputs into bucket b's static buffers (padding as the module docstring says)."""
+        q = len(ids)
+        buf = self._buffers[b]
+        buf["ids"][0, :q].copy_(torch.as_tensor(list(ids), dtype=torch.long), non_blocking=True)
+        buf["pos"][0, :q].copy_(positions)
+        if q < b:
+            buf["pos"][0, q:].fill_(past + q - 1)
+        mask = buf["mask"][0, 0]
+        mask.copy_(buf["pad"])
+        mask[:q, :q].copy_(buf["causal"][:q, :q] if inner is None else inner)
+        buf["keep"][: keep.numel()].copy_(keep)
+        self.past.fill_(past)
+        return buf
+
+    @torch.inference_mode()
+    def step(self, ids: Sequence[int], positions: torch.Tensor, inner: Optional[torch.Tensor],
+             keep: torch.Tensor, past: int) -> torch.Tensor:
+        """Logits (k, V) at the step's kept rows; the cache then holds ``past + len(ids)`` entries.
+
+        ids: the q step tokens (layout order); positions: int64 (q,) on the device; inner: the step's float
+        (q, q) additive tree mask in the model's dtype, or None for a causal run; keep: int64 (k,) in-step rows
+        whose logits are returned (k <= q); past: committed entries (the step writes slots past .. past+b-1).
+        The result is valid until the next ``step`` (on CUDA it lives in the graph's memory).
+        Raises ``ValueError`` when no bucket fits q or the cache has no room for past + b slots.
+        """
+        q = len(ids)
+        b = bucket_for(q, self.buckets)
+        if past + b > self.cache.max_len:
+            raise ValueError(f"a step at past={past} padded to {b} tokens needs {past + b} cache slots; "
+                             f"this CapturedStep has max_len={self.cache.max_len}")
+        buf = self._fill(b, ids, positions, inner, keep, past)
+        if self.on_cuda:
+            torch.compiler.cudagraph_mark_step_begin()
+        self.cache.static_past = self.past
+        try:
+            logits = self._compiled(buf["ids"], buf["pos"], buf["mask"], buf["keep"])
+        finally:
+            self.cache.static_past = None
+        self.cache.set_length(past + q)
+        return logits[: keep.numel()]
+
+    def warm_up(self, log: Optional[Callable[[str], None]] = print) -> float:
+        """Compile (and on CUDA capture) every bucket: three calls each on a scratch cache state, which is reset
+        after. Returns the seconds it took and logs one line saying so."""
+        start = time.perf_counter()
+        with torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.buckets))):
+            for b in self.buckets:
+                for _ in range(3):
+                    pos = torch.arange(b, device=self.device)
+                    self.step([0] * b, pos, None, torch.arange(b, device=self.device), 0)
+        self.cache.reset()
+        self.capture_seconds = time.perf_counter() - start
+        if log is not None:
+            what = "captured" if self.on_cuda else "compiled"
+            log(f"{what} {len(self.buckets)} step buckets ({self.buckets[0]}..{self.buckets[-1]}) "
+                f"in {self.capture_seconds:.1f} s")
+        return self.capture_seconds
+
+    def greedy(self, prompt_ids: Sequence[int], max_new_tokens: int, eos_token_ids: Sequence[int] = ()) -> list[int]:
+        """Plain greedy decoding through the 1-token bucket: the compiled baseline (what gpt-fast runs).
+        Stops after an id of ``eos_token_ids`` (kept) or ``max_new_tokens``; one host sync per token."""
+        prompt = list(prompt_ids)
+        if not prompt or max_new_tokens < 1:
+            raise ValueError(f"greedy needs a non-empty prompt and max_new_tokens >= 1 (got {len(prompt)} prompt "
+                             f"tokens, max_new_tokens={max_new_tokens})")
+        self.prefill(prompt[:-1])
+        keep = torch.zeros(1, dtype=torch.long, device=self.device)
+        out, token, past = [], prompt[-1], len(prompt) - 1
+        eos = set(eos_token_ids)
+        while len(out) < max_new_tokens:
+            pos = torch.full((1,), past, dtype=torch.long, device=self.device)
+            token = int(self.step([token], pos, None, keep, past)[0].argmax())
+            out.append(token)
+            past += 1
+            if token in eos:
+                break
+        return out

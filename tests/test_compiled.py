@@ -1,0 +1,94 @@
+"""compiled.CapturedStep on CPU, float32, a 1-layer random Llama (issue 19, item 2): greedy through the 1-token
+bucket and tree steps padded to a bucket give the eager path's tokens, no step recompiles after warm-up.
+
+The bucket logic is tested through ``backend="aot_eager"`` (dynamo's capture, guards and static buffers without
+code generation: ~15 s); one test compiles bucket 1 with inductor, the backend the runtime uses on CPU (~35 s of
+CPU time with a cold inductor cache, a few seconds warm)."""
+import pytest
+import torch
+from transformers import DynamicCache
+
+from lp_runtime.compiled import CapturedStep, bucket_for
+from lp_runtime.kv import commit
+from lp_runtime.layout import LayoutCache, full_mask
+from test_static_cache import PROMPT, greedy, tiny_llama
+
+PARENTS = (-1, -1, 0, 2, 1, 4)  # a candidate tree below c: 6 nodes, 7 tokens with c -> bucket 8
+TOKENS = [8, 40, 12, 77, 3, 51]
+
+
+@pytest.fixture(scope="module")
+def captured():
+    step = CapturedStep(tiny_llama(layers=1), max_len=64, buckets=(1, 4, 8), backend="aot_eager")
+    step.warm_up(log=None)
+    return step
+
+
+def test_bucket_for():
+    assert [bucket_for(q) for q in (1, 2, 3, 4, 5, 200, 256)] == [1, 2, 4, 4, 8, 256, 256]
+    with pytest.raises(ValueError, match=r"a step of 257 tokens has no bucket; buckets are \(1, 2, 4"):
+        bucket_for(257)
+    with pytest.raises(ValueError, match=r"a step of 0 tokens has no bucket"):
+        bucket_for(0, (1, 4))
+
+
+def test_greedy_equals_eager_without_recompiles(captured):
+    ref = greedy(tiny_llama(layers=1), DynamicCache(), PROMPT, 16)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        assert captured.greedy(PROMPT, 16) == ref
+        assert captured.greedy(PROMPT[:3], 5) == greedy(tiny_llama(layers=1), DynamicCache(), PROMPT[:3], 5)
+    assert captured.greedy(PROMPT, 16, eos_token_ids=[ref[3]]) == ref[:4]
+
+
+def tree_steps(run, commit_to, past):
+    """A tree step (c + 6 nodes, a 4D tree mask), copy-KV commit of the path 0 -> 2 -> 3, then a 3-token causal
+    run; returns both steps' kept logits."""
+    lay, depth, inner, keep = LayoutCache(torch.device("cpu"), torch.float32).get(1, (), 0, PARENTS)
+    first = run([PROMPT[-1]] + TOKENS, depth + past, inner, keep, past)
+    with torch.inference_mode():  # DynamicCache's tensors are inference tensors
+        commit_to(len(TOKENS) + 1, 1, [1, 3, 4])
+    past += 4
+    chain = torch.arange(3)
+    second = run([TOKENS[3], 9, 10], chain + past, None, chain, past)
+    return first, second
+
+
+def test_tree_steps_equal_eager(captured):
+    model = tiny_llama(layers=1)
+    cache = DynamicCache()
+    past = len(PROMPT) - 1
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([PROMPT[:-1]]), past_key_values=cache, use_cache=True)
+
+    def eager(ids, pos, inner, keep, past):
+        mask = None if inner is None else full_mask(inner, past)
+        with torch.inference_mode():
+            return model(input_ids=torch.tensor([ids]), position_ids=pos[None], attention_mask=mask,
+                         past_key_values=cache, use_cache=True, logits_to_keep=keep).logits[0]
+
+    ref = tree_steps(eager, lambda *a: commit(cache, *a), past)
+    captured.prefill(PROMPT[:-1])
+    with torch.compiler.set_stance("fail_on_recompile"):
+        out = tree_steps(lambda *a: captured.step(*a).clone(), lambda *a: commit(captured.cache, *a), past)
+    for r, o in zip(ref, out):
+        assert r.shape == o.shape
+        assert torch.equal(r.argmax(-1), o.argmax(-1))
+        assert (r - o).abs().max().item() < 1e-4
+    assert captured.cache.get_seq_length() == cache.get_seq_length() == past + 7
+
+
+def test_refusals(captured):
+    with pytest.raises(ValueError, match="a step at past=60 padded to 8 tokens needs 68 cache slots; "
+                                         "this CapturedStep has max_len=64"):
+        captured.step([1] * 5, torch.arange(5), None, torch.arange(1), 60)
+    with pytest.raises(ValueError, match=r"buckets=\(4, 1\) must be ascending, distinct and >= 1"):
+        CapturedStep(tiny_llama(layers=1), max_len=64, buckets=(4, 1))
+    with pytest.raises(ValueError, match="greedy needs a non-empty prompt and max_new_tokens >= 1"):
+        captured.greedy([], 4)
+
+
+def test_inductor_greedy_equals_eager():
+    """The CPU runtime's backend: inductor-generated kernels, one bucket."""
+    step = CapturedStep(tiny_llama(layers=1), max_len=32, buckets=(1,))
+    step.warm_up(log=None)
+    assert step.greedy(PROMPT, 12) == greedy(tiny_llama(layers=1), DynamicCache(), PROMPT, 12)
