@@ -1,6 +1,6 @@
 """One compiled decoding step per shape bucket over a ``SlotCache`` (issue 19, items 2 and 4).
 
-A step of q tokens is padded to the smallest bucket b >= q (``BUCKETS``: 1, 2, 4, ..., 256), so every step of a
+A step of q tokens keeping k rows is padded to the smallest bucket b >= max(q, k) (``BUCKETS``: 1, 2, 4, ..., 256), so every step of a
 bucket has the same shapes: ids (1, b), positions (1, b), the step's tree mask (1, 1, b, b), the kept rows (b,),
 the committed length as a 0-d device tensor, and the cache's buffers. Each bucket's forward is compiled once
 (``torch.compile``: ``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA; inductor on CPU), with the inputs
@@ -20,6 +20,7 @@ Usage (a compiled greedy; ``greedy`` below)::
     step = CapturedStep(model, max_len=len(prompt) + 128 + 256)
     step.warm_up()                       # "captured 9 step buckets (1..256) in 41.2 s"
     tokens = step.greedy(prompt, 128)    # token-identical to eager greedy in float32
+    dec = Decoder(model, decoding, step=step)   # lookahead through the same buckets (step.EagerStep's methods)
 """
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from . import kv
 from .attention import use_split_attention
 from .static_cache import SlotCache
+from .step import StepInputs, StepOutputs, finite_argmax
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -70,7 +73,8 @@ class CapturedStep:
         self.past = torch.zeros((), dtype=torch.long, device=self.device)
         torch._dynamo.mark_static_address(self.past)
         self.cache = SlotCache.for_model(model, max_len)
-        self.prefill([0])  # allocates the cache's buffers eagerly (static addresses, outside any graph)
+        self.prefill(self.cache, [0])  # allocates the cache's buffers eagerly (static addresses, outside any graph)
+        self.cache.reset()
         self._blocked = torch.finfo(model.dtype).min
         self._buffers = {b: self._new_buffers(b) for b in self.buckets}
         self.on_cuda = self.device.type == "cuda"
@@ -91,22 +95,46 @@ class CapturedStep:
         return self.model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
                           use_cache=True, logits_to_keep=keep, lp_past=self.past).logits[0]
 
-    def prefill(self, prompt_ids: Sequence[int]) -> None:
-        """Empty the cache and run ``prompt_ids`` through the model eagerly (written by length)."""
+    def new_cache(self) -> SlotCache:
+        """This step's one cache, emptied (its buffers keep their addresses: the compiled graphs write them)."""
         self.cache.reset()
-        if prompt_ids:
-            with torch.inference_mode():
-                self.model(input_ids=torch.tensor([list(prompt_ids)], device=self.device),
-                           past_key_values=self.cache, use_cache=True,
-                           logits_to_keep=torch.empty(0, dtype=torch.long, device=self.device))
+        return self.cache
 
-    def _fill(self, b: int, ids: Sequence[int], positions: torch.Tensor, inner: Optional[torch.Tensor],
+    def prefill(self, cache: SlotCache, ids: Sequence[int]) -> None:
+        """Feed ``ids`` (a causal run after the cache) eagerly, written by length, keeping no logits."""
+        if ids:
+            with torch.inference_mode():
+                self.model(input_ids=torch.tensor([list(ids)], device=self.device), past_key_values=cache,
+                           use_cache=True, logits_to_keep=torch.empty(0, dtype=torch.long, device=self.device))
+
+    def __call__(self, cache: SlotCache, inputs: StepInputs, *, topk: int = 0) -> StepOutputs:
+        """``step.EagerStep``'s call on the compiled path: the step's (q, q) block of ``inputs.mask`` (after the
+        committed ``cache.get_seq_length()`` columns) is its tree mask; the prefix columns are not read. A step
+        larger than the largest bucket runs eagerly (split attention on the dense mask's sdpa path)."""
+        if cache is not self.cache:
+            raise ValueError("a CapturedStep steps only its own cache (from its new_cache())")
+        past = cache.get_seq_length()
+        if max(inputs.ids.numel(), inputs.keep.numel()) > self.buckets[-1]:  # larger than every bucket: one eager step, written by length
+            logits = self.model(input_ids=inputs.ids, position_ids=inputs.positions, attention_mask=inputs.mask,
+                                past_key_values=cache, use_cache=True, logits_to_keep=inputs.keep).logits[0]
+        else:
+            inner = None if inputs.mask is None else inputs.mask[0, 0, :, past:]
+            logits = self.run(inputs.ids, inputs.positions, inner, inputs.keep, past)
+        argmax, finite = finite_argmax(logits)
+        top = torch.topk(logits, topk, dim=-1).indices if topk > 0 else None
+        return StepOutputs(logits, argmax, finite, top)
+
+    def commit(self, cache: SlotCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:
+        """``kv.commit``: the accepted entries move to the end of the prefix, the length moves forward."""
+        kv.commit(cache, num_fed, num_keep, gather)
+
+    def _fill(self, b: int, ids: torch.Tensor, positions: torch.Tensor, inner: Optional[torch.Tensor],
               keep: torch.Tensor, past: int) -> dict[str, torch.Tensor]:
         """Copy one step's inputs into bucket b's static buffers (padding as the module docstring says)."""
-        q = len(ids)
+        q = ids.numel()
         buf = self._buffers[b]
-        buf["ids"][0, :q].copy_(torch.as_tensor(list(ids), dtype=torch.long), non_blocking=True)
-        buf["pos"][0, :q].copy_(positions)
+        buf["ids"][0, :q].copy_(ids.reshape(-1), non_blocking=True)
+        buf["pos"][0, :q].copy_(positions.reshape(-1))
         if q < b:
             buf["pos"][0, q:].fill_(past + q - 1)
         mask = buf["mask"][0, 0]
@@ -117,18 +145,19 @@ class CapturedStep:
         return buf
 
     @torch.inference_mode()
-    def step(self, ids: Sequence[int], positions: torch.Tensor, inner: Optional[torch.Tensor],
-             keep: torch.Tensor, past: int) -> torch.Tensor:
-        """Logits (k, V) at the step's kept rows; the cache then holds ``past + len(ids)`` entries.
+    def run(self, ids: torch.Tensor, positions: torch.Tensor, inner: Optional[torch.Tensor],
+            keep: torch.Tensor, past: int) -> torch.Tensor:
+        """Logits (k, V) at the step's kept rows; the cache then holds ``past + q`` entries.
 
-        ids: the q step tokens (layout order); positions: int64 (q,) on the device; inner: the step's float
+        ids: int64 (q,) or (1, q), the step's tokens in layout order; positions: int64 (q,) or (1, q), on the
+        device (as ids); inner: the step's float
         (q, q) additive tree mask in the model's dtype, or None for a causal run; keep: int64 (k,) in-step rows
         whose logits are returned (k <= q); past: committed entries (the step writes slots past .. past+b-1).
         The result is valid until the next ``step`` (on CUDA it lives in the graph's memory).
         Raises ``ValueError`` when no bucket fits q or the cache has no room for past + b slots.
         """
-        q = len(ids)
-        b = bucket_for(q, self.buckets)
+        q = ids.numel()
+        b = bucket_for(max(q, keep.numel()), self.buckets)  # k can be q + 1 (window column 0 is c, kept twice)
         if past + b > self.cache.max_len:
             raise ValueError(f"a step at past={past} padded to {b} tokens needs {past + b} cache slots; "
                              f"this CapturedStep has max_len={self.cache.max_len}")
@@ -150,8 +179,8 @@ class CapturedStep:
         with torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.buckets))):
             for b in self.buckets:
                 for _ in range(3):
-                    pos = torch.arange(b, device=self.device)
-                    self.step([0] * b, pos, None, torch.arange(b, device=self.device), 0)
+                    rows = torch.arange(b, device=self.device)
+                    self.run(torch.zeros(b, dtype=torch.long, device=self.device), rows, None, rows, 0)
         self.cache.reset()
         self.capture_seconds = time.perf_counter() - start
         if log is not None:
@@ -167,13 +196,14 @@ class CapturedStep:
         if not prompt or max_new_tokens < 1:
             raise ValueError(f"greedy needs a non-empty prompt and max_new_tokens >= 1 (got {len(prompt)} prompt "
                              f"tokens, max_new_tokens={max_new_tokens})")
-        self.prefill(prompt[:-1])
+        self.prefill(self.new_cache(), prompt[:-1])
         keep = torch.zeros(1, dtype=torch.long, device=self.device)
         out, token, past = [], prompt[-1], len(prompt) - 1
         eos = set(eos_token_ids)
         while len(out) < max_new_tokens:
             pos = torch.full((1,), past, dtype=torch.long, device=self.device)
-            token = int(self.step([token], pos, None, keep, past)[0].argmax())
+            ids = torch.full((1,), token, dtype=torch.long, device=self.device)
+            token = int(self.run(ids, pos, None, keep, past)[0].argmax())
             out.append(token)
             past += 1
             if token in eos:

@@ -9,6 +9,8 @@ import torch
 from transformers import DynamicCache
 
 from lp_runtime.compiled import CapturedStep, bucket_for
+from lp_runtime.config import DecodingConfig, SamplingConfig
+from lp_runtime.decoder import Decoder
 from lp_runtime.kv import commit
 from lp_runtime.layout import LayoutCache, full_mask
 from test_static_cache import PROMPT, greedy, tiny_llama
@@ -19,7 +21,7 @@ TOKENS = [8, 40, 12, 77, 3, 51]
 
 @pytest.fixture(scope="module")
 def captured():
-    step = CapturedStep(tiny_llama(layers=1), max_len=64, buckets=(1, 4, 8), backend="aot_eager")
+    step = CapturedStep(tiny_llama(layers=1), max_len=96, buckets=(1, 4, 8), backend="aot_eager")
     step.warm_up(log=None)
     return step
 
@@ -67,9 +69,9 @@ def test_tree_steps_equal_eager(captured):
                          past_key_values=cache, use_cache=True, logits_to_keep=keep).logits[0]
 
     ref = tree_steps(eager, lambda *a: commit(cache, *a), past)
-    captured.prefill(PROMPT[:-1])
+    captured.prefill(captured.new_cache(), PROMPT[:-1])
     with torch.compiler.set_stance("fail_on_recompile"):
-        out = tree_steps(lambda *a: captured.step(*a).clone(), lambda *a: commit(captured.cache, *a), past)
+        out = tree_steps(lambda ids, *a: captured.run(torch.tensor(ids), *a).clone(), lambda *a: captured.commit(captured.cache, *a), past)
     for r, o in zip(ref, out):
         assert r.shape == o.shape
         assert torch.equal(r.argmax(-1), o.argmax(-1))
@@ -77,10 +79,33 @@ def test_tree_steps_equal_eager(captured):
     assert captured.cache.get_seq_length() == cache.get_seq_length() == past + 7
 
 
+SETTINGS = [DecodingConfig(method="greedy"),
+            DecodingConfig(window_size=0, ngram_size=3, guess_set_size=2, max_depth=2),
+            DecodingConfig(window_size=2, ngram_size=3, guess_set_size=1, max_depth=2),
+            DecodingConfig(window_size=4, ngram_size=4, guess_set_size=3)]  # steps past bucket 8 run eagerly
+
+
+@pytest.mark.parametrize("decoding", SETTINGS, ids=["greedy", "pool", "window", "large"])
+def test_decoder_through_buckets_equals_eager(captured, decoding):
+    """Decoder(step=CapturedStep): the same tokens and steps as the eager step, greedy and seeded sampling."""
+    prompt = PROMPT * 3  # repeats: the suffix lookup finds candidates
+    eager = Decoder(tiny_llama(layers=1), decoding)
+    ours = Decoder(captured.model, decoding, step=captured)
+    sampling = SamplingConfig(temperature=0.8, seed=3)
+    for kw in ({}, {"sampling": sampling}):
+        ref = eager.generate(prompt, max_new_tokens=24, **kw)
+        with torch.compiler.set_stance("fail_on_recompile"):
+            out = ours.generate(prompt, max_new_tokens=24, **kw)
+        assert (out.output_ids, out.decoding_steps, out.step_tokens) == (
+            ref.output_ids, ref.decoding_steps, ref.step_tokens), kw
+    fed = max(out.step_tokens)  # the buckets used: 1 (greedy); 4, 8; past the largest bucket (eager fallback)
+    assert fed == 1 if decoding.method == "greedy" else (fed > 8) == (decoding.window_size == 4) and fed > 1
+
+
 def test_refusals(captured):
-    with pytest.raises(ValueError, match="a step at past=60 padded to 8 tokens needs 68 cache slots; "
-                                         "this CapturedStep has max_len=64"):
-        captured.step([1] * 5, torch.arange(5), None, torch.arange(1), 60)
+    with pytest.raises(ValueError, match="a step at past=90 padded to 8 tokens needs 98 cache slots; "
+                                         "this CapturedStep has max_len=96"):
+        captured.run(torch.ones(5, dtype=torch.long), torch.arange(5), None, torch.arange(1), 90)
     with pytest.raises(ValueError, match=r"buckets=\(4, 1\) must be ascending, distinct and >= 1"):
         CapturedStep(tiny_llama(layers=1), max_len=64, buckets=(4, 1))
     with pytest.raises(ValueError, match="greedy needs a non-empty prompt and max_new_tokens >= 1"):
