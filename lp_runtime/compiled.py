@@ -24,6 +24,9 @@ Usage (a compiled greedy; ``greedy`` below)::
 """
 from __future__ import annotations
 
+import json
+import os
+import re
 import time
 from typing import Callable, Optional, Sequence
 
@@ -209,3 +212,62 @@ class CapturedStep:
             if token in eos:
                 break
         return out
+
+
+# ------------------------------------------------------------------------------------- model.compile
+MAX_DEFAULT_LEN = 8192  # slots when the model states no smaller context (each captured step reads them all)
+
+
+def verdict_path(model, root: Optional[str] = None) -> str:
+    """``<cache_root>/compile/<model>__<device>__<dtype>.json``: the measured eager-vs-compiled verdict."""
+    from .models import cache_root
+
+    ident = getattr(model, "lp_model_id", None) or os.path.basename(str(model.config._name_or_path).rstrip("/"))
+    key = f"{ident or model.config.model_type}__{next(model.parameters()).device.type}__{model.dtype}"
+    return os.path.join(root or cache_root(), "compile", re.sub(r"[^A-Za-z0-9._-]", "_", key) + ".json")
+
+
+def record_verdict(model, eager_tokens_s: float, compiled_tokens_s: float, root: Optional[str] = None) -> dict:
+    """Write which path decoded faster on this machine (tokens/s of each, measured by the caller) for
+    ``model.compile=auto``; returns the record."""
+    record = {"compile": compiled_tokens_s > eager_tokens_s, "eager_tokens_s": eager_tokens_s,
+              "compiled_tokens_s": compiled_tokens_s, "measured": time.strftime("%Y-%m-%d %H:%M")}
+    path = verdict_path(model, root)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+    return record
+
+
+def compile_wanted(model, setting: str, root: Optional[str], log: Callable[[str], None]) -> bool:
+    """Resolve ``model.compile`` to compiled (True) or eager (False): auto = the verdict recorded by
+    ``record_verdict`` at ``verdict_path`` (one line logged saying which and why), eager while none is."""
+    if setting != "auto":
+        return setting == "true"
+    path = verdict_path(model, root)
+    if not os.path.isfile(path):  # nothing measured: today's eager path, silently
+        return False
+    with open(path, encoding="utf-8") as f:
+        v = json.load(f)
+    log(f"model.compile=auto: {'compiled' if v['compile'] else 'eager'} steps (measured {v['measured']}: compiled "
+        f"{v['compiled_tokens_s']:.1f} vs eager {v['eager_tokens_s']:.1f} tokens/s)")
+    return bool(v["compile"])
+
+
+def step_for(model, setting: str, max_len: Optional[int] = None, *, root: Optional[str] = None,
+             log: Callable[[str], None] = print) -> Optional[CapturedStep]:
+    """The step a ``Decoder`` should use for ``model.compile`` = ``setting`` ("auto", "true", "false"): None (the
+    eager ``step.EagerStep``) or a warmed-up ``CapturedStep`` of ``max_len`` slots (default: the model's position
+    limit, at most ``MAX_DEFAULT_LEN``, plus the largest bucket)."""
+    if setting not in ("auto", "true", "false"):
+        raise ValueError(f"model.compile={setting!r} is not allowed; use one of auto, true, false")
+    if not compile_wanted(model, setting, root, log):
+        return None
+    from .checks import position_limit
+
+    if max_len is None:
+        max_len = min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + BUCKETS[-1]
+    step = CapturedStep(model, max_len)
+    step.warm_up(log=log)
+    return step

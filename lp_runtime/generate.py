@@ -234,6 +234,7 @@ def run(cfg: RunConfig) -> dict:
 
     auto = None  # decoding=auto: the tuner's choice, recorded in the summary
     if todo:
+        from lp_runtime import compiled
         from lp_runtime.decoder import Decoder
 
         model, tokenizer = models.load_model(cfg.model)
@@ -246,8 +247,9 @@ def run(cfg: RunConfig) -> dict:
         if decoding.method == "auto":
             decoding, auto, policy = _resolve_auto(model, tokenizer, label, decoding, eos, todo, is_main,
                                                    cfg.parallel.timeout_s, ctx.lp_group.size)
+        step = compiled.step_for(model, cfg.model.compile, log=print if is_main else lambda line: None)
         decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
-                          sampling=cfg.sampling, step_policy=policy)
+                          sampling=cfg.sampling, step_policy=policy, step=step)
         model_id = cfg.model_id or (cfg.model.name if cfg.model.name else label)
         # Data parallelism: LP group i answers questions i, i + dp, ...; in round r every group answers one
         # question, rank 0 gathers them and appends them in dataset order, so the file equals one group's.

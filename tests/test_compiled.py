@@ -117,3 +117,25 @@ def test_inductor_greedy_equals_eager():
     step = CapturedStep(tiny_llama(layers=1), max_len=32, buckets=(1,))
     step.warm_up(log=None)
     assert step.greedy(PROMPT, 12) == greedy(tiny_llama(layers=1), DynamicCache(), PROMPT, 12)
+
+
+def test_model_compile_setting(tmp_path):
+    from lp_runtime.compiled import compile_wanted, record_verdict, step_for, verdict_path
+    from lp_runtime.config import ConfigError, ModelConfig
+
+    assert [ModelConfig(compile=v).compile for v in (True, False, "auto", "TRUE")] == ["true", "false", "auto", "true"]
+    with pytest.raises(ConfigError, match="model.compile='fast' is not allowed; use one of auto, true, false"):
+        ModelConfig(compile="fast")
+    model, lines = tiny_llama(layers=1), []
+    assert step_for(model, "false", root=str(tmp_path)) is None
+    assert not compile_wanted(model, "auto", str(tmp_path), lines.append) and lines == []  # nothing measured: eager
+    assert compile_wanted(model, "true", str(tmp_path), lines.append)
+    record_verdict(model, eager_tokens_s=10.0, compiled_tokens_s=12.5, root=str(tmp_path))
+    assert verdict_path(model, str(tmp_path)) == str(tmp_path / "compile" / "llama__cpu__torch.float32.json")
+    assert compile_wanted(model, "auto", str(tmp_path), lines.append)
+    assert lines[-1].startswith("model.compile=auto: compiled steps (measured ") and "12.5 vs eager 10.0" in lines[-1]
+    record_verdict(model, eager_tokens_s=10.0, compiled_tokens_s=9.0, root=str(tmp_path))
+    assert step_for(model, "auto", root=str(tmp_path), log=lines.append) is None
+    assert lines[-1].startswith("model.compile=auto: eager steps")
+    with pytest.raises(ValueError, match="model.compile='yes' is not allowed"):
+        step_for(model, "yes")
