@@ -1,16 +1,23 @@
-"""One compiled decoding step per shape bucket over a ``SlotCache`` (issue 19, items 2 and 4).
+"""One captured decoding step per shape bucket over a ``SlotCache`` (issue 19, items 2 and 4).
 
-A step of q tokens keeping k rows is padded to the smallest bucket b >= max(q, k) (``BUCKETS``: 1, 2, 4, ..., 256), so every step of a
-bucket has the same shapes: ids (1, b), positions (1, b), the step's tree mask (1, 1, b, b), the kept rows (b,),
-the committed length as a 0-d device tensor, and the cache's buffers. Each bucket's forward is compiled once
-(``torch.compile``: ``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA; inductor on CPU), with the inputs
-copied into per-bucket static buffers; warm-up at start-up (``warm_up``) prints one line with its time.
+A step of q tokens keeping k rows is padded to the smallest bucket b >= max(q, k) (``BUCKETS``: 1, 2, 4, ...,
+256), so every step of a bucket has the same shapes: ids (1, b), positions (1, b), the step's tree mask
+(1, 1, b, b), the kept rows (b,), the committed length as a 0-d device tensor, and the cache's buffers. Each
+bucket's forward is captured once, with its inputs copied into per-bucket static buffers (``backend``):
+
+* "cudagraph" (the default on CUDA): the eager forward recorded as one ``torch.cuda.CUDAGraph`` per bucket
+  (all buckets share one memory pool) and replayed: no kernel launches through Python, nothing to compile;
+* "reduce-overhead": ``torch.compile(mode="reduce-overhead")``, inductor's fused kernels under CUDA graphs;
+* "inductor" (the default on CPU) or any other ``torch.compile`` backend (tests use "aot_eager").
+
+``warm_up`` captures every bucket at start-up and logs one line with its time.
 
 Padding: padded rows sit at the last real position, see only themselves (so their softmax is finite), and
 no real row sees them; their outputs are never read (the kept rows are padded with row 0, whose logits are
 dropped). Their KV is written at slots past+q .. past+b-1, after everything the step commits, and later steps
 overwrite it before reading it (the cache's length only counts real tokens). So ``SlotCache`` needs
-``max_len`` >= the longest sequence + the largest bucket.
+``max_len`` >= the longest sequence + the largest bucket; every captured step reads all ``max_len`` slots of
+the prefix (masked past the committed length), so ``max_len`` should be no larger than the run needs.
 
 Attention goes through ``attention.split_attention`` (prefix + tree block, log-sum-exp merge): no mask over
 the whole cache. Prefill and everything else run eagerly on the same cache (written by length).
@@ -18,7 +25,7 @@ the whole cache. Prefill and everything else run eagerly on the same cache (writ
 Usage (a compiled greedy; ``greedy`` below)::
 
     step = CapturedStep(model, max_len=len(prompt) + 128 + 256)
-    step.warm_up()                       # "captured 9 step buckets (1..256) in 41.2 s"
+    step.warm_up()                       # "captured 9 step buckets (1..256) in 4.2 s"
     tokens = step.greedy(prompt, 128)    # token-identical to eager greedy in float32
     dec = Decoder(model, decoding, step=step)   # lookahead through the same buckets (step.EagerStep's methods)
 """
@@ -27,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import time
 from typing import Callable, Optional, Sequence
 
@@ -56,15 +64,15 @@ class CapturedStep:
             attention implementation is set to ``attention.SPLIT`` (``use_split_attention``: behaves as sdpa for
             every other caller; the weights are untouched).
         max_len: ``SlotCache`` slots: prompt + new tokens + the largest bucket.
-        buckets: ascending step sizes to compile.
-        mode: ``torch.compile`` mode; None = "reduce-overhead" on CUDA, inductor's default elsewhere.
-        backend: ``torch.compile`` backend ("inductor"; tests may pass another).
+        buckets: ascending step sizes to capture.
+        backend: "cudagraph" (CUDA only), "reduce-overhead", "inductor" or another ``torch.compile`` backend
+            (module docstring); None = "cudagraph" on CUDA, "inductor" elsewhere.
 
-    Attributes: ``cache`` (the ``SlotCache``; ``kv.commit`` commits it), ``capture_seconds`` (warm-up time).
+    Attributes: ``cache`` (the ``SlotCache``; ``kv.commit`` commits it), ``backend``, ``capture_seconds``.
+    Raises ``ValueError`` for bad buckets, a ``max_len`` not above the largest bucket, "cudagraph" off CUDA.
     """
 
-    def __init__(self, model, max_len: int, buckets: Sequence[int] = BUCKETS, mode: Optional[str] = None,
-                 backend: str = "inductor") -> None:
+    def __init__(self, model, max_len: int, buckets: Sequence[int] = BUCKETS, backend: Optional[str] = None) -> None:
         if list(buckets) != sorted(set(buckets)) or not buckets or buckets[0] < 1:
             raise ValueError(f"buckets={tuple(buckets)} must be ascending, distinct and >= 1")
         if max_len < max(buckets) + 1:
@@ -81,8 +89,15 @@ class CapturedStep:
         self._blocked = torch.finfo(model.dtype).min
         self._buffers = {b: self._new_buffers(b) for b in self.buckets}
         self.on_cuda = self.device.type == "cuda"
-        mode = mode if mode is not None else ("reduce-overhead" if self.on_cuda else None)
-        self._compiled = torch.compile(self._forward, mode=mode, backend=backend, dynamic=False)
+        self.backend = backend or ("cudagraph" if self.on_cuda else "inductor")
+        if self.backend == "cudagraph" and not self.on_cuda:
+            raise ValueError(f"backend='cudagraph' needs a CUDA model (this one is on {self.device})")
+        self._graphs: dict[int, tuple] = {}  # bucket -> (CUDAGraph, its logits output)
+        self._pool = None
+        if self.backend == "reduce-overhead":
+            self._compiled = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
+        elif self.backend != "cudagraph":
+            self._compiled = torch.compile(self._forward, backend=self.backend, dynamic=False)
         self.capture_seconds: Optional[float] = None
 
     def _new_buffers(self, b: int) -> dict[str, torch.Tensor]:
@@ -97,6 +112,29 @@ class CapturedStep:
     def _forward(self, ids, pos, mask, keep):
         return self.model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
                           use_cache=True, logits_to_keep=keep, lp_past=self.past).logits[0]
+
+    def _replay(self, b: int, buf: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Bucket b's step: its CUDA graph replayed (recorded at the first call), or its compiled function."""
+        args = (buf["ids"], buf["pos"], buf["mask"], buf["keep"])
+        if self.backend != "cudagraph":
+            if self.backend == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()
+            return self._compiled(*args)
+        if b not in self._graphs:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):  # kernels chosen and workspaces allocated before recording
+                for _ in range(2):
+                    self._forward(*args)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self._pool = self._pool if self._pool is not None else torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                out = self._forward(*args)
+            self._graphs[b] = (graph, out)
+        graph, out = self._graphs[b]
+        graph.replay()
+        return out
 
     def new_cache(self) -> SlotCache:
         """This step's one cache, emptied (its buffers keep their addresses: the compiled graphs write them)."""
@@ -165,18 +203,16 @@ class CapturedStep:
             raise ValueError(f"a step at past={past} padded to {b} tokens needs {past + b} cache slots; "
                              f"this CapturedStep has max_len={self.cache.max_len}")
         buf = self._fill(b, ids, positions, inner, keep, past)
-        if self.on_cuda:
-            torch.compiler.cudagraph_mark_step_begin()
         self.cache.static_past = self.past
         try:
-            logits = self._compiled(buf["ids"], buf["pos"], buf["mask"], buf["keep"])
+            logits = self._replay(b, buf)
         finally:
             self.cache.static_past = None
         self.cache.set_length(past + q)
         return logits[: keep.numel()]
 
     def warm_up(self, log: Optional[Callable[[str], None]] = print) -> float:
-        """Compile (and on CUDA capture) every bucket: three calls each on a scratch cache state, which is reset
+        """Capture (record or compile) every bucket: three calls each on a scratch cache state, which is reset
         after. Returns the seconds it took and logs one line saying so."""
         start = time.perf_counter()
         with torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.buckets))):
@@ -185,10 +221,11 @@ class CapturedStep:
                     rows = torch.arange(b, device=self.device)
                     self.run(torch.zeros(b, dtype=torch.long, device=self.device), rows, None, rows, 0)
         self.cache.reset()
+        if self.on_cuda:
+            torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - start
         if log is not None:
-            what = "captured" if self.on_cuda else "compiled"
-            log(f"{what} {len(self.buckets)} step buckets ({self.buckets[0]}..{self.buckets[-1]}) "
+            log(f"captured {len(self.buckets)} step buckets ({self.buckets[0]}..{self.buckets[-1]}, {self.backend}) "
                 f"in {self.capture_seconds:.1f} s")
         return self.capture_seconds
 
@@ -213,6 +250,47 @@ class CapturedStep:
                 break
         return out
 
+
+def step_latency(step, qs: Sequence[int], *, cache_tokens: int = 200, reps: int = 5, warmup: int = 2,
+                 seed: int = 0) -> dict[int, float]:
+    """Median seconds of one decoding step of q tokens after a ``cache_tokens``-token prefix, for each q in ``qs``,
+    through any step with ``step.py``'s methods (``EagerStep``, ``CapturedStep``), so both paths are timed alike.
+
+    Random ids; a causal (1, 1, q, past+q) float mask from a ``layout.MaskBuffer`` built inside the timed region
+    (the decoder builds one per step); logits kept for the last half of the rows (as ``tuner.measure_latency``);
+    the host waits for the device after each step. The step is committed away after every pass.
+    """
+    from .layout import MaskBuffer
+
+    model, device = step.model, step.device
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    cache, buffer = step.new_cache(), MaskBuffer(model.dtype, device)
+    step.prefill(cache, torch.randint(0, vocab, (cache_tokens,), generator=gen).tolist())
+    curve = {}
+    with torch.inference_mode():
+        for q in qs:
+            ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
+            pos = torch.arange(cache_tokens, cache_tokens + q, device=device)[None]
+            inner = torch.full((q, q), torch.finfo(model.dtype).min, dtype=model.dtype, device=device).triu_(1)
+            keep = torch.arange(q - (q + 1) // 2, q, device=device)
+            times = []
+            for rep in range(warmup + reps):
+                _sync(device)
+                start = time.perf_counter()
+                mask = buffer.view(inner, cache_tokens) if q > 1 else None
+                step(cache, StepInputs(ids, pos, mask, keep))
+                _sync(device)
+                if rep >= warmup:
+                    times.append(time.perf_counter() - start)
+                step.commit(cache, q, 0)
+            curve[q] = statistics.median(times)
+    return curve
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 # ------------------------------------------------------------------------------------- model.compile
 MAX_DEFAULT_LEN = 8192  # slots when the model states no smaller context (each captured step reads them all)

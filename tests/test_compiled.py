@@ -110,6 +110,19 @@ def test_refusals(captured):
         CapturedStep(tiny_llama(layers=1), max_len=64, buckets=(4, 1))
     with pytest.raises(ValueError, match="greedy needs a non-empty prompt and max_new_tokens >= 1"):
         captured.greedy([], 4)
+    with pytest.raises(ValueError, match=r"backend='cudagraph' needs a CUDA model \(this one is on cpu\)"):
+        CapturedStep(tiny_llama(layers=1), max_len=64, buckets=(1,), backend="cudagraph")
+
+
+def test_step_latency_times_both_paths(captured):
+    """One curve per path, each q once through the step's methods; the cache is left as it was."""
+    from lp_runtime.compiled import step_latency
+    from lp_runtime.step import EagerStep
+
+    for step in (EagerStep(tiny_llama(layers=1)), captured):
+        curve = step_latency(step, (1, 3, 8), cache_tokens=20, reps=2, warmup=1)
+        assert sorted(curve) == [1, 3, 8] and all(0 < t < 5 for t in curve.values())
+    assert captured.cache.get_seq_length() == 20
 
 
 def test_inductor_greedy_equals_eager():
