@@ -25,6 +25,8 @@ from typing import Optional
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from .step import EagerStep
+
 
 class SlotLayer(CacheLayerMixin):
     """One layer's keys and values, ``(B, H, max_len, D)`` tensors allocated at the first write (so dtype,
@@ -122,3 +124,17 @@ class SlotCache(Cache):
     def reset(self) -> None:
         """Forget every entry (the buffers stay allocated, at the same addresses, for the next sequence)."""
         self.set_length(0)
+
+
+class SlotStep(EagerStep):
+    """``step.EagerStep`` on one reused ``SlotCache`` of ``max_len`` slots instead of a growing ``DynamicCache``:
+    the eager forward with a static cache (the middle path between eager and ``compiled.CapturedStep``)."""
+
+    def __init__(self, model, max_len: int) -> None:
+        super().__init__(model)
+        self.cache = SlotCache.for_model(model, max_len)
+
+    def new_cache(self) -> SlotCache:
+        """This step's one cache, emptied."""
+        self.cache.reset()
+        return self.cache

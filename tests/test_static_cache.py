@@ -84,3 +84,15 @@ def test_overflow_and_bad_sizes_are_refused():
         SlotCache(0, 8)
     with pytest.raises(ValueError, match="length=9 is outside this SlotCache's 0..8 slots"):
         cache.set_length(9)
+
+
+def test_slot_step_decodes_as_eager_step():
+    from lp_runtime.config import DecodingConfig
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.static_cache import SlotStep
+
+    model = tiny_llama()
+    for decoding in (DecodingConfig(method="greedy"), DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2)):
+        ref = Decoder(model, decoding).generate(PROMPT * 3, max_new_tokens=20)
+        out = Decoder(model, decoding, step=SlotStep(model, max_len=128)).generate(PROMPT * 3, max_new_tokens=20)
+        assert (out.output_ids, out.step_tokens) == (ref.output_ids, ref.step_tokens)
