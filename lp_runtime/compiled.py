@@ -155,7 +155,7 @@ class CapturedStep:
         if cache is not self.cache:
             raise ValueError("a CapturedStep steps only its own cache (from its new_cache())")
         past = cache.get_seq_length()
-        if max(inputs.ids.numel(), inputs.keep.numel()) > self.buckets[-1]:  # larger than every bucket: one eager step, written by length
+        if max(inputs.ids.numel(), inputs.keep.numel()) > self.buckets[-1]:  # past every bucket: eager, by length
             logits = self.model(input_ids=inputs.ids, position_ids=inputs.positions, attention_mask=inputs.mask,
                                 past_key_values=cache, use_cache=True, logits_to_keep=inputs.keep).logits[0]
         else:

@@ -105,7 +105,8 @@ def compare(model, name, path, decoder, prompts, refs, setting) -> dict:
         if out.output_ids == ref:
             same += 1
             continue
-        i = next((k for k, (a, b) in enumerate(zip(out.output_ids, ref)) if a != b), min(len(ref), len(out.output_ids)))
+        i = next((k for k, (a, b) in enumerate(zip(out.output_ids, ref)) if a != b),
+                 min(len(ref), len(out.output_ids)))
         gap = top2_gap(model, p + ref[:i])
         worst = {"first_diff": i, "top2_gap": gap} if worst is None or gap > worst["top2_gap"] else worst
     w, n, g = setting
@@ -130,8 +131,8 @@ def exactness(model, name, args, buckets) -> list[dict]:
     captured = CapturedStep(model, max_len=PROMPT_LEN + n_new + buckets[-1] + 8, buckets=buckets, backend=args.backend)
     captured.warm_up(log=lambda line: log(f"{name} float32: {line}"))
     for s in settings:
-        dec = Decoder(model, DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2]),
-                      step=captured)
+        cfg = DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2])
+        dec = Decoder(model, cfg, step=captured)
         rows.append(compare(model, name, "captured", dec, prompts, refs, s))
     model.set_attn_implementation("sdpa")  # the eager timings below run transformers' own attention
     return rows
@@ -157,7 +158,8 @@ def speed(model, name, args, buckets, rec) -> None:
     prompt = prompts_for(model.config.vocab_size, 1)[0]
     rec["hf_greedy_tokens_s"] = greedy_rate(lambda: hf_greedy(model, prompt, n), n, model.device)
     rec["eager_s"] = step_latency(EagerStep(model), buckets, cache_tokens=CACHE_TOKENS, reps=reps)
-    log(f"latency {name} eager ({model.dtype}): " + ", ".join(f"q={q} {1e3 * t:.2f}ms" for q, t in rec["eager_s"].items()))
+    log(f"latency {name} eager ({model.dtype}): "
+        + ", ".join(f"q={q} {1e3 * t:.2f}ms" for q, t in rec["eager_s"].items()))
     captured = CapturedStep(model, max_len=max(CACHE_TOKENS, PROMPT_LEN + n) + buckets[-1] + 8, buckets=buckets,
                             backend=args.backend)
     rec["capture_s"] = captured.warm_up(log=lambda line: log(f"{name} {model.dtype}: {line}"))
@@ -206,8 +208,8 @@ def checks(report: dict) -> list[str]:
     cap = seven.get("captured_s", {})
     for q, limit in ((1, 9.0), (64, 12.0)):
         t = cap.get(q)
-        out.append(f"7B captured step q={q}: " + ("not measured" if t is None else
-                                                   f"{1e3 * t:.2f} ms ({'met' if 1e3 * t <= limit else 'MISSED'}: <= {limit} ms)"))
+        verdict = None if t is None else f"{1e3 * t:.2f} ms ({'met' if 1e3 * t <= limit else 'MISSED'}: <= {limit} ms)"
+        out.append(f"7B captured step q={q}: {verdict or 'not measured'}")
     for name, rec in report["shapes"].items():
         if rec.get("compiled_greedy_tokens_s"):
             ratio = rec["compiled_greedy_tokens_s"] / rec["hf_greedy_tokens_s"]
@@ -224,11 +226,12 @@ def markdown(report: dict, buckets) -> str:
     md += [f"| {r['model']} | {r['path']} | {r['W']} | {r['N']} | {r['G']} | {r['identical']}/{r['prompts']} | "
            f"{r['S']:.2f} | {r['divergence'] or '-'} |" for r in report["exactness"]]
     shapes = {n: r for n, r in report["shapes"].items() if "captured_s" in r}
-    md += ["", "## step latency per bucket, eager / captured (ms, " + env["speed_dtype"] + f", {CACHE_TOKENS}-token cache)",
+    md += ["", f"## step latency per bucket, eager / captured (ms, {env['speed_dtype']}, {CACHE_TOKENS}-token cache)",
            "", "| q | " + " | ".join(shapes) + " |", "|---|" + "---|" * len(shapes)]
     md += [f"| {q} | " + " | ".join(f"{1e3 * r['eager_s'][q]:.2f} / {1e3 * r['captured_s'][q]:.2f}"
                                      for r in shapes.values()) + " |" for q in buckets]
-    md += ["", "| model | capture (s) | transformers greedy (tokens/s) | captured greedy (tokens/s) |", "|---|---|---|---|"]
+    md += ["", "| model | capture (s) | transformers greedy (tokens/s) | captured greedy (tokens/s) |",
+           "|---|---|---|---|"]
     md += [f"| {n} | {r['capture_s']:.1f} | {r['hf_greedy_tokens_s']:.1f} | {r['compiled_greedy_tokens_s']:.1f} |"
            for n, r in shapes.items()]
     for name, rows in report["prediction"].items():
@@ -251,7 +254,8 @@ def markdown(report: dict, buckets) -> str:
 def run_shape(name, args, buckets, report) -> None:
     t0 = time.perf_counter()
     model = build(name, args.device, args.quick)
-    log(f"{name}: built in {time.perf_counter() - t0:.1f}s, {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params")
+    log(f"{name}: built in {time.perf_counter() - t0:.1f}s, "
+        f"{sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params")
     rec = report["shapes"].setdefault(name, {})
     for part, fn in (("exactness", lambda: report["exactness"].extend(exactness(model, name, args, buckets))),
                      ("speed", lambda: speed(model, name, args, buckets, rec))):
@@ -273,9 +277,11 @@ def main() -> None:
     ap.add_argument("outdir")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="2 layers, few prompts and tokens, float32 (CPU dry run)")
-    ap.add_argument("--backend", default=None, help="CapturedStep backend (default: cudagraph on CUDA, inductor on CPU)")
+    ap.add_argument("--backend", default=None,
+                    help="CapturedStep backend (default: cudagraph on CUDA, inductor on CPU)")
     ap.add_argument("--buckets", default=",".join(map(str, BUCKETS)), help="comma-separated step buckets")
-    ap.add_argument("--results", default="results/bench_cpu/results.json", help="bench results JSON (S measured on CPU)")
+    ap.add_argument("--results", default="results/bench_cpu/results.json",
+                    help="bench results JSON (S measured on CPU)")
     ap.add_argument("--budget-s", type=float, default=400.0, help="start no new shape or part past this many seconds")
     ap.add_argument("--shapes", default=None, help="comma-separated subset of " + ",".join(SHAPES))
     args = ap.parse_args()
