@@ -15,7 +15,7 @@ That equals attention over [prefix, step] with the dense (q, past+q) mask up to 
 Registered as ``SPLIT`` ("lp_split") through transformers' ``AttentionInterface`` (and its mask interface as
 sdpa's, so a padding mask in a prefill still works); ``use_split_attention(model)`` selects it. Calls without
 the step's geometry behave as sdpa: no mask or a (q, q) block mask = the block ends the keys; a dense
-(q, kv) mask is handed to transformers' sdpa function unchanged.
+(q, kv) mask, or no mask and no prefix (a prefill), is handed to transformers' sdpa function unchanged.
 """
 from __future__ import annotations
 
@@ -80,7 +80,8 @@ def split_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch
     q = query.shape[2]
     scale = module.scaling if scaling is None else scaling
     past = key.shape[2] - q
-    if lp_past is None and attention_mask is not None and attention_mask.shape[-1] != q:
+    dense = attention_mask is not None and attention_mask.shape[-1] != q
+    if lp_past is None and (dense or (past == 0 and attention_mask is None)):  # a dense mask, or a causal prefill
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     bias = _as_bias(attention_mask, q, query.device)
