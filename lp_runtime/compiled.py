@@ -77,10 +77,14 @@ class CapturedStep:
             raise ValueError(f"buckets={tuple(buckets)} must be ascending, distinct and >= 1")
         if max_len < max(buckets) + 1:
             raise ValueError(f"max_len={max_len} must exceed the largest bucket ({max(buckets)})")
+        self.device = next(model.parameters()).device
+        self.on_cuda = self.device.type == "cuda"
+        self.backend = backend or ("cudagraph" if self.on_cuda else "inductor")
+        if self.backend == "cudagraph" and not self.on_cuda:
+            raise ValueError(f"backend='cudagraph' needs a CUDA model (this one is on {self.device})")
         use_split_attention(model)
         self.model = model
         self.buckets = tuple(buckets)
-        self.device = next(model.parameters()).device
         self.past = torch.zeros((), dtype=torch.long, device=self.device)
         torch._dynamo.mark_static_address(self.past)
         self.cache = SlotCache.for_model(model, max_len)
@@ -88,10 +92,6 @@ class CapturedStep:
         self.cache.reset()
         self._blocked = torch.finfo(model.dtype).min
         self._buffers = {b: self._new_buffers(b) for b in self.buckets}
-        self.on_cuda = self.device.type == "cuda"
-        self.backend = backend or ("cudagraph" if self.on_cuda else "inductor")
-        if self.backend == "cudagraph" and not self.on_cuda:
-            raise ValueError(f"backend='cudagraph' needs a CUDA model (this one is on {self.device})")
         self._graphs: dict[int, tuple] = {}  # bucket -> (CUDAGraph, its logits output)
         self._pool = None
         if self.backend == "reduce-overhead":

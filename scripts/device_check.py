@@ -251,6 +251,18 @@ def markdown(report: dict, buckets) -> str:
     return "\n".join(md) + "\n"
 
 
+def save(report: dict, outdir: str, buckets, start: float) -> str:
+    """Write device_check.json and .md as they stand; returns the markdown."""
+    report["seconds"] = time.perf_counter() - start
+    report["all_exact"] = all(r["ok"] for r in report["exactness"])
+    with open(os.path.join(outdir, "device_check.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    md = markdown(report, buckets)
+    with open(os.path.join(outdir, "device_check.md"), "w") as f:
+        f.write(md)
+    return md
+
+
 def run_shape(name, args, buckets, report) -> None:
     t0 = time.perf_counter()
     model = build(name, args.device, args.quick)
@@ -306,8 +318,7 @@ def main() -> None:
             log(f"budget spent: skipping {name}")
             continue
         run_shape(name, args, buckets, report)
-        with open(os.path.join(args.outdir, "device_check.json"), "w") as f:  # partial results survive a kill
-            json.dump(report, f, indent=1)
+        save(report, args.outdir, buckets, start)  # partial results survive a kill
     if args.device.startswith("cuda") and time.perf_counter() - start < args.budget_s - 90:
         model = build("smollm2_135m", args.device, args.quick)
         try:
@@ -317,14 +328,7 @@ def main() -> None:
             log(f"ERROR reduce-overhead: {type(e).__name__}: {e}")
     else:
         report["skipped"].append("reduce-overhead")
-    report["seconds"] = time.perf_counter() - start
-    report["all_exact"] = all(r["ok"] for r in report["exactness"])
-    with open(os.path.join(args.outdir, "device_check.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    md = markdown(report, buckets)
-    with open(os.path.join(args.outdir, "device_check.md"), "w") as f:
-        f.write(md)
-    print(md)
+    print(save(report, args.outdir, buckets, start))
     sys.exit(0 if report["all_exact"] and not report["errors"] else 1)
 
 
