@@ -333,19 +333,22 @@ def compile_wanted(model, setting: str, root: Optional[str], log: Callable[[str]
     return bool(v["compile"])
 
 
+def default_max_len(model) -> int:
+    """Slots of a ``CapturedStep`` that serves any request: the model's position limit (at most
+    ``MAX_DEFAULT_LEN``) plus the largest bucket. Every captured step reads them all (module docstring)."""
+    from .checks import position_limit
+
+    return min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + BUCKETS[-1]
+
+
 def step_for(model, setting: str, max_len: Optional[int] = None, *, root: Optional[str] = None,
              log: Callable[[str], None] = print) -> Optional[CapturedStep]:
     """The step a ``Decoder`` should use for ``model.compile`` = ``setting`` ("auto", "true", "false"): None (the
-    eager ``step.EagerStep``) or a warmed-up ``CapturedStep`` of ``max_len`` slots (default: the model's position
-    limit, at most ``MAX_DEFAULT_LEN``, plus the largest bucket)."""
+    eager ``step.EagerStep``) or a warmed-up ``CapturedStep`` of ``max_len`` slots (default ``default_max_len``)."""
     if setting not in ("auto", "true", "false"):
         raise ValueError(f"model.compile={setting!r} is not allowed; use one of auto, true, false")
     if not compile_wanted(model, setting, root, log):
         return None
-    from .checks import position_limit
-
-    if max_len is None:
-        max_len = min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + BUCKETS[-1]
-    step = CapturedStep(model, max_len)
+    step = CapturedStep(model, max_len or default_max_len(model))
     step.warm_up(log=log)
     return step

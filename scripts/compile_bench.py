@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lp_runtime.compiled import BUCKETS, CapturedStep, record_verdict  # noqa: E402
+from lp_runtime.compiled import BUCKETS, CapturedStep, default_max_len, record_verdict  # noqa: E402
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
@@ -62,7 +62,8 @@ def run(args) -> dict:
     model, tok = load_model(ModelConfig(path=args.model, dtype=args.dtype, device=args.device))
     eos = eos_token_ids(model, tok, None)
     todo = prompts(tok, args.prompts)
-    max_len = max(len(p) for p in todo) + args.max_new_tokens + max(args.buckets) + 8
+    # the slots generate's compiled step gets (every captured step reads them all), unless --max-len says otherwise
+    max_len = args.max_len or max(default_max_len(model), max(len(p) for p in todo) + args.max_new_tokens + 264)
     steps = steps_for(model, args.paths, max_len, args.buckets)
     decoders = {(p, m): Decoder(model, METHODS[m], eos_token_ids=eos, tokenizer=tok, step=steps[p])
                 for p in args.paths for m in args.methods}
@@ -110,6 +111,8 @@ def main() -> None:
     ap.add_argument("--paths", default="eager,static,compiled")
     ap.add_argument("--methods", default="greedy,lookahead")
     ap.add_argument("--buckets", default=",".join(map(str, BUCKETS)), help="compiled step buckets")
+    ap.add_argument("--max-len", type=int, default=None,
+                    help="static cache slots (default: compiled.default_max_len, what model.compile=true uses)")
     ap.add_argument("--out", default=None, help="folder for compile_bench.json / .md")
     ap.add_argument("--record", action="store_true", help="store the verdict model.compile=auto reads")
     args = ap.parse_args()

@@ -135,13 +135,14 @@ def test_inductor_greedy_equals_eager():
 
 
 def test_model_compile_setting(tmp_path):
-    from lp_runtime.compiled import compile_wanted, record_verdict, step_for, verdict_path
+    from lp_runtime.compiled import compile_wanted, default_max_len, record_verdict, step_for, verdict_path
     from lp_runtime.config import ConfigError, ModelConfig
 
     assert [ModelConfig(compile=v).compile for v in (True, False, "auto", "TRUE")] == ["true", "false", "auto", "true"]
     with pytest.raises(ConfigError, match="model.compile='fast' is not allowed; use one of auto, true, false"):
         ModelConfig(compile="fast")
     model, lines = tiny_llama(layers=1), []
+    assert default_max_len(model) == 512 + 256  # the model's positions + the largest bucket
     assert step_for(model, "false", root=str(tmp_path)) is None
     assert not compile_wanted(model, "auto", str(tmp_path), lines.append) and lines == []  # nothing measured: eager
     assert compile_wanted(model, "true", str(tmp_path), lines.append)
