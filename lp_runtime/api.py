@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
 from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig
+from .compiled import step_for
 from .decoder import Decoder, GenerationOutput
 from .models import check_limits, eos_token_ids, load_model
 from .auto import auto_policy
@@ -43,10 +44,12 @@ class LookaheadGenerator:
         decoding: method and W, N, G (default: ``DecodingConfig()``, the CPU-tuned lookahead setting; with
             ``method="auto"`` the cost policy on this machine's latency profile, ``auto.auto_policy``).
         generation: default budget, stop strings and EOS ids (``GenerationConfig()``).
+        step: the model step (default eager; ``compiled.step_for`` builds the compiled one, as ``from_config``
+            does for ``ModelConfig.compile``).
     """
 
     def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None,
-                 generation: Optional[GenerationConfig] = None) -> None:
+                 generation: Optional[GenerationConfig] = None, step=None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.generation = generation or GenerationConfig()
         decoding = decoding or DecodingConfig()
@@ -54,14 +57,15 @@ class LookaheadGenerator:
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
         # decoding=auto: the cost policy on this machine's latency profile (measured once, then read from the cache)
         policy = auto_policy(model) if decoding.method == "auto" else None
-        self.decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, step_policy=policy)
+        self.decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, step_policy=policy, step=step)
 
     @classmethod
     def from_config(cls, model: Optional[ModelConfig] = None, decoding: Optional[DecodingConfig] = None,
                     generation: Optional[GenerationConfig] = None) -> "LookaheadGenerator":
         """Load the model of ``model`` (default: the bundled SmolLM2) and build a generator."""
-        m, tok = load_model(model or ModelConfig())
-        return cls(m, tok, decoding, generation)
+        model = model or ModelConfig()
+        m, tok = load_model(model)
+        return cls(m, tok, decoding, generation, step=step_for(m, model.compile))
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of ``prompt`` (see the module docstring). Raises ``ConfigError`` for an empty prompt, or for token

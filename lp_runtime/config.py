@@ -43,6 +43,10 @@ class ModelConfig:
     a CPU with avx512_bf16 or AMX), else float32 (``models.resolve_dtype``); or one of the named dtypes.
     ``name``: a label for answers and reports; None = the last part of ``path`` (``models.model_label`` adds a
     fingerprint of the loaded files either way, so a changed ``path`` never keeps an old label).
+    ``compile``: how decoding steps run: "false" = the eager forward on a growing cache; "true" = one compiled
+    step per shape bucket over a static cache (``compiled.CapturedStep``: CUDA graphs on a GPU, inductor on a
+    CPU; compiled at start-up); "auto" = the faster of the two as measured for this model, device and dtype
+    (``scripts/compile_bench.py --record``), eager while none is recorded. A YAML/CLI true/false is accepted.
     """
 
     name: Optional[str] = None
@@ -52,8 +56,12 @@ class ModelConfig:
     device: str = "auto"
     attn_implementation: str = "sdpa"
     trust_remote_code: bool = False
+    compile: str = "auto"
 
     def __post_init__(self) -> None:
+        self.compile = str(self.compile).lower()  # YAML / the command line give true/false as booleans
+        _check(self.compile in ("auto", "true", "false"),
+               f"model.compile={self.compile!r} is not allowed; use one of auto, true, false")
         _check(bool(self.path), "model.path is empty; give a HuggingFace id, a local folder or 'bundled:smollm2'")
         _check(self.dtype in DTYPES, f"model.dtype={self.dtype!r} is not allowed; use one of {', '.join(DTYPES)}")
         _check(

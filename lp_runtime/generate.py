@@ -149,7 +149,7 @@ def _run_held(cfg: RunConfig, world_size: int, is_main: bool) -> dict:
 def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) -> tuple[Any, Any, str, dict]:
     """Load the model, check it against the settings and every first-turn prompt, resolve ``decoding=auto``:
     (the ``Decoder``, the tokenizer, the answers' ``model_id``, summary entries)."""
-    from lp_runtime import models
+    from lp_runtime import compiled, models
     from lp_runtime.decoder import Decoder
 
     model, tokenizer = models.load_model(cfg.model)
@@ -163,8 +163,9 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     if decoding.method == "auto":
         decoding, extra["auto_decoding"], policy = _resolve_auto(model, tokenizer, label, decoding, eos, todo,
                                                                  is_main, cfg.parallel.timeout_s, ctx.lp_group.size)
+    step = compiled.step_for(model, cfg.model.compile, log=print if is_main else lambda line: None)
     decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
-                      sampling=cfg.sampling, step_policy=policy)
+                      sampling=cfg.sampling, step_policy=policy, step=step)
     return decoder, tokenizer, cfg.model_id or (cfg.model.name if cfg.model.name else label), extra
 
 

@@ -1,0 +1,178 @@
+"""compiled.CapturedStep on CPU, float32, a 1-layer random Llama (issue 19, item 2): greedy through the 1-token
+bucket and tree steps padded to a bucket give the eager path's tokens, no step recompiles after warm-up.
+
+The bucket logic is tested through ``backend="aot_eager"`` (dynamo's capture, guards and static buffers without
+code generation: ~15 s); one test compiles bucket 1 with inductor, the backend the runtime uses on CPU (~35 s of
+CPU time with a cold inductor cache, a few seconds warm)."""
+import pytest
+import torch
+from transformers import DynamicCache
+
+from lp_runtime.compiled import CapturedStep, bucket_for
+from lp_runtime.config import DecodingConfig, SamplingConfig
+from lp_runtime.decoder import Decoder
+from lp_runtime.kv import commit
+from lp_runtime.layout import LayoutCache, full_mask
+from test_static_cache import PROMPT, greedy, tiny_llama
+
+PARENTS = (-1, -1, 0, 2, 1, 4)  # a candidate tree below c: 6 nodes, 7 tokens with c -> bucket 8
+TOKENS = [8, 40, 12, 77, 3, 51]
+
+
+@pytest.fixture(scope="module")
+def captured():
+    step = CapturedStep(tiny_llama(layers=1), max_len=96, buckets=(1, 4, 8), backend="aot_eager")
+    step.warm_up(log=None)
+    return step
+
+
+def test_bucket_for():
+    assert [bucket_for(q) for q in (1, 2, 3, 4, 5, 200, 256)] == [1, 2, 4, 4, 8, 256, 256]
+    with pytest.raises(ValueError, match=r"a step of 257 tokens has no bucket; buckets are \(1, 2, 4"):
+        bucket_for(257)
+    with pytest.raises(ValueError, match=r"a step of 0 tokens has no bucket"):
+        bucket_for(0, (1, 4))
+
+
+def test_greedy_equals_eager_without_recompiles(captured):
+    ref = greedy(tiny_llama(layers=1), DynamicCache(), PROMPT, 16)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        assert captured.greedy(PROMPT, 16) == ref
+        assert captured.greedy(PROMPT[:3], 5) == greedy(tiny_llama(layers=1), DynamicCache(), PROMPT[:3], 5)
+    i = next(i for i in range(2, 16) if ref.index(ref[i]) == i)  # a token's first occurrence ends the output
+    assert captured.greedy(PROMPT, 16, eos_token_ids=[ref[i]]) == ref[: i + 1]
+
+
+def tree_steps(run, commit_to, past):
+    """A tree step (c + 6 nodes, a 4D tree mask), copy-KV commit of the path 0 -> 2 -> 3, then a 3-token causal
+    run; returns both steps' kept logits."""
+    lay, depth, inner, keep = LayoutCache(torch.device("cpu"), torch.float32).get(1, (), 0, PARENTS)
+    first = run([PROMPT[-1]] + TOKENS, depth + past, inner, keep, past)
+    with torch.inference_mode():  # DynamicCache's tensors are inference tensors
+        commit_to(len(TOKENS) + 1, 1, [1, 3, 4])
+    past += 4
+    chain = torch.arange(3)
+    second = run([TOKENS[3], 9, 10], chain + past, None, chain, past)
+    return first, second
+
+
+def test_tree_steps_equal_eager(captured):
+    model = tiny_llama(layers=1)
+    cache = DynamicCache()
+    past = len(PROMPT) - 1
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([PROMPT[:-1]]), past_key_values=cache, use_cache=True)
+
+    def eager(ids, pos, inner, keep, past):
+        mask = None if inner is None else full_mask(inner, past)
+        with torch.inference_mode():
+            return model(input_ids=torch.tensor([ids]), position_ids=pos[None], attention_mask=mask,
+                         past_key_values=cache, use_cache=True, logits_to_keep=keep).logits[0]
+
+    ref = tree_steps(eager, lambda *a: commit(cache, *a), past)
+    captured.prefill(captured.new_cache(), PROMPT[:-1])
+    with torch.compiler.set_stance("fail_on_recompile"):
+        out = tree_steps(lambda ids, *a: captured.run(torch.tensor(ids), *a).clone(),
+                         lambda *a: captured.commit(captured.cache, *a), past)
+    for r, o in zip(ref, out):
+        assert r.shape == o.shape
+        assert torch.equal(r.argmax(-1), o.argmax(-1))
+        assert (r - o).abs().max().item() < 1e-4
+    assert captured.cache.get_seq_length() == cache.get_seq_length() == past + 7
+
+
+SETTINGS = [DecodingConfig(method="greedy"),
+            DecodingConfig(window_size=0, ngram_size=3, guess_set_size=2, max_depth=2),
+            DecodingConfig(window_size=2, ngram_size=3, guess_set_size=1, max_depth=2),
+            DecodingConfig(window_size=4, ngram_size=4, guess_set_size=3)]  # steps past bucket 8 run eagerly
+
+
+@pytest.mark.parametrize("decoding", SETTINGS, ids=["greedy", "pool", "window", "large"])
+def test_decoder_through_buckets_equals_eager(captured, decoding):
+    """Decoder(step=CapturedStep): the same tokens and steps as the eager step, greedy and seeded sampling."""
+    prompt = PROMPT * 3  # repeats: the suffix lookup finds candidates
+    eager = Decoder(tiny_llama(layers=1), decoding)
+    ours = Decoder(captured.model, decoding, step=captured)
+    sampling = SamplingConfig(temperature=0.8, seed=3)
+    for kw in ({}, {"sampling": sampling}):
+        ref = eager.generate(prompt, max_new_tokens=24, **kw)
+        with torch.compiler.set_stance("fail_on_recompile"):
+            out = ours.generate(prompt, max_new_tokens=24, **kw)
+        assert (out.output_ids, out.decoding_steps, out.step_tokens) == (
+            ref.output_ids, ref.decoding_steps, ref.step_tokens), kw
+    fed = max(out.step_tokens)  # the buckets used: 1 (greedy); 4, 8; past the largest bucket (eager fallback)
+    assert fed == 1 if decoding.method == "greedy" else (fed > 8) == (decoding.window_size == 4) and fed > 1
+
+
+def test_refusals(captured):
+    with pytest.raises(ValueError, match="a step at past=90 padded to 8 tokens needs 98 cache slots; "
+                                         "this CapturedStep has max_len=96"):
+        captured.run(torch.ones(5, dtype=torch.long), torch.arange(5), None, torch.arange(1), 90)
+    with pytest.raises(ValueError, match=r"buckets=\(4, 1\) must be ascending, distinct and >= 1"):
+        CapturedStep(tiny_llama(layers=1), max_len=64, buckets=(4, 1))
+    with pytest.raises(ValueError, match="greedy needs a non-empty prompt and max_new_tokens >= 1"):
+        captured.greedy([], 4)
+    with pytest.raises(ValueError, match=r"backend='cudagraph' needs a CUDA model \(this one is on cpu\)"):
+        CapturedStep(tiny_llama(layers=1), max_len=64, buckets=(1,), backend="cudagraph")
+
+
+def test_step_latency_times_both_paths(captured):
+    """One curve per path, each q once through the step's methods; the cache is left as it was."""
+    from lp_runtime.compiled import step_latency
+    from lp_runtime.step import EagerStep
+
+    for step in (EagerStep(tiny_llama(layers=1)), captured):
+        curve = step_latency(step, (1, 3, 8), cache_tokens=20, reps=2, warmup=1)
+        assert sorted(curve) == [1, 3, 8] and all(0 < t < 5 for t in curve.values())
+    assert captured.cache.get_seq_length() == 20
+
+
+def test_inductor_greedy_equals_eager():
+    """The CPU runtime's backend: inductor-generated kernels, one bucket."""
+    step = CapturedStep(tiny_llama(layers=1), max_len=32, buckets=(1,))
+    step.warm_up(log=None)
+    assert step.greedy(PROMPT, 12) == greedy(tiny_llama(layers=1), DynamicCache(), PROMPT, 12)
+
+
+def test_model_compile_setting(tmp_path):
+    from lp_runtime.compiled import compile_wanted, default_max_len, record_verdict, step_for, verdict_path
+    from lp_runtime.config import ConfigError, ModelConfig
+
+    assert [ModelConfig(compile=v).compile for v in (True, False, "auto", "TRUE")] == ["true", "false", "auto", "true"]
+    with pytest.raises(ConfigError, match="model.compile='fast' is not allowed; use one of auto, true, false"):
+        ModelConfig(compile="fast")
+    model, lines = tiny_llama(layers=1), []
+    assert default_max_len(model) == 512 + 256  # the model's positions + the largest bucket
+    assert step_for(model, "false", root=str(tmp_path)) is None
+    assert not compile_wanted(model, "auto", str(tmp_path), lines.append) and lines == []  # nothing measured: eager
+    assert compile_wanted(model, "true", str(tmp_path), lines.append)
+    record_verdict(model, eager_tokens_s=10.0, compiled_tokens_s=12.5, root=str(tmp_path))
+    assert verdict_path(model, str(tmp_path)) == str(tmp_path / "compile" / "llama__cpu__torch.float32.json")
+    assert compile_wanted(model, "auto", str(tmp_path), lines.append)
+    assert lines[-1].startswith("model.compile=auto: compiled steps (measured ") and "12.5 vs eager 10.0" in lines[-1]
+    record_verdict(model, eager_tokens_s=10.0, compiled_tokens_s=9.0, root=str(tmp_path))
+    assert step_for(model, "auto", root=str(tmp_path), log=lines.append) is None
+    assert lines[-1].startswith("model.compile=auto: eager steps")
+    with pytest.raises(ValueError, match="model.compile='yes' is not allowed"):
+        step_for(model, "yes")
+
+
+def test_lp2_through_buckets_equals_one_eager_process(tmp_path):
+    """LP K=2, each rank through its own captured buckets: the same tokens and steps as K=1 eager (DESIGN
+    invariant 2), greedy and seeded sampling (torchrun, gloo; each rank traces its one bucket)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from compiled_lp_driver import decode
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "lp2.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    proc = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node=2",
+                           str(root / "tests" / "compiled_lp_driver.py"), str(out)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(out.read_text()) == decode()
