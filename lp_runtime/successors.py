@@ -54,14 +54,17 @@ class SuccessorTable:
         ([7, 8], [5, 6], [])
     """
 
-    def __init__(self, vocab_size: int, k: int = 8) -> None:
+    def __init__(self, vocab_size: int, k: int = 8, with_probs: bool = False) -> None:
         if vocab_size < 1 or k < 1:
             raise ValueError(f"SuccessorTable(vocab_size={vocab_size}, k={k}): both must be >= 1")
         self.k = int(k)
         self.table = np.full((int(vocab_size), self.k), -1, dtype=np.int32)
+        # with_probs: also each successor's probability in that row (float16, 0.75 MB more for SmolLM2), which
+        # grow_tree then calibrates instead of the rank
+        self.probs = np.zeros((int(vocab_size), self.k), dtype=np.float16) if with_probs else None
         self.updates = 0
 
-    def update(self, tokens: Sequence[int], successors) -> None:
+    def update(self, tokens: Sequence[int], successors, probs=None) -> None:
         """Write ``successors[i]`` (the top-k ids of the row computed at ``tokens[i]``, best first; at least k
         columns, extra ones ignored) as row ``tokens[i]``. Rows are in time order: for a token given twice the
         later row wins. ``ValueError`` when the lengths differ, a row is shorter than k or an id is outside
@@ -79,12 +82,24 @@ class SuccessorTable:
         _, last = np.unique(ids[::-1], return_index=True)  # the last row of each token wins
         keep = ids.shape[0] - 1 - last
         self.table[ids[keep]] = rows[keep, : self.k]
+        if self.probs is not None:
+            if probs is None:
+                raise ValueError("update: this table keeps probabilities; pass probs (same shape as successors)")
+            self.probs[ids[keep]] = np.asarray(probs, dtype=np.float32)[keep, : self.k]
         self.updates += 1
 
     def successors(self, token: int) -> list[int]:
         """Token ``token``'s successors, best first (empty when no row was ever computed at it)."""
         row = self.table[int(token)]
         return [int(t) for t in row if t >= 0]
+
+    def keyed(self, token: int) -> list[tuple[int, float]]:
+        """(successor, calibration key) pairs, best first: the key is the successor's probability when the
+        table keeps them, else its rank."""
+        succ = self.successors(token)
+        if self.probs is None:
+            return [(t, r) for r, t in enumerate(succ)]
+        return [(t, float(p)) for t, p in zip(succ, self.probs[int(token)])]
 
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check): updates and a digest of the table."""
@@ -128,6 +143,14 @@ class RankCalibration:
         self.successes[key] = self.successes.get(key, 0) + int(bool(accepted))
 
 
+def succ_calibration(table: Optional[SuccessorTable]):
+    """A fresh calibration of the table's nodes: by (depth, probability bucket) when the table keeps
+    probabilities (``policy.AcceptanceCalibration``, prior = the probability), else by (depth, rank)."""
+    if table is not None and table.probs is not None:
+        return AcceptanceCalibration(max_depth=6, num_prob_buckets=10)
+    return RankCalibration()
+
+
 @dataclass
 class GrownTree:
     """A tree from ``grow_tree`` and where each node came from (what ``SuccessorProposer.observe`` learns from).
@@ -135,12 +158,13 @@ class GrownTree:
     Attributes:
         tree: the candidate tree; ``prob`` holds each node's estimate P(accepted | parent accepted).
         suffix_raw: per node, the suffix lookup's raw estimate when that source proposed it, else None.
-        succ_rank: per node, its rank in its parent token's table row when the table proposed it, else -1.
+        succ_key: per node, when the table proposed it, its rank in its parent token's row (or its probability
+            there, for a table that keeps them), else None.
     """
 
     tree: CandidateTree = field(default_factory=CandidateTree)
     suffix_raw: list = field(default_factory=list)
-    succ_rank: list = field(default_factory=list)
+    succ_key: list = field(default_factory=list)
 
 
 def _kids(suffix: CandidateTree) -> dict[int, list[int]]:
@@ -172,7 +196,7 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     if budget < 0:
         raise ValueError(f"grow_tree(budget={budget}): the node budget must be >= 0")
     suffix_cal = suffix_cal or AcceptanceCalibration()
-    succ_cal = succ_cal or RankCalibration()
+    succ_cal = succ_cal or succ_calibration(table)
     kids = _kids(suffix) if suffix is not None else {}
     out = GrownTree()
     heap: list = []
@@ -180,29 +204,29 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
 
     def push(parent: int, token: int, depth: int, path_p: float, s_node: int) -> None:
         nonlocal counter
-        cand: dict[int, list] = {}  # token -> [estimate, suffix node, suffix raw, succ rank]
+        cand: dict[int, list] = {}  # token -> [estimate, suffix node, suffix raw, succ key]
         for s in kids.get(s_node, ()) if (s_node >= 0 or parent < 0) else ():
             raw = suffix.prob[s]
-            cand[suffix.tokens[s]] = [suffix_cal.estimate(depth, raw), s, raw, -1]
+            cand[suffix.tokens[s]] = [suffix_cal.estimate(depth, raw), s, raw, None]
         if table is not None:
-            for rank, t in enumerate(table.successors(token)[:width]):
-                est = succ_cal.estimate(depth, rank)
-                c = cand.setdefault(t, [0.0, -1, None, rank])
-                c[3] = rank
+            for t, key in table.keyed(token)[:width]:
+                est = succ_cal.estimate(depth, key)
+                c = cand.setdefault(t, [0.0, -1, None, key])
+                c[3] = key
                 c[0] = max(c[0], est)
-        for t, (est, s, raw, rank) in cand.items():
-            heapq.heappush(heap, (-path_p * est, counter, t, parent, depth, est, s, raw, rank))
+        for t, (est, s, raw, key) in cand.items():
+            heapq.heappush(heap, (-path_p * est, counter, t, parent, depth, est, s, raw, key))
             counter += 1
 
     push(-1, root_token, 1, 1.0, -1)
     tree = out.tree
     while heap and len(tree) < budget:
-        neg_p, _, t, parent, depth, est, s, raw, rank = heapq.heappop(heap)
+        neg_p, _, t, parent, depth, est, s, raw, key = heapq.heappop(heap)
         tree.tokens.append(int(t))
         tree.parents.append(parent)
         tree.prob.append(est)
         out.suffix_raw.append(raw)
-        out.succ_rank.append(rank)
+        out.succ_key.append(key)
         if depth < max_depth:
             push(len(tree) - 1, t, depth + 1, -neg_p, s)
     return out
@@ -231,7 +255,7 @@ class SuccessorProposer:
         self.max_depth = max_depth
         self.width = width
         self.suffix_cal = AcceptanceCalibration()
-        self.succ_cal = RankCalibration()
+        self.succ_cal = succ_calibration(table)
 
     def propose(self, root_token: int, suffix: Optional[CandidateTree]) -> GrownTree:
         return grow_tree(root_token, suffix, self.table, self.budget, suffix_cal=self.suffix_cal,
@@ -249,9 +273,10 @@ class SuccessorProposer:
             hit = i in accepted
             if grown.suffix_raw[i] is not None:
                 self.suffix_cal.update(depths[i], grown.suffix_raw[i], hit)
-            if grown.succ_rank[i] >= 0:
-                self.succ_cal.update(depths[i], grown.succ_rank[i], hit)
+            if grown.succ_key[i] is not None:
+                self.succ_cal.update(depths[i], grown.succ_key[i], hit)
 
-    def record(self, tokens: Sequence[int], topk) -> None:
+    def record(self, tokens: Sequence[int], topk, probs=None) -> None:
+        """Write the step's rows (``SuccessorTable.update``)."""
         if self.table is not None:
-            self.table.update(tokens, topk)
+            self.table.update(tokens, topk, probs if self.table.probs is not None else None)
