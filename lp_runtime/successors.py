@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .lookup import CandidateTree
+from .tree import CandidateTree
 from .policy import AcceptanceCalibration
 
 # Prior P(accepted | parent accepted) of the table's successor of each rank (rank 0 = the row's argmax).
@@ -233,50 +233,107 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
 
 
 class SuccessorProposer:
-    """The successor table and the tree growth as one candidate source for the decoder.
+    """A ``proposers.Proposer``: one tree grown from a suffix proposer's tree and the successor table.
 
     Args:
-        table: the ``SuccessorTable`` (shared across the questions of a job; None = the suffix tree alone,
-            re-ranked by the calibrated estimates).
-        budget: most tree nodes a step proposes.
+        vocab_size: the model's vocabulary (the table's rows).
+        budget: most tree nodes a step proposes (the step policy may feed fewer).
+        suffix: the ``proposers.SuffixProposer`` whose tree is merged in (None: the table alone).
+        k: successors kept per token (the ``topk`` asked of every kept logits row).
         max_depth, width: as in ``grow_tree``.
+        table_when_sampling: keep using the job's table in sampled calls (default False: a sampled call starts a
+            table of its own, so a seed's draws do not depend on the answers before it; the law is exact either
+            way, as for the answer store).
 
-    Each step: ``propose(c, suffix_tree)`` -> a ``GrownTree``; after verification ``observe(grown, fed,
-    accepted)`` updates the calibrations (a fed node is a trial when its parent is the root or was accepted)
-    and ``record(tokens, topk)`` writes the step's rows into the table (the decoder gives them in time order,
-    so the accepted path's rows, the truest context, are written last).
+    Each step: ``propose`` grows the tree from ``c`` (the newest accepted token); ``observe`` gets the accepted
+    tokens and the step's rows (``step.StepRows``: c, the window columns, the fed nodes, every LP rank's, so every
+    rank writes the same table), learns the calibrations from the fed nodes (a trial: its parent is the root
+    or was accepted) and writes the rows in time order, the accepted path's rows (the truest context) last.
+    The table (``vocab_size`` x k int32) lives across the prompts of the decoder; ``reset`` empties it.
     """
 
-    def __init__(self, table: Optional[SuccessorTable], budget: int, *, max_depth: int = 16, width: int = 8) -> None:
+    def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = 16,
+                 width: int = 8, table_when_sampling: bool = False) -> None:
         if budget < 0:
             raise ValueError(f"SuccessorProposer(budget={budget}): the node budget must be >= 0")
-        self.table = table
-        self.budget = int(budget)
-        self.max_depth = max_depth
-        self.width = width
+        self.vocab_size, self.k = int(vocab_size), int(k)
+        self.table = SuccessorTable(self.vocab_size, self.k)
+        self.budget, self.suffix, self.width = int(budget), suffix, int(width)
+        self.max_depth = max(int(max_depth), getattr(suffix, "max_depth", 0))
+        self.table_when_sampling = table_when_sampling
+        self.topk = self.k
         self.suffix_cal = AcceptanceCalibration()
-        self.succ_cal = succ_calibration(table)
+        self.succ_cal = succ_calibration(self.table)
+        self._table, self._root, self._last = self.table, -1, GrownTree()
 
-    def propose(self, root_token: int, suffix: Optional[CandidateTree]) -> GrownTree:
-        return grow_tree(root_token, suffix, self.table, self.budget, suffix_cal=self.suffix_cal,
-                         succ_cal=self.succ_cal, max_depth=self.max_depth, width=self.width)
+    def begin(self, prompt: Sequence[int], *, do_sample: bool) -> None:
+        if self.suffix is not None:
+            self.suffix.begin(prompt, do_sample=do_sample)
+        own = do_sample and not self.table_when_sampling
+        self._table = SuccessorTable(self.vocab_size, self.k) if own else self.table
+        self._root, self._last = int(prompt[-1]), GrownTree()
 
-    def observe(self, grown: GrownTree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None:
-        """Learn from one verified step (node indices of ``grown.tree``)."""
-        parents = grown.tree.parents
+    def propose(self) -> CandidateTree:
+        suffix = self.suffix.propose() if self.suffix is not None else None
+        self._last = grow_tree(self._root, suffix, self._table, self.budget, suffix_cal=self.suffix_cal,
+                               succ_cal=self.succ_cal, max_depth=self.max_depth, width=self.width)
+        return self._last.tree
+
+    def observe(self, accepted: Sequence[int], ngrams: Sequence[Sequence[int]], rows=None) -> None:
+        if self.suffix is not None:
+            self.suffix.observe(accepted, ngrams, None)
+        path = accepted_path(self._last.tree, accepted)
+        if rows is not None:
+            fed = list(rows.nodes) if rows.nodes else list(range(len(self._last.tree)))
+            self._learn(fed, path)
+            self._record(rows, fed, path)
+        self._root = int(accepted[-1])
+
+    def _learn(self, fed: Sequence[int], path: Sequence[int]) -> None:
+        grown, on_path = self._last, set(path)
         depths = grown.tree.depths()
-        accepted = set(int(i) for i in accepted_nodes)
-        for i in fed_nodes:
-            par = parents[i]
-            if par >= 0 and par not in accepted:
+        for i in fed:
+            par = grown.tree.parents[i]
+            if par >= 0 and par not in on_path:
                 continue
-            hit = i in accepted
             if grown.suffix_raw[i] is not None:
-                self.suffix_cal.update(depths[i], grown.suffix_raw[i], hit)
+                self.suffix_cal.update(depths[i], grown.suffix_raw[i], i in on_path)
             if grown.succ_key[i] is not None:
-                self.succ_cal.update(depths[i], grown.succ_key[i], hit)
+                self.succ_cal.update(depths[i], grown.succ_key[i], i in on_path)
 
-    def record(self, tokens: Sequence[int], topk, probs=None) -> None:
-        """Write the step's rows (``SuccessorTable.update``)."""
-        if self.table is not None:
-            self.table.update(tokens, topk, probs if self.table.probs is not None else None)
+    def _record(self, rows, fed: Sequence[int], path: Sequence[int]) -> None:
+        first = len(rows.tokens) - len(fed)  # rows: c, window columns, then one per fed node
+        row_of = {n: first + i for i, n in enumerate(fed)}
+        late = [0] + [row_of[n] for n in path if n in row_of]
+        order = [r for r in range(1, len(rows.tokens)) if r not in set(late)] + late
+        top = rows.topk.cpu().numpy()
+        self._table.update([rows.tokens[r] for r in order], top[order])
+
+    def end(self, prompt: Sequence[int], output: Sequence[int]) -> None:
+        if self.suffix is not None:
+            self.suffix.end(prompt, output)
+
+    def reset(self) -> None:
+        """Forget what is kept across prompts: the answer store (if any) and the table."""
+        if self.suffix is not None:
+            self.suffix.reset()
+        self.table = self._table = SuccessorTable(self.vocab_size, self.k)
+
+    def state(self) -> tuple:
+        return (self.suffix.state() if self.suffix is not None else None, self._table.state(),
+                tuple(sorted(self.succ_cal.trials.items())))
+
+
+def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
+    """The nodes of ``tree`` that the accepted tokens walk from the root (siblings carry distinct tokens).
+
+        >>> accepted_path(CandidateTree([5, 6, 7], [-1, 0, 0], [1, 1, 1]), [5, 7, 9])
+        [0, 2]
+    """
+    path, node = [], -1
+    for t in accepted[:-1]:  # the last accepted token is the bonus: never a node
+        node = next((i for i in range(node + 1, len(tree)) if tree.parents[i] == node and tree.tokens[i] == t), None)
+        if node is None:
+            break
+        path.append(node)
+    return path

@@ -111,8 +111,8 @@ class _Failing:
             if self.mode == "hang":
                 time.sleep(3600)
             if self.mode == "corrupt":  # a silently wrong merge: the debug consistency check must catch it
-                x1, window, cands = self.inner.merge(*args, **kwargs)
-                return (x1 + 1) % 64, window, cands
+                x1, window, cands, topk = self.inner.merge(*args, **kwargs)
+                return (x1 + 1) % 64, window, cands, topk
         return self.inner.merge(*args, **kwargs)
 
 

@@ -1,8 +1,10 @@
 """The successor table and the tree grown from every source (lp_runtime/successors.py), with hand-written ids."""
 import numpy as np
+import torch
 import pytest
 
 from lp_runtime.lookup import CandidateTree
+from lp_runtime.step import StepRows
 from lp_runtime.successors import GrownTree, RankCalibration, SuccessorProposer, SuccessorTable, grow_tree
 
 
@@ -105,21 +107,76 @@ def test_grow_refuses_negative_budget():
 
 
 # ------------------------------------------------------------------------------------------------ proposer
-def test_proposer_learns_from_trials_only():
-    prop = SuccessorProposer(table_of({5: [6, 7], 6: [8, 9]}), 4)
-    g = prop.propose(5, None)
-    assert g.tree.tokens == [6, 8, 7, 9] and g.tree.parents == [-1, 0, -1, 0]
-    prop.observe(g, range(4), [0])  # 6 accepted, then 8 rejected (9 was a trial too), 7 a rejected trial
+def rows_of(tokens, topk, nodes=()):
+    return StepRows(list(tokens), torch.tensor(topk, dtype=torch.int64), tuple(nodes))
+
+
+def test_proposer_learns_from_trials_only_and_writes_the_accepted_path_last():
+    prop = SuccessorProposer(20, 4, k=2)
+    prop.table.table[5] = [6, 7]
+    prop.table.table[6] = [8, 9]
+    prop.begin([1, 5], do_sample=False)
+    tree = prop.propose()
+    assert (tree.tokens, tree.parents) == ([6, 8, 7, 9], [-1, 0, -1, 0])
+    # accepted 6 then the bonus 3: node 0 hit, 8 and 9 (children of 6) and 7 are failed trials
+    # rows: c = 5, then nodes 0..3 (tokens 6, 8, 7, 9)
+    prop.observe([6, 3], [], rows_of([5, 6, 8, 7, 9], [[6, 1], [3, 2], [4, 4], [5, 5], [6, 6]]))
     assert prop.succ_cal.trials == {(1, 0): 1, (1, 1): 1, (2, 0): 1, (2, 1): 1}
     assert prop.succ_cal.successes == {(1, 0): 1, (1, 1): 0, (2, 0): 0, (2, 1): 0}
-    prop.observe(g, range(4), [])  # nothing accepted: the children of 6 are no trials
-    assert prop.succ_cal.trials[(2, 0)] == 1 and prop.succ_cal.trials[(1, 0)] == 2
+    assert [prop.table.successors(t) for t in (5, 6, 7, 8, 9)] == [[6, 1], [3, 2], [5, 5], [4, 4], [6, 6]]
+    assert prop.propose().tokens == []  # the next root is the bonus token 3, which has no row yet
+    # the policy fed only nodes 0 and 1 (rows.nodes): 7 and 9 were no trials
+    prop.begin([1, 5], do_sample=False)
+    prop.propose()
+    prop.observe([7, 2], [], rows_of([5, 6, 3], [[6, 1], [3, 2], [0, 1]], nodes=(0, 1)))
+    assert prop.succ_cal.trials[(1, 0)] == 2 and prop.succ_cal.trials[(2, 0)] == 1
 
 
-def test_proposer_records_rows_and_refuses_negative_budget():
-    prop = SuccessorProposer(SuccessorTable(10, 2), 4)
-    prop.record([1, 2], [[3, 4], [5, 6]])
-    assert prop.propose(1, None).tree.tokens == [3, 4]
-    assert isinstance(SuccessorProposer(None, 2).propose(1, None), GrownTree)
+def test_accepted_path_rows_win_over_a_rejected_branch_with_the_same_token():
+    prop = SuccessorProposer(20, 4, k=1)
+    prop.table.table[5] = [6]
+    prop.table.table[6] = [6]  # 5 -> 6 -> 6 -> 6 ...: three nodes with token 6
+    prop.begin([5], do_sample=False)
+    assert prop.propose().tokens == [6, 6, 6, 6]
+    # accepted 6 6 + bonus: rows of nodes 0, 1 are the path; node 2's (also token 6) is written first
+    prop.observe([6, 6, 1], [], rows_of([5, 6, 6, 6, 6], [[6], [2], [3], [4], [9]]))
+    assert prop.table.successors(6) == [3]  # node 1's row (the deepest path node), not node 3's [9]
+
+
+def test_sampled_calls_use_a_table_of_their_own_and_reset_empties_the_table():
+    prop = SuccessorProposer(20, 2, k=1)
+    prop.table.table[5] = [6]
+    prop.begin([5], do_sample=True)
+    assert prop.propose().tokens == []
+    prop.observe([7, 1], [], rows_of([5], [[9]]))
+    assert prop.table.successors(5) == [6]  # the job's table is untouched by a sampled call
+    prop.begin([5], do_sample=False)
+    assert prop.propose().tokens == [6]
+    prop.reset()
+    assert prop.table.successors(5) == [] and prop.propose().tokens == []
+
+
+def test_proposer_refuses_negative_budget():
     with pytest.raises(ValueError, match=r"SuccessorProposer\(budget=-3\): the node budget must be >= 0"):
-        SuccessorProposer(None, -3)
+        SuccessorProposer(10, -3)
+
+
+# ------------------------------------------------------------------------------------------------ the decoder
+@pytest.mark.parametrize("w, n, g, budget", [(0, 4, 2, 11), (3, 4, 3, 20), (0, 3, 0, 6)])
+def test_greedy_with_the_successor_proposer_equals_transformers(w, n, g, budget):
+    from exactness import hf_greedy
+    from fakes import llama
+
+    from lp_runtime.config import DecodingConfig
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.proposers import AnswerStore, SuffixProposer
+
+    model = llama()
+    suffix = SuffixProposer(n, g, store=AnswerStore()) if g else None
+    prop = SuccessorProposer(96, budget, suffix=suffix)
+    dec = Decoder(model, DecodingConfig(window_size=w, ngram_size=n, guess_set_size=max(g, 1)), proposers=[prop])
+    for prompt in ([1, 2, 3, 4, 5, 1, 2, 3], [7, 8, 9, 7, 8, 9, 7]):
+        out = dec.generate(prompt, max_new_tokens=40)
+        assert out.output_ids == hf_greedy(model, prompt, 40)
+        assert out.decoding_steps < 40  # the table proposes from the second prompt's first step on
+    assert prop.table.updates > 0 and sum(prop.succ_cal.trials.values()) > 0
