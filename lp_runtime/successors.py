@@ -25,6 +25,7 @@ Pure numpy and Python; the model's top-k rows come from the step (``topk`` of th
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -103,7 +104,7 @@ class SuccessorTable:
 
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check): updates and a digest of the table."""
-        return self.updates, hash(self.table.tobytes())
+        return self.updates, hashlib.blake2b(self.table.tobytes(), digest_size=8).hexdigest()  # hash() is salted
 
 
 class RankCalibration:
