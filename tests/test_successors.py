@@ -217,3 +217,32 @@ def test_lp_ranks_take_the_same_steps_as_one_process(tmp_path, k):
         assert got["results"][key]["decoding_steps"] == ref["decoding_steps"], key
     stats = got["stats"][0]
     assert stats["collectives"] == sum(r["decoding_steps"] for r in reference.values())  # ONE exchange a step
+
+
+# ------------------------------------------------------------------------------------------------ sampling
+def test_sampling_law_is_exact_on_trees_with_successor_nodes():
+    """Lookahead sampling whose trees hold successor-table nodes keeps the model's law (paper appendix B; the
+    statistical test of tests/test_sampling.py). The job's table is kept across the seeds (table_when_sampling),
+    so from the second call on the table proposes; each call's uniforms are its own, so the outputs stay iid."""
+    from dataclasses import replace
+
+    from test_sampling import ALPHA, chi2_pvalue, exact_joint
+
+    from fakes import build_tiny8
+    from lp_runtime.config import DecodingConfig, SamplingConfig
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.proposers import SuffixProposer
+
+    torch.set_num_threads(1)
+    model, prompt, length, n = build_tiny8(), [1, 2, 3, 5, 3, 4, 1, 2, 3], 3, 1000
+    prop = SuccessorProposer(8, 6, suffix=SuffixProposer(3, 1), k=3, table_when_sampling=True)
+    dec = Decoder(model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=1), proposers=[prop])
+    cfg, counts, multi = SamplingConfig(temperature=1.0), {}, 0
+    for s in range(n):
+        out = dec.generate(prompt, max_new_tokens=length, sampling=replace(cfg, seed=s))
+        counts[tuple(out.output_ids)] = counts.get(tuple(out.output_ids), 0) + 1
+        multi += max(out.accept_lengths) > 1
+    table_hits = sum(prop.succ_cal.successes.values())
+    assert multi > n // 10 and table_hits > n // 10, (multi, table_hits)  # successor nodes were accepted
+    pval, df = chi2_pvalue(counts, exact_joint(model, prompt, cfg, length))
+    assert pval > ALPHA, f"chi-square p={pval:.2g} (df={df}), multi-token runs {multi}/{n}"
