@@ -55,17 +55,14 @@ class SuccessorTable:
         ([7, 8], [5, 6], [])
     """
 
-    def __init__(self, vocab_size: int, k: int = 8, with_probs: bool = False) -> None:
+    def __init__(self, vocab_size: int, k: int = 8) -> None:
         if vocab_size < 1 or k < 1:
             raise ValueError(f"SuccessorTable(vocab_size={vocab_size}, k={k}): both must be >= 1")
         self.k = int(k)
         self.table = np.full((int(vocab_size), self.k), -1, dtype=np.int32)
-        # with_probs: also each successor's probability in that row (float16, 0.75 MB more for SmolLM2), which
-        # grow_tree then calibrates instead of the rank
-        self.probs = np.zeros((int(vocab_size), self.k), dtype=np.float16) if with_probs else None
         self.updates = 0
 
-    def update(self, tokens: Sequence[int], successors, probs=None) -> None:
+    def update(self, tokens: Sequence[int], successors) -> None:
         """Write ``successors[i]`` (the top-k ids of the row computed at ``tokens[i]``, best first; at least k
         columns, extra ones ignored) as row ``tokens[i]``. Rows are in time order: for a token given twice the
         later row wins. ``ValueError`` when the lengths differ, a row is shorter than k or an id is outside
@@ -83,24 +80,12 @@ class SuccessorTable:
         _, last = np.unique(ids[::-1], return_index=True)  # the last row of each token wins
         keep = ids.shape[0] - 1 - last
         self.table[ids[keep]] = rows[keep, : self.k]
-        if self.probs is not None:
-            if probs is None:
-                raise ValueError("update: this table keeps probabilities; pass probs (same shape as successors)")
-            self.probs[ids[keep]] = np.asarray(probs, dtype=np.float32)[keep, : self.k]
         self.updates += 1
 
     def successors(self, token: int) -> list[int]:
         """Token ``token``'s successors, best first (empty when no row was ever computed at it)."""
         row = self.table[int(token)]
         return [int(t) for t in row if t >= 0]
-
-    def keyed(self, token: int) -> list[tuple[int, float]]:
-        """(successor, calibration key) pairs, best first: the key is the successor's probability when the
-        table keeps them, else its rank."""
-        succ = self.successors(token)
-        if self.probs is None:
-            return [(t, r) for r, t in enumerate(succ)]
-        return [(t, float(p)) for t, p in zip(succ, self.probs[int(token)])]
 
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check): updates and a digest of the table."""
@@ -144,14 +129,6 @@ class RankCalibration:
         self.successes[key] = self.successes.get(key, 0) + int(bool(accepted))
 
 
-def succ_calibration(table: Optional[SuccessorTable]):
-    """A fresh calibration of the table's nodes: by (depth, probability bucket) when the table keeps
-    probabilities (``policy.AcceptanceCalibration``, prior = the probability), else by (depth, rank)."""
-    if table is not None and table.probs is not None:
-        return AcceptanceCalibration(max_depth=6, num_prob_buckets=10)
-    return RankCalibration()
-
-
 @dataclass
 class GrownTree:
     """A tree from ``grow_tree`` and where each node came from (what ``SuccessorProposer.observe`` learns from).
@@ -159,13 +136,12 @@ class GrownTree:
     Attributes:
         tree: the candidate tree; ``prob`` holds each node's estimate P(accepted | parent accepted).
         suffix_raw: per node, the suffix lookup's raw estimate when that source proposed it, else None.
-        succ_key: per node, when the table proposed it, its rank in its parent token's row (or its probability
-            there, for a table that keeps them), else None.
+        succ_rank: per node, its rank in its parent token's table row when the table proposed it, else None.
     """
 
     tree: CandidateTree = field(default_factory=CandidateTree)
     suffix_raw: list = field(default_factory=list)
-    succ_key: list = field(default_factory=list)
+    succ_rank: list = field(default_factory=list)
 
 
 def _kids(suffix: CandidateTree) -> dict[int, list[int]]:
@@ -197,7 +173,7 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     if budget < 0:
         raise ValueError(f"grow_tree(budget={budget}): the node budget must be >= 0")
     suffix_cal = suffix_cal or AcceptanceCalibration()
-    succ_cal = succ_cal or succ_calibration(table)
+    succ_cal = succ_cal or RankCalibration()
     kids = _kids(suffix) if suffix is not None else {}
     out = GrownTree()
     heap: list = []
@@ -205,29 +181,29 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
 
     def push(parent: int, token: int, depth: int, path_p: float, s_node: int) -> None:
         nonlocal counter
-        cand: dict[int, list] = {}  # token -> [estimate, suffix node, suffix raw, succ key]
+        cand: dict[int, list] = {}  # token -> [estimate, suffix node, suffix raw, succ rank]
         for s in kids.get(s_node, ()) if (s_node >= 0 or parent < 0) else ():
             raw = suffix.prob[s]
             cand[suffix.tokens[s]] = [suffix_cal.estimate(depth, raw), s, raw, None]
         if table is not None:
-            for t, key in table.keyed(token)[:width]:
-                est = succ_cal.estimate(depth, key)
-                c = cand.setdefault(t, [0.0, -1, None, key])
-                c[3] = key
+            for rank, t in enumerate(table.successors(token)[:width]):
+                est = succ_cal.estimate(depth, rank)
+                c = cand.setdefault(t, [0.0, -1, None, rank])
+                c[3] = rank
                 c[0] = max(c[0], est)
-        for t, (est, s, raw, key) in cand.items():
-            heapq.heappush(heap, (-path_p * est, counter, t, parent, depth, est, s, raw, key))
+        for t, (est, s, raw, rank) in cand.items():
+            heapq.heappush(heap, (-path_p * est, counter, t, parent, depth, est, s, raw, rank))
             counter += 1
 
     push(-1, root_token, 1, 1.0, -1)
     tree = out.tree
     while heap and len(tree) < budget:
-        neg_p, _, t, parent, depth, est, s, raw, key = heapq.heappop(heap)
+        neg_p, _, t, parent, depth, est, s, raw, rank = heapq.heappop(heap)
         tree.tokens.append(int(t))
         tree.parents.append(parent)
         tree.prob.append(est)
         out.suffix_raw.append(raw)
-        out.succ_key.append(key)
+        out.succ_rank.append(rank)
         if depth < max_depth:
             push(len(tree) - 1, t, depth + 1, -neg_p, s)
     return out
@@ -264,7 +240,7 @@ class SuccessorProposer:
         self.table_when_sampling = table_when_sampling
         self.topk = self.k
         self.suffix_cal = AcceptanceCalibration()
-        self.succ_cal = succ_calibration(self.table)
+        self.succ_cal = RankCalibration()
         self._table, self._root, self._last = self.table, -1, GrownTree()
 
     def begin(self, prompt: Sequence[int], *, do_sample: bool) -> None:
@@ -299,8 +275,8 @@ class SuccessorProposer:
                 continue
             if grown.suffix_raw[i] is not None:
                 self.suffix_cal.update(depths[i], grown.suffix_raw[i], i in on_path)
-            if grown.succ_key[i] is not None:
-                self.succ_cal.update(depths[i], grown.succ_key[i], i in on_path)
+            if grown.succ_rank[i] is not None:
+                self.succ_cal.update(depths[i], grown.succ_rank[i], i in on_path)
 
     def _record(self, rows, fed: Sequence[int], path: Sequence[int]) -> None:
         first = len(rows.tokens) - len(fed)  # rows: c, window columns, then one per fed node
@@ -338,3 +314,25 @@ def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
             break
         path.append(node)
     return path
+
+
+def successor_proposers(decoding, vocab_size: int, *, budget: Optional[int] = None, **levers) -> list:
+    """The product's proposers for ``decoding`` (``proposers.proposers_for``) with the suffix proposer wrapped in a
+    ``SuccessorProposer``: pass the result as ``Decoder(..., proposers=...)``.
+
+    ``budget`` (default: the suffix proposer's node cap + 1, i.e. 11 at (W, N, G) = (0, 4, 2), so a copy-KV step
+    feeds at most 12 tokens) bounds the grown tree; ``levers`` go to ``SuccessorProposer``. ``decoding=paper`` and
+    plain greedy keep their proposers unchanged (the paper's pool; none).
+
+        >>> from lp_runtime.config import DecodingConfig
+        >>> [p.budget for p in successor_proposers(DecodingConfig(window_size=0, ngram_size=4, guess_set_size=2), 96)]
+        [11]
+    """
+    from .proposers import SuffixProposer, proposers_for
+
+    out = []
+    for p in proposers_for(decoding):
+        if isinstance(p, SuffixProposer):
+            p = SuccessorProposer(vocab_size, p.max_nodes + 1 if budget is None else budget, suffix=p, **levers)
+        out.append(p)
+    return out

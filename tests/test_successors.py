@@ -71,7 +71,7 @@ def flat(prob=0.5):
 def test_grow_from_the_table_alone_is_best_first():
     # the module docstring's example: 5 -> [6, 7], 6 -> [8]
     g = grow_tree(5, None, table_of({5: [6, 7], 6: [8]}), 3, succ_cal=flat())
-    assert (g.tree.tokens, g.tree.parents, g.succ_key) == ([6, 7, 8], [-1, -1, 0], [0, 1, 0])
+    assert (g.tree.tokens, g.tree.parents, g.succ_rank) == ([6, 7, 8], [-1, -1, 0], [0, 1, 0])
     assert g.tree.prob == [0.5, 0.25, 0.5] and g.suffix_raw == [None, None, None]
 
 
@@ -88,11 +88,11 @@ def test_grow_merges_a_token_both_sources_propose():
     # suffix: root -> 6 (raw 0.9) -> 9 (0.9); table: 5 -> [6, 7]; 6 -> [8]
     suffix = CandidateTree(tokens=[6, 9], parents=[-1, 0], prob=[0.9, 0.9])
     g = grow_tree(5, suffix, table_of({5: [6, 7], 6: [8]}), 5, succ_cal=flat(0.2))
-    assert g.tree.tokens[0] == 6 and g.suffix_raw[0] == 0.9 and g.succ_key[0] == 0  # one node, both sources
+    assert g.tree.tokens[0] == 6 and g.suffix_raw[0] == 0.9 and g.succ_rank[0] == 0  # one node, both sources
     assert g.tree.tokens.count(6) == 1
     # the suffix chain keeps its child 9 (estimated above the table's 8), then the table fills in
     assert g.tree.tokens[:2] == [6, 9] and g.tree.parents[:2] == [-1, 0]
-    assert sorted(g.tree.tokens) == [6, 7, 8, 9] and g.succ_key[g.tree.tokens.index(9)] is None
+    assert sorted(g.tree.tokens) == [6, 7, 8, 9] and g.succ_rank[g.tree.tokens.index(9)] is None
 
 
 def test_grow_continues_a_suffix_chain_from_the_table():
