@@ -246,3 +246,28 @@ def test_sampling_law_is_exact_on_trees_with_successor_nodes():
     assert multi > n // 10 and table_hits > n // 10, (multi, table_hits)  # successor nodes were accepted
     pval, df = chi2_pvalue(counts, exact_joint(model, prompt, cfg, length))
     assert pval > ALPHA, f"chi-square p={pval:.2g} (df={df}), multi-token runs {multi}/{n}"
+
+
+# ------------------------------------------------------------------------------------------------ LP plan
+def test_tree_plan_splits_a_heavy_subtree_repeating_its_ancestor_chain():
+    from lp_runtime.parallel import _global_topk, max_rank_tokens, split_units, tree_plan
+
+    parents = [-1, 0, 1, 1, -1]  # 0 -> 1 -> {2, 3}; 4
+    assert split_units(parents, 2) == [((0, 1), 2, 3), ((0, 1), 3, 3), ((), 4, 1)]
+    assert split_units(parents, 1) == [((), 0, 4), ((), 4, 1)]  # one rank: nothing to split
+    assert tree_plan(1, 0, 0, parents, 2) == (((), (0, 1, 2, 4)), ((), (0, 1, 3)))
+    assert max_rank_tokens(1, 0, 0, parents, 2) == 5  # without the split: 1 + 4 on one rank
+    # a successor-table tree: one deep first child holding most nodes, over 4 ranks
+    table_tree = [-1, 0, 0, 0, 0, 1, 1, 2, 2, 3, 4, -1]
+    plan = tree_plan(1, 0, 0, table_tree, 4)
+    assert max(1 + len(n) for _, n in plan) == 6 and sorted(set().union(*(n for _, n in plan))) == list(range(12))
+    assert max_rank_tokens(1, 0, 0, table_tree, 4) == 6  # root subtrees whole: 1 + 11 on one rank
+    # the top-k rows of a duplicated node come from the last rank that holds it; c from rank 0
+    plans = tree_plan(1, 0, 0, parents, 2)
+    gathered = torch.zeros(2, 5, 3, dtype=torch.int64)
+    for r, (_, nodes) in enumerate(plans):
+        gathered[r, 0, 1:] = 100 + r
+        for i, n in enumerate(nodes):
+            gathered[r, 1 + i, 1:] = 10 * n + r
+    assert _global_topk(gathered, plans, 0, 5, torch.zeros(1)).tolist() == [
+        [100, 100], [1, 1], [11, 11], [20, 20], [31, 31], [40, 40]]
