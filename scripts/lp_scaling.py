@@ -89,7 +89,8 @@ def run_k(model, tok, eos, questions, refs, k, args):
 
 def summary(rows, k):
     steps = sum(r["steps"] for r in rows) or float("nan")
-    return {"k": k, "S": sum(r["new_tokens"] for r in rows) / steps, "tokens_per_step": sum(r["fed"] for r in rows) / steps,
+    return {"k": k, "S": sum(r["new_tokens"] for r in rows) / steps,
+            "tokens_per_step": sum(r["fed"] for r in rows) / steps,
             "per_rank_tokens": [sum(r["rank_tokens"][i] for r in rows) / steps for i in range(k)],
             "max_rank_tokens": sum(r["max_rank_tokens"] for r in rows) / steps,
             "bytes_per_step": sum(r["bytes"] for r in rows) / steps,
@@ -135,7 +136,8 @@ def main() -> None:
                         "max_new_tokens": args.max_new_tokens, "prompts_file": args.prompts,
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows})
         (out / "lp_scaling.json").write_text(json.dumps(results, indent=1) + "\n")
-    print("\n| K | group | S | S / S(K=1) | tokens/step (1 process) | per-rank tokens/step | busiest rank | bytes/step | identical |")
+    print("\n| K | group | S | S / S(K=1) | tokens/step (1 process) | per-rank tokens/step | busiest rank | bytes/step "
+          "| identical |")
     print("|---|---|---|---|---|---|---|---|---|")
     base = {g: r["groups"][g]["S"] for r in results[:1] for g in r["groups"]}
     for r in results:

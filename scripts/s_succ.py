@@ -100,7 +100,8 @@ def run_variant(model, eos, prompts, refs, name, opt, max_new, out_dir, lp_k, re
         steps, fed = out.decoding_steps, sum(out.step_tokens)
         rows.append({"group": grp, "id": qid, "new_tokens": len(out.output_ids), "steps": steps, "fed_tokens": fed,
                      "status": status, "rank_tokens": [sum(r[i] for r in probe.rank_tokens) for i in range(lp_k)]})
-        print(f"  {name} {grp} {qid}: S {len(out.output_ids) / steps:.2f} fed/step {fed / steps:.1f} {status}", flush=True)
+        print(f"  {name} {grp} {qid}: S {len(out.output_ids) / steps:.2f} fed/step {fed / steps:.1f} {status}",
+              flush=True)
     res = {"name": name, "options": opt, "lp_k": lp_k, "refeed": refeed, "rows": rows, "seconds": time.time() - t0,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "max_new_tokens": max_new}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +131,10 @@ def main() -> None:
     eos = eos_token_ids(model, tok, None)
     prompts = prompt_set(tok)
     ref_path = ROOT / "results" / "s_table" / "refs_128.json"
-    refs = json.loads(ref_path.read_text()) if ref_path.exists() else [hf_greedy(model, p, 128, eos) for _, _, p in prompts]
+    if ref_path.exists():
+        refs = json.loads(ref_path.read_text())
+    else:
+        refs = [hf_greedy(model, p, 128, eos) for _, _, p in prompts]
     keep = [i for i, (grp, _, _) in enumerate(prompts)
             if sum(g == grp for g, _, _ in prompts[: i + 1]) <= (args.mt_limit if grp == "mt_bench" else args.he_limit)]
     prompts, refs = [prompts[i] for i in keep], [refs[i][: args.max_new_tokens] for i in keep]
