@@ -278,8 +278,11 @@ class Decoder:
         kept = out.tokens()
         if state.sampler.active:  # c and tree nodes: processed against their own prefix (window: raw argmax)
             kept = self._decide(state, out.logits, kept, out.finite, tree, nodes, len(cols))
-        x1, new_window, node_out = self.lp.merge(kept, len(pending), plan.num_columns, num_levels, tree.parents)
-        rows = StepRows([ids[i] for i in layout.keep_index.tolist()], out.topk) if self.topk else None
+        x1, new_window, node_out, topk = self.lp.merge(kept, len(pending), plan.num_columns, num_levels,
+                                                       tree.parents, out.topk)
+        rows = None if topk is None else StepRows(  # every rank's rows: c, the W columns, every fed node
+            [pending[-1], *window.kept_tokens(pending[-1], plan.num_columns, num_levels), *tree.tokens], topk,
+            plan.fed_nodes)
         return StepResult(x1, new_window, node_out, len(ids), layout.tree_start, rows)
 
     @staticmethod

@@ -128,28 +128,88 @@ def shard_plan(num_pending: int, num_columns: int, num_levels: int, subtree_size
     return tuple((cols[r], tuple(sorted(trees[r]))) for r in range(world))
 
 
+def split_units(parents: Sequence[int], world: int, window_tokens: int = 0,
+                max_units: int = 64) -> list[tuple[tuple[int, ...], int, int]]:
+    """The candidate tree cut into units for ``shard_plan``: (ancestor chain fed again, subtree root, tokens).
+
+    Units start as the root's subtrees (``tree.subtrees``). While the largest unit holds more than the even share
+    ceil((``window_tokens`` + nodes) / ``world``) tokens and its root has children, it is replaced by its root's
+    child subtrees, each carrying the chain above it and the root (fed again on each rank that holds one: an
+    ancestor chain is duplicated only where a subtree is too big for one rank). A tree from a successor table
+    (issue 18) hangs most of its nodes under its first child; without the split one rank would feed them all.
+
+        >>> split_units([-1, 0, 1, 1, -1], 2)   # subtree {0, 1, 2, 3} over 2 ranks: 0 -> 1 -> {2, 3}
+        [((0, 1), 2, 3), ((0, 1), 3, 3), ((), 4, 1)]
+    """
+    kids: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        kids.setdefault(int(p), []).append(i)
+    size = [1] * len(parents)
+    for i in range(len(parents) - 1, -1, -1):  # parents precede children
+        if parents[i] >= 0:
+            size[parents[i]] += size[i]
+    units = [((), r, size[r]) for r in kids.get(-1, ())]
+    target = -(-(window_tokens + len(parents)) // max(world, 1))
+    while units and len(units) < max_units:
+        i = max(range(len(units)), key=lambda u: (units[u][2], -u))
+        chain, r, tokens = units[i]
+        if tokens <= target or not kids.get(r):
+            break
+        units[i : i + 1] = [(chain + (r,), c, len(chain) + 1 + size[c]) for c in kids[r]]
+    return units
+
+
+def _descendants(parents: Sequence[int], root: int) -> list[int]:
+    out, inside = [root], {root}
+    for i in range(root + 1, len(parents)):
+        if parents[i] in inside:
+            inside.add(i)
+            out.append(i)
+    return out
+
+
 def tree_plan(num_pending: int, num_columns: int, num_levels: int, parents: Sequence[int],
               world: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
-    """Each rank's (window columns, candidate node indices ascending) from ``shard_plan`` over the tree's
-    root subtrees."""
-    groups = subtrees(parents)
-    plan = shard_plan(num_pending, num_columns, num_levels, tuple(len(g) for g in groups), world)
-    return tuple((cols, tuple(sorted(n for t in trees for n in groups[t]))) for cols, trees in plan)
+    """Each rank's (window columns, candidate node indices ascending, ancestor-closed) from ``shard_plan``
+    over the tree's ``split_units``; a node of a duplicated chain is on several ranks (the merge takes the
+    output of the last of them, the same on every rank)."""
+    units = split_units(parents, world, step_tokens(num_columns, num_levels))
+    plan = shard_plan(num_pending, num_columns, num_levels, tuple(u[2] for u in units), world)
+    out = []
+    for cols, idx in plan:
+        nodes: set[int] = set()
+        for u in idx:
+            nodes.update(units[u][0])
+            nodes.update(_descendants(parents, units[u][1]))
+        out.append((cols, tuple(sorted(nodes))))
+    return tuple(out)
 
 
 def max_rank_tokens(num_pending: int, num_columns: int, num_levels: int, parents: Sequence[int],
                     world: int) -> int:
-    """Input tokens of the busiest rank of a step (``rank_tokens`` over ``shard_plan`` of the tree's root
-    subtrees): what the step costs under LP, where the ranks run in parallel. With ``world`` = 1 it is the whole
-    step, pending + (W - 1) + levels x W + nodes.
+    """Input tokens of the busiest rank of a step (``tree_plan``): what the step costs under LP, where the ranks
+    run in parallel. With ``world`` = 1 it is the whole step, pending + (W - 1) + levels x W + nodes.
 
         >>> max_rank_tokens(1, 6, 2, [-1, 0, 1, -1, 3, 4, -1, 6, 7], 3), max_rank_tokens(1, 6, 2, [], 1)
         (12, 18)
     """
-    groups = subtrees(parents)
-    sizes = tuple(len(g) for g in groups)
-    plan = shard_plan(num_pending, num_columns, num_levels, sizes, world)
-    return max(rank_tokens(p, num_pending, num_levels, sizes) for p in plan)
+    return max(num_pending + (max(cols) if cols else 0) + num_levels * len(cols) + len(nodes)
+               for cols, nodes in tree_plan(num_pending, num_columns, num_levels, parents, world))
+
+
+def _global_topk(gathered: torch.Tensor, plans, num_columns: int, num_nodes: int,
+                 topk: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The top-k of every kept row in global order (c, columns, nodes) from the gathered (world, slot, 1 + K)."""
+    if topk is None:
+        return None
+    index = [(0, 0)] + [(0, 0)] * num_columns + [(0, 0)] * num_nodes
+    for r, (cols, nodes) in enumerate(plans):
+        for i, j in enumerate(cols):
+            index[1 + j] = (r, 1 + i)
+        for i, n in enumerate(nodes):
+            index[1 + num_columns + n] = (r, 1 + len(cols) + i)
+    ranks, slots = torch.tensor([i[0] for i in index]), torch.tensor([i[1] for i in index])
+    return gathered[ranks, slots, 1:]
 
 
 class BusiestRankCost:
@@ -204,9 +264,10 @@ class LocalGroup:
         return tuple(range(num_columns)), tuple(range(len(parents)))
 
     def merge(self, kept: torch.Tensor, num_pending: int, num_columns: int, num_levels: int,
-              parents: Sequence[int]) -> tuple[int, list[int], list[int]]:
-        """(x1, new window tokens for all W columns, one output per tree node); one host sync."""
-        return split_outputs(kept.tolist(), num_columns, len(parents))
+              parents: Sequence[int], topk: Optional[torch.Tensor] = None):
+        """(x1, new window tokens for all W columns, one output per tree node, ``topk`` as given: int64 (1 + W +
+        nodes, K) top-k ids of every kept row, or None); one host sync."""
+        return (*split_outputs(kept.tolist(), num_columns, len(parents)), topk)
 
     def check_consistent(self, state_hash: int) -> None:
         """Debug check that every rank holds the same state; trivially true for one rank."""
@@ -238,24 +299,30 @@ class LPGroup:
         return tree_plan(num_pending, num_columns, num_levels, parents, self.size)[self.rank]
 
     def merge(self, kept: torch.Tensor, num_pending: int, num_columns: int, num_levels: int,
-              parents: Sequence[int]) -> tuple[int, list[int], list[int]]:
+              parents: Sequence[int], topk: Optional[torch.Tensor] = None):
         """Exchange every rank's kept outputs (one all-gather) and reassemble the whole step's outputs.
 
-        ``kept``: int64 (1 + |C| + |nodes|,) in this rank's layout order. Returns (x1 from rank 0's slot,
-        the W new window tokens in column order, one output per tree node), the same on every rank. Raises
-        ``RuntimeError`` when a peer dies or times out.
+        ``kept``: int64 (1 + |C| + |nodes|,) in this rank's layout order; ``topk``: None or int64 (same rows, K)
+        the top-k ids of those rows (a successor table's input, issue 18), which then travel in the same
+        all-gather ((1 + K) int64 per row). Returns (x1 from rank 0's slot, the W new window tokens in column
+        order, one output per tree node, None or the top-k of every row in global order (1 + W + nodes, K): c,
+        columns, nodes), the same on every rank. Raises ``RuntimeError`` when a peer dies or times out.
         """
         plans = tree_plan(num_pending, num_columns, num_levels, parents, self.size)
         slot = 1 + max(len(c) + len(n) for c, n in plans)
         assert kept.numel() == 1 + len(plans[self.rank][0]) + len(plans[self.rank][1])
         device = distributed.comm_device(self.group, kept.device)
-        buf = torch.zeros(slot, dtype=torch.int64, device=device)
-        buf[: kept.numel()] = kept.to(device=device, dtype=torch.int64)
+        width = 1 + (topk.shape[1] if topk is not None else 0)
+        buf = torch.zeros(slot, width, dtype=torch.int64, device=device)
+        buf[: kept.numel(), 0] = kept.to(device=device, dtype=torch.int64)
+        if topk is not None:
+            buf[: kept.numel(), 1:] = topk.to(device=device, dtype=torch.int64)
         start = time.perf_counter()
-        rows = distributed.all_gather_fixed(buf, self.group).tolist()  # the step's one host sync
+        gathered = distributed.all_gather_fixed(buf, self.group).cpu()  # the step's one host sync
         self.stats.seconds += time.perf_counter() - start
         self.stats.collectives += 1
-        self.stats.bytes += self.size * slot * 8
+        self.stats.bytes += self.size * slot * width * 8
+        rows = gathered[:, :, 0].tolist()
 
         window = [0] * num_columns
         node_out = [0] * len(parents)
@@ -264,7 +331,7 @@ class LPGroup:
                 window[j] = row[1 + i]
             for i, n in enumerate(nodes):
                 node_out[n] = row[1 + len(cols) + i]
-        return rows[0][0], window, node_out
+        return rows[0][0], window, node_out, _global_topk(gathered, plans, num_columns, len(parents), topk)
 
     def check_consistent(self, state_hash: int) -> None:
         """Debug: all-gather each rank's state hash; raise ``RuntimeError`` naming the ranks that differ from

@@ -71,14 +71,16 @@ class StepRows:
     """A step's kept rows as a proposer sees them (``Proposer.observe`` when its ``topk`` > 0).
 
     Attributes:
-        tokens: the input token id of each kept row (the token whose successor the row predicts), layout order:
-            ``c``, then this rank's window columns (last level), then this rank's tree nodes.
-        topk: int64 (k, K) the top-K successor ids of each row (``StepOutputs.topk``); under LP only this
-            rank's rows.
+        tokens: the input token id of each kept row (the token whose successor the row predicts): ``c``, then
+            the window's columns in order (their newest level), then the fed tree nodes in tree order; under LP
+            every rank's rows (they travel in the step's one all-gather, ``parallel.LPGroup.merge``).
+        topk: int64 (k, K) the top-K successor ids of each row (``StepOutputs.topk``), rows as ``tokens``.
+        nodes: the fed tree nodes' indices in the PROPOSED tree (the policy may feed a subset), one per node row.
     """
 
     tokens: list[int]
     topk: torch.Tensor
+    nodes: tuple = ()
 
 
 def finite_argmax(logits_KV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -121,6 +121,13 @@ class JacobiWindow:
             self.row0 = new[1:]
         return ngrams
 
+    def kept_tokens(self, c: int, num_columns: int, num_levels: int) -> list[int]:
+        """The input token of each column's kept cell in a step feeding ``num_columns`` columns and
+        ``num_levels`` levels (``layout.py``: the newest level, or row 0 with ``c`` as column 0 when none)."""
+        if num_levels:
+            return list(self.levels[num_levels - 1][:num_columns])
+        return ([int(c)] + self.row0)[:num_columns]
+
     def state(self) -> tuple:
         """A hashable snapshot (for the LP consistency check)."""
         return tuple(self.row0), tuple(tuple(lvl) for lvl in self.levels)

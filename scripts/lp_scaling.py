@@ -1,81 +1,150 @@
-"""Strong scaling of lookahead parallelism on CPU (gloo): K ranks with W and G grown K times.
+"""S against the lookahead-parallel degree K with the successor table (issue 18), deterministic, one process.
 
-    .venv/bin/python scripts/lp_scaling.py --ks 1 2 4 --window 3 --ngram 4 --guess 3 --limit 5 --max-new-tokens 64
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/lp_scaling.py --prompts results/lp_scaling/prompts.jsonl \\
+        --ks 1 2 4 8 --max-new-tokens 64 --out results/lp_scaling
 
-For each K it runs ``torchrun --standalone --nproc-per-node=K -m lp_runtime.generate parallel=lpK`` with
-W = K x window, G = K x guess on the bundled SmolLM2 (MT-Bench first turns), one after the other, and reads
-each run's summary: step compression S, decoding steps, tokens/s, collectives / bytes / seconds of
-communication per step. It adds the per-rank input tokens of a full step from ``parallel.shard_plan``
-(what carries over to GPUs, where each rank has its own device). On a 2-core CPU the K ranks share the
-cores, so wall time does not scale here. Writes ``OUT/lp_scaling.json`` and prints a markdown table.
+An LP run of K ranks gives the same tokens and steps as one process with the same total budget (every rank
+proposes the same tree from the same state, computes its share and the merge reassembles the step; the successor
+table's rows travel in the step's one all-gather; tests/test_successors.py checks K real ranks against one
+process). So S(K) is measured here in ONE process: a ``Decoder`` with re-feed commit (what LP runs) and a
+``successors.SuccessorProposer`` (suffix lookup + answer store + the table) whose node budget is K x
+(``--budget`` - 1), the window K x ``--window`` columns, and a ``LocalGroup`` that records, for every step, the
+tokens each of K ranks would feed under ``parallel.tree_plan`` (pending + row 0 prefix + levels x columns + nodes,
+an ancestor chain counted on every rank that repeats it).
+
+``--prompts``: a question file in the Spec-Bench / FastChat format (``{"question_id", "category", "turns"}``
+per line); first turns, chat template (``data.build_prompt``); SmolLM2-135M float32 greedy. Every output is
+compared with transformers' greedy ``generate`` (cached in ``OUT/refs.json``). Writes ``OUT/lp_scaling.json``: a
+list, one object per K with ``k``, ``S``, ``tokens_per_step`` (one process), ``per_rank_tokens`` (mean per step,
+per rank), ``max_rank_tokens`` (the busiest rank per step, averaged), ``bytes_per_step`` (the all-gather: K slots
+of (1 + top-k) int64 per kept row of the largest rank share), ``identical``, and the same per category group
+(``groups``: "humaneval" for categories starting with it, "mt_bench" for the rest). Prints a markdown table.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import subprocess
 import sys
+import time
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lp_runtime.config import DecodingConfig  # noqa: E402
-from lp_runtime.parallel import rank_tokens, shard_plan  # noqa: E402
+from lp_runtime.checks import vocab_size  # noqa: E402
+from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
+from lp_runtime.data import build_prompt, load_questions  # noqa: E402
+from lp_runtime.decoder import Decoder  # noqa: E402
+from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
+from lp_runtime.proposers import AnswerStore, SuffixProposer  # noqa: E402
+from lp_runtime.successors import SuccessorProposer  # noqa: E402
+
+
+class RankProbe(LocalGroup):
+    """One process that records, per step, each of K ranks' input tokens and kept rows under ``tree_plan``."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k, self.rank_tokens, self.rank_rows = k, [], []
+
+    def plan(self, num_pending, num_columns, num_levels, parents):
+        plans = tree_plan(num_pending, num_columns, num_levels, parents, self.k)
+        self.rank_tokens.append([num_pending + (max(c) if c else 0) + num_levels * len(c) + len(n) for c, n in plans])
+        self.rank_rows.append(max(1 + len(c) + len(n) for c, n in plans))
+        return super().plan(num_pending, num_columns, num_levels, parents)
+
+
+@torch.inference_mode()
+def hf_greedy(model, prompt, n, eos):
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                         eos_token_id=eos, pad_token_id=eos[0] if eos else 0)
+    return out[0, len(prompt):].tolist()
+
+
+def run_k(model, tok, eos, questions, refs, k, args):
+    probe = RankProbe(k)
+    suffix = SuffixProposer(args.ngram, args.guess * k, store=AnswerStore())
+    prop = SuccessorProposer(vocab_size(model), k * (args.budget - 1), suffix=suffix)
+    dec = Decoder(model, DecodingConfig(window_size=args.window * k, ngram_size=args.ngram,
+                                        guess_set_size=max(args.guess * k, 1)),
+                  eos_token_ids=eos, tokenizer=tok, lp=probe, proposers=[prop], copy_kv=False)
+    rows = []
+    for q, ref in zip(questions, refs):
+        probe.rank_tokens, probe.rank_rows = [], []
+        out = dec.generate(build_prompt(tok, q, []), max_new_tokens=args.max_new_tokens)
+        rows.append({"id": q.question_id, "category": q.category, "new_tokens": len(out.output_ids),
+                     "steps": out.decoding_steps, "fed": sum(out.step_tokens), "identical": out.output_ids == ref,
+                     "rank_tokens": [sum(r[i] for r in probe.rank_tokens) for i in range(k)],
+                     "max_rank_tokens": sum(max(r) for r in probe.rank_tokens),
+                     "bytes": sum(k * n * (1 + prop.k) * 8 for n in probe.rank_rows) if k > 1 else 0})
+        print(f"  K={k} {q.category} {q.question_id}: S {rows[-1]['new_tokens'] / rows[-1]['steps']:.2f} "
+              f"identical {rows[-1]['identical']}", flush=True)
+    return rows
+
+
+def summary(rows, k):
+    steps = sum(r["steps"] for r in rows) or float("nan")
+    return {"k": k, "S": sum(r["new_tokens"] for r in rows) / steps,
+            "tokens_per_step": sum(r["fed"] for r in rows) / steps,
+            "per_rank_tokens": [sum(r["rank_tokens"][i] for r in rows) / steps for i in range(k)],
+            "max_rank_tokens": sum(r["max_rank_tokens"] for r in rows) / steps,
+            "bytes_per_step": sum(r["bytes"] for r in rows) / steps,
+            "identical": all(r["identical"] for r in rows), "prompts": len(rows)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--window", type=int, default=3)
-    ap.add_argument("--ngram", type=int, default=4)
-    ap.add_argument("--guess", type=int, default=3)
-    ap.add_argument("--limit", type=int, default=5)
+    ap.add_argument("--prompts", required=True, help="question file (JSONL, Spec-Bench format); first turns")
+    ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--out", default="outputs/lp_scaling")
+    ap.add_argument("--budget", type=int, default=80, help="tokens per rank per step (nodes = K x (budget - 1))")
+    ap.add_argument("--window", type=int, default=0, help="window columns per rank (W = K x window)")
+    ap.add_argument("--ngram", type=int, default=5)
+    ap.add_argument("--guess", type=int, default=15, help="suffix lookup leaves per rank (G = K x guess)")
+    ap.add_argument("--out", default="results/lp_scaling")
     args = ap.parse_args()
+    if min(args.ks) < 1 or args.budget < 2 or args.max_new_tokens < 1:
+        ap.error("--ks >= 1, --budget >= 2 and --max-new-tokens >= 1")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    rows = []
+    model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
+    eos = eos_token_ids(model, tok, None)
+    questions = load_questions(DatasetConfig(name="jsonl", path=args.prompts, first_turn_only=True))
+    ref_path = out / "refs.json"
+    cached = json.loads(ref_path.read_text()) if ref_path.exists() else {}
+    key = f"{Path(args.prompts).name}:{args.max_new_tokens}"
+    if key not in cached:
+        cached[key] = [hf_greedy(model, build_prompt(tok, q, []), args.max_new_tokens, eos) for q in questions]
+        ref_path.write_text(json.dumps(cached) + "\n")
+    refs = cached[key]
+    results = []
     for k in args.ks:
-        w, g, n = args.window * k, args.guess * k, args.ngram
-        answers = out / f"k{k}.jsonl"
-        for p in (answers, answers.with_suffix(".summary.json")):
-            p.unlink(missing_ok=True)
-        cmd = [torchrun, "--standalone", f"--nproc-per-node={k}", "-m", "lp_runtime.generate",
-               f"parallel.lp={k}", "parallel.backend=gloo", f"decoding.window_size={w}", f"decoding.ngram_size={n}",
-               f"decoding.guess_set_size={g}", "dataset=mt_bench", f"dataset.limit={args.limit}",
-               "dataset.first_turn_only=true", f"generation.max_new_tokens={args.max_new_tokens}",
-               f"output.path={answers}", "progress=false", f"hydra.run.dir={out / 'hydra' / f'k{k}'}"]
-        print("$", " ".join(cmd[1:]), flush=True)
-        subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-        summary = json.loads(answers.with_suffix(".summary.json").read_text())
-        comm = summary.get("lp_communication", {})
-        levels = n - 2
-        sizes = (n - 1,) * g  # a full step of G separate chains (the tree's nodes vary per step; see s_table.py)
-        plan = shard_plan(1, w, levels, sizes, k)
-        per_rank = [rank_tokens(p, 1, levels, sizes) for p in plan]
-        rows.append({
-            "K": k, "W": w, "N": n, "G": g,
-            "step_tokens_one_process": DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g).step_tokens(1, g),
-            "per_rank_tokens": per_rank,
-            "S": summary["step_compression"], "decoding_steps": summary["decoding_steps"],
-            "new_tokens": summary["new_tokens"], "tokens_per_s": summary["tokens_per_s"],
-            "collectives_per_step": comm.get("collectives_per_step", 0.0),
-            "bytes_per_step": comm.get("bytes_per_step", 0.0),
-            "comm_ms_per_step": 1000 * comm.get("comm_seconds_per_step", 0.0),
-        })
-    (out / "lp_scaling.json").write_text(json.dumps(rows, indent=2) + "\n")
-    print("\n| K | W | N | G | tokens/step (1 process) | per-rank tokens | S | steps | tokens/s | "
-          "collectives/step | bytes/step | comm ms/step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['K']} | {r['W']} | {r['N']} | {r['G']} | {r['step_tokens_one_process']} | "
-              f"{r['per_rank_tokens']} | {r['S']:.3f} | {r['decoding_steps']} | {r['tokens_per_s']:.2f} | "
-              f"{r['collectives_per_step']:.2f} | {r['bytes_per_step']:.0f} | {r['comm_ms_per_step']:.2f} |")
+        rows = run_k(model, tok, eos, questions, refs, k, args)
+        groups = {}
+        for name in ("mt_bench", "humaneval"):
+            part = [r for r in rows if r["category"].startswith("humaneval") == (name == "humaneval")]
+            if part:
+                groups[name] = summary(part, k)
+        results.append({**summary(rows, k), "groups": groups, "budget_per_rank": args.budget,
+                        "window_per_rank": args.window, "ngram": args.ngram, "guess_per_rank": args.guess,
+                        "max_new_tokens": args.max_new_tokens, "prompts_file": args.prompts,
+                        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows})
+        (out / "lp_scaling.json").write_text(json.dumps(results, indent=1) + "\n")
+    print("\n| K | group | S | S / S(K=1) | tokens/step (1 process) | per-rank tokens/step | busiest rank | bytes/step "
+          "| identical |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    base = {g: r["groups"][g]["S"] for r in results[:1] for g in r["groups"]}
+    for r in results:
+        for g, s in r["groups"].items():
+            ranks = "[" + ", ".join(f"{t:.0f}" for t in s["per_rank_tokens"]) + "]"
+            print(f"| {r['k']} | {g} | {s['S']:.2f} | {s['S'] / base[g]:.2f} | {s['tokens_per_step']:.0f} | {ranks} | "
+                  f"{s['max_rank_tokens']:.0f} | {s['bytes_per_step']:.0f} | {s['identical']} |")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Run under torchrun (gloo on CPU, one thread per rank)::
     OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 tests/lp_driver.py --lp 2 \\
         --spec spec.json --out result.json
 
-``spec.json``: {"configs": [{"W": 2, "N": 3, "G": 1}, ...] (optionally with "curve" for decoding=auto), "prompts": [[3, 4, ...], ...], "max_new_tokens": 32,
+``spec.json``: {"configs": [{"W": 2, "N": 3, "G": 1}, ...] (optionally with "curve" for decoding=auto, "succ": a node
+budget for the successor-table proposer), "prompts": [[3, 4, ...], ...], "max_new_tokens": 32,
 "sampling": [optional sampling specs, see ``decode_seeds``]}. Every rank builds the same tiny random Llama (fixed
 seed), joins LP groups of ``--lp`` (world = dp x lp), and decodes its data-parallel share of the prompts (and of
 each sampling spec's seeds, on the vocab-8 model of ``build_tiny8``) with the debug consistency check on; global
@@ -57,12 +58,24 @@ def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=Non
                 policy.price_lp(c.get("price_lp", 1), c["W"])
         dec = Decoder(model, DecodingConfig(method="auto" if policy else "lookahead", window_size=c["W"],
                                             ngram_size=c["N"], guess_set_size=c["G"]),
-                      lp=lp, step_policy=policy, copy_kv=False)
+                      lp=lp, step_policy=policy, copy_kv=False, proposers=_succ(model, c))
         for pi in (prompt_ids if prompt_ids is not None else range(len(prompts))):
             g = dec.generate(prompts[pi], max_new_tokens=max_new_tokens)
             out[f"{ci}/{pi}"] = {"output_ids": g.output_ids, "decoding_steps": g.decoding_steps,
                                  "accept_lengths": g.accept_lengths}
     return out
+
+
+def _succ(model, c):
+    """``"succ": budget`` in a config: the successor-table proposer (issue 18) over the suffix proposer."""
+    if "succ" not in c:
+        return None
+    from lp_runtime.checks import vocab_size
+    from lp_runtime.proposers import AnswerStore, SuffixProposer
+    from lp_runtime.successors import SuccessorProposer
+
+    suffix = SuffixProposer(c["N"], c["G"], store=AnswerStore())
+    return [SuccessorProposer(vocab_size(model), c["succ"], suffix=suffix)]
 
 
 def decode_seeds(model, spec, lp=None, seeds=None):
@@ -111,8 +124,8 @@ class _Failing:
             if self.mode == "hang":
                 time.sleep(3600)
             if self.mode == "corrupt":  # a silently wrong merge: the debug consistency check must catch it
-                x1, window, cands = self.inner.merge(*args, **kwargs)
-                return (x1 + 1) % 64, window, cands
+                x1, window, cands, topk = self.inner.merge(*args, **kwargs)
+                return (x1 + 1) % 64, window, cands, topk
         return self.inner.merge(*args, **kwargs)
 
 

@@ -112,7 +112,7 @@ def test_local_group_and_split_outputs():
     lg = LocalGroup()
     assert lg.plan(1, 3, 1, [-1, 0]) == ((0, 1, 2), (0, 1)) and not lg.debug
     assert split_outputs([9, 1, 2, 3, 4, 5, 6, 7], 3, 4) == (9, [1, 2, 3], [4, 5, 6, 7])
-    assert lg.merge(torch.tensor([9, 1, 2, 3, 4, 5]), 1, 3, 1, [-1, 0]) == (9, [1, 2, 3], [4, 5])
+    assert lg.merge(torch.tensor([9, 1, 2, 3, 4, 5]), 1, 3, 1, [-1, 0]) == (9, [1, 2, 3], [4, 5], None)
     lg.check_consistent(123)
 
 

@@ -1,0 +1,338 @@
+"""Candidates from the model's own predictions: a successor table, and one tree grown from every source.
+
+Token Recycling (Luo et al. 2024, arXiv 2408.08696, section 3) keeps, for every token id, the top-k tokens the
+model predicted after it the last time a forward pass computed a logits row at that token, whatever the row
+was (an accepted token, a rejected draft, a window cell). A step's rows are computed anyway, so the table costs
+one top-k per kept row. Its rows are a bigram model refreshed from the current context: on open-ended chat,
+where the text rarely repeats itself, they still predict function words, punctuation and the next sub-word.
+
+``SuccessorTable`` is the table (vocab x k int32, -1 = never seen; 1.5 MB for SmolLM2 at k = 8), kept across the
+questions of a job like the answer store. ``RankCalibration`` learns online P(a node is accepted | its parent
+was) per (source, depth, rank among the table's successors), a Beta prior centred on ``SUCC_PRIOR``.
+``grow_tree`` builds ONE candidate tree from the suffix lookup's tree (matches in the text, the answer store
+and the window's n-grams) and the table: best first by the product of the per-node estimates along the path,
+up to a node budget, merging a token that both sources propose under the same parent. Long suffix matches keep
+their chains (their nodes carry the lookup's high estimates); the table fills in where nothing matches and
+extends every chain past its end.
+
+Worked example (table rows: 5 -> [6, 7], 6 -> [8], 7 -> [], 8 -> []; no suffix tree; estimates by rank
+0.5 / 0.25 whatever the depth; budget 3)::
+
+    root 5: children 6 (0.5), 7 (0.25)          pop 6 (path 0.5): push its child 8 (0.5 x 0.5 = 0.25)
+    pop 7 (0.25, pushed first), pop 8 (0.25)    tree tokens [6, 7, 8], parents [-1, -1, 0]
+
+Pure numpy and Python; the model's top-k rows come from the step (``topk`` of the kept logits).
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .tree import CandidateTree
+from .policy import AcceptanceCalibration
+
+# Prior P(accepted | parent accepted) of the table's successor of each rank (rank 0 = the row's argmax).
+SUCC_PRIOR = (0.45, 0.15, 0.08, 0.05, 0.04, 0.03, 0.02, 0.02)
+
+
+class SuccessorTable:
+    """For every token id, its top-k successors from the newest logits row computed at it.
+
+    Args:
+        vocab_size: token ids are 0 .. vocab_size - 1.
+        k: successors kept per token (Token Recycling uses 8).
+
+    ``table``: int32 (vocab_size, k), row t = the k most likely next tokens after t (best first), -1 = empty.
+    ``ValueError`` for vocab_size < 1 or k < 1.
+
+        >>> t = SuccessorTable(10, k=2)
+        >>> t.update([3, 4, 3], [[1, 2], [5, 6], [7, 8]])   # two rows at token 3: the later one wins
+        >>> t.successors(3), t.successors(4), t.successors(9)
+        ([7, 8], [5, 6], [])
+    """
+
+    def __init__(self, vocab_size: int, k: int = 8) -> None:
+        if vocab_size < 1 or k < 1:
+            raise ValueError(f"SuccessorTable(vocab_size={vocab_size}, k={k}): both must be >= 1")
+        self.k = int(k)
+        self.table = np.full((int(vocab_size), self.k), -1, dtype=np.int32)
+        self.updates = 0
+
+    def update(self, tokens: Sequence[int], successors) -> None:
+        """Write ``successors[i]`` (the top-k ids of the row computed at ``tokens[i]``, best first; at least k
+        columns, extra ones ignored) as row ``tokens[i]``. Rows are in time order: for a token given twice the
+        later row wins. ``ValueError`` when the lengths differ, a row is shorter than k or an id is outside
+        the vocabulary."""
+        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        rows = np.asarray(successors, dtype=np.int64)
+        if rows.ndim != 2 or rows.shape[0] != ids.shape[0] or rows.shape[1] < self.k:
+            raise ValueError(f"update: {ids.shape[0]} tokens and successors of shape {rows.shape}; need "
+                             f"({ids.shape[0]}, >= {self.k})")
+        if ids.size == 0:
+            return
+        vocab = self.table.shape[0]
+        if ids.min() < 0 or ids.max() >= vocab or rows[:, : self.k].min() < 0 or rows[:, : self.k].max() >= vocab:
+            raise ValueError(f"update: token ids must be in 0..{vocab - 1}")
+        _, last = np.unique(ids[::-1], return_index=True)  # the last row of each token wins
+        keep = ids.shape[0] - 1 - last
+        self.table[ids[keep]] = rows[keep, : self.k]
+        self.updates += 1
+
+    def successors(self, token: int) -> list[int]:
+        """Token ``token``'s successors, best first (empty when no row was ever computed at it)."""
+        row = self.table[int(token)]
+        return [int(t) for t in row if t >= 0]
+
+    def state(self) -> tuple:
+        """A hashable summary (for the LP consistency check): updates and a digest of the table."""
+        return self.updates, hashlib.blake2b(self.table.tobytes(), digest_size=8).hexdigest()  # hash() is salted
+
+
+class RankCalibration:
+    """P(node accepted | parent accepted) per (depth, rank), learned online around a prior per rank.
+
+    ``estimate(depth, rank) = (successes + strength * prior[rank]) / (trials + strength)``; depths past
+    ``max_depth`` share the last bucket, ranks past the prior's length use its last value.
+
+        >>> cal = RankCalibration(prior=(0.5, 0.25), strength=2.0)
+        >>> cal.estimate(1, 0), cal.estimate(3, 5)
+        (0.5, 0.25)
+        >>> cal.update(1, 0, True); cal.update(1, 0, True); cal.estimate(1, 0)   # (2 + 2 * 0.5) / (2 + 2)
+        0.75
+    """
+
+    def __init__(self, prior: Sequence[float] = SUCC_PRIOR, strength: float = 8.0, max_depth: int = 6) -> None:
+        if not prior or strength <= 0 or max_depth < 1:
+            raise ValueError(f"RankCalibration(prior={prior}, strength={strength}, max_depth={max_depth}): need "
+                             "a non-empty prior, strength > 0 and max_depth >= 1")
+        self.prior = tuple(float(p) for p in prior)
+        self.strength = float(strength)
+        self.max_depth = int(max_depth)
+        self.trials: dict[tuple[int, int], int] = {}
+        self.successes: dict[tuple[int, int], int] = {}
+
+    def _key(self, depth: int, rank: int) -> tuple[int, int]:
+        return min(max(depth, 1), self.max_depth), min(rank, len(self.prior) - 1)
+
+    def estimate(self, depth: int, rank: int) -> float:
+        key = self._key(depth, rank)
+        prior = self.prior[key[1]]
+        return (self.successes.get(key, 0) + self.strength * prior) / (self.trials.get(key, 0) + self.strength)
+
+    def update(self, depth: int, rank: int, accepted: bool) -> None:
+        key = self._key(depth, rank)
+        self.trials[key] = self.trials.get(key, 0) + 1
+        self.successes[key] = self.successes.get(key, 0) + int(bool(accepted))
+
+
+@dataclass
+class GrownTree:
+    """A tree from ``grow_tree`` and where each node came from (what ``SuccessorProposer.observe`` learns from).
+
+    Attributes:
+        tree: the candidate tree; ``prob`` holds each node's estimate P(accepted | parent accepted).
+        suffix_raw: per node, the suffix lookup's raw estimate when that source proposed it, else None.
+        succ_rank: per node, its rank in its parent token's table row when the table proposed it, else None.
+    """
+
+    tree: CandidateTree = field(default_factory=CandidateTree)
+    suffix_raw: list = field(default_factory=list)
+    succ_rank: list = field(default_factory=list)
+
+
+def _kids(suffix: CandidateTree) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for i, p in enumerate(suffix.parents):
+        out.setdefault(p, []).append(i)
+    return out
+
+
+def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[SuccessorTable], budget: int, *,
+              suffix_cal: Optional[AcceptanceCalibration] = None, succ_cal: Optional[RankCalibration] = None,
+              max_depth: int = 16, width: int = 8) -> GrownTree:
+    """One candidate tree from the suffix lookup's tree and the successor table, best first by path estimate.
+
+    Args:
+        root_token: ``c``, the newest accepted token (the table's row at it gives the root's children).
+        suffix: the suffix lookup's tree (``lookup.SuffixLookup.propose``; ``prob`` = its raw estimates) or None.
+        table: the successor table or None.
+        budget: most nodes in the tree (>= 0).
+        suffix_cal, succ_cal: calibrations turning the sources' raw values into P(accepted | parent accepted)
+            (defaults: fresh ones, i.e. the priors).
+        max_depth: deepest node; width: most table successors tried per node (their best ranks).
+
+    A node's children are the suffix tree's children of the node it matches (if any) and the first ``width``
+    successors of its token; a token proposed by both is one node with the larger estimate. Nodes come out in
+    best-first order (parents before children; ties go to the node pushed first). ``ValueError`` for a
+    negative budget.
+    """
+    if budget < 0:
+        raise ValueError(f"grow_tree(budget={budget}): the node budget must be >= 0")
+    suffix_cal = suffix_cal or AcceptanceCalibration()
+    succ_cal = succ_cal or RankCalibration()
+    kids = _kids(suffix) if suffix is not None else {}
+    out = GrownTree()
+    heap: list = []
+    counter = 0
+
+    def push(parent: int, token: int, depth: int, path_p: float, s_node: int) -> None:
+        nonlocal counter
+        cand: dict[int, list] = {}  # token -> [estimate, suffix node, suffix raw, succ rank]
+        for s in kids.get(s_node, ()) if (s_node >= 0 or parent < 0) else ():
+            raw = suffix.prob[s]
+            cand[suffix.tokens[s]] = [suffix_cal.estimate(depth, raw), s, raw, None]
+        if table is not None:
+            for rank, t in enumerate(table.successors(token)[:width]):
+                est = succ_cal.estimate(depth, rank)
+                c = cand.setdefault(t, [0.0, -1, None, rank])
+                c[3] = rank
+                c[0] = max(c[0], est)
+        for t, (est, s, raw, rank) in cand.items():
+            heapq.heappush(heap, (-path_p * est, counter, t, parent, depth, est, s, raw, rank))
+            counter += 1
+
+    push(-1, root_token, 1, 1.0, -1)
+    tree = out.tree
+    while heap and len(tree) < budget:
+        neg_p, _, t, parent, depth, est, s, raw, rank = heapq.heappop(heap)
+        tree.tokens.append(int(t))
+        tree.parents.append(parent)
+        tree.prob.append(est)
+        out.suffix_raw.append(raw)
+        out.succ_rank.append(rank)
+        if depth < max_depth:
+            push(len(tree) - 1, t, depth + 1, -neg_p, s)
+    return out
+
+
+class SuccessorProposer:
+    """A ``proposers.Proposer``: one tree grown from a suffix proposer's tree and the successor table.
+
+    Args:
+        vocab_size: the model's vocabulary (the table's rows).
+        budget: most tree nodes a step proposes (the step policy may feed fewer).
+        suffix: the ``proposers.SuffixProposer`` whose tree is merged in (None: the table alone).
+        k: successors kept per token (the ``topk`` asked of every kept logits row).
+        max_depth, width: as in ``grow_tree``.
+        table_when_sampling: keep using the job's table in sampled calls (default False: a sampled call starts a
+            table of its own, so a seed's draws do not depend on the answers before it; the law is exact either
+            way, as for the answer store).
+
+    Each step: ``propose`` grows the tree from ``c`` (the newest accepted token); ``observe`` gets the accepted
+    tokens and the step's rows (``step.StepRows``: c, the window columns, the fed nodes, every LP rank's, so every
+    rank writes the same table), learns the calibrations from the fed nodes (a trial: its parent is the root
+    or was accepted) and writes the rows in time order, the accepted path's rows (the truest context) last.
+    The table (``vocab_size`` x k int32) lives across the prompts of the decoder; ``reset`` empties it.
+    """
+
+    def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = 16,
+                 width: int = 8, table_when_sampling: bool = False) -> None:
+        if budget < 0:
+            raise ValueError(f"SuccessorProposer(budget={budget}): the node budget must be >= 0")
+        self.vocab_size, self.k = int(vocab_size), int(k)
+        self.table = SuccessorTable(self.vocab_size, self.k)
+        self.budget, self.suffix, self.width = int(budget), suffix, int(width)
+        self.max_depth = max(int(max_depth), getattr(suffix, "max_depth", 0))
+        self.table_when_sampling = table_when_sampling
+        self.topk = self.k
+        self.suffix_cal = AcceptanceCalibration()
+        self.succ_cal = RankCalibration()
+        self._table, self._root, self._last = self.table, -1, GrownTree()
+
+    def begin(self, prompt: Sequence[int], *, do_sample: bool) -> None:
+        if self.suffix is not None:
+            self.suffix.begin(prompt, do_sample=do_sample)
+        own = do_sample and not self.table_when_sampling
+        self._table = SuccessorTable(self.vocab_size, self.k) if own else self.table
+        self._root, self._last = int(prompt[-1]), GrownTree()
+
+    def propose(self) -> CandidateTree:
+        suffix = self.suffix.propose() if self.suffix is not None else None
+        self._last = grow_tree(self._root, suffix, self._table, self.budget, suffix_cal=self.suffix_cal,
+                               succ_cal=self.succ_cal, max_depth=self.max_depth, width=self.width)
+        return self._last.tree
+
+    def observe(self, accepted: Sequence[int], ngrams: Sequence[Sequence[int]], rows=None) -> None:
+        if self.suffix is not None:
+            self.suffix.observe(accepted, ngrams, None)
+        path = accepted_path(self._last.tree, accepted)
+        if rows is not None:
+            fed = list(rows.nodes) if rows.nodes else list(range(len(self._last.tree)))
+            self._learn(fed, path)
+            self._record(rows, fed, path)
+        self._root = int(accepted[-1])
+
+    def _learn(self, fed: Sequence[int], path: Sequence[int]) -> None:
+        grown, on_path = self._last, set(path)
+        depths = grown.tree.depths()
+        for i in fed:
+            par = grown.tree.parents[i]
+            if par >= 0 and par not in on_path:
+                continue
+            if grown.suffix_raw[i] is not None:
+                self.suffix_cal.update(depths[i], grown.suffix_raw[i], i in on_path)
+            if grown.succ_rank[i] is not None:
+                self.succ_cal.update(depths[i], grown.succ_rank[i], i in on_path)
+
+    def _record(self, rows, fed: Sequence[int], path: Sequence[int]) -> None:
+        first = len(rows.tokens) - len(fed)  # rows: c, window columns, then one per fed node
+        row_of = {n: first + i for i, n in enumerate(fed)}
+        late = [0] + [row_of[n] for n in path if n in row_of]
+        order = [r for r in range(1, len(rows.tokens)) if r not in set(late)] + late
+        top = rows.topk.cpu().numpy()
+        self._table.update([rows.tokens[r] for r in order], top[order])
+
+    def end(self, prompt: Sequence[int], output: Sequence[int]) -> None:
+        if self.suffix is not None:
+            self.suffix.end(prompt, output)
+
+    def reset(self) -> None:
+        """Forget what is kept across prompts: the answer store (if any) and the table."""
+        if self.suffix is not None:
+            self.suffix.reset()
+        self.table = self._table = SuccessorTable(self.vocab_size, self.k)
+
+    def state(self) -> tuple:
+        return (self.suffix.state() if self.suffix is not None else None, self._table.state(),
+                tuple(sorted(self.succ_cal.trials.items())))
+
+
+def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
+    """The nodes of ``tree`` that the accepted tokens walk from the root (siblings carry distinct tokens).
+
+        >>> accepted_path(CandidateTree([5, 6, 7], [-1, 0, 0], [1, 1, 1]), [5, 7, 9])
+        [0, 2]
+    """
+    path, node = [], -1
+    for t in accepted[:-1]:  # the last accepted token is the bonus: never a node
+        node = next((i for i in range(node + 1, len(tree)) if tree.parents[i] == node and tree.tokens[i] == t), None)
+        if node is None:
+            break
+        path.append(node)
+    return path
+
+
+def successor_proposers(decoding, vocab_size: int, *, budget: Optional[int] = None, **levers) -> list:
+    """The product's proposers for ``decoding`` (``proposers.proposers_for``) with the suffix proposer wrapped in a
+    ``SuccessorProposer``: pass the result as ``Decoder(..., proposers=...)``.
+
+    ``budget`` (default: the suffix proposer's node cap + 1, i.e. 11 at (W, N, G) = (0, 4, 2), so a copy-KV step
+    feeds at most 12 tokens) bounds the grown tree; ``levers`` go to ``SuccessorProposer``. ``decoding=paper`` and
+    plain greedy keep their proposers unchanged (the paper's pool; none).
+
+        >>> from lp_runtime.config import DecodingConfig
+        >>> [p.budget for p in successor_proposers(DecodingConfig(window_size=0, ngram_size=4, guess_set_size=2), 96)]
+        [11]
+    """
+    from .proposers import SuffixProposer, proposers_for
+
+    out = []
+    for p in proposers_for(decoding):
+        if isinstance(p, SuffixProposer):
+            p = SuccessorProposer(vocab_size, p.max_nodes + 1 if budget is None else budget, suffix=p, **levers)
+        out.append(p)
+    return out

@@ -1,0 +1,273 @@
+"""The successor table and the tree grown from every source (lp_runtime/successors.py), with hand-written ids."""
+import numpy as np
+import torch
+import pytest
+
+from lp_runtime.lookup import CandidateTree
+from lp_runtime.step import StepRows
+from lp_runtime.successors import GrownTree, RankCalibration, SuccessorProposer, SuccessorTable, grow_tree
+
+
+def table_of(rows: dict, vocab: int = 20, k: int = 2) -> SuccessorTable:
+    t = SuccessorTable(vocab, k)
+    for tok, succ in rows.items():
+        t.table[tok, : len(succ)] = succ
+    return t
+
+
+# ------------------------------------------------------------------------------------------------ the table
+@pytest.mark.parametrize("tokens, rows, expected", [
+    ([3], [[1, 2]], {3: [1, 2], 4: []}),
+    ([3, 4, 3], [[1, 2], [5, 6], [7, 8]], {3: [7, 8], 4: [5, 6]}),       # the later row of a token wins
+    ([3, 3, 3], [[1, 2], [5, 6], [7, 8]], {3: [7, 8]}),
+    ([5], [[1, 2, 9]], {5: [1, 2]}),                                      # extra columns ignored
+    ([], np.zeros((0, 2)), {3: []}),
+])
+def test_table_update(tokens, rows, expected):
+    t = SuccessorTable(10, k=2)
+    t.update(tokens, rows)
+    assert {tok: t.successors(tok) for tok in expected} == expected
+
+
+def test_table_keeps_the_newest_row_across_updates_and_bounded_memory():
+    t = SuccessorTable(49152, k=8)
+    assert t.table.dtype == np.int32 and t.table.nbytes == 49152 * 8 * 4  # 1.5 MB
+    t.update([7], [[1, 2, 3, 4, 5, 6, 8, 9]])
+    t.update([7, 8], [[9, 8, 6, 5, 4, 3, 2, 1], [0] * 8])
+    assert t.successors(7) == [9, 8, 6, 5, 4, 3, 2, 1] and t.successors(8) == [0] * 8 and t.updates == 2
+
+
+@pytest.mark.parametrize("tokens, rows, message", [
+    ([1, 2], [[1, 2]], r"update: 2 tokens and successors of shape \(1, 2\); need \(2, >= 2\)"),
+    ([1], [[1]], r"update: 1 tokens and successors of shape \(1, 1\); need \(1, >= 2\)"),
+    ([10], [[1, 2]], r"update: token ids must be in 0..9"),
+    ([1], [[1, -1]], r"update: token ids must be in 0..9"),
+])
+def test_table_update_refuses(tokens, rows, message):
+    with pytest.raises(ValueError, match=message):
+        SuccessorTable(10, k=2).update(tokens, rows)
+
+
+def test_table_refuses_bad_shape():
+    with pytest.raises(ValueError, match=r"SuccessorTable\(vocab_size=0, k=8\): both must be >= 1"):
+        SuccessorTable(0)
+
+
+# ------------------------------------------------------------------------------------------------ calibration
+def test_rank_calibration_learns_per_depth_and_rank():
+    cal = RankCalibration(prior=(0.5, 0.25), strength=2.0, max_depth=2)
+    assert (cal.estimate(1, 0), cal.estimate(1, 1), cal.estimate(5, 7)) == (0.5, 0.25, 0.25)
+    for hit in (True, True):
+        cal.update(1, 0, hit)
+    cal.update(3, 1, False)  # depth 3 -> bucket 2
+    assert cal.estimate(1, 0) == 0.75 and cal.estimate(2, 1) == pytest.approx(0.5 / 3) and cal.estimate(2, 0) == 0.5
+
+
+# ------------------------------------------------------------------------------------------------ growth
+def flat(prob=0.5):
+    return RankCalibration(prior=(prob, prob / 2), strength=1.0)
+
+
+def test_grow_from_the_table_alone_is_best_first():
+    # the module docstring's example: 5 -> [6, 7], 6 -> [8]
+    g = grow_tree(5, None, table_of({5: [6, 7], 6: [8]}), 3, succ_cal=flat())
+    assert (g.tree.tokens, g.tree.parents, g.succ_rank) == ([6, 7, 8], [-1, -1, 0], [0, 1, 0])
+    assert g.tree.prob == [0.5, 0.25, 0.5] and g.suffix_raw == [None, None, None]
+
+
+def test_grow_budget_depth_and_width():
+    table = table_of({1: [2, 3], 2: [2, 4], 3: [5]}, k=2)
+    assert grow_tree(1, None, table, 0).tree.tokens == []
+    g = grow_tree(1, None, table, 10, succ_cal=flat(), max_depth=2)
+    assert max(g.tree.depths()) == 2 and g.tree.tokens == [2, 3, 2, 4, 5]  # ties: pushed first
+    g = grow_tree(1, None, table, 10, succ_cal=flat(), max_depth=3, width=1)
+    assert (g.tree.tokens, g.tree.parents) == ([2, 2, 2], [-1, 0, 1])  # one successor per node: a chain
+
+
+def test_grow_merges_a_token_both_sources_propose():
+    # suffix: root -> 6 (raw 0.9) -> 9 (0.9); table: 5 -> [6, 7]; 6 -> [8]
+    suffix = CandidateTree(tokens=[6, 9], parents=[-1, 0], prob=[0.9, 0.9])
+    g = grow_tree(5, suffix, table_of({5: [6, 7], 6: [8]}), 5, succ_cal=flat(0.2))
+    assert g.tree.tokens[0] == 6 and g.suffix_raw[0] == 0.9 and g.succ_rank[0] == 0  # one node, both sources
+    assert g.tree.tokens.count(6) == 1
+    # the suffix chain keeps its child 9 (estimated above the table's 8), then the table fills in
+    assert g.tree.tokens[:2] == [6, 9] and g.tree.parents[:2] == [-1, 0]
+    assert sorted(g.tree.tokens) == [6, 7, 8, 9] and g.succ_rank[g.tree.tokens.index(9)] is None
+
+
+def test_grow_continues_a_suffix_chain_from_the_table():
+    suffix = CandidateTree(tokens=[6], parents=[-1], prob=[0.9])
+    g = grow_tree(5, suffix, table_of({6: [8]}), 3, succ_cal=flat())
+    assert (g.tree.tokens, g.tree.parents) == ([6, 8], [-1, 0])  # 5 has no row; 8 has no row: 2 nodes only
+
+
+def test_grow_refuses_negative_budget():
+    with pytest.raises(ValueError, match=r"grow_tree\(budget=-1\): the node budget must be >= 0"):
+        grow_tree(1, None, None, -1)
+
+
+# ------------------------------------------------------------------------------------------------ proposer
+def rows_of(tokens, topk, nodes=()):
+    return StepRows(list(tokens), torch.tensor(topk, dtype=torch.int64), tuple(nodes))
+
+
+def test_proposer_learns_from_trials_only_and_writes_the_accepted_path_last():
+    prop = SuccessorProposer(20, 4, k=2)
+    prop.table.table[5] = [6, 7]
+    prop.table.table[6] = [8, 9]
+    prop.begin([1, 5], do_sample=False)
+    tree = prop.propose()
+    assert (tree.tokens, tree.parents) == ([6, 8, 7, 9], [-1, 0, -1, 0])
+    # accepted 6 then the bonus 3: node 0 hit, 8 and 9 (children of 6) and 7 are failed trials
+    # rows: c = 5, then nodes 0..3 (tokens 6, 8, 7, 9)
+    prop.observe([6, 3], [], rows_of([5, 6, 8, 7, 9], [[6, 1], [3, 2], [4, 4], [5, 5], [6, 6]]))
+    assert prop.succ_cal.trials == {(1, 0): 1, (1, 1): 1, (2, 0): 1, (2, 1): 1}
+    assert prop.succ_cal.successes == {(1, 0): 1, (1, 1): 0, (2, 0): 0, (2, 1): 0}
+    assert [prop.table.successors(t) for t in (5, 6, 7, 8, 9)] == [[6, 1], [3, 2], [5, 5], [4, 4], [6, 6]]
+    assert prop.propose().tokens == []  # the next root is the bonus token 3, which has no row yet
+    # the policy fed only nodes 0 and 1 (rows.nodes): 7 and 9 were no trials
+    prop.begin([1, 5], do_sample=False)
+    prop.propose()
+    prop.observe([7, 2], [], rows_of([5, 6, 3], [[6, 1], [3, 2], [0, 1]], nodes=(0, 1)))
+    assert prop.succ_cal.trials[(1, 0)] == 2 and prop.succ_cal.trials[(2, 0)] == 1
+
+
+def test_accepted_path_rows_win_over_a_rejected_branch_with_the_same_token():
+    prop = SuccessorProposer(20, 4, k=1)
+    prop.table.table[5] = [6]
+    prop.table.table[6] = [6]  # 5 -> 6 -> 6 -> 6 ...: three nodes with token 6
+    prop.begin([5], do_sample=False)
+    assert prop.propose().tokens == [6, 6, 6, 6]
+    # accepted 6 6 + bonus: rows of nodes 0, 1 are the path; node 2's (also token 6) is written first
+    prop.observe([6, 6, 1], [], rows_of([5, 6, 6, 6, 6], [[6], [2], [3], [4], [9]]))
+    assert prop.table.successors(6) == [3]  # node 1's row (the deepest path node), not node 3's [9]
+
+
+def test_sampled_calls_use_a_table_of_their_own_and_reset_empties_the_table():
+    prop = SuccessorProposer(20, 2, k=1)
+    prop.table.table[5] = [6]
+    prop.begin([5], do_sample=True)
+    assert prop.propose().tokens == []
+    prop.observe([7, 1], [], rows_of([5], [[9]]))
+    assert prop.table.successors(5) == [6]  # the job's table is untouched by a sampled call
+    prop.begin([5], do_sample=False)
+    assert prop.propose().tokens == [6]
+    prop.reset()
+    assert prop.table.successors(5) == [] and prop.propose().tokens == []
+
+
+def test_proposer_refuses_negative_budget():
+    with pytest.raises(ValueError, match=r"SuccessorProposer\(budget=-3\): the node budget must be >= 0"):
+        SuccessorProposer(10, -3)
+
+
+# ------------------------------------------------------------------------------------------------ the decoder
+@pytest.mark.parametrize("w, n, g, budget", [(0, 4, 2, 11), (3, 4, 3, 20), (0, 3, 0, 6)])
+def test_greedy_with_the_successor_proposer_equals_transformers(w, n, g, budget):
+    from exactness import hf_greedy
+    from fakes import llama
+
+    from lp_runtime.config import DecodingConfig
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.proposers import AnswerStore, SuffixProposer
+
+    model = llama()
+    suffix = SuffixProposer(n, g, store=AnswerStore()) if g else None
+    prop = SuccessorProposer(96, budget, suffix=suffix)
+    dec = Decoder(model, DecodingConfig(window_size=w, ngram_size=n, guess_set_size=max(g, 1)), proposers=[prop])
+    for prompt in ([1, 2, 3, 4, 5, 1, 2, 3], [7, 8, 9, 7, 8, 9, 7]):
+        out = dec.generate(prompt, max_new_tokens=40)
+        assert out.output_ids == hf_greedy(model, prompt, 40)
+        assert out.decoding_steps < 40  # the table proposes from the second prompt's first step on
+    assert prop.table.updates > 0 and sum(prop.succ_cal.trials.values()) > 0
+
+
+# ------------------------------------------------------------------------------------------------ LP
+SUCC_CONFIGS = [{"W": 0, "N": 4, "G": 2, "succ": 12}, {"W": 2, "N": 3, "G": 2, "succ": 30}]
+SUCC_PROMPTS = [[3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9], [7, 8, 9, 7, 8, 9, 7, 8, 9, 1, 2, 3, 1, 2]]
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_lp_ranks_take_the_same_steps_as_one_process(tmp_path, k):
+    """K real ranks (torchrun, gloo, debug consistency check on: every rank holds the same table each step) give
+    the tokens and steps of one process with the same budget; the top-k rows travel in the one all-gather."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    import lp_driver
+
+    root = Path(__file__).resolve().parent.parent
+    torch.set_num_threads(1)
+    reference = lp_driver.decode_grid(lp_driver.tiny_model(), SUCC_CONFIGS, SUCC_PROMPTS, 30)
+    assert sum(max(r["accept_lengths"]) > 1 for r in reference.values()) >= 3  # multi-token steps happen
+    spec, out = tmp_path / "spec.json", tmp_path / "out.json"
+    spec.write_text(json.dumps({"configs": SUCC_CONFIGS, "prompts": SUCC_PROMPTS, "max_new_tokens": 30}))
+    env = {key: v for key, v in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                                  "MASTER_PORT")}
+    cmd = [str(root / ".venv" / "bin" / "torchrun"), "--standalone", f"--nproc-per-node={k}",
+           str(root / "tests" / "lp_driver.py"), "--lp", str(k), "--spec", str(spec), "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=root, env=dict(env, OMP_NUM_THREADS="1", PYTHONPATH=str(root)),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(out.read_text())
+    for key, ref in reference.items():
+        assert got["results"][key]["output_ids"] == ref["output_ids"], key
+        assert got["results"][key]["decoding_steps"] == ref["decoding_steps"], key
+    stats = got["stats"][0]
+    assert stats["collectives"] == sum(r["decoding_steps"] for r in reference.values())  # ONE exchange a step
+
+
+# ------------------------------------------------------------------------------------------------ sampling
+def test_sampling_law_is_exact_on_trees_with_successor_nodes():
+    """Lookahead sampling whose trees hold successor-table nodes keeps the model's law (paper appendix B; the
+    statistical test of tests/test_sampling.py). The job's table is kept across the seeds (table_when_sampling),
+    so from the second call on the table proposes; each call's uniforms are its own, so the outputs stay iid."""
+    from dataclasses import replace
+
+    from test_sampling import ALPHA, chi2_pvalue, exact_joint
+
+    from fakes import build_tiny8
+    from lp_runtime.config import DecodingConfig, SamplingConfig
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.proposers import SuffixProposer
+
+    torch.set_num_threads(1)
+    model, prompt, length, n = build_tiny8(), [1, 2, 3, 5, 3, 4, 1, 2, 3], 3, 1000
+    prop = SuccessorProposer(8, 6, suffix=SuffixProposer(3, 1), k=3, table_when_sampling=True)
+    dec = Decoder(model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=1), proposers=[prop])
+    cfg, counts, multi = SamplingConfig(temperature=1.0), {}, 0
+    for s in range(n):
+        out = dec.generate(prompt, max_new_tokens=length, sampling=replace(cfg, seed=s))
+        counts[tuple(out.output_ids)] = counts.get(tuple(out.output_ids), 0) + 1
+        multi += max(out.accept_lengths) > 1
+    table_hits = sum(prop.succ_cal.successes.values())
+    assert multi > n // 10 and table_hits > n // 10, (multi, table_hits)  # successor nodes were accepted
+    pval, df = chi2_pvalue(counts, exact_joint(model, prompt, cfg, length))
+    assert pval > ALPHA, f"chi-square p={pval:.2g} (df={df}), multi-token runs {multi}/{n}"
+
+
+# ------------------------------------------------------------------------------------------------ LP plan
+def test_tree_plan_splits_a_heavy_subtree_repeating_its_ancestor_chain():
+    from lp_runtime.parallel import _global_topk, max_rank_tokens, split_units, tree_plan
+
+    parents = [-1, 0, 1, 1, -1]  # 0 -> 1 -> {2, 3}; 4
+    assert split_units(parents, 2) == [((0, 1), 2, 3), ((0, 1), 3, 3), ((), 4, 1)]
+    assert split_units(parents, 1) == [((), 0, 4), ((), 4, 1)]  # one rank: nothing to split
+    assert tree_plan(1, 0, 0, parents, 2) == (((), (0, 1, 2, 4)), ((), (0, 1, 3)))
+    assert max_rank_tokens(1, 0, 0, parents, 2) == 5  # without the split: 1 + 4 on one rank
+    # a successor-table tree: one deep first child holding most nodes, over 4 ranks
+    table_tree = [-1, 0, 0, 0, 0, 1, 1, 2, 2, 3, 4, -1]
+    plan = tree_plan(1, 0, 0, table_tree, 4)
+    assert max(1 + len(n) for _, n in plan) == 6 and sorted(set().union(*(n for _, n in plan))) == list(range(12))
+    assert max_rank_tokens(1, 0, 0, table_tree, 4) == 6  # root subtrees whole: 1 + 11 on one rank
+    # the top-k rows of a duplicated node come from the last rank that holds it; c from rank 0
+    plans = tree_plan(1, 0, 0, parents, 2)
+    gathered = torch.zeros(2, 5, 3, dtype=torch.int64)
+    for r, (_, nodes) in enumerate(plans):
+        gathered[r, 0, 1:] = 100 + r
+        for i, n in enumerate(nodes):
+            gathered[r, 1 + i, 1:] = 10 * n + r
+    assert _global_topk(gathered, plans, 0, 5, torch.zeros(1)).tolist() == [
+        [100, 100], [1, 1], [11, 11], [20, 20], [31, 31], [40, 40]]
