@@ -3,7 +3,7 @@ import numpy as np
 import torch
 import pytest
 
-from lp_runtime.lookup import CandidateTree
+from lp_runtime.tree import CandidateTree
 from lp_runtime.step import StepRows
 from lp_runtime.successors import GrownTree, RankCalibration, SuccessorProposer, SuccessorTable, grow_tree
 
