@@ -59,7 +59,7 @@ class BenchConfig:
     each compared with transformers' greedy in its own dtype (empty: ``model.dtype`` only); ``methods``: any of
     hf_greedy, hf_prompt_lookup, greedy; ``lookahead``: [W, N, G] settings of ours; ``include_decoding``: also
     the ``decoding`` group's setting (``decoding=auto``: the cost policy); ``ablation``: also decoding=auto with
-    each lever off in turn (``ABLATIONS``)."""
+    each lever off in turn (``ABLATIONS``); ``levers``: only these ``ABLATIONS`` labels (e.g. ``[+successors]``)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
@@ -71,6 +71,7 @@ class BenchConfig:
     per_category: dict[str, int] = field(default_factory=dict)
     dtypes: list[str] = field(default_factory=list)
     ablation: bool = False
+    levers: Optional[list[str]] = None
     methods: list[str] = field(default_factory=lambda: list(FIXED_METHODS))
     lookahead: list[list[int]] = field(default_factory=lambda: [[0, 3, 1], [0, 4, 2], [3, 4, 3]])
     include_decoding: bool = True
@@ -101,6 +102,9 @@ class BenchConfig:
                 raise ConfigError(f"dtypes entry {d!r} is not allowed; use any of float32, bfloat16, float16")
         if self.ablation and self.decoding.method != "auto":
             raise ConfigError("ablation=true switches decoding=auto's levers off one at a time; add decoding=auto")
+        bad = [x for x in self.levers or [] if x not in ABLATIONS]
+        if bad:
+            raise ConfigError(f"levers={bad} not allowed; use any of {', '.join(ABLATIONS)}")
         if self.prompt_lookup_num_tokens < 1:
             raise ConfigError(f"prompt_lookup_num_tokens={self.prompt_lookup_num_tokens} must be >= 1")
 
@@ -367,6 +371,7 @@ ABLATIONS = {  # label suffix -> decoder options switched off (decoding=auto has
     "-cross_question": {"cross_question": False},  # no store of earlier answers (each prompt on its own)
     "-chain": {"chain": False},                # drafts end where their match ends (no re-match on the draft)
     "window": {"window": "always"},            # W = 3 fed every step where auto chose W = 0; W = 0 where it chose a window
+    "+successors": {"successors": True},       # the successor table joins the suffix proposer (one grown tree)
 }
 
 
@@ -385,46 +390,45 @@ class WindowAlways:
         self.inner.observe(tree, fed_nodes, accepted_nodes)
 
 
-def configure_decoder(dec, options: dict[str, Any]) -> None:
-    """Switch a ``Decoder``'s levers (``ABLATIONS``) by its public attributes; unknown options raise ``ConfigError``."""
+def decoder_levers(model, decoding: DecodingConfig, options: dict[str, Any], policy) -> dict[str, Any]:
+    """``Decoder`` constructor arguments for the levers in ``options`` (``ABLATIONS``) on top of ``policy``;
+    unknown options raise ``ConfigError``."""
+    from lp_runtime.checks import vocab_size
     from lp_runtime.policy import FeedAll
     from lp_runtime.proposers import proposers_for
+    from lp_runtime.successors import successor_proposers
 
+    kwargs: dict[str, Any] = {"step_policy": policy}
+    allowed = {"policy": "feed_all", "cross_question": False, "chain": False, "copy_kv": False, "window": "always",
+               "successors": True}
     for key, value in options.items():
-        if key == "policy":
-            if value != "feed_all":
-                raise ConfigError(f"policy={value!r}: only 'feed_all' can replace the cost policy")
-            dec.step_policy = FeedAll()
-        elif key == "cross_question":
-            if value is not False:
-                raise ConfigError(f"cross_question={value!r}: only false (drop the store of earlier answers) is a lever")
-            dec.proposers = proposers_for(dec.cfg, cross_question=False)
-        elif key == "chain":
-            if value is not False:
-                raise ConfigError(f"chain={value!r}: only false (no chained drafts) is a lever")
-            dec.proposers = proposers_for(dec.cfg, chain=False)
-        elif key in ("copy_kv", "static_mask"):
-            if not hasattr(dec, key):
-                raise ConfigError(f"this decoder has no {key!r} lever")
-            setattr(dec, key, bool(value))
-        elif key == "window":
-            if value != "always":
-                raise ConfigError(f"window={value!r}: only 'always' (feed the window every step) is a lever")
-            dec.step_policy = WindowAlways(dec.step_policy)
-        else:
-            raise ConfigError(f"unknown decoder option {key!r}; use any of policy, copy_kv, static_mask, window, "
-                              "cross_question, chain")
+        if key not in allowed:
+            raise ConfigError(f"unknown decoder option {key!r}; use any of {', '.join(allowed)}")
+        if value != allowed[key]:
+            raise ConfigError(f"{key}={value!r}: only {allowed[key]!r} is a lever")
+    if options.get("policy"):
+        kwargs["step_policy"] = FeedAll()
+    if options.get("window"):
+        kwargs["step_policy"] = WindowAlways(kwargs["step_policy"] or FeedAll())
+    if "copy_kv" in options:
+        kwargs["copy_kv"] = False
+    off = {k: False for k in ("cross_question", "chain") if k in options}
+    if off:
+        kwargs["proposers"] = proposers_for(decoding, **off)
+    if options.get("successors"):
+        kwargs["proposers"] = successor_proposers(decoding, vocab_size(model))
+    return kwargs
 
 
 def ours_method(label: str, model, decoding: DecodingConfig, *, max_new_tokens: int, eos_token_ids: Sequence[int],
                 tokenizer=None, lp=None, options: Optional[dict[str, Any]] = None) -> Method:
-    """Our ``Decoder`` (greedy, lookahead or auto), with ``options`` (``configure_decoder``) applied."""
+    """Our ``Decoder`` (greedy, lookahead or auto), built with the levers of ``options`` (``decoder_levers``)."""
     from lp_runtime import auto
     from lp_runtime.decoder import Decoder
 
     policy = auto.auto_policy(model) if decoding.method == "auto" else None  # the caller builds the cost policy
-    dec = Decoder(model, decoding, eos_token_ids=eos_token_ids, tokenizer=tokenizer, lp=lp, step_policy=policy)
-    configure_decoder(dec, options or {})
+    dec = Decoder(model, decoding, eos_token_ids=eos_token_ids, tokenizer=tokenizer, lp=lp,
+                  **decoder_levers(model, decoding, options or {}, policy))
 
     def run(prompt_ids: list[int]) -> Result:
         out = dec.generate(prompt_ids, max_new_tokens=max_new_tokens)
@@ -575,6 +579,8 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
                 mine.append((decoding_label(dc), dc, {}))
                 if cfg.ablation:
                     for suffix, opts in ABLATIONS.items():
+                        if cfg.levers is not None and suffix not in cfg.levers:
+                            continue
                         if suffix == "window" and dc.window_size:  # auto feeds a window: switch it off
                             mine.append((f"{decoding_label(dc)} W->0", dataclasses.replace(dc, window_size=0), {}))
                         elif suffix == "window":  # auto has none: W = 3 fed every step

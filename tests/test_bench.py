@@ -245,9 +245,11 @@ def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsy
     auto = "auto W0 N4 G2"  # the window does not pay on this (float32, 2-core CPU) curve
     assert list(res["methods"]) == ["hf_greedy", auto, f"{auto} -copy_kv", f"{auto} -policy",
                                     f"{auto} -cross_question", f"{auto} -chain",
-                                    f"{auto} W->3 always"]
+                                    f"{auto} W->3 always", f"{auto} +successors"]
     assert res["auto_decoding"]["float32"]["chosen"]["method"] == "auto"
     assert capsys.readouterr().out.count("decoding=auto: ") == 1
+    cfg.levers = ["+successors"]  # only the levers asked for
+    assert list(run(cfg)["methods"]) == ["hf_greedy", auto, f"{auto} +successors"]
     alls = {r["method"]: r for r in res["table"] if r["group"] == "all"}
     for label in res["methods"]:
         assert alls[label]["identical"] == 1, label
