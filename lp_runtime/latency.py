@@ -235,14 +235,20 @@ def curve_of(profile: dict[str, Any]) -> dict[int, float]:
     return {int(q): float(t) for q, t in profile["latency_s"].items()}
 
 
-def recheck(curve: Mapping[int, float], measure: Measure, qs: Sequence[int] = RECHECK_QS) -> Optional[str]:
-    """Re-time a cached curve at ``qs`` (``measure(qs, reps=REPS, warmup=1)``); None when every q is within a
-    factor ``RECHECK_RATIO`` of the cached time, else a reason naming the q and both times."""
+def recheck(curve: Mapping[int, float], measure: Measure, qs: Sequence[int] = RECHECK_QS) -> tuple[str, str]:
+    """Re-time a cached curve at ``qs`` (``measure(qs, reps=REPS, warmup=1)``): ``("stale", reason)`` when some q
+    now runs ``RECHECK_RATIO`` times FASTER than cached (the profile was measured while the machine was busy, or on
+    other hardware: measure again), ``("busy", reason)`` when some q runs that much slower (the machine is busy now:
+    keep the quieter profile rather than replace it by one measured under load), else ``("ok", "")``."""
     now = measure(tuple(q for q in qs if q in curve), reps=REPS, warmup=1)
+    verdict = ("ok", "")
     for q, t in sorted(now.items()):
-        if not 1 / RECHECK_RATIO <= t / curve[q] <= RECHECK_RATIO:
-            return f"q={q} now takes {1e3 * t:.1f} ms, cached {1e3 * curve[q]:.1f} ms"
-    return None
+        reason = f"q={q} now takes {1e3 * t:.1f} ms, cached {1e3 * curve[q]:.1f} ms"
+        if t * RECHECK_RATIO < curve[q]:
+            return "stale", reason
+        if t > RECHECK_RATIO * curve[q] and verdict[0] == "ok":
+            verdict = ("busy", reason)
+    return verdict
 
 
 def _measure_robust(measure: Measure, log: Callable[[str], None], budget_s: float,
@@ -279,7 +285,11 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
     path = profile_path(model_id, device, dtype, root)
     cached = None if retune else load_profile(path)
     measured_here = cached is not None and cached.get("source") == "measured"  # a given profile is kept as is
-    stale = recheck(curve_of(cached), measure) if measured_here else None
+    verdict, reason = recheck(curve_of(cached), measure) if measured_here else ("ok", "")
+    if verdict == "busy":
+        log(f"this machine is busier than when its latency profile was measured ({reason}): decoding=auto keeps "
+            f"the cached profile ({path}); LP_RUNTIME_RETUNE=1 measures again")
+    stale = reason if verdict == "stale" else None
     if cached and not stale:
         return cached
     why = f"the cached profile no longer matches this machine ({stale})" if stale else "once"

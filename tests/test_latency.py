@@ -187,6 +187,17 @@ def test_a_cached_profile_that_no_longer_matches_the_machine_is_replaced(tiny_ll
     assert latency.model_profile(tiny_llama, "m-4", measure=never, root=str(tmp_path))["reused"] and not never.calls
 
 
+def test_a_quiet_profile_is_kept_when_the_machine_is_busy_now(tiny_llama, tmp_path):
+    latency.model_profile(tiny_llama, "m-5", measure=Rounds({1: 0.11, 8: 0.12}), root=str(tmp_path), retune=True,
+                          log=lambda _: None)
+    busy, lines = Rounds({1: 0.70, 8: 0.80}), []  # another process holds the cores now: only the re-check runs
+    p = latency.model_profile(tiny_llama, "m-5", measure=busy, root=str(tmp_path), log=lines.append)
+    assert busy.calls == [((1, 8), latency.REPS, 1)] and p["reused"] and latency.curve_of(p) == {1: 0.11, 8: 0.12}
+    assert lines == [f"this machine is busier than when its latency profile was measured (q=1 now takes 700.0 ms, "
+                     f"cached 110.0 ms): decoding=auto keeps the cached profile ({p['path']}); LP_RUNTIME_RETUNE=1 "
+                     "measures again"]
+
+
 # ------------------------------------------------------------------------------------------ model.dtype=auto
 
 def test_choose_dtype_takes_the_faster_greedy_step_and_says_why(tmp_path):
