@@ -232,7 +232,8 @@ def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_ma
         for record in records:
             if str(record["question_id"]) in asked:
                 print(answers.first_line(record))
-        print(f"all {len(questions)} questions of the dataset are already in {answers_path}; nothing to do "
+        which = "of the dataset" if cfg.dataset.limit is None else f"asked (dataset.limit={cfg.dataset.limit})"
+        print(f"all {len(questions)} questions {which} are already in {answers_path}; nothing to do "
               f"(summary kept: {summary_path})")
         return json.loads(summary_path.read_text(encoding="utf-8"))
     answers.write_json(summary_path, summary)
