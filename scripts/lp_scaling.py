@@ -33,6 +33,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from lp_runtime.checks import vocab_size  # noqa: E402
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
@@ -42,6 +43,7 @@ from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
 from lp_runtime.proposers import AnswerStore, SuffixProposer  # noqa: E402
 from lp_runtime.successors import SuccessorProposer  # noqa: E402
+from s_table import hf_greedy  # noqa: E402
 
 
 class RankProbe(LocalGroup):
@@ -56,14 +58,6 @@ class RankProbe(LocalGroup):
         self.rank_tokens.append([num_pending + (max(c) if c else 0) + num_levels * len(c) + len(n) for c, n in plans])
         self.rank_rows.append(max(1 + len(c) + len(n) for c, n in plans))
         return super().plan(num_pending, num_columns, num_levels, parents)
-
-
-@torch.inference_mode()
-def hf_greedy(model, prompt, n, eos):
-    ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
-                         eos_token_id=eos, pad_token_id=eos[0] if eos else 0)
-    return out[0, len(prompt):].tolist()
 
 
 def run_k(model, tok, eos, questions, refs, k, args):

@@ -41,7 +41,7 @@ from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
 from lp_runtime.proposers import AnswerStore, SuffixProposer  # noqa: E402
 from lp_runtime.successors import SuccessorProposer  # noqa: E402
-from s_table import NEAR_TIE, hf_greedy, prompt_set, summarize, top2_gap  # noqa: E402
+from s_table import exactness, hf_greedy, prompt_set, summarize  # noqa: E402
 
 BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16)
 VARIANTS = {
@@ -92,11 +92,7 @@ def run_variant(model, eos, prompts, refs, name, opt, max_new, out_dir, lp_k, re
         group = grp
         probe.rank_tokens = []
         out = dec.generate(prompt, max_new_tokens=max_new)
-        status = "identical"
-        if out.output_ids != ref:
-            i = next((j for j, (a, b) in enumerate(zip(out.output_ids, ref)) if a != b), None)
-            gap = top2_gap(model, list(prompt) + ref[:i]) if i is not None else float("inf")
-            status = "near-tie" if gap < NEAR_TIE else f"DIFFERENT (gap {gap:.3g})"
+        status = exactness(model, prompt, out.output_ids, ref)
         steps, fed = out.decoding_steps, sum(out.step_tokens)
         rows.append({"group": grp, "id": qid, "new_tokens": len(out.output_ids), "steps": steps, "fed_tokens": fed,
                      "status": status, "rank_tokens": [sum(r[i] for r in probe.rank_tokens) for i in range(lp_k)]})

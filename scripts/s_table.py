@@ -106,6 +106,15 @@ def hf_greedy(model, prompt, n, eos):
     return out[0, len(prompt):].tolist()
 
 
+def exactness(model, prompt, ids, ref) -> str:
+    """"identical", "near-tie" (the first difference is a top-2 logit gap < NEAR_TIE) or "DIFFERENT (gap ...)"."""
+    if ids == ref:
+        return "identical"
+    i = next((j for j, (a, b) in enumerate(zip(ids, ref)) if a != b), None)
+    gap = top2_gap(model, list(prompt) + ref[:i]) if i is not None else float("inf")
+    return "near-tie" if gap < NEAR_TIE else f"DIFFERENT (gap {gap:.3g})"
+
+
 @torch.inference_mode()
 def top2_gap(model, prefix):
     logits = model(torch.tensor([prefix])).logits[0, -1].float()
@@ -164,11 +173,7 @@ def _run(model, tok, eos, prompts, refs, name, decoding, max_new, out_dir, probe
             dec.forget_answers()  # one store per prompt set, as one generate run per dataset would hold
         prev_group = group
         out = dec.generate(prompt, max_new_tokens=max_new)
-        status = "identical"
-        if out.output_ids != ref:
-            i = next((j for j, (a, b) in enumerate(zip(out.output_ids, ref)) if a != b), None)
-            gap = top2_gap(model, list(prompt) + ref[:i]) if i is not None else float("inf")
-            status = "near-tie" if gap < NEAR_TIE else f"DIFFERENT (gap {gap:.3g})"
+        status = exactness(model, prompt, out.output_ids, ref)
         row = {"group": group, "id": qid, "new_tokens": len(out.output_ids), "steps": out.decoding_steps,
                "fed_tokens": sum(out.step_tokens), "status": status}
         if probe:
