@@ -65,7 +65,8 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
             if not parent.is_dir():
                 raise OutputError(f"cannot create the folder for {name}: {parent} is a file")
             break
-    made = [p for p in reversed(path.parents) if not p.exists()]  # outermost first
+    # outermost first; only a creating check removes folders (another rank's may have just made them)
+    made = [p for p in reversed(path.parents) if not p.exists()] if create else []
     try:
         if create:
             try:
