@@ -1,23 +1,10 @@
-"""A preallocated KV cache written by slot: a step's entries go to slots ``past .. past+q-1``, committing moves
-the accepted ones to the end of the prefix, and no step concatenates or reallocates (issue 19, item 1).
+"""A preallocated KV cache written by slot (gpt-fast's static cache) behind transformers' public ``Cache``
+interface, so the model's forward and ``kv.commit`` use it as a ``DynamicCache``.
 
-It composes transformers' public ``Cache`` interface (a ``Cache`` subclass whose layers are
-``CacheLayerMixin``), so the model's forward uses it as it uses a ``DynamicCache``, and ``kv.commit`` (which
-reads ``get_seq_length``, ``layers[i].keys/.values`` and ``crop``) commits it unchanged.
-
-Two ways to write:
-
-* by length (the eager path, ``static_past is None``): layer ``update`` writes the q new entries at
-  ``length .. length+q-1`` and returns views of the first ``length+q`` slots, exactly what a ``DynamicCache``
-  returns, so the caller's dense 4D mask ``(1, 1, q, past+q)`` and the attention are unchanged;
-* by a device position (the captured path, ``static_past`` a 0-d int64 tensor): ``update`` writes at
-  ``static_past + arange(q)`` with ``index_copy_`` and returns the whole buffers, whose shapes never change,
-  so one compiled graph serves every step of a bucket; ``attention.split_attention`` then reads the prefix
-  (slots < past) and the step's block. The host keeps the length (``set_length``) for the commit.
-
-Buffers are marked as static addresses (as transformers' ``StaticLayer`` does) so CUDA graphs can replay
-steps that write into them.
-"""
+By length (eager, ``static_past is None``): ``update`` writes at ``length .. length+q-1`` and returns the first
+``length+q`` slots, as a ``DynamicCache`` does. By a device position (captured, ``static_past`` a 0-d int64
+tensor): ``update`` writes at ``static_past + arange(q)`` and returns the whole buffers, whose shapes never change;
+``attention.split_attention`` masks the slots past the prefix. Buffers are static addresses for CUDA graphs."""
 from __future__ import annotations
 
 from typing import Optional
