@@ -40,8 +40,8 @@ def write_json(path: Path, obj: Any, indent: int = 2) -> None:
 
 def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> None:
     """Raise ``OutputError`` unless ``path`` can be a file we append to (messages name ``key``). ``create``:
-        really try (make the folders, open for append), then remove what the try made, so a failed run leaves nothing.
-    """
+    really try (make the folders, open for append), then remove what the try made, so a failed run leaves nothing.
+"""
     name = f"output path {path}" if key == "output.path" else f"{key}={path}"
     if path.is_dir():
         example = path / ("answers.jsonl" if key == "output.path" else "summary.json")
@@ -93,7 +93,7 @@ def is_summary(path: Path) -> bool:
 
 def check_summary_path(cfg: RunConfig) -> None:
     """``OutputError`` when ``output.summary_path`` would overwrite the answers, the question file, the
-        settings record or an existing file that is not a run summary."""
+    settings record or an existing file that is not a run summary."""
     if not cfg.output.summary_path:
         return
     summary = Path(cfg.output.summary_path)
@@ -112,8 +112,8 @@ def check_summary_path(cfg: RunConfig) -> None:
 
 class AnswersLock:
     """Exclusive lock on an answers file for a run: ``fcntl.flock`` on ``<answers>.lock``, which names its holder
-        (pid and host) and is removed on release; a killed run leaves no stale lock. Entering raises ``OutputError``
-        naming the holder when another process holds it."""
+    (pid and host) and is removed on release; a killed run leaves no stale lock. Entering raises ``OutputError``
+    naming the holder when another process holds it."""
 
     def __init__(self, answers_path: Path) -> None:
         self.answers_path = answers_path
@@ -168,9 +168,9 @@ OUTPUT_ADVICE = "move the file away or choose another output.path"
 def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list[dict]:
     """Answers already in ``path`` (empty if it does not exist).
 
-        A final line without its newline (a killed run) is ignored, and with ``trim`` cut off the file. A line that is
-        not UTF-8, not JSON, or not an answer raises ``OutputError`` naming the file and line, then ``advice``; the file
-        is left as it was."""
+    A final line without its newline (a killed run) is ignored, and with ``trim`` cut off the file. A line that is
+    not UTF-8, not JSON, or not an answer raises ``OutputError`` naming the file and line, then ``advice``; the file
+    is left as it was."""
     if not path.exists():
         return []
     raw = path.read_bytes()
@@ -238,7 +238,7 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 def run_settings(cfg: RunConfig, *, model_fingerprint: str, world_size: int) -> dict[str, Any]:
     """The compared settings of ``cfg``: sorted flat dotted keys with JSON values, plus ``model.fingerprint``
-        and ``parallel.world_size``."""
+    and ``parallel.world_size``."""
     flat = {k: v for k, v in flatten(dataclasses.asdict(cfg)).items() if k not in NOT_COMPARED}
     flat["model.fingerprint"] = model_fingerprint
     flat["parallel.world_size"] = world_size
@@ -252,7 +252,7 @@ RETIRED = {"decoding.lookup": "suffix", "decoding.tree": True, "decoding.ranking
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, recorded, current)`` for every compared key that differs; a key absent from ``recorded`` counts
-        as its default, a ``RETIRED`` key absent from ``current`` as its retired value."""
+    as its default, a ``RETIRED`` key absent from ``current`` as its retired value."""
     defaults = flatten(dataclasses.asdict(RunConfig()))
     missing = object()
     out = []
@@ -284,7 +284,7 @@ def _new_path_hint(answers_path: Path) -> str:
 
 def check_settings(answers_path: Path, settings_path: Path, current: dict[str, Any]) -> None:
     """``SettingsMismatchError`` (one line) unless the answers in ``answers_path`` were made with ``current``;
-        a file without answers passes. Reads only."""
+    a file without answers passes. Reads only."""
     if not has_answers(answers_path):
         return
     hint = _new_path_hint(answers_path)

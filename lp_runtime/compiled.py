@@ -46,14 +46,14 @@ def bucket_for(q: int, buckets: Sequence[int] = BUCKETS) -> int:
 class CapturedStep:
     """Compiled step per bucket for one model (float32 or bfloat16, CPU or CUDA), one sequence at a time.
 
-        Args:
-            model: a causal LM taking position ids and a 4D mask (Llama-like); its attention implementation is set to
-                ``attention.SPLIT`` (sdpa for every other caller; the weights are untouched).
-            max_len: ``SlotCache`` slots: prompt + new tokens + the largest bucket.
-            buckets: ascending step sizes to capture.
-            backend: see the module docstring; None = "cudagraph" on CUDA, "inductor" elsewhere.
+    Args:
+        model: a causal LM taking position ids and a 4D mask (Llama-like); its attention implementation is set to
+            ``attention.SPLIT`` (sdpa for every other caller; the weights are untouched).
+        max_len: ``SlotCache`` slots: prompt + new tokens + the largest bucket.
+        buckets: ascending step sizes to capture.
+        backend: see the module docstring; None = "cudagraph" on CUDA, "inductor" elsewhere.
 
-        Raises ``ValueError`` for bad buckets, a ``max_len`` not above the largest bucket, "cudagraph" off CUDA."""
+    Raises ``ValueError`` for bad buckets, a ``max_len`` not above the largest bucket, "cudagraph" off CUDA."""
 
     def __init__(self, model, max_len: int, buckets: Sequence[int] = BUCKETS, backend: Optional[str] = None) -> None:
         if list(buckets) != sorted(set(buckets)) or not buckets or buckets[0] < 1:
@@ -133,7 +133,7 @@ class CapturedStep:
 
     def __call__(self, cache: SlotCache, inputs: StepInputs, *, topk: int = 0) -> StepOutputs:
         """``step.EagerStep``'s call on the compiled path: only the (q, q) block of ``inputs.mask`` after
-            the committed columns is read. A step larger than the largest bucket runs eagerly."""
+        the committed columns is read. A step larger than the largest bucket runs eagerly."""
         if cache is not self.cache:
             raise ValueError("a CapturedStep steps only its own cache (from its new_cache())")
         past = cache.get_seq_length()
@@ -171,11 +171,11 @@ class CapturedStep:
     def run(self, ids: torch.Tensor, positions: torch.Tensor, inner: Optional[torch.Tensor],
             keep: torch.Tensor, past: int) -> torch.Tensor:
         """Logits (k, V) at the step's kept rows; the cache then holds ``past + q`` entries. Valid until the
-            next step (on CUDA it lives in the graph's memory).
+        next step (on CUDA it lives in the graph's memory).
 
-            ids, positions: int64 (q,) or (1, q) on the device; inner: the float (q, q) additive tree mask in the model's
-            dtype, or None for causal; keep: int64 (k,) in-step rows; past: committed entries. Raises ``ValueError`` when
-            no bucket fits or the cache has no room for past + b slots."""
+        ids, positions: int64 (q,) or (1, q) on the device; inner: the float (q, q) additive tree mask in the model's
+        dtype, or None for causal; keep: int64 (k,) in-step rows; past: committed entries. Raises ``ValueError`` when
+        no bucket fits or the cache has no room for past + b slots."""
         q = ids.numel()
         b = bucket_for(max(q, keep.numel()), self.buckets)  # k can be q + 1 (window column 0 is c, kept twice)
         if past + b > self.cache.max_len:
@@ -209,7 +209,7 @@ class CapturedStep:
 
     def greedy(self, prompt_ids: Sequence[int], max_new_tokens: int, eos_token_ids: Sequence[int] = ()) -> list[int]:
         """Plain greedy through the 1-token bucket (the compiled baseline, as gpt-fast); stops after an id of
-            ``eos_token_ids`` (kept) or ``max_new_tokens``."""
+        ``eos_token_ids`` (kept) or ``max_new_tokens``."""
         prompt = list(prompt_ids)
         if not prompt or max_new_tokens < 1:
             raise ValueError(f"greedy needs a non-empty prompt and max_new_tokens >= 1 (got {len(prompt)} prompt "
@@ -266,7 +266,7 @@ def compile_wanted(model, setting: str, root: Optional[str], log: Callable[[str]
 
 def default_max_len(model) -> int:
     """Slots of a ``CapturedStep`` serving any request: the position limit (<= ``MAX_DEFAULT_LEN``) + the largest
-        bucket."""
+    bucket."""
     from .checks import position_limit
 
     return min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + BUCKETS[-1]
@@ -275,7 +275,7 @@ def default_max_len(model) -> int:
 def step_for(model, setting: str, max_len: Optional[int] = None, *, root: Optional[str] = None,
              log: Callable[[str], None] = print) -> Optional[CapturedStep]:
     """The step for ``model.compile`` = ``setting``: None (eager) or a warmed-up ``CapturedStep`` of ``max_len``
-        slots (default ``default_max_len``). ``ValueError`` for another setting."""
+    slots (default ``default_max_len``). ``ValueError`` for another setting."""
     if setting not in ("auto", "true", "false"):
         raise ValueError(f"model.compile={setting!r} is not allowed; use one of auto, true, false")
     if not compile_wanted(model, setting, root, log):

@@ -57,7 +57,7 @@ def resolve_backend(backend: str) -> str:
 
 def validate(world_size: int, lp: int, backend: str, local_rank: int, num_gpus: int) -> None:
     """``ConfigError`` naming the numbers unless ``lp`` divides ``world_size`` and, with ``nccl``, every local
-        rank has its own GPU."""
+    rank has its own GPU."""
     if lp < 1:
         raise ConfigError(f"parallel.lp={lp} is not allowed; it must be >= 1")
     if world_size % lp != 0:
@@ -122,7 +122,7 @@ def init(backend: str = "auto", timeout_s: float = 120.0) -> RankInfo:
 
 def destroy(barrier: bool = False) -> None:
     """Leave the process group if this module joined it (safe twice, and at exit). ``barrier``: wait for every
-        rank first (the normal end), so no rank tears down gloo connections a peer still uses."""
+    rank first (the normal end), so no rank tears down gloo connections a peer still uses."""
     if _STATE["initialized_here"] and dist.is_initialized():
         try:
             if barrier:
@@ -148,8 +148,8 @@ def world_size() -> int:
 def make_groups(lp: int, backend: str = "gloo"):
     """Split the world into contiguous LP groups: ranks [i*lp, (i+1)*lp) form group i. Collective.
 
-        Returns ``(lp_group, dp_rank, dp_size, lp_rank)`` (``lp_group`` None for one process). Raises ``ConfigError``
-        when ``lp`` does not divide the world size."""
+    Returns ``(lp_group, dp_rank, dp_size, lp_rank)`` (``lp_group`` None for one process). Raises ``ConfigError``
+    when ``lp`` does not divide the world size."""
     world = world_size()
     me = rank()
     validate(world, lp, backend, detect().local_rank, torch.cuda.device_count() if backend == "nccl" else 0)
@@ -180,7 +180,7 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 
 def all_gather_fixed(tensor: torch.Tensor, group=None) -> torch.Tensor:
     """All-gather a tensor of the same shape and dtype from every rank of ``group``: (group size, *shape).
-        ``RuntimeError`` naming this rank when the collective fails or times out."""
+    ``RuntimeError`` naming this rank when the collective fails or times out."""
     size = dist.get_world_size(group)
     out = torch.empty(size * tensor.numel(), dtype=tensor.dtype, device=tensor.device)
     try:
@@ -192,7 +192,7 @@ def all_gather_fixed(tensor: torch.Tensor, group=None) -> torch.Tensor:
 
 def gather_objects_to_rank0(obj: Any, group=None) -> Optional[list[Any]]:
     """One picklable object per rank, in rank order, on rank 0 (None elsewhere; [obj] for one process).
-        For the end-of-run merge of data-parallel answers, never inside a decode step."""
+    For the end-of-run merge of data-parallel answers, never inside a decode step."""
     if not is_initialized():
         return [obj]
     size = dist.get_world_size(group)
@@ -211,8 +211,8 @@ def gather_objects_to_rank0(obj: Any, group=None) -> Optional[list[Any]]:
 
 def broadcast_object(obj: Any, *, timeout_s: Optional[float] = None) -> Any:
     """Global rank 0's picklable ``obj`` on every rank (one process: ``obj``); every rank must call. For start-up
-        decisions, never inside a decode step. ``timeout_s``: how long the others may wait for rank 0 (a temporary
-        group). ``RuntimeError`` naming this rank when it fails or times out."""
+    decisions, never inside a decode step. ``timeout_s``: how long the others may wait for rank 0 (a temporary
+    group). ``RuntimeError`` naming this rank when it fails or times out."""
     if not is_initialized():
         return obj
     group = None

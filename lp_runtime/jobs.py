@@ -48,8 +48,8 @@ def port_for_job(job_id: str, base: int = 20000, span: int = 20000) -> int:
 
 def submitit_rank_env() -> None:
     """Inside a submitit job, set what ``lp_runtime.distributed`` needs: ``MASTER_PORT`` (from the job id)
-        and ``LOCAL_RANK``, plus, under the local executor, ``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR``. A process
-        torchrun started (``RANK`` set) is left alone."""
+    and ``LOCAL_RANK``, plus, under the local executor, ``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR``. A process
+    torchrun started (``RANK`` set) is left alone."""
     executor = os.environ.get("SUBMITIT_EXECUTOR")
     if not executor or "RANK" in os.environ:
         return
@@ -70,7 +70,7 @@ AUTO_IGNORES = {"decoding.window_size": "chooses W itself from this machine's la
 
 def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
     """``ConfigError`` when the command line (``keys``) sets a setting of ``AUTO_IGNORES`` under
-        ``decoding=auto``. N and G stay allowed: under auto they bound the tree."""
+    ``decoding=auto``. N and G stay allowed: under auto they bound the tree."""
     from omegaconf import OmegaConf
 
     if OmegaConf.select(dict_cfg, "decoding.method") != "auto":
@@ -85,7 +85,7 @@ def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
 
 def check_job(dict_cfg: Any, keys: set[str]) -> Any:
     """Every check of a composed job that needs no model or file (``to_object``, ``check_auto_keys``); returns
-        the ``RunConfig``; raises ``ConfigError`` (or OmegaConf's errors)."""
+    the ``RunConfig``; raises ``ConfigError`` (or OmegaConf's errors)."""
     from lp_runtime.config import RunConfig, to_object
 
     cfg = to_object(dict_cfg)  # refuses keys no setting has, and bad values
@@ -115,7 +115,7 @@ def _key(override: str) -> str:
 
 def validate_sweep(config: Any) -> None:
     """``check_job`` every job of the sweep ``config`` describes; the first bad job raises ``ConfigError``
-        naming its number and overrides, before any job runs."""
+    naming its number and overrides, before any job runs."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict
@@ -146,7 +146,7 @@ def validate_sweep(config: Any) -> None:
 
 class ValidateSweep(Callback):
     """Hydra callback: ``validate_sweep`` when a sweep starts; a bad job ends the process (``cli.fail``),
-        since Hydra turns an exception raised in a callback into a warning."""
+    since Hydra turns an exception raised in a callback into a warning."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         from lp_runtime.cli import fail
@@ -185,7 +185,7 @@ def check_torchrun_sweep(argv: list[str]) -> None:
 
 def check_sweep_outputs(argv: list[str]) -> None:
     """``ConfigError``, before any job starts, for a sweep whose command line fixes ``output.path`` (or
-        ``output.summary_path``) to one file for every job (a value with ``${`` is taken as per-job)."""
+    ``output.summary_path``) to one file for every job (a value with ``${`` is taken as per-job)."""
     if not is_sweep(argv):
         return
     from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -50,9 +50,9 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
                     variant: str = DEFAULT_VARIANT, warmup: int = 1, seed: int = 0,
                     clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
     """Median seconds of one forward pass of q random tokens over a ``cache_tokens``-token cache, per q in
-        ``qs``, with logits for the last ceil(q/2) tokens; after ``warmup`` untimed passes. ``variant``: the mask as the
-        decoder builds it, ``dynamic`` (``layout.full_mask``), ``static_mask`` (``layout.MaskBuffer``) or ``compile``
-        (``static_mask`` under ``torch.compile(dynamic=True)``). Raises ``ValueError`` for an unknown variant."""
+    ``qs``, with logits for the last ceil(q/2) tokens; after ``warmup`` untimed passes. ``variant``: the mask as the
+    decoder builds it, ``dynamic`` (``layout.full_mask``), ``static_mask`` (``layout.MaskBuffer``) or ``compile``
+    (``static_mask`` under ``torch.compile(dynamic=True)``). Raises ``ValueError`` for an unknown variant."""
     import torch
 
     from .kv import new_cache
@@ -94,7 +94,7 @@ def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: 
                    budget_s: float = MEASURE_BUDGET_S, first_warmup: int = 1,
                    clock: Callable[[], float] = time.monotonic) -> list[dict[int, float]]:
     """Up to ``rounds`` curves ``measure(qs, reps=reps, warmup=...)`` (warm-up in the first round only); no
-        round starts after ``budget_s`` seconds of ``clock``, the first always runs."""
+    round starts after ``budget_s`` seconds of ``clock``, the first always runs."""
     start, out = clock(), []
     for r in range(rounds):
         if r and clock() - start > budget_s:
@@ -105,13 +105,13 @@ def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: 
 
 def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
     """One curve from several rounds: per q the fastest round, then lifted to the fastest time of every smaller
-        q it does not undercut by more than ``DIP_MARGIN`` in every round (a dip all rounds saw is kept). Raises
-        ``ValueError`` when there is no point.
+    q it does not undercut by more than ``DIP_MARGIN`` in every round (a dip all rounds saw is kept). Raises
+    ``ValueError`` when there is no point.
 
-        >>> robust_curve([{1: 22.0, 8: 21.0}, {1: 30.0, 8: 24.0}])      # q = 8 below q = 1 in one round only
-        {1: 22.0, 8: 22.0}
-        >>> robust_curve([{3: 75.0, 4: 59.0}, {3: 78.0, 4: 60.0}])      # far below in every round: kept
-        {3: 75.0, 4: 59.0}"""
+    >>> robust_curve([{1: 22.0, 8: 21.0}, {1: 30.0, 8: 24.0}])      # q = 8 below q = 1 in one round only
+    {1: 22.0, 8: 22.0}
+    >>> robust_curve([{3: 75.0, 4: 59.0}, {3: 78.0, 4: 60.0}])      # far below in every round: kept
+    {3: 75.0, 4: 59.0}"""
     if not rounds or not any(rounds):
         raise ValueError("robust_curve needs at least one round with at least one point")
     times: dict[int, list[float]] = {}
@@ -167,7 +167,7 @@ def _fingerprint(variant: str, qs: Sequence[int], cache_tokens: int) -> dict[str
 
 def load_profile(path: str, fingerprint: Optional[dict] = None) -> Optional[dict[str, Any]]:
     """The profile at ``path`` (plus ``reused=True`` and ``path``), or None when absent, unreadable or taken
-        another way than ``fingerprint`` (default: the current way)."""
+    another way than ``fingerprint`` (default: the current way)."""
     try:
         with open(path, encoding="utf-8") as f:
             saved = json.load(f)
@@ -183,8 +183,8 @@ def latency_profile(model_id: str, device: str, dtype: str, *, measure: Callable
                     cache_tokens: int = CACHE_TOKENS, root: Optional[str] = None,
                     retune: bool = False) -> dict[str, Any]:
     """The saved profile of (model, device, dtype) when taken the same way, else ``measure()``'s curve, saved
-        atomically. Keys: model, device, dtype, fingerprint, ``latency_s`` ({q as str: seconds}), measure_seconds,
-        tstamp, reused, path."""
+    atomically. Keys: model, device, dtype, fingerprint, ``latency_s`` ({q as str: seconds}), measure_seconds,
+    tstamp, reused, path."""
     path = profile_path(model_id, device, dtype, root)
     fingerprint = _fingerprint(variant, qs, cache_tokens)
     saved = None if retune else load_profile(path, fingerprint)
@@ -215,7 +215,7 @@ def curve_of(profile: dict[str, Any]) -> dict[int, float]:
 
 def recheck(curve: Mapping[int, float], measure: Measure, qs: Sequence[int] = RECHECK_QS) -> tuple[str, str]:
     """Re-time a cached curve at ``qs``: ``("stale", reason)`` when some q now runs ``RECHECK_RATIO`` times faster
-        (measure again), ``("busy", reason)`` when that much slower (keep the quieter profile), else ``("ok", "")``."""
+    (measure again), ``("busy", reason)`` when that much slower (keep the quieter profile), else ``("ok", "")``."""
     now = measure(tuple(q for q in qs if q in curve), reps=REPS, warmup=1)
     verdict = ("ok", "")
     for q, t in sorted(now.items()):
@@ -246,9 +246,9 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
                   root: Optional[str] = None, log: Callable[[str], None] = print,
                   budget_s: float = MEASURE_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype): measured on first
-        use (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale.
-        ``measure`` defaults to ``measure_latency``, ``retune`` to ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line
-        when it measures and why."""
+    use (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale.
+    ``measure`` defaults to ``measure_latency``, ``retune`` to ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line
+    when it measures and why."""
     if measure is None:
         def measure(qs, reps, warmup):
             return measure_latency(model, qs, reps=reps, warmup=warmup)
@@ -280,8 +280,8 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
 def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, float]], *,
                  root: Optional[str] = None, retune: Optional[bool] = None, log: Callable[[str], None] = print) -> str:
     """``model.dtype=auto``: float32 (exact against transformers' float32 greedy) unless another dtype's greedy
-        step is more than ``DTYPE_MARGIN`` times faster. ``timings()`` -> {dtype: seconds} runs once per (model,
-        device), cached beside the profiles. ``log`` gets one line naming the choice. ``ValueError`` for no timings."""
+    step is more than ``DTYPE_MARGIN`` times faster. ``timings()`` -> {dtype: seconds} runs once per (model,
+    device), cached beside the profiles. ``log`` gets one line naming the choice. ``ValueError`` for no timings."""
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     path = profile_path(model_id, device, "dtype-auto", root)
     saved = None

@@ -86,7 +86,7 @@ def _window_part(num_pending: int, cols: tuple[int, ...], num_levels: int) -> tu
 def build_layout(num_pending: int, columns: Sequence[int], num_levels: int,
                  tree_parents: Sequence[int] = ()) -> StepLayout:
     """Build the token tree for one step (order and parents: module docstring). Raises ``ValueError`` for
-        ``num_pending < 1``, negative column indices or a malformed parent array."""
+    ``num_pending < 1``, negative column indices or a malformed parent array."""
     if num_pending < 1:
         raise ValueError(f"num_pending={num_pending}; a step feeds at least the newest accepted token")
     cols = tuple(sorted(int(j) for j in columns))
@@ -151,9 +151,9 @@ def full_mask(inner: torch.Tensor, past_len: int) -> torch.Tensor:
 class MaskBuffer:
     """A preallocated additive mask: ``view(inner, past_len)`` equals ``full_mask(inner, past_len)`` in values.
 
-        One zero buffer (1, 1, rows, cols), grown by doubling; a step writes its (q, q) ``inner`` block at columns
-        ``past_len .. past_len + q`` and gets the view ``buf[:, :, :q, :past_len + q]`` (O(q^2) writes instead of a new
-        (q, past_len + q) tensor). The view is valid until the next ``view`` call."""
+    One zero buffer (1, 1, rows, cols), grown by doubling; a step writes its (q, q) ``inner`` block at columns
+    ``past_len .. past_len + q`` and gets the view ``buf[:, :, :q, :past_len + q]`` (O(q^2) writes instead of a new
+    (q, past_len + q) tensor). The view is valid until the next ``view`` call."""
 
     def __init__(self, dtype: torch.dtype, device, rows: int = 64, cols: int = 1024) -> None:
         self.dtype = dtype

@@ -39,12 +39,12 @@ def resolve_dtype(dtype: str) -> torch.dtype:
 def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedModel], float]] = None,
                free_bytes: Optional[int] = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load the causal LM named by ``cfg`` and its tokenizer, in ``cfg.dtype`` on ``cfg.device``, in eval mode,
-        with ``model.lp_model_id = model_id(cfg)``. ``model.dtype=auto``: the faster of float32 and bfloat16 greedy
-        steps (``step_seconds(model)``, default ``latency.measure_latency`` at q = 1), or bfloat16 when only it fits.
-        ``free_bytes``: the device's free memory (default: asked).
+    with ``model.lp_model_id = model_id(cfg)``. ``model.dtype=auto``: the faster of float32 and bfloat16 greedy
+    steps (``step_seconds(model)``, default ``latency.measure_latency`` at q = 1), or bfloat16 when only it fits.
+    ``free_bytes``: the device's free memory (default: asked).
 
-        Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded or
-        its weights do not fit the device's free memory (checked before anything loads)."""
+    Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded or
+    its weights do not fit the device's free memory (checked before anything loads)."""
     from .checks import check_device
 
     check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
@@ -72,7 +72,7 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
 def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[Callable],
                 free_bytes: Optional[int]) -> str:
     """``latency.choose_dtype`` from float32 and (converted in place) bfloat16 step times, cached per model and
-        device; bfloat16 unmeasured when float32 does not fit. Under torchrun rank 0 decides for every rank."""
+    device; bfloat16 unmeasured when float32 does not fit. Under torchrun rank 0 decides for every rank."""
     from . import distributed, latency
 
     if fit_problem(cfg, device, "float32", free_bytes):
@@ -97,7 +97,7 @@ _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 def weight_bytes(cfg: ModelConfig, dtype: str) -> Optional[tuple[int, int]]:
     """(parameters, bytes of the weights in ``dtype``), counted on the meta device from the config alone; None
-        for the bundled model, a GGUF file, or a config that cannot be read."""
+    for the bundled model, a GGUF file, or a config that cannot be read."""
     if cfg.path.startswith(BUNDLED_PREFIX) or cfg.gguf_file:
         return None
     from transformers import AutoConfig
@@ -127,8 +127,8 @@ def free_memory(device: torch.device) -> int:
 def fit_problem(cfg: ModelConfig, device: torch.device, dtype: str, free_bytes: Optional[int] = None,
                 ranks: Optional[int] = None) -> Optional[str]:
     """None when one replica per rank of the weights in ``dtype`` fits the device's free memory (``free_bytes``,
-        default ``free_memory``), else one line naming both and what would fit. ``ranks``: replicas sharing that
-        memory (default: ``LOCAL_WORLD_SIZE`` on a CPU, 1 on a GPU). Counts weights only."""
+    default ``free_memory``), else one line naming both and what would fit. ``ranks``: replicas sharing that
+    memory (default: ``LOCAL_WORLD_SIZE`` on a CPU, 1 on a GPU). Counts weights only."""
     counted = weight_bytes(cfg, dtype)
     if counted is None:
         return None
@@ -154,7 +154,7 @@ def eos_token_ids(
     model: PreTrainedModel, tokenizer: Optional[PreTrainedTokenizerBase], override: Optional[list[int]]
 ) -> list[int]:
     """The EOS token ids: ``override`` when given, else the model's ``generation_config.eos_token_id``, else
-        ``tokenizer.eos_token_id``. May be empty (then only ``max_new_tokens`` and stop strings end generation)."""
+    ``tokenizer.eos_token_id``. May be empty (then only ``max_new_tokens`` and stop strings end generation)."""
     if override is not None:
         ids = list(override)
     else:
@@ -170,9 +170,9 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
                  generation: Optional[GenerationConfig] = None) -> None:
     """Refuse, after the model loads, settings only it can bound; ``ConfigError`` naming key, value and bound.
 
-        Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``; the largest
-        lookahead step, 1 + (W-1) + (N-2)*W window tokens + G candidates of ``candidate_depth`` tokens (W = 0 with
-        ``decoding=auto``; docs/design.md section 1), must fit ``max_position_embeddings``."""
+    Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``; the largest
+    lookahead step, 1 + (W-1) + (N-2)*W window tokens + G candidates of ``candidate_depth`` tokens (W = 0 with
+    ``decoding=auto``; docs/design.md section 1), must fit ``max_position_embeddings``."""
     from .checks import vocab_size
 
     vocab = vocab_size(model)
@@ -207,8 +207,8 @@ _EDGE_BYTES = 1 << 20  # bytes read from each end of a weight file
 
 def model_fingerprint(cfg: ModelConfig) -> str:
     """16 hex digits of what ``cfg`` loads, from its files, without loading (milliseconds): config and
-        tokenizer files whole, each weight file's name, size and first and last MiB. The bundled model by its GGUF, a
-        HuggingFace id by its cached snapshot (an uncached id by the id alone); not dtype nor device."""
+    tokenizer files whole, each weight file's name, size and first and last MiB. The bundled model by its GGUF, a
+    HuggingFace id by its cached snapshot (an uncached id by the id alone); not dtype nor device."""
     h = hashlib.sha256()
     if cfg.path.startswith(BUNDLED_PREFIX):
         try:
@@ -243,14 +243,14 @@ def model_label(cfg: ModelConfig, fingerprint: str) -> str:
 
 def model_id(cfg: ModelConfig, fingerprint: Optional[str] = None) -> str:
     """The model's identity, e.g. ``smollm2-1a2b3c4d``: the last part of ``model.path`` plus 8 digits of
-        ``model_fingerprint``. The latency profile is keyed by it and the answers record it."""
+    ``model_fingerprint``. The latency profile is keyed by it and the answers record it."""
     stem = cfg.path.rstrip("/").replace(BUNDLED_PREFIX, "").split("/")[-1] or "model"
     return f"{stem}-{(fingerprint or model_fingerprint(cfg))[:8]}"
 
 
 def model_id_of(model: PreTrainedModel) -> str:
     """``model_id`` of a loaded model: ``model.lp_model_id``, else from ``config._name_or_path``, else (built in
-        memory) the model type plus 8 digits of a hash of its config."""
+    memory) the model type plus 8 digits of a hash of its config."""
     if getattr(model, "lp_model_id", None):
         return model.lp_model_id
     path = str(getattr(model.config, "_name_or_path", "") or "")
@@ -285,8 +285,8 @@ def _hf_snapshot(repo_id: str) -> Optional[str]:
 
 def check_model_files(cfg: ModelConfig) -> None:
     """``ModelLoadError`` (naming the key, value and the folder's .gguf files), before anything loads, for a
-        folder with neither ``config.json`` nor the GGUF file asked for, a ``model.gguf_file`` missing from the folder
-        (or the cached snapshot), or a ``model.gguf_file`` with the bundled model."""
+    folder with neither ``config.json`` nor the GGUF file asked for, a ``model.gguf_file`` missing from the folder
+    (or the cached snapshot), or a ``model.gguf_file`` with the bundled model."""
     gguf = cfg.gguf_file
     if cfg.path.startswith(BUNDLED_PREFIX):
         if gguf:

@@ -47,7 +47,7 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
 
 def jobs_without_answers(paths: Sequence[str]) -> list[str]:
     """``"<folder> (<its overrides>)"`` for each Hydra job under ``paths`` (``.hydra/overrides.yaml``)
-        that holds no answer (refused, failed or not run yet), in job order."""
+    that holds no answer (refused, failed or not run yet), in job order."""
     from omegaconf import OmegaConf
 
     out = []
@@ -94,7 +94,7 @@ def differing_keys(runs: Sequence[dict]) -> list[str]:
 
 def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
     """Index of the baseline run: ``choice`` as a row number or a path (suffix), else the first greedy run,
-        else 0."""
+    else 0."""
     if choice is not None:
         if choice.isdigit() and int(choice) < len(runs):
             return int(choice)
@@ -160,7 +160,7 @@ def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None, 
                  columns: Sequence[tuple[str, Callable[[dict], str]]], left: int = 2,
                  markdown: bool = False) -> str:
     """A fixed-width (or, ``markdown``, GitHub markdown) table of ``table``'s rows whose ``group`` is in
-        ``groups`` (default all). ``columns``: (header, row -> cell) pairs; the first ``left`` are left-aligned."""
+    ``groups`` (default all). ``columns``: (header, row -> cell) pairs; the first ``left`` are left-aligned."""
     head = tuple(h for h, _ in columns)
     lines = [tuple(cell(r) for _, cell in columns) for r in table if groups is None or r["group"] in groups]
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]

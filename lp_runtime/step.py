@@ -62,11 +62,11 @@ class StepOutputs:
 class StepRows:
     """A step's kept rows as a proposer sees them (``Proposer.observe`` when its ``topk`` > 0).
 
-        Attributes:
-            tokens: the input token of each kept row: ``c``, the window columns (newest level), then the fed tree
-                nodes in tree order; under LP every rank's rows (``parallel.LPGroup.merge``).
-            topk: int64 (k, K) the top-K successor ids of each row (``StepOutputs.topk``), rows as ``tokens``.
-            nodes: the fed tree nodes' indices in the PROPOSED tree (the policy may feed a subset), one per node row."""
+    Attributes:
+        tokens: the input token of each kept row: ``c``, the window columns (newest level), then the fed tree
+            nodes in tree order; under LP every rank's rows (``parallel.LPGroup.merge``).
+        topk: int64 (k, K) the top-K successor ids of each row (``StepOutputs.topk``), rows as ``tokens``.
+        nodes: the fed tree nodes' indices in the PROPOSED tree (the policy may feed a subset), one per node row."""
 
     tokens: list[int]
     topk: torch.Tensor

@@ -16,7 +16,7 @@ import torch
 @functools.lru_cache(maxsize=16)
 def _criteria(tokenizer, stop_strings: tuple[str, ...]):
     """``StopStringCriteria`` for this tokenizer and strings (~1 s to build), or None where transformers
-        cannot probe the vocabulary (word-level: ``ValueError: substring not found``)."""
+    cannot probe the vocabulary (word-level: ``ValueError: substring not found``)."""
     from transformers.generation.stopping_criteria import StopStringCriteria
 
     try:
