@@ -41,7 +41,7 @@ def write_json(path: Path, obj: Any, indent: int = 2) -> None:
 def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> None:
     """Raise ``OutputError`` unless ``path`` can be a file we append to (messages name ``key``). ``create``:
     really try (make the folders, open for append), then remove what the try made, so a failed run leaves nothing.
-"""
+    """
     name = f"output path {path}" if key == "output.path" else f"{key}={path}"
     if path.is_dir():
         example = path / ("answers.jsonl" if key == "output.path" else "summary.json")
@@ -293,11 +293,10 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
             f"{answers_path} holds answers but no record of the settings that made them ({settings_path} is "
             f"missing: the file was written before lp_runtime recorded settings, or by another tool), so a resumed "
             f"run could mix settings; choose a new output path ({hint}) or move the file away")
-    try:
-        recorded = json.loads(settings_path.read_text(encoding="utf-8"))["settings"]
-    except (ValueError, KeyError, TypeError):
+    recorded = read_settings(settings_path)
+    if recorded is None:
         raise SettingsMismatchError(f"{settings_path} is not a settings record written by lp_runtime; "
-                                    f"choose a new output path ({hint}) or move both files away") from None
+                                    f"choose a new output path ({hint}) or move both files away")
     diffs = differences(recorded, current)
     if diffs:
         listed = "; ".join(f"{k}: {_as_typed(old)} in the file, {_as_typed(new)} now" for k, old, new in diffs)
@@ -311,12 +310,12 @@ def write_settings(settings_path: Path, current: dict[str, Any]) -> None:
     write_json(settings_path, {"format": FORMAT, "settings": current}, indent=1)
 
 
-def read_settings(settings_path: Path) -> dict[str, Any]:
-    """The recorded settings (``{}`` when there is no readable record)."""
+def read_settings(settings_path: Path) -> Optional[dict[str, Any]]:
+    """The recorded settings, or None when there is no readable record."""
     try:
         return json.loads(settings_path.read_text(encoding="utf-8"))["settings"]
     except (OSError, ValueError, KeyError, TypeError):
-        return {}
+        return None
 
 
 def _as_typed(value) -> str:

