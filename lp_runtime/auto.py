@@ -35,7 +35,8 @@ def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: fl
     rank's). W only bounds what the step policy may feed.
 
     >>> auto_window({1: 1.0, 64: 1.0}, 4), auto_window({1: 1.0, 2: 2.0}, 4)
-    (15, 0)"""
+    (15, 0)
+    """
     lat = LatencyCurve(curve)
     best = 0
     for w in windows:

@@ -111,7 +111,8 @@ def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
     >>> robust_curve([{1: 22.0, 8: 21.0}, {1: 30.0, 8: 24.0}])      # q = 8 below q = 1 in one round only
     {1: 22.0, 8: 22.0}
     >>> robust_curve([{3: 75.0, 4: 59.0}, {3: 78.0, 4: 60.0}])      # far below in every round: kept
-    {3: 75.0, 4: 59.0}"""
+    {3: 75.0, 4: 59.0}
+    """
     if not rounds or not any(rounds):
         raise ValueError("robust_curve needs at least one round with at least one point")
     times: dict[int, list[float]] = {}

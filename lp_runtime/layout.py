@@ -111,13 +111,9 @@ def build_layout(num_pending: int, columns: Sequence[int], num_levels: int,
 
 
 class LayoutCache:
-    """Device tensors of each step shape, built by ``build_layout`` and kept in an LRU of ``max_entries``
-    keyed by (P, columns, L, tree parents).
-
-    ``get`` returns ``(layout, depth, inner_mask, keep_index)`` on ``device``; ``inner_mask`` is a float additive
-    (q, q) mask in ``dtype``: 0 where attention is allowed, ``finfo(dtype).min`` where blocked (a boolean mask
-    is silently wrong in some attention backends).
-    """
+    """``build_layout``'s device tensors per step shape, in an LRU of ``max_entries``. ``get`` returns
+    ``(layout, depth, inner_mask, keep_index)``; ``inner_mask`` is float additive (q, q) in ``dtype`` (0 = allowed,
+    ``finfo(dtype).min`` = blocked: a boolean mask is silently wrong in some attention backends)."""
 
     def __init__(self, device: torch.device, dtype: torch.dtype, max_entries: int = 1024) -> None:
         self.device = device

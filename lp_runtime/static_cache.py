@@ -77,17 +77,11 @@ class SlotLayer(CacheLayerMixin):
 
 
 class SlotCache(Cache):
-    """A KV cache of ``max_len`` slots per layer (``num_layers`` layers), written in place.
+    """A KV cache of ``max_len`` slots in each of ``num_layers`` layers, written in place.
 
-    Args:
-        num_layers: the model's decoder layers (``config.num_hidden_layers``).
-        max_len: slots per layer: at least the prompt + new tokens + the largest step (a captured step of
-            bucket b writes b slots, its padding included). A write past it raises ``ValueError``.
-
-    Attributes:
-        static_past: None (write by length), or a 0-d int64 tensor on the model's device holding the committed
-            length (write by position; ``compiled.CapturedStep`` sets it). Marked as a static address.
-    """
+    ``max_len`` must hold the prompt + new tokens + the largest step (a write past it raises ``ValueError``).
+    ``static_past``: None (write by length) or a 0-d int64 device tensor holding the committed length (write by
+    position; ``compiled.CapturedStep`` sets it)."""
 
     def __init__(self, num_layers: int, max_len: int) -> None:
         if num_layers < 1 or max_len < 1:

@@ -30,11 +30,9 @@ class StopChecker:
 
     Args:
         max_new_tokens: budget in tokens (>= 1).
-        eos_token_ids: ids that end generation (may be empty: then only the budget and stop strings stop it).
-        stop_strings: texts that end generation once the generated text contains them (non-empty strings).
-        tokenizer: needed only with stop strings (a transformers tokenizer, or any object with ``decode``).
-            Raises ``ValueError`` if missing then.
-    """
+        eos_token_ids: ids that end generation (may be empty).
+        stop_strings: non-empty texts that end generation once the generated text contains them.
+        tokenizer: needed with stop strings (``ValueError`` if missing then)."""
 
     def __init__(self, max_new_tokens: int, eos_token_ids: Iterable[int] = (),
                  stop_strings: Sequence[str] = (), tokenizer=None) -> None:
