@@ -29,6 +29,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Sequence
 
 import torch
 
@@ -58,7 +59,7 @@ def step_latency(step, qs: Sequence[int], *, cache_tokens: int = 200, reps: int 
     through any step with ``step.py``'s methods (``EagerStep``, ``CapturedStep``), so both paths are timed alike.
 
     Random ids; a causal (1, 1, q, past+q) float mask from a ``layout.MaskBuffer`` built inside the timed region
-    (the decoder builds one per step); logits kept for the last half of the rows (as ``tuner.measure_latency``);
+    (the decoder builds one per step); logits kept for the last half of the rows (as ``latency.measure_latency``);
     the host waits for the device after each step. The step is committed away after every pass.
     """
     model, device = step.model, step.device
