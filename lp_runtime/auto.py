@@ -7,7 +7,8 @@ import time
 from dataclasses import asdict, replace
 from typing import Any, Callable, Optional, Sequence
 
-from .config import DecodingConfig
+from . import data
+from .config import DatasetConfig, DecodingConfig
 from .latency import curve_of, dtype_name, model_profile, save_profile
 from .models import model_id_of
 from .policy import WINDOW_GAIN_PRIOR, CostPolicy, LatencyCurve
@@ -77,9 +78,6 @@ def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int =
     """First turns of MT-Bench questions spread over its categories, interleaved with HumanEval prompts
     (lp_runtime.data); where those packages are missing, the first turns of ``fallback`` (``data.Question``s).
     Raises ``ValueError`` when there is no prompt at all."""
-    from . import data
-    from .config import DatasetConfig
-
     picked: list[list[Any]] = []
     for name, num in (("mt_bench", num_chat), ("humaneval", num_code)):
         try:

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Callable, NoReturn, Optional
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -75,9 +77,6 @@ def _dirs_near(root: Path, depth: int = 2) -> set[str]:
 def remove_refused_run_dir() -> None:
     """After a refusal in a single run, remove the run folder Hydra made for it when it holds only
     Hydra's records and an empty log, then the empty folders above it that the run made."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     if not HydraConfig.initialized() or HydraConfig.get().mode == RunMode.MULTIRUN:
         return
     hc = HydraConfig.get()

@@ -28,6 +28,8 @@ import torch
 
 from .answers import write_json
 from .attention import use_split_attention
+from .bundled import cache_root
+from .checks import position_limit
 from .static_cache import SlotCache, SlotStep
 from .step import StepInputs, StepOutputs
 
@@ -216,8 +218,6 @@ MAX_DEFAULT_LEN = 8192  # slots when the model states no smaller context (each c
 
 def verdict_path(model, root: Optional[str] = None) -> str:
     """``<cache_root>/compile/<model>__<device>__<dtype>.json``: the measured eager-vs-compiled verdict."""
-    from .models import cache_root
-
     ident = getattr(model, "lp_model_id", None) or os.path.basename(str(model.config._name_or_path).rstrip("/"))
     key = f"{ident or model.config.model_type}__{next(model.parameters()).device.type}__{model.dtype}"
     return os.path.join(root or cache_root(), "compile", re.sub(r"[^A-Za-z0-9._-]", "_", key) + ".json")
@@ -248,8 +248,6 @@ def compile_wanted(model, setting: str, root: Optional[str], log: Callable[[str]
 def default_max_len(model) -> int:
     """Slots of a ``CapturedStep`` serving any request: the position limit (<= ``MAX_DEFAULT_LEN``) + the largest
     bucket."""
-    from .checks import position_limit
-
     return min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + BUCKETS[-1]
 
 

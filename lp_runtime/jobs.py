@@ -9,23 +9,24 @@ import os
 import re
 from typing import Any
 
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import OmegaConf, open_dict
 
-from lp_runtime.config import ConfigError
+from lp_runtime.cli import fail, is_bad_input, one_line
+from lp_runtime.config import ConfigError, RunConfig, to_object
 
 
 def is_multirun() -> bool:
     """True inside a job of a Hydra ``--multirun`` sweep."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def command_line_keys() -> set[str]:
     """Keys set by this job's command-line (or sweep) overrides, e.g. ``{"output.path", "decoding.window_size"}``."""
-    from hydra.core.hydra_config import HydraConfig
-
     if not HydraConfig.initialized():
         return set()
     return {_key(o) for o in HydraConfig.get().overrides.task}
@@ -35,8 +36,6 @@ def apply_job_output(dict_cfg: Any) -> None:
     """In a sweep job, point ``output.path`` at ``<job folder>/answers.jsonl`` unless the command line set it."""
     if not is_multirun() or "output.path" in command_line_keys():
         return
-    from hydra.core.hydra_config import HydraConfig
-
     dict_cfg.output.path = os.path.join(HydraConfig.get().runtime.output_dir, "answers.jsonl")
 
 
@@ -71,8 +70,6 @@ AUTO_IGNORES = {"decoding.window_size": "chooses W itself from this machine's la
 def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
     """``ConfigError`` when the command line (``keys``) sets a setting of ``AUTO_IGNORES`` under
     ``decoding=auto``. N and G stay allowed: under auto they bound the tree."""
-    from omegaconf import OmegaConf
-
     if OmegaConf.select(dict_cfg, "decoding.method") != "auto":
         return
     for key, what in AUTO_IGNORES.items():
@@ -86,8 +83,6 @@ def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
 def check_job(dict_cfg: Any, keys: set[str]) -> Any:
     """Every check of a composed job that needs no model or file (``to_object``, ``check_auto_keys``); returns
     the ``RunConfig``; raises ``ConfigError`` (or OmegaConf's errors)."""
-    from lp_runtime.config import RunConfig, to_object
-
     cfg = to_object(dict_cfg)  # refuses keys no setting has, and bad values
     check_auto_keys(dict_cfg, keys)
     assert isinstance(cfg, RunConfig)
@@ -97,8 +92,6 @@ def check_job(dict_cfg: Any, keys: set[str]) -> Any:
 def sweep_jobs(task_overrides: list[str]) -> tuple[list[list[str]], set[str]]:
     """The override list of each job of a basic sweep, in job order (the cartesian product Hydra's basic sweeper
     launches, a repeated key keeping its first place and last value), and the keys the sweep varies."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     parsed = OverridesParser.create().parse_overrides(task_overrides)
     choices: dict[str, list[str]] = {}
     for o in parsed:
@@ -116,12 +109,6 @@ def _key(override: str) -> str:
 def validate_sweep(config: Any) -> None:
     """``check_job`` every job of the sweep ``config`` describes; the first bad job raises ``ConfigError``
     naming its number and overrides, before any job runs."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf, open_dict
-
-    from lp_runtime.cli import is_bad_input, one_line
-
     loader = GlobalHydra.instance().config_loader()
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     try:
@@ -149,8 +136,6 @@ class ValidateSweep(Callback):
     since Hydra turns an exception raised in a callback into a warning."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        from lp_runtime.cli import fail
-
         try:
             validate_sweep(config)
         except ConfigError as e:
@@ -188,8 +173,6 @@ def check_sweep_outputs(argv: list[str]) -> None:
     ``output.summary_path``) to one file for every job (a value with ``${`` is taken as per-job)."""
     if not is_sweep(argv):
         return
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     args, skip = [], False
     for a in argv:
         if skip or a.startswith("-"):

@@ -11,8 +11,10 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from .answers import write_json
 from .bundled import cache_root
 
 LATENCY_QS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -71,8 +73,7 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
         for q in qs:
             ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
             pos = torch.arange(cache_tokens, cache_tokens + q, device=device)[None]
-            inner = torch.zeros(q, q, dtype=model.dtype, device=device)
-            inner.masked_fill_(~torch.ones(q, q, dtype=torch.bool, device=device).tril(), torch.finfo(model.dtype).min)
+            inner = torch.full((q, q), torch.finfo(model.dtype).min, dtype=model.dtype, device=device).triu_(1)
             keep = torch.arange(q - (q + 1) // 2, q, device=device)
             times = []
             for rep in range(reps + warmup):
@@ -202,10 +203,6 @@ def latency_profile(model_id: str, device: str, dtype: str, *, measure: Callable
 
 def save_profile(path: str, profile: dict[str, Any]) -> None:
     """Write ``profile`` (minus ``reused``/``path``) to ``path`` atomically."""
-    from pathlib import Path
-
-    from .answers import write_json
-
     write_json(Path(path), {k: v for k, v in profile.items() if k not in ("reused", "path")}, indent=1)
 
 

@@ -9,13 +9,14 @@ import os
 from typing import Callable, Optional
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from lp_runtime.bundled import (  # noqa: F401  (ModelLoadError, cache_root: re-exported)
     BUNDLED_PREFIX, ModelLoadError, bundled_cache, bundled_gguf, cache_root,
 )
 from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
-from lp_runtime.checks import context_length  # noqa: F401  (re-exported: one definition, in checks.py)
+from lp_runtime import distributed, latency
+from lp_runtime.checks import check_device, context_length, vocab_size
 from lp_runtime.window import step_tokens
 
 _ALLOWED = "Use a local folder, a HuggingFace id, or bundled:smollm2"
@@ -46,8 +47,6 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
 
     Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded or
     its weights do not fit the device's free memory (checked before anything loads)."""
-    from .checks import check_device
-
     check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
     check_model_files(cfg)
     device = resolve_device(cfg.device)
@@ -74,8 +73,6 @@ def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[C
                 free_bytes: Optional[int]) -> str:
     """``latency.choose_dtype`` from float32 and (converted in place) bfloat16 step times, cached per model and
     device; bfloat16 unmeasured when float32 does not fit. Under torchrun rank 0 decides for every rank."""
-    from . import distributed, latency
-
     if fit_problem(cfg, device, "float32", free_bytes):
         print("model.dtype=auto: bfloat16, since the float32 weights would not fit", flush=True)
         return "bfloat16"
@@ -101,8 +98,6 @@ def weight_bytes(cfg: ModelConfig, dtype: str) -> Optional[tuple[int, int]]:
     for the bundled model, a GGUF file, or a config that cannot be read."""
     if cfg.path.startswith(BUNDLED_PREFIX) or cfg.gguf_file:
         return None
-    from transformers import AutoConfig
-
     try:
         config = AutoConfig.from_pretrained(os.path.expanduser(cfg.path), trust_remote_code=cfg.trust_remote_code)
         with torch.device("meta"):
@@ -174,8 +169,6 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
     Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``; the largest
     lookahead step, 1 + (W-1) + (N-2)*W window tokens + G candidates of ``candidate_depth`` tokens (W = 0 with
     ``decoding=auto``; docs/design.md section 1), must fit ``max_position_embeddings``."""
-    from .checks import vocab_size
-
     vocab = vocab_size(model)
     lists = {"generation.eos_token_ids": generation.eos_token_ids if generation else None,
              "sampling.suppress_tokens": sampling.suppress_tokens if sampling else None}
