@@ -1,16 +1,6 @@
-"""The answers file of a run and the files beside it: where they may go, reading and resuming, one run at a time.
-
-An answers file ``answers.jsonl`` (``output.path``) holds one JSON line per question (FastChat / Spec-Bench format,
-docs/design.md section 5), appended and fsynced as each question finishes. Beside it:
-
-- ``answers.settings.json``: the settings that made the answers, written with the first answer. A later run on the
-  same file compares its own settings before the model loads and refuses, naming each differing key with both
-  values, so one file never mixes answers of two settings. Every config field counts except ``NOT_COMPARED``
-  (they change neither the tokens nor the speed, or, ``dataset.limit``, only how many questions are answered);
-  a key missing from an older record is taken as its default.
-- ``answers.summary.json`` (or ``output.summary_path``): the run summary (``lp_runtime.metrics``).
-- ``answers.lock`` while a run holds the file (``AnswersLock``): a second run on the same file refuses.
-"""
+"""The answers file of a run (``output.path``, one JSON line per question, FastChat / Spec-Bench format) and
+the files beside it: ``.settings.json`` (the settings that made the answers: a later run with other settings is
+refused), ``.summary.json`` (``lp_runtime.metrics``) and ``.lock`` while a run holds the file (docs/design.md 5)."""
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +16,7 @@ from lp_runtime.config import RunConfig, jsonl_base
 
 
 class OutputError(ValueError):
-    """``output.path`` (or ``output.summary_path``) cannot hold what the run writes: a folder, unwritable, a
-    corrupt earlier answers file, a file another run holds, or a summary path that names another file."""
+    """``output.path`` or ``output.summary_path`` cannot hold what the run writes."""
 
 
 class SettingsMismatchError(ValueError):
@@ -50,11 +39,8 @@ def write_json(path: Path, obj: Any, indent: int = 2) -> None:
 # ------------------------------------------------------------------------------------------ output paths
 
 def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> None:
-    """Raise ``OutputError`` unless ``path`` can be a file we append to; messages name ``key`` unless it is
-    ``output.path`` ("output path ...").
-
-    ``create``: really try (make the missing folders, open the file for append), then remove what the try made,
-    so a run that fails later leaves no empty file or folder behind; the folders are made again at the first write.
+    """Raise ``OutputError`` unless ``path`` can be a file we append to (messages name ``key``). ``create``:
+    really try (make the folders, open for append), then remove what the try made, so a failed run leaves nothing.
     """
     name = f"output path {path}" if key == "output.path" else f"{key}={path}"
     if path.is_dir():
@@ -87,8 +73,6 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
 
 
 def _try_append(path: Path, name: str) -> None:
-    """Open ``path`` for append (``os.access`` says yes to root everywhere: opening is the real test); a file
-    this made is removed again, so a run that fails before its first answer leaves none."""
     existed = path.exists()
     try:
         with open(path, "a", encoding="utf-8"):
@@ -100,8 +84,7 @@ def _try_append(path: Path, name: str) -> None:
 
 
 def is_summary(path: Path) -> bool:
-    """Whether ``path`` holds a run summary written by lp_runtime (a JSON object with ``answers`` and
-    ``num_questions``)."""
+    """Whether ``path`` holds a JSON object with ``answers`` and ``num_questions`` (a run summary)."""
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -110,8 +93,8 @@ def is_summary(path: Path) -> bool:
 
 
 def check_summary_path(cfg: RunConfig) -> None:
-    """Refuse an ``output.summary_path`` that would overwrite something else: the answers file, the question file
-    (``dataset.path``), the settings record or any existing file that is not a run summary. Raises ``OutputError``."""
+    """``OutputError`` when ``output.summary_path`` would overwrite the answers, the question file, the
+    settings record or an existing file that is not a run summary."""
     if not cfg.output.summary_path:
         return
     summary = Path(cfg.output.summary_path)
@@ -129,11 +112,9 @@ def check_summary_path(cfg: RunConfig) -> None:
 
 
 class AnswersLock:
-    """An exclusive lock on an answers file for a whole run (``fcntl.flock`` on ``<answers>.lock``, which names
-    its holder: pid and host). The lock ends with the process, so a killed run leaves no stale lock; the lock
-    file is removed on release. Use as a context manager; entering raises ``OutputError`` naming the holder when
-    another process holds it.
-    """
+    """Exclusive lock on an answers file for a run: ``fcntl.flock`` on ``<answers>.lock``, which names its holder
+    (pid and host) and is removed on release; a killed run leaves no stale lock. Entering raises ``OutputError``
+    naming the holder when another process holds it."""
 
     def __init__(self, answers_path: Path) -> None:
         self.answers_path = answers_path
@@ -188,12 +169,9 @@ OUTPUT_ADVICE = "move the file away or choose another output.path"
 def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list[dict]:
     """Answers already in ``path`` (empty if it does not exist).
 
-    A final line without its newline is what a killed run leaves: it is ignored, and with ``trim`` cut off the
-    file (after every other line parsed) so the next append starts on a fresh line. A line that is not UTF-8, not
-    JSON, or not an answer (a JSON object with ``question_id`` and ``choices[0]`` holding ``ANSWER_KEYS``: e.g. a
-    line of a question file) raises ``OutputError`` naming the file and the line, followed by ``advice``, and
-    leaves the file as it was.
-    """
+    A final line without its newline (a killed run) is ignored, and with ``trim`` cut off the file. A line that is
+    not UTF-8, not JSON, or not an answer raises ``OutputError`` naming the file and line, then ``advice``; the file
+    is left as it was."""
     if not path.exists():
         return []
     raw = path.read_bytes()
@@ -228,7 +206,7 @@ def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
 
 
 def append_line(path: Path, record: dict) -> None:
-    """Append one JSON line with a single write, then flush and fsync (a kill leaves at most a partial last line)."""
+    """Append one JSON line in a single write, then fsync (a kill leaves at most a partial last line)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -260,24 +238,22 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def run_settings(cfg: RunConfig, *, model_fingerprint: str, world_size: int) -> dict[str, Any]:
-    """The compared settings of ``cfg``: flat dotted keys, sorted, JSON values, plus ``model.fingerprint``
-    (``models.model_fingerprint``: what the files of ``model.path`` hold) and ``parallel.world_size`` (ranks)."""
+    """The compared settings of ``cfg``: sorted flat dotted keys with JSON values, plus ``model.fingerprint``
+    and ``parallel.world_size``."""
     flat = {k: v for k, v in flatten(dataclasses.asdict(cfg)).items() if k not in NOT_COMPARED}
     flat["model.fingerprint"] = model_fingerprint
     flat["parallel.world_size"] = world_size
     return dict(sorted(flat.items()))
 
 
-# Settings that left the configuration (issue 17: measurement levers) with the value that is today's behaviour: a
-# record holding that value resumes; another value (a lever that was switched) is refused like any difference.
+# Settings that left the configuration, with the value that is today's behaviour: a record holding it resumes.
 RETIRED = {"decoding.lookup": "suffix", "decoding.tree": True, "decoding.ranking": "counts", "decoding.commit": "copy",
            "decoding.cross_question": None, "decoding.ngram_keys": "all", "decoding.chain": True}
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """``(key, recorded value, current value)`` for every compared key that differs; a key absent from
-    ``recorded`` (a field added after the file was written) counts as its default, a ``RETIRED`` key absent
-    from ``current`` as its retired value."""
+    """``(key, recorded, current)`` for every compared key that differs; a key absent from ``recorded`` counts
+    as its default, a ``RETIRED`` key absent from ``current`` as its retired value."""
     defaults = flatten(dataclasses.asdict(RunConfig()))
     missing = object()
     out = []
@@ -308,10 +284,8 @@ def _new_path_hint(answers_path: Path) -> str:
 
 
 def check_settings(answers_path: Path, settings_path: Path, current: dict[str, Any]) -> None:
-    """Raise ``SettingsMismatchError`` (one line) unless the answers in ``answers_path`` were made with ``current``.
-
-    A file without answers passes (there is nothing to mix). Reads only; the files are left as they are.
-    """
+    """``SettingsMismatchError`` (one line) unless the answers in ``answers_path`` were made with ``current``;
+    a file without answers passes. Reads only."""
     if not has_answers(answers_path):
         return
     hint = _new_path_hint(answers_path)
@@ -320,11 +294,10 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
             f"{answers_path} holds answers but no record of the settings that made them ({settings_path} is "
             f"missing: the file was written before lp_runtime recorded settings, or by another tool), so a resumed "
             f"run could mix settings; choose a new output path ({hint}) or move the file away")
-    try:
-        recorded = json.loads(settings_path.read_text(encoding="utf-8"))["settings"]
-    except (ValueError, KeyError, TypeError):
+    recorded = read_settings(settings_path)
+    if recorded is None:
         raise SettingsMismatchError(f"{settings_path} is not a settings record written by lp_runtime; "
-                                    f"choose a new output path ({hint}) or move both files away") from None
+                                    f"choose a new output path ({hint}) or move both files away")
     diffs = differences(recorded, current)
     if diffs:
         listed = "; ".join(f"{k}: {_as_typed(old)} in the file, {_as_typed(new)} now" for k, old, new in diffs)
@@ -338,12 +311,12 @@ def write_settings(settings_path: Path, current: dict[str, Any]) -> None:
     write_json(settings_path, {"format": FORMAT, "settings": current}, indent=1)
 
 
-def read_settings(settings_path: Path) -> dict[str, Any]:
-    """The recorded settings (``{}`` when there is no readable record)."""
+def read_settings(settings_path: Path) -> Optional[dict[str, Any]]:
+    """The recorded settings, or None when there is no readable record."""
     try:
         return json.loads(settings_path.read_text(encoding="utf-8"))["settings"]
     except (OSError, ValueError, KeyError, TypeError):
-        return {}
+        return None
 
 
 def _as_typed(value) -> str:

@@ -1,22 +1,10 @@
-"""Tree attention without a dense mask over the cache: the committed prefix and the step's block, merged by
-log-sum-exp (issue 19, item 3; DESIGN.md section 4; paper section 3.3 for the step's tree).
+"""Tree attention without a dense mask over the cache (paper section 3.3 for the step's tree): every step token
+sees the whole committed prefix, so only the step's q x q block needs the tree mask. ``split_attention`` computes
+softmax attention over the prefix (no mask) and over the block (tree mask), each with its log-sum-exp, and merges
+them exactly: out = (e^{lse_a} out_a + e^{lse_b} out_b) / (e^{lse_a} + e^{lse_b}) (tests/test_split_attention.py).
 
-Every token of a step sees the whole committed prefix, so only the step's own q x q block needs the tree mask.
-``split_attention`` computes
-
-* the prefix part: softmax(q K_prefix^T) V_prefix with no mask (eager: the prefix is a slice of the cache; captured:
-  the whole ``SlotCache`` buffer with a (1, L) key bias that blocks the slots past the committed length),
-* the block part: softmax(q K_step^T + inner) V_step with the (q, q) tree mask,
-
-each with its log-sum-exp, and merges them exactly: out = (e^{lse_a} out_a + e^{lse_b} out_b) / (e^{lse_a} + e^{lse_b}).
-That equals attention over [prefix, step] with the dense (q, past+q) mask up to float rounding
-(tests/test_split_attention.py: max abs difference in float32 and identical greedy tokens).
-
-Registered as ``SPLIT`` ("lp_split") through transformers' ``AttentionInterface`` (and its mask interface as
-sdpa's, so a padding mask in a prefill still works); ``use_split_attention(model)`` selects it. Calls without
-the step's geometry behave as sdpa: no mask or a (q, q) block mask = the block ends the keys; a dense
-(q, kv) mask, or no mask and no prefix (a prefill), is handed to transformers' sdpa function unchanged.
-"""
+Registered as ``SPLIT`` through transformers' ``AttentionInterface``; ``use_split_attention(model)`` selects it.
+Calls without the step's geometry (a dense (q, kv) mask, or a prefill) go to transformers' sdpa unchanged."""
 from __future__ import annotations
 
 from typing import Optional

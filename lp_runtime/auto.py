@@ -1,21 +1,18 @@
-"""``decoding=auto``: lookahead with the cost policy on this machine's latency curve (issue 9; docs/design.md section 7).
-
-``auto_policy(model)`` is what a caller decodes with: a ``policy.CostPolicy`` on the model's latency profile
-(``latency.model_profile``: measured once per model, device and dtype, then reused). ``resolve_auto`` is the
-entry point's start-up: the setting (W bounded by ``auto_window``, N and G from the limits) and ONE printed line
-with the expected speedup, estimated by decoding a calibration set that resembles a run (``calibrate``).
-This module never imports the decoder: callers pass ``make_decoder``.
-"""
+"""``decoding=auto``: lookahead with the cost policy on this machine's latency curve (docs/design.md section 7).
+``resolve_auto`` is the entry point's start-up: the setting (W bounded by ``auto_window``) and ONE printed line with
+the expected speedup, estimated by decoding a calibration set (``calibrate``). Callers pass ``make_decoder``."""
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, replace
 from typing import Any, Callable, Optional, Sequence
 
-from .config import DecodingConfig
+from . import data
+from .config import DatasetConfig, DecodingConfig
 from .latency import curve_of, dtype_name, model_profile, save_profile
 from .models import model_id_of
 from .policy import WINDOW_GAIN_PRIOR, CostPolicy, LatencyCurve
+from .window import step_tokens
 
 AUTO_WINDOWS = (0, 3, 5, 7, 15)  # W that decoding=auto may choose, when the curve is flat enough
 CALIBRATION_TOKENS = 128  # new tokens per calibration prompt: a run's default budget (GenerationConfig)
@@ -35,9 +32,8 @@ def auto_policy(model, *, model_id: Optional[str] = None, root: Optional[str] = 
 def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: float = 1.5,
                 gain: float = WINDOW_GAIN_PRIOR, windows: Sequence[int] = AUTO_WINDOWS, lp_size: int = 1) -> int:
     """The largest W of ``windows`` whose window could pay on this curve: (tokens + gain) / latency(1 + window)
-    >= tokens / latency(1), with a window of W columns = (W - 1) + (N - 2) * W tokens (docs/design.md section 1) and
-    ``expected_tokens`` a typical step's. The step policy still decides per step; W only bounds what it may feed.
-    With ``lp_size`` K > 1 the window costs what its busiest rank feeds (``parallel.max_rank_tokens``).
+    >= tokens / latency(1), a window being (W - 1) + (N - 2) * W tokens (or, with ``lp_size`` K > 1, its busiest
+    rank's). W only bounds what the step policy may feed.
 
     >>> auto_window({1: 1.0, 64: 1.0}, 4), auto_window({1: 1.0, 2: 2.0}, 4)
     (15, 0)
@@ -52,7 +48,7 @@ def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: fl
 
             q = max_rank_tokens(1, w, ngram_size - 2, (), lp_size)
         else:
-            q = 1 + max(w - 1, 0) + (ngram_size - 2) * w
+            q = 1 + step_tokens(w, ngram_size - 2)
         if (expected_tokens + gain) / lat(q) >= expected_tokens / lat(1):
             best = max(best, w)
     return best
@@ -82,9 +78,6 @@ def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int =
     """First turns of MT-Bench questions spread over its categories, interleaved with HumanEval prompts
     (lp_runtime.data); where those packages are missing, the first turns of ``fallback`` (``data.Question``s).
     Raises ``ValueError`` when there is no prompt at all."""
-    from . import data
-    from .config import DatasetConfig
-
     picked: list[list[Any]] = []
     for name, num in (("mt_bench", num_chat), ("humaneval", num_code)):
         try:
@@ -110,14 +103,9 @@ def _interleave(groups: list[list[Any]]) -> list[list[Any]]:
 def calibrate(decoder, prompts: Sequence[Sequence[int]], curve: dict[int, float], *,
               max_new_tokens: int = CALIBRATION_TOKENS, warm: int = WARM_PROMPTS,
               budget_s: float = CALIBRATION_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
-    """The expected speedup of ``decoder`` on ``curve``, from decoding ``prompts`` as a run would: one decoder
-    (its policy and answer store carry over from prompt to prompt), a run's budget of ``max_new_tokens`` each,
-    the first ``warm`` prompts decoded but not counted (fewer when there are few prompts). No prompt starts after
-    ``budget_s`` seconds by ``clock`` once two are counted. ``decoder.generate(ids, max_new_tokens=)`` returns
-    ``output_ids`` and ``step_tokens`` (tokens fed per step).
-
-    Returns {tokens, steps, mean_step_tokens, expected_speedup (``expected_speedup`` over all counted steps),
-    low, high (the slowest and fastest counted prompt's), prompts (counted), max_new_tokens}."""
+    """The expected speedup of ``decoder`` on ``curve`` from decoding ``prompts`` as a run would (one decoder, a
+    run's ``max_new_tokens``, the first ``warm`` not counted, no prompt started after ``budget_s`` once two are
+    counted). Returns {tokens, steps, mean_step_tokens, expected_speedup, low, high, prompts, max_new_tokens}."""
     warm = min(warm, max(len(prompts) - 1, 0))
     start, counted = clock(), []
     for i, prompt in enumerate(prompts):
@@ -139,13 +127,10 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
                  fallback_questions: Sequence[Any] = (), max_new_tokens: int = CALIBRATION_TOKENS,
                  retune: Optional[bool] = None, root: Optional[str] = None, lp_size: int = 1, measure=None,
                  clock: Callable[[], float] = time.monotonic) -> tuple[DecodingConfig, dict[str, Any]]:
-    """``decoding=auto`` for a loaded model: the setting (``auto_decoding`` for ``lp_size`` ranks) and a summary
-    entry, after printing ONE line with the setting and the expected speedup over greedy and its spread.
-
-    The profile is ``latency.model_profile`` under ``models.model_id_of(model)`` (``measure``: its timing
-    function). The speedup comes from ``calibrate`` with ``make_decoder(setting, CostPolicy(curve))`` (e.g. a
-    ``decoder.Decoder`` with that step policy) on ``calibration_prompts``, once per profile and setting, kept in
-    the profile. ``model_name`` only names the model in the printed line."""
+    """``decoding=auto`` for a loaded model: (the setting for ``lp_size`` ranks, a summary entry), after
+    printing ONE line with the setting and the expected speedup over greedy. The profile is
+    ``latency.model_profile`` (``measure``: its timing); the speedup is ``calibrate`` of
+    ``make_decoder(setting, CostPolicy(curve))``, once per profile and setting, kept in the profile."""
     limits = limits or DecodingConfig(method="auto")
     profile = model_profile(model, model_id_of(model), retune=retune, root=root, measure=measure,
                             log=lambda line: print(line, flush=True))

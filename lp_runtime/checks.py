@@ -1,23 +1,6 @@
-"""What a decode can run exactly, checked before any work: the model's attention, position encoding and
-window, the request (prompt ids, budget, context), and the step's logits (NaN / inf).
-
-Lookahead decoding feeds a step as a token tree: explicit ``position_ids`` (several tokens share a position)
-and a float 4D mask (docs/architecture.md). That is exact only when
-
-* the model's attention follows those ``position_ids`` and that mask (``check_attention``: a start-up probe that
-  compares a 2-token tree step with plain decoding; ALiBi models such as BLOOM, MPT or Falcon with
-  ``alibi=True`` build their own bias, and Llama-4's ``attn_temperature_tuning`` scales by cache index: refused);
-* the position encoding of a token does not depend on how long the sequence is (``check_rope_length``: LongRoPE
-  switches to its long factors once the sequence passes ``original_max_position_embeddings``, dynamic NTK
-  rescales past ``max_position_embeddings``; a step's window and candidates reach further than the accepted
-  sequence, so such a model is decoded only up to that length);
-* every token may see the whole sequence: a layer attending only within a window or chunk (``attention_span``:
-  ``sliding_window``, GPT-Neo's local ``window_size``, Llama-4's ``attention_chunk_size``) is exact only while
-  the sequence fits in the first window, where its relation is plain causal (issue 20 fault 1).
-
-Each refusal is a ``ConfigError`` naming the model, the value and what is supported. Non-finite logits raise
-``ModelOutputError`` naming the step and the position when a row that decides an emitted token is not finite
-(``check_decided``).
+"""What a decode can run exactly, checked before any work (docs/architecture.md): the model's attention
+(``check_attention``), position encoding and attention span (``check_request``), the request, and the step's logits
+(``check_decided``). Refusals are ``ConfigError``; non-finite deciding logits are ``ModelOutputError``.
 """
 from __future__ import annotations
 
@@ -90,18 +73,6 @@ def position_limit(model) -> Optional[int]:
     return min(limits) if limits else None
 
 
-def check_supported(model, max_total_tokens: int) -> None:
-    """Refuse a sequence of up to ``max_total_tokens`` tokens (prompt + new tokens the user asked for, capped
-    by the context) that this model would not decode like ``generate``.
-
-    Raises ``ConfigError`` naming the rope scaling type or the sliding window and the lengths. Lookahead's
-    window and candidates reaching further than the accepted sequence are not counted here: the decoder
-    keeps every fed position below ``position_limit`` and their tokens only feed guesses.
-    """
-    check_rope_length(model, max_total_tokens)
-    check_attention_span(model, max_total_tokens)
-
-
 def _refuse_past(model, max_total_tokens: int, limit: int, reason: str) -> None:
     """``ConfigError`` (``reason``, the length asked for, the limit) when ``max_total_tokens`` > ``limit``."""
     if max_total_tokens > limit:
@@ -111,21 +82,10 @@ def _refuse_past(model, max_total_tokens: int, limit: int, reason: str) -> None:
         )
 
 
-def check_rope_length(model, max_total_tokens: int) -> None:
-    """``ConfigError`` when the model's rope frequencies would change within ``max_total_tokens`` tokens."""
-    rope = length_dependent_rope(model)
-    if rope is not None:
-        kind, limit = rope
-        _refuse_past(model, max_total_tokens, limit, f"uses rope scaling {kind!r}, whose frequencies change once "
-                                                     f"the sequence passes {limit} tokens")
-
-
 def attention_span(model) -> Optional[tuple[str, int]]:
-    """(config attribute, tokens) when some layer attends only within a window or chunk of that many tokens:
-    ``sliding_window`` (when a layer uses it), GPT-Neo's local layers (``window_size``), Llama-4's chunked
-    attention (``attention_chunk_size``); the smallest when several apply; None when every layer is causal over
-    the whole sequence. A step's own 4D mask replaces the model's, so lookahead is exact only while every
-    position stays inside the first window or chunk (there the relation is plain causal)."""
+    """(config attribute, tokens) when some layer attends only within a window or chunk of that many tokens
+    (``sliding_window``, GPT-Neo's ``window_size``, Llama-4's ``attention_chunk_size``; the smallest), else None.
+    A step's own 4D mask replaces the model's, so lookahead is exact only inside the first window or chunk."""
     cfg = _text_config(model)
     spans = []
     window = getattr(cfg, "sliding_window", None)
@@ -140,15 +100,6 @@ def attention_span(model) -> Optional[tuple[str, int]]:
     return min(spans, key=lambda s: s[1]) if spans else None
 
 
-def check_attention_span(model, max_total_tokens: int) -> None:
-    """``ConfigError`` naming the attribute when a sequence of ``max_total_tokens`` tokens would outgrow an
-    attention window or chunk (``attention_span``)."""
-    span = attention_span(model)
-    if span is not None:
-        name, size = span
-        _refuse_past(model, max_total_tokens, size, f"attends within windows of {size} tokens ({name}={size})")
-
-
 # ------------------------------------------------------------------------------------------ the request
 def vocab_size(model) -> Optional[int]:
     """Rows of the input embedding (ids 0..n-1 are valid), else the config's ``vocab_size``."""
@@ -161,8 +112,7 @@ def vocab_size(model) -> Optional[int]:
 
 def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
     """``prompt_ids`` as a list of ints; ``ConfigError`` for an empty prompt, a non-integer, or an id outside
-    ``0..vocab-1`` (naming the id, its index and the vocabulary size). Runs before any forward pass: a bad id
-    is an ``IndexError`` on CPU and a device-side assert that kills the process on a GPU."""
+    ``0..vocab-1`` (on a GPU a bad id is a device-side assert that kills the process)."""
     if isinstance(prompt_ids, (str, bytes)):
         raise ConfigError("the prompt must be a list of token ids here, not text")
     ids = []
@@ -184,8 +134,7 @@ def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
 
 
 def check_max_new_tokens(max_new_tokens) -> int:
-    """``max_new_tokens`` as an int >= 1; ``ConfigError`` otherwise. 0 is refused like -3 (one policy for the
-    API, the decoder and the CLI: a request for no tokens is a mistake, not an empty answer)."""
+    """``max_new_tokens`` as an int >= 1 (0 is refused like -3); ``ConfigError`` otherwise."""
     try:
         if isinstance(max_new_tokens, bool):
             raise TypeError
@@ -198,24 +147,27 @@ def check_max_new_tokens(max_new_tokens) -> int:
 
 
 def check_request(model, prompt_ids: Sequence, max_new_tokens) -> tuple[list[int], int]:
-    """Validate one ``Decoder.generate`` call before any forward pass; return (prompt ids, token budget).
-
-    The budget is ``max_new_tokens`` capped so that prompt + output fit the model's context (generation then
-    ends with finish reason "length" when the context is full, as ``generate`` does). Raises ``ConfigError``
-    for a bad prompt or budget, a prompt that leaves no room for one new token, or a length the model
-    cannot decode exactly (``check_supported``).
-    """
+    """Validate one ``Decoder.generate`` call before any forward pass; return (prompt ids, token budget), the
+    budget capped to the model's context (finish reason "length", as ``generate``). Raises ``ConfigError`` for a
+    bad prompt or budget, a prompt filling the context, or a length the model cannot decode exactly."""
     prompt = check_prompt_ids(prompt_ids, vocab_size(model))
     budget = check_max_new_tokens(max_new_tokens)
     ctx = context_length(model)
+    if ctx is not None and len(prompt) >= ctx:
+        raise ConfigError(f"the prompt ({len(prompt)} tokens) fills the model's context of {ctx} tokens; "
+                          "it leaves no room for a new token: shorten it")
+    # Rope on what was asked: a dynamic-NTK model is meant to run past its context, where we stop.
+    rope = length_dependent_rope(model)
+    if rope is not None:
+        _refuse_past(model, len(prompt) + budget, rope[1], f"uses rope scaling {rope[0]!r}, whose frequencies "
+                                                           f"change once the sequence passes {rope[1]} tokens")
     if ctx is not None:
-        if len(prompt) >= ctx:
-            raise ConfigError(f"the prompt ({len(prompt)} tokens) fills the model's context of {ctx} tokens; "
-                              "it leaves no room for a new token: shorten it")
-        # Rope first, on what was asked: a dynamic-NTK model is meant to run past its context, where we stop.
-        check_rope_length(model, len(prompt) + budget)
         budget = min(budget, ctx - len(prompt))
-    check_supported(model, len(prompt) + budget)
+    # Window and candidates past the sequence are not counted: the decoder keeps fed positions < position_limit.
+    span = attention_span(model)
+    if span is not None:
+        _refuse_past(model, len(prompt) + budget, span[1], f"attends within windows of {span[1]} tokens "
+                                                           f"({span[0]}={span[1]})")
     return prompt, budget
 
 
@@ -225,8 +177,7 @@ ALIBI_MODEL_TYPES = ("bloom", "mpt")  # plus any config with alibi=True (Falcon)
 
 
 def _probe_steps(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(chain, wrong, tree) float32 logits of the probe's three steps (see ``_probe``), each after a prefill of
-    one token, through the decoder's own step (``step.EagerStep``)."""
+    """(chain, wrong, tree) float32 logits of ``_probe``'s three steps, through ``step.EagerStep``."""
     step = EagerStep(model)
     dtype = model.dtype if model.dtype.is_floating_point else torch.float32
     n = vocab_size(model) or 8
@@ -255,16 +206,10 @@ def _distance(x: torch.Tensor, y: torch.Tensor) -> float:
 def _probe(model, alibi_types: Sequence[str] = ALIBI_MODEL_TYPES) -> Optional[str]:
     """None when a 2-token tree step reproduces plain decoding; else what went wrong.
 
-    After a prefill of (a), through the decoder's step:
-    chain: the plain step (b, c) at positions (1, 2), no mask -- the reference;
-    tree:  (b, d, c) at positions (1, 2, 2) with a float 4D mask in which c does not see its sibling d;
-    wrong: (b, d, c) at positions (1, 2, 3), causal -- what a model that ignores positions and mask computes.
-    b's and c's logits from the tree must equal the chain's up to rounding: within 1e-4 of the logit scale in
-    float32; in 16-bit types within 2e-2 of it or a tenth of how far the wrong step lands (a 16-bit batched step
-    rounds differently from a chain step by more than a fixed tolerance). Refused by their config first:
-    ALiBi (``config.alibi`` or a model type in ``alibi_types``: the bias follows cache indices, not
-    ``position_ids``) and
-    Llama-4's attention temperature (``attn_temperature_tuning``: scaled by cache index, not position).
+    After a prefill of (a): chain = (b, c) at positions (1, 2), the reference; tree = (b, d, c) at (1, 2, 2)
+    with a 4D mask hiding d from c; wrong = (b, d, c) at (1, 2, 3), causal. The tree's logits for b and c must
+    equal the chain's within 1e-4 of the logit scale (float32), or in 16-bit types within 2e-2 of it or a tenth
+    of the wrong step's distance. ALiBi and ``attn_temperature_tuning`` (cache-index based) are refused first.
     """
     cfg = _text_config(model)
     if getattr(cfg, "alibi", False) or getattr(cfg, "model_type", None) in alibi_types:
@@ -313,10 +258,8 @@ def check_attention(model) -> None:
 
 # ------------------------------------------------------------------------------------------ finite logits
 def check_decided(step: int, c_position: int, accepted: Sequence[int]) -> None:
-    """Raise ``ModelOutputError`` when a step's accepted tokens hold ``step.NONFINITE``: the logits row that
-    decides an emitted token was NaN or inf. ``c_position``: sequence position of ``c``, whose row decides the
-    step's first token (at ``c_position + 1``). Non-finite rows that decide nothing (a rejected candidate, a
-    window cell) never get here: verification rejects them."""
+    """Raise ``ModelOutputError`` when a step's accepted tokens hold ``step.NONFINITE`` (the row deciding an
+    emitted token was NaN or inf). ``c_position``: sequence position of ``c``, whose row decides token 1."""
     bad = next((i for i, t in enumerate(accepted) if t < 0), None)
     if bad is None:
         return
@@ -336,8 +279,7 @@ def available_devices() -> list[str]:
 
 
 def check_device(device: str) -> None:
-    """Refuse ``model.device`` naming a GPU this machine does not have (before the model loads), naming the
-    devices that are available. ``auto`` and ``cpu`` always pass."""
+    """``ConfigError`` naming the available devices when ``model.device`` names a GPU this machine lacks."""
     if device in ("auto", "cpu") or not str(device).startswith("cuda"):
         return
     available = available_devices()

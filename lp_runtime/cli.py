@@ -1,15 +1,8 @@
-"""The command-line frame shared by ``python -m lp_runtime.generate`` and ``scripts/bench.py``.
-
-``hydra_app(config_name, job)`` composes ``conf/<config_name>.yaml`` with the command line's overrides and calls
-``job(dict_cfg)``; ``main(app, ...)`` runs it. Between them every way out of a command is one of:
-
-- success: exit 0;
-- bad input (a setting, model, dataset or output path the user gave: ``is_bad_input``): ``error: <one line>`` on
-  stderr, exit 2, and the run folder Hydra made for the refused run removed (``remove_refused_run_dir``);
-- Ctrl-C (exit 130) or SIGTERM (exit 143: ``kill``, ``timeout``, Slurm at the time limit): the line given as
-  ``interrupted``, on a line of its own, from rank 0 only;
-- anything else is a bug: Python's traceback.
-"""
+"""The command-line frame shared by ``python -m lp_runtime.generate`` and ``scripts/bench.py``:
+``hydra_app(config_name, job)`` composes ``conf/<config_name>.yaml`` with the overrides and calls ``job``;
+``main(app, ...)`` runs it. Bad input (``is_bad_input``) prints ``error: <one line>`` and exits 2, removing the run
+folder Hydra made for it; Ctrl-C (130) and SIGTERM (143) print the ``interrupted`` line from rank 0; anything else
+is a bug: Python's traceback."""
 from __future__ import annotations
 
 import os
@@ -19,7 +12,9 @@ from pathlib import Path
 from typing import Callable, NoReturn, Optional
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -80,13 +75,8 @@ def _dirs_near(root: Path, depth: int = 2) -> set[str]:
 
 
 def remove_refused_run_dir() -> None:
-    """After a refusal in a single (not ``--multirun``) run, remove the run folder Hydra made for it when it holds
-    nothing but Hydra's records (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``) and an empty job log,
-    then the empty folders above it (up to the launch directory) that did not exist before the run. A folder
-    holding anything else (torchrun logs, answers, a non-empty log) is left as it is."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
+    """After a refusal in a single run, remove the run folder Hydra made for it when it holds only
+    Hydra's records and an empty log, then the empty folders above it that the run made."""
     if not HydraConfig.initialized() or HydraConfig.get().mode == RunMode.MULTIRUN:
         return
     hc = HydraConfig.get()

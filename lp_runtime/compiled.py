@@ -1,49 +1,37 @@
-"""One captured decoding step per shape bucket over a ``SlotCache`` (issue 19, items 2 and 4).
+"""One captured decoding step per shape bucket over a ``SlotCache`` (gpt-fast's static shapes, nano-vllm's buckets).
 
-A step of q tokens keeping k rows is padded to the smallest bucket b >= max(q, k) (``BUCKETS``: 1, 2, 4, ...,
-256), so every step of a bucket has the same shapes: ids (1, b), positions (1, b), the step's tree mask
-(1, 1, b, b), the kept rows (b,), the committed length as a 0-d device tensor, and the cache's buffers. Each
-bucket's forward is captured once, with its inputs copied into per-bucket static buffers (``backend``):
+A step of q tokens keeping k rows is padded to the smallest bucket b >= max(q, k) (``BUCKETS``), so every step of a
+bucket has the same shapes: ids and positions (1, b), tree mask (1, 1, b, b), kept rows (b,), the committed length
+as a 0-d device tensor. Each bucket's forward is captured once (``backend``): "cudagraph" (default on CUDA: one
+``torch.cuda.CUDAGraph`` per bucket, one shared pool), "reduce-overhead" (``torch.compile`` under CUDA graphs), or
+"inductor" (default on CPU) or any other ``torch.compile`` backend.
 
-* "cudagraph" (the default on CUDA): the eager forward recorded as one ``torch.cuda.CUDAGraph`` per bucket
-  (all buckets share one memory pool) and replayed: no kernel launches through Python, nothing to compile;
-* "reduce-overhead": ``torch.compile(mode="reduce-overhead")``, inductor's fused kernels under CUDA graphs;
-* "inductor" (the default on CPU) or any other ``torch.compile`` backend (tests use "aot_eager").
-
-``warm_up`` captures every bucket at start-up and logs one line with its time.
-
-Padding: padded rows sit at the last real position, see only themselves (so their softmax is finite), and
-no real row sees them; their outputs are never read (the kept rows are padded with row 0, whose logits are
-dropped). Their KV is written at slots past+q .. past+b-1, after everything the step commits, and later steps
-overwrite it before reading it (the cache's length only counts real tokens). So ``SlotCache`` needs
-``max_len`` >= the longest sequence + the largest bucket; every captured step reads all ``max_len`` slots of
-the prefix (masked past the committed length), so ``max_len`` should be no larger than the run needs.
-
-Attention goes through ``attention.split_attention`` (prefix + tree block, log-sum-exp merge): no mask over
-the whole cache. Prefill and everything else run eagerly on the same cache (written by length).
-
-Usage (a compiled greedy; ``greedy`` below)::
+Padded rows sit at the last real position and see only themselves; no real row sees them and their outputs are
+never read. Their KV lands in slots past+q .. past+b-1, overwritten before it is read, so ``max_len`` must be the
+longest sequence + the largest bucket; every captured step reads all ``max_len`` slots (masked past the committed
+length), through ``attention.split_attention``. Prefill runs eagerly on the same cache::
 
     step = CapturedStep(model, max_len=len(prompt) + 128 + 256)
-    step.warm_up()                       # "captured 9 step buckets (1..256) in 4.2 s"
-    tokens = step.greedy(prompt, 128)    # token-identical to eager greedy in float32
-    dec = Decoder(model, decoding, step=step)   # lookahead through the same buckets (step.EagerStep's methods)
-"""
+    step.warm_up()                              # "captured 9 step buckets (1..256) in 4.2 s"
+    tokens = step.greedy(prompt, 128)           # token-identical to eager greedy in float32
+    dec = Decoder(model, decoding, step=step)   # lookahead through the same buckets"""
 from __future__ import annotations
 
 import json
 import os
 import re
-import statistics
 import time
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
 
-from . import kv
+from .answers import write_json
 from .attention import use_split_attention
-from .static_cache import SlotCache
-from .step import StepInputs, StepOutputs, finite_argmax
+from .bundled import cache_root
+from .checks import position_limit
+from .static_cache import SlotCache, SlotStep
+from .step import StepInputs, StepOutputs
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -56,38 +44,32 @@ def bucket_for(q: int, buckets: Sequence[int] = BUCKETS) -> int:
     return min(fits)
 
 
-class CapturedStep:
+class CapturedStep(SlotStep):
     """Compiled step per bucket for one model (float32 or bfloat16, CPU or CUDA), one sequence at a time.
 
     Args:
-        model: a transformers causal LM whose attention takes position ids and a 4D mask (Llama-like); its
-            attention implementation is set to ``attention.SPLIT`` (``use_split_attention``: behaves as sdpa for
-            every other caller; the weights are untouched).
+        model: a causal LM taking position ids and a 4D mask (Llama-like); its attention implementation is set to
+            ``attention.SPLIT`` (sdpa for every other caller; the weights are untouched).
         max_len: ``SlotCache`` slots: prompt + new tokens + the largest bucket.
         buckets: ascending step sizes to capture.
-        backend: "cudagraph" (CUDA only), "reduce-overhead", "inductor" or another ``torch.compile`` backend
-            (module docstring); None = "cudagraph" on CUDA, "inductor" elsewhere.
+        backend: see the module docstring; None = "cudagraph" on CUDA, "inductor" elsewhere.
 
-    Attributes: ``cache`` (the ``SlotCache``; ``kv.commit`` commits it), ``backend``, ``capture_seconds``.
-    Raises ``ValueError`` for bad buckets, a ``max_len`` not above the largest bucket, "cudagraph" off CUDA.
-    """
+    Raises ``ValueError`` for bad buckets, a ``max_len`` not above the largest bucket, "cudagraph" off CUDA."""
 
     def __init__(self, model, max_len: int, buckets: Sequence[int] = BUCKETS, backend: Optional[str] = None) -> None:
         if list(buckets) != sorted(set(buckets)) or not buckets or buckets[0] < 1:
             raise ValueError(f"buckets={tuple(buckets)} must be ascending, distinct and >= 1")
         if max_len < max(buckets) + 1:
             raise ValueError(f"max_len={max_len} must exceed the largest bucket ({max(buckets)})")
-        self.device = next(model.parameters()).device
+        super().__init__(model, max_len)
         self.on_cuda = self.device.type == "cuda"
         self.backend = backend or ("cudagraph" if self.on_cuda else "inductor")
         if self.backend == "cudagraph" and not self.on_cuda:
             raise ValueError(f"backend='cudagraph' needs a CUDA model (this one is on {self.device})")
         use_split_attention(model)
-        self.model = model
         self.buckets = tuple(buckets)
         self.past = torch.zeros((), dtype=torch.long, device=self.device)
         torch._dynamo.mark_static_address(self.past)
-        self.cache = SlotCache.for_model(model, max_len)
         self.prefill(self.cache, [0])  # allocates the cache's buffers eagerly (static addresses, outside any graph)
         self.cache.reset()
         self._blocked = torch.finfo(model.dtype).min
@@ -136,38 +118,21 @@ class CapturedStep:
         graph.replay()
         return out
 
-    def new_cache(self) -> SlotCache:
-        """This step's one cache, emptied (its buffers keep their addresses: the compiled graphs write them)."""
-        self.cache.reset()
-        return self.cache
-
     def prefill(self, cache: SlotCache, ids: Sequence[int]) -> None:
-        """Feed ``ids`` (a causal run after the cache) eagerly, written by length, keeping no logits."""
-        if ids:
-            with torch.inference_mode():
-                self.model(input_ids=torch.tensor([list(ids)], device=self.device), past_key_values=cache,
-                           use_cache=True, logits_to_keep=torch.empty(0, dtype=torch.long, device=self.device))
+        """``EagerStep.prefill`` under inference mode, written by length."""
+        with torch.inference_mode():
+            super().prefill(cache, ids)
 
     def __call__(self, cache: SlotCache, inputs: StepInputs, *, topk: int = 0) -> StepOutputs:
-        """``step.EagerStep``'s call on the compiled path: the step's (q, q) block of ``inputs.mask`` (after the
-        committed ``cache.get_seq_length()`` columns) is its tree mask; the prefix columns are not read. A step
-        larger than the largest bucket runs eagerly (split attention on the dense mask's sdpa path)."""
+        """``step.EagerStep``'s call on the compiled path: only the (q, q) block of ``inputs.mask`` after
+        the committed columns is read. A step larger than the largest bucket runs eagerly."""
         if cache is not self.cache:
             raise ValueError("a CapturedStep steps only its own cache (from its new_cache())")
         past = cache.get_seq_length()
         if max(inputs.ids.numel(), inputs.keep.numel()) > self.buckets[-1]:  # past every bucket: eager, by length
-            logits = self.model(input_ids=inputs.ids, position_ids=inputs.positions, attention_mask=inputs.mask,
-                                past_key_values=cache, use_cache=True, logits_to_keep=inputs.keep).logits[0]
-        else:
-            inner = None if inputs.mask is None else inputs.mask[0, 0, :, past:]
-            logits = self.run(inputs.ids, inputs.positions, inner, inputs.keep, past)
-        argmax, finite = finite_argmax(logits)
-        top = torch.topk(logits, topk, dim=-1).indices if topk > 0 else None
-        return StepOutputs(logits, argmax, finite, top)
-
-    def commit(self, cache: SlotCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:
-        """``kv.commit``: the accepted entries move to the end of the prefix, the length moves forward."""
-        kv.commit(cache, num_fed, num_keep, gather)
+            return super().__call__(cache, inputs, topk=topk)
+        inner = None if inputs.mask is None else inputs.mask[0, 0, :, past:]
+        return StepOutputs.of(self.run(inputs.ids, inputs.positions, inner, inputs.keep, past), topk)
 
     def _fill(self, b: int, ids: torch.Tensor, positions: torch.Tensor, inner: Optional[torch.Tensor],
               keep: torch.Tensor, past: int) -> dict[str, torch.Tensor]:
@@ -188,15 +153,12 @@ class CapturedStep:
     @torch.inference_mode()
     def run(self, ids: torch.Tensor, positions: torch.Tensor, inner: Optional[torch.Tensor],
             keep: torch.Tensor, past: int) -> torch.Tensor:
-        """Logits (k, V) at the step's kept rows; the cache then holds ``past + q`` entries.
+        """Logits (k, V) at the step's kept rows; the cache then holds ``past + q`` entries. Valid until the
+        next step (on CUDA it lives in the graph's memory).
 
-        ids: int64 (q,) or (1, q), the step's tokens in layout order; positions: int64 (q,) or (1, q), on the
-        device (as ids); inner: the step's float
-        (q, q) additive tree mask in the model's dtype, or None for a causal run; keep: int64 (k,) in-step rows
-        whose logits are returned (k <= q); past: committed entries (the step writes slots past .. past+b-1).
-        The result is valid until the next ``step`` (on CUDA it lives in the graph's memory).
-        Raises ``ValueError`` when no bucket fits q or the cache has no room for past + b slots.
-        """
+        ids, positions: int64 (q,) or (1, q) on the device; inner: the float (q, q) additive tree mask in the model's
+        dtype, or None for causal; keep: int64 (k,) in-step rows; past: committed entries. Raises ``ValueError`` when
+        no bucket fits or the cache has no room for past + b slots."""
         q = ids.numel()
         b = bucket_for(max(q, keep.numel()), self.buckets)  # k can be q + 1 (window column 0 is c, kept twice)
         if past + b > self.cache.max_len:
@@ -212,8 +174,7 @@ class CapturedStep:
         return logits[: keep.numel()]
 
     def warm_up(self, log: Optional[Callable[[str], None]] = print) -> float:
-        """Capture (record or compile) every bucket: three calls each on a scratch cache state, which is reset
-        after. Returns the seconds it took and logs one line saying so."""
+        """Capture every bucket (three calls each, then the cache is reset); returns and logs the seconds."""
         start = time.perf_counter()
         with torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.buckets))):
             for b in self.buckets:
@@ -230,8 +191,8 @@ class CapturedStep:
         return self.capture_seconds
 
     def greedy(self, prompt_ids: Sequence[int], max_new_tokens: int, eos_token_ids: Sequence[int] = ()) -> list[int]:
-        """Plain greedy decoding through the 1-token bucket: the compiled baseline (what gpt-fast runs).
-        Stops after an id of ``eos_token_ids`` (kept) or ``max_new_tokens``; one host sync per token."""
+        """Plain greedy through the 1-token bucket (the compiled baseline, as gpt-fast); stops after an id of
+        ``eos_token_ids`` (kept) or ``max_new_tokens``."""
         prompt = list(prompt_ids)
         if not prompt or max_new_tokens < 1:
             raise ValueError(f"greedy needs a non-empty prompt and max_new_tokens >= 1 (got {len(prompt)} prompt "
@@ -251,76 +212,27 @@ class CapturedStep:
         return out
 
 
-def step_latency(step, qs: Sequence[int], *, cache_tokens: int = 200, reps: int = 5, warmup: int = 2,
-                 seed: int = 0) -> dict[int, float]:
-    """Median seconds of one decoding step of q tokens after a ``cache_tokens``-token prefix, for each q in ``qs``,
-    through any step with ``step.py``'s methods (``EagerStep``, ``CapturedStep``), so both paths are timed alike.
-
-    Random ids; a causal (1, 1, q, past+q) float mask from a ``layout.MaskBuffer`` built inside the timed region
-    (the decoder builds one per step); logits kept for the last half of the rows (as ``tuner.measure_latency``);
-    the host waits for the device after each step. The step is committed away after every pass.
-    """
-    from .layout import MaskBuffer
-
-    model, device = step.model, step.device
-    vocab = model.config.get_text_config(decoder=True).vocab_size
-    gen = torch.Generator().manual_seed(seed)
-    cache, buffer = step.new_cache(), MaskBuffer(model.dtype, device)
-    step.prefill(cache, torch.randint(0, vocab, (cache_tokens,), generator=gen).tolist())
-    curve = {}
-    with torch.inference_mode():
-        for q in qs:
-            ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
-            pos = torch.arange(cache_tokens, cache_tokens + q, device=device)[None]
-            inner = torch.full((q, q), torch.finfo(model.dtype).min, dtype=model.dtype, device=device).triu_(1)
-            keep = torch.arange(q - (q + 1) // 2, q, device=device)
-            times = []
-            for rep in range(warmup + reps):
-                _sync(device)
-                start = time.perf_counter()
-                mask = buffer.view(inner, cache_tokens) if q > 1 else None
-                step(cache, StepInputs(ids, pos, mask, keep))
-                _sync(device)
-                if rep >= warmup:
-                    times.append(time.perf_counter() - start)
-                step.commit(cache, q, 0)
-            curve[q] = statistics.median(times)
-    return curve
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
 # ------------------------------------------------------------------------------------- model.compile
 MAX_DEFAULT_LEN = 8192  # slots when the model states no smaller context (each captured step reads them all)
 
 
 def verdict_path(model, root: Optional[str] = None) -> str:
     """``<cache_root>/compile/<model>__<device>__<dtype>.json``: the measured eager-vs-compiled verdict."""
-    from .models import cache_root
-
     ident = getattr(model, "lp_model_id", None) or os.path.basename(str(model.config._name_or_path).rstrip("/"))
     key = f"{ident or model.config.model_type}__{next(model.parameters()).device.type}__{model.dtype}"
     return os.path.join(root or cache_root(), "compile", re.sub(r"[^A-Za-z0-9._-]", "_", key) + ".json")
 
 
 def record_verdict(model, eager_tokens_s: float, compiled_tokens_s: float, root: Optional[str] = None) -> dict:
-    """Write which path decoded faster on this machine (tokens/s of each, measured by the caller) for
-    ``model.compile=auto``; returns the record."""
+    """Record which path decoded faster here (tokens/s each) for ``model.compile=auto``; returns the record."""
     record = {"compile": compiled_tokens_s > eager_tokens_s, "eager_tokens_s": eager_tokens_s,
               "compiled_tokens_s": compiled_tokens_s, "measured": time.strftime("%Y-%m-%d %H:%M")}
-    path = verdict_path(model, root)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(record, f)
-    os.replace(path + ".tmp", path)
+    write_json(Path(verdict_path(model, root)), record, indent=None)
     return record
 
 
 def compile_wanted(model, setting: str, root: Optional[str], log: Callable[[str], None]) -> bool:
-    """Resolve ``model.compile`` to compiled (True) or eager (False): auto = the verdict recorded by
-    ``record_verdict`` at ``verdict_path`` (one line logged saying which and why), eager while none is."""
+    """``model.compile`` resolved: auto = the recorded verdict (one line logged), eager while none is."""
     if setting != "auto":
         return setting == "true"
     path = verdict_path(model, root)
@@ -334,17 +246,15 @@ def compile_wanted(model, setting: str, root: Optional[str], log: Callable[[str]
 
 
 def default_max_len(model) -> int:
-    """Slots of a ``CapturedStep`` that serves any request: the model's position limit (at most
-    ``MAX_DEFAULT_LEN``) plus the largest bucket. Every captured step reads them all (module docstring)."""
-    from .checks import position_limit
-
+    """Slots of a ``CapturedStep`` serving any request: the position limit (<= ``MAX_DEFAULT_LEN``) + the largest
+    bucket."""
     return min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + BUCKETS[-1]
 
 
 def step_for(model, setting: str, max_len: Optional[int] = None, *, root: Optional[str] = None,
              log: Callable[[str], None] = print) -> Optional[CapturedStep]:
-    """The step a ``Decoder`` should use for ``model.compile`` = ``setting`` ("auto", "true", "false"): None (the
-    eager ``step.EagerStep``) or a warmed-up ``CapturedStep`` of ``max_len`` slots (default ``default_max_len``)."""
+    """The step for ``model.compile`` = ``setting``: None (eager) or a warmed-up ``CapturedStep`` of ``max_len``
+    slots (default ``default_max_len``). ``ValueError`` for another setting."""
     if setting not in ("auto", "true", "false"):
         raise ValueError(f"model.compile={setting!r} is not allowed; use one of auto, true, false")
     if not compile_wanted(model, setting, root, log):

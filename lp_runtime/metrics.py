@@ -1,14 +1,5 @@
 """Run summaries: the one place where tokens, steps and seconds become S, tokens/s and seconds/step
-(docs/design.md section 5). ``rates`` is used by the job's summary (``summarize``), the report and
-``scripts/bench.py``.
-
-Pure functions over the answers JSONL records (one dict per question, FastChat / Spec-Bench format), so a
-resumed run's summary covers every answer in the file, not only those of the last process.
-
-Every per-turn list in ``record["choices"][0]`` has one entry per turn: ``new_tokens`` (tokens),
-``decoding_steps`` (forward passes after prefill), ``wall_time`` (seconds, prefill included) and
-``accept_lengths`` (tokens accepted at each step).
-"""
+(docs/design.md section 5). Pure functions over the answers records, so a resumed run's summary covers the file."""
 from __future__ import annotations
 
 import dataclasses
@@ -42,20 +33,10 @@ def rates(new_tokens: float, steps: float, seconds: float, accepted: Optional[fl
 
 
 def summarize(records: Iterable[dict]) -> dict[str, Any]:
-    """Aggregate metrics over all turns of all records.
-
-    Returns a dict with:
-      ``num_questions``, ``num_turns``: counts;
-      ``new_tokens``: generated tokens (EOS included when it ended a turn);
-      ``decoding_steps``: forward passes after prefill;
-      ``wall_time``: seconds, prefill included;
-      ``step_compression``: S = new_tokens / decoding_steps (the paper's step compression ratio);
-      ``mean_accepted_tokens``: mean of all per-step accepted lengths (tokens/step);
-      ``accept_length_histogram``: {accepted length: number of steps}, sorted by length;
-      ``tokens_per_s``: new_tokens / wall_time (tokens/s);
-      ``seconds_per_step``: wall_time / decoding_steps (s/step; prefill time included, so an upper bound).
-    Ratios are None when their denominator is 0.
-    """
+    """Aggregate metrics over all turns of all records: ``num_questions``, ``num_turns``, ``new_tokens``,
+    ``decoding_steps`` (forward passes after prefill), ``wall_time`` (s, prefill included), ``step_compression``
+    (S), ``mean_accepted_tokens`` (tokens/step), ``accept_length_histogram`` ({length: steps}), ``tokens_per_s``
+    and ``seconds_per_step``; ratios None when their denominator is 0."""
     num_questions = num_turns = new_tokens = steps = 0
     wall_time = 0.0
     histogram: Counter[int] = Counter()

@@ -1,7 +1,5 @@
-"""Model and tokenizer loading: a HuggingFace id or local folder, a GGUF file, or the bundled SmolLM2
-(``bundled.py``: its safetensors cache); the model's identity (``model_id``); whether its weights fit the device
-(``fit_problem``); ``model.dtype=auto`` (the faster of float32 and bfloat16, measured: ``latency.choose_dtype``).
-"""
+"""Model and tokenizer loading (HuggingFace id or folder, GGUF file, bundled SmolLM2), the model's identity
+(``model_id``), whether its weights fit the device (``fit_problem``) and ``model.dtype=auto``."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,13 +9,15 @@ import os
 from typing import Callable, Optional
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from lp_runtime.bundled import (  # noqa: F401  (ModelLoadError, cache_root: re-exported)
     BUNDLED_PREFIX, ModelLoadError, bundled_cache, bundled_gguf, cache_root,
 )
 from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
-from lp_runtime.checks import context_length  # noqa: F401  (re-exported: one definition, in checks.py)
+from lp_runtime import distributed, latency
+from lp_runtime.checks import check_device, context_length, vocab_size
+from lp_runtime.window import step_tokens
 
 _ALLOWED = "Use a local folder, a HuggingFace id, or bundled:smollm2"
 
@@ -32,8 +32,7 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:
-    """The torch dtype of a named ``model.dtype`` (``float32``, ``bfloat16``, ``float16``); ``auto`` is decided
-    by measurement in ``load_model``, never here. Raises ``ConfigError`` for ``auto`` or an unknown name."""
+    """The torch dtype of a named ``model.dtype``; ``ConfigError`` for ``auto`` or an unknown name."""
     if dtype == "auto" or not isinstance(getattr(torch, str(dtype), None), torch.dtype):
         raise ConfigError(f"model.dtype={dtype!r} has no torch dtype here; use float32, bfloat16 or float16")
     return getattr(torch, dtype)
@@ -41,21 +40,13 @@ def resolve_dtype(dtype: str) -> torch.dtype:
 
 def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedModel], float]] = None,
                free_bytes: Optional[int] = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load the causal LM and its tokenizer named by ``cfg``, in ``cfg.dtype`` on ``cfg.device``, in eval mode.
-
-    ``cfg.path``: ``bundled:smollm2`` (``bundled.bundled_cache``), or a local folder / HuggingFace id (with
-    ``cfg.gguf_file``: that GGUF file inside it, dequantised on load). The model's ``generation_config`` is left
-    as loaded. ``model.lp_model_id`` is set to ``model_id(cfg)``: the identity the latency profile and the
-    answers share. ``model.dtype=auto``: the faster of float32 and bfloat16 greedy steps (``_auto_dtype``;
-    ``step_seconds(model)``, default ``latency.measure_latency`` at q = 1), or bfloat16 when only it fits.
+    """Load the causal LM named by ``cfg`` and its tokenizer, in ``cfg.dtype`` on ``cfg.device``, in eval mode,
+    with ``model.lp_model_id = model_id(cfg)``. ``model.dtype=auto``: the faster of float32 and bfloat16 greedy
+    steps (``step_seconds(model)``, default ``latency.measure_latency`` at q = 1), or bfloat16 when only it fits.
     ``free_bytes``: the device's free memory (default: asked).
 
-    Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded
-    (``check_model_files``, ``_load_hf``, ``bundled.bundled_gguf``) or when its weights do not fit the device's
-    free memory (``fit_problem``, before anything loads).
-    """
-    from .checks import check_device
-
+    Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded or
+    its weights do not fit the device's free memory (checked before anything loads)."""
     check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
     check_model_files(cfg)
     device = resolve_device(cfg.device)
@@ -80,12 +71,8 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
 
 def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[Callable],
                 free_bytes: Optional[int]) -> str:
-    """``model.dtype=auto``: ``latency.choose_dtype`` from greedy-step times of the model loaded in float32 and
-    then converted in place to bfloat16 (the weights a bfloat16 load holds; memory for one float32 copy), measured
-    once per model and device, then cached; bfloat16 without measuring when float32 does not fit. Under torchrun
-    global rank 0 decides and every rank takes its choice (``distributed.broadcast_object``): ranks share a dtype."""
-    from . import distributed, latency
-
+    """``latency.choose_dtype`` from float32 and (converted in place) bfloat16 step times, cached per model and
+    device; bfloat16 unmeasured when float32 does not fit. Under torchrun rank 0 decides for every rank."""
     if fit_problem(cfg, device, "float32", free_bytes):
         print("model.dtype=auto: bfloat16, since the float32 weights would not fit", flush=True)
         return "bfloat16"
@@ -107,13 +94,10 @@ _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def weight_bytes(cfg: ModelConfig, dtype: str) -> Optional[tuple[int, int]]:
-    """(parameters, bytes of the weights in ``dtype``) of the model ``cfg`` names, counted on the meta device from
-    its config alone (no weights read); None where that cannot be known before loading: the bundled model (135 M
-    parameters), a GGUF file, or a config that cannot be read (e.g. an id not cached while offline)."""
+    """(parameters, bytes of the weights in ``dtype``), counted on the meta device from the config alone; None
+    for the bundled model, a GGUF file, or a config that cannot be read."""
     if cfg.path.startswith(BUNDLED_PREFIX) or cfg.gguf_file:
         return None
-    from transformers import AutoConfig
-
     try:
         config = AutoConfig.from_pretrained(os.path.expanduser(cfg.path), trust_remote_code=cfg.trust_remote_code)
         with torch.device("meta"):
@@ -125,8 +109,7 @@ def weight_bytes(cfg: ModelConfig, dtype: str) -> Optional[tuple[int, int]]:
 
 
 def free_memory(device: torch.device) -> int:
-    """Bytes free for weights on ``device``: ``torch.cuda.mem_get_info`` on a GPU, the memory the OS can give
-    (psutil's ``available``, else free pages) on a CPU."""
+    """Bytes free on ``device``: ``torch.cuda.mem_get_info`` on a GPU, available RAM on a CPU."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     try:
@@ -139,10 +122,9 @@ def free_memory(device: torch.device) -> int:
 
 def fit_problem(cfg: ModelConfig, device: torch.device, dtype: str, free_bytes: Optional[int] = None,
                 ranks: Optional[int] = None) -> Optional[str]:
-    """None when one replica per rank of the model's weights in ``dtype`` fits the device's free memory
-    (``free_bytes``, default ``free_memory``), else one line naming both and what would fit (a smaller dtype,
-    fewer ranks on the node). ``ranks``: replicas sharing that memory (default: on a CPU the node's torchrun ranks,
-    ``LOCAL_WORLD_SIZE``; on a GPU 1, each rank has its own). Counts weights only (``weight_bytes``)."""
+    """None when one replica per rank of the weights in ``dtype`` fits the device's free memory (``free_bytes``,
+    default ``free_memory``), else one line naming both and what would fit. ``ranks``: replicas sharing that
+    memory (default: ``LOCAL_WORLD_SIZE`` on a CPU, 1 on a GPU). Counts weights only."""
     counted = weight_bytes(cfg, dtype)
     if counted is None:
         return None
@@ -167,10 +149,8 @@ def fit_problem(cfg: ModelConfig, device: torch.device, dtype: str, free_bytes: 
 def eos_token_ids(
     model: PreTrainedModel, tokenizer: Optional[PreTrainedTokenizerBase], override: Optional[list[int]]
 ) -> list[int]:
-    """The EOS set, as token ids: ``override`` when given (``generation.eos_token_ids``), else the model's
-    ``generation_config.eos_token_id`` (an int or a list), else ``tokenizer.eos_token_id``. May be empty: some
-    base models define no EOS, and then only ``max_new_tokens`` and stop strings end generation.
-    """
+    """The EOS token ids: ``override`` when given, else the model's ``generation_config.eos_token_id``, else
+    ``tokenizer.eos_token_id``. May be empty (then only ``max_new_tokens`` and stop strings end generation)."""
     if override is not None:
         ids = list(override)
     else:
@@ -184,16 +164,11 @@ def eos_token_ids(
 
 def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Optional[SamplingConfig] = None,
                  generation: Optional[GenerationConfig] = None) -> None:
-    """Refuse settings that only the loaded model can bound, after it loads and before any decoding.
+    """Refuse, after the model loads, settings only it can bound; ``ConfigError`` naming key, value and bound.
 
-    Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``. The largest
-    lookahead step, 1 pending + (W-1) + (N-2)*W window tokens + G candidates of up to ``depth`` tokens (N-1 with
-    ``method=paper``, else max(max_depth, N-1); docs/design.md section 1), must fit the model's context
-    (``max_position_embeddings``): a step that cannot fit would silently fall back to plain steps throughout.
-    With ``decoding=auto`` W is chosen by the tuner and not counted. Raises ``ConfigError`` naming key, value and
-    bound."""
-    from .checks import vocab_size
-
+    Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``; the largest
+    lookahead step, 1 + (W-1) + (N-2)*W window tokens + G candidates of ``candidate_depth`` tokens (W = 0 with
+    ``decoding=auto``; docs/design.md section 1), must fit ``max_position_embeddings``."""
     vocab = vocab_size(model)
     lists = {"generation.eos_token_ids": generation.eos_token_ids if generation else None,
              "sampling.suppress_tokens": sampling.suppress_tokens if sampling else None}
@@ -208,7 +183,7 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
     W = 0 if decoding.method == "auto" else decoding.window_size
     N, G = decoding.ngram_size, decoding.guess_set_size
     depth = decoding.candidate_depth
-    step = 1 + max(W - 1, 0) + (N - 2) * W + G * depth
+    step = 1 + step_tokens(W, N - 2) + G * depth
     if step > ctx:
         window = f"decoding.window_size={W}, " if decoding.method != "auto" else ""
         depth_key = "" if decoding.method == "paper" else f", decoding.max_depth={decoding.max_depth}"
@@ -225,14 +200,9 @@ _EDGE_BYTES = 1 << 20  # bytes read from each end of a weight file
 
 
 def model_fingerprint(cfg: ModelConfig) -> str:
-    """A 16-hex-digit fingerprint of what ``cfg`` loads, from its files, without loading the model (milliseconds).
-
-    Covers the config and tokenizer files (whole) and every weight file's name, size and first and last MiB (a
-    checkpoint's header and some tensors; reading all of a multi-GB model would take minutes). The bundled model
-    is fingerprinted by its GGUF, a HuggingFace id by its snapshot in the local HuggingFace cache; an id not in
-    the cache yet (downloaded on first load) gets a fingerprint of the id alone. ``dtype`` and ``device`` are not
-    part of it: they are separate settings.
-    """
+    """16 hex digits of what ``cfg`` loads, from its files, without loading (milliseconds): config and
+    tokenizer files whole, each weight file's name, size and first and last MiB. The bundled model by its GGUF, a
+    HuggingFace id by its cached snapshot (an uncached id by the id alone); not dtype nor device."""
     h = hashlib.sha256()
     if cfg.path.startswith(BUNDLED_PREFIX):
         try:
@@ -266,17 +236,15 @@ def model_label(cfg: ModelConfig, fingerprint: str) -> str:
 
 
 def model_id(cfg: ModelConfig, fingerprint: Optional[str] = None) -> str:
-    """The model's identity: the last part of ``model.path`` plus 8 digits of ``model_fingerprint`` (what its
-    files hold), e.g. ``smollm2-1a2b3c4d``. The latency profile is keyed by it and the answers record it, so
-    two models never share either, and renaming a run (``model.name``) does not re-measure the machine."""
+    """The model's identity, e.g. ``smollm2-1a2b3c4d``: the last part of ``model.path`` plus 8 digits of
+    ``model_fingerprint``. The latency profile is keyed by it and the answers record it."""
     stem = cfg.path.rstrip("/").replace(BUNDLED_PREFIX, "").split("/")[-1] or "model"
     return f"{stem}-{(fingerprint or model_fingerprint(cfg))[:8]}"
 
 
 def model_id_of(model: PreTrainedModel) -> str:
-    """``model_id`` of a loaded model: as ``load_model`` recorded it (``model.lp_model_id``), else from the
-    folder or id it was loaded from (``config._name_or_path``), else (a model built in memory) the model type
-    plus 8 digits of a hash of its config."""
+    """``model_id`` of a loaded model: ``model.lp_model_id``, else from ``config._name_or_path``, else (built in
+    memory) the model type plus 8 digits of a hash of its config."""
     if getattr(model, "lp_model_id", None):
         return model.lp_model_id
     path = str(getattr(model.config, "_name_or_path", "") or "")
@@ -310,10 +278,9 @@ def _hf_snapshot(repo_id: str) -> Optional[str]:
 
 
 def check_model_files(cfg: ModelConfig) -> None:
-    """Refuse, before anything loads (milliseconds), a ``model.path`` / ``model.gguf_file`` pair that cannot name a
-    model: a local folder with neither ``config.json`` nor the GGUF file asked for, a ``model.gguf_file`` that is
-    not in the folder (or in the cached HuggingFace snapshot), or a ``model.gguf_file`` with the bundled model.
-    Raises ``ModelLoadError`` naming the key, the value and what the folder holds."""
+    """``ModelLoadError`` (naming the key, value and the folder's .gguf files), before anything loads, for a
+    folder with neither ``config.json`` nor the GGUF file asked for, a ``model.gguf_file`` missing from the folder
+    (or the cached snapshot), or a ``model.gguf_file`` with the bundled model."""
     gguf = cfg.gguf_file
     if cfg.path.startswith(BUNDLED_PREFIX):
         if gguf:

@@ -1,10 +1,7 @@
-"""The n-gram pool: the verification branch's source of candidates (paper section 3.2; the ``decoding=paper`` candidates, ``proposers.PoolProposer``).
+"""The paper's n-gram pool (section 3.2; ``decoding=paper``'s candidates through ``proposers.PoolProposer``).
 
-Pure Python, no torch. An n-gram of N tokens is stored under its first token; the value is the N-1 tokens
-that follow. Each key keeps at most ``capacity`` (= G) n-grams in LRU order: adding an n-gram that is
-already there moves it to the newest end, adding one to a full key evicts the oldest.
-
-Example (N = 3, G = 2)::
+An n-gram of N tokens is stored under its first token as the N-1 tokens that follow; each key keeps at most
+``capacity`` (= G) n-grams in LRU order (re-adding moves one to the newest end; a full key evicts the oldest)::
 
     >>> pool = NGramPool(ngram_size=3, capacity=2)
     >>> pool.add([5, 6, 7]); pool.add([5, 8, 9]); pool.add([5, 6, 7]); pool.add([5, 1, 2])
@@ -18,12 +15,8 @@ from typing import Iterable, Sequence
 
 
 class NGramPool:
-    """N-gram pool keyed by first token, each key an LRU set capped at ``capacity`` n-grams.
-
-    Args:
-        ngram_size: N, tokens per n-gram (>= 2).
-        capacity: G, n-grams kept per key (>= 0; 0 keeps nothing).
-    """
+    """N-gram pool keyed by first token: ``ngram_size`` N >= 2 tokens per n-gram, at most ``capacity`` G >= 0 per
+    key (0 keeps nothing)."""
 
     def __init__(self, ngram_size: int, capacity: int) -> None:
         if ngram_size < 2:

@@ -3,21 +3,9 @@
     python -m lp_runtime.report outputs/multirun/2026-11-30_10-00-00
     python -m lp_runtime.report outputs/a.jsonl outputs/b.jsonl --baseline outputs/a.jsonl --out outputs/report
 
-One row per run (an answers file; folders are searched for ``*.jsonl`` files that have a ``.summary.json`` or
-``.settings.json`` beside them):
-
-- the settings that differ between the runs (from each file's ``.settings.json``, else its summary's config);
-- ``questions`` and ``turns``; ``S`` (step compression), ``acc/step`` (mean accepted tokens), ``tok/s`` and
-  ``ms/step``, all from the answers by ``lp_runtime.metrics.summarize``;
-- ``speedup``: tok/s over the baseline run's (``--baseline``: a path or a row number; default the first greedy
-  run, ``decoding.method=greedy`` with temperature 0, else the first run);
-- ``identical``: for greedy runs (temperature 0) against a greedy baseline, the questions answered by both whose
-  output tokens are the same in every turn, over the questions answered by both.
-
-The table is printed and written to ``report.csv``, ``report.json``, ``report.md`` and, when matplotlib is
-installed, ``report.png`` (S and speedup per run) in ``--out`` (default: the first PATH if it is a folder, else
-the folder of the first file). ``format_table`` and ``write_results`` also lay out ``scripts/bench.py``'s table.
-"""
+One row per run: the settings that differ between runs, S, accepted tokens per step, tok/s, ms/step, speedup over
+the baseline run (default the first greedy run) and, for greedy runs, how many answers are token-identical to it.
+Written to ``report.csv``, ``.json``, ``.md`` and (with matplotlib) ``.png`` in ``--out``."""
 from __future__ import annotations
 
 import argparse
@@ -58,9 +46,8 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
 
 
 def jobs_without_answers(paths: Sequence[str]) -> list[str]:
-    """Runs Hydra started under the folders in ``paths`` (each holds ``.hydra/overrides.yaml``) that hold no
-    answer: a sweep job that was refused, failed or has not run yet. ``"<folder> (<its overrides>)"`` each, the
-    folder relative to the PATH given, in job order."""
+    """``"<folder> (<its overrides>)"`` for each Hydra job under ``paths`` (``.hydra/overrides.yaml``)
+    that holds no answer (refused, failed or not run yet), in job order."""
     from omegaconf import OmegaConf
 
     out = []
@@ -106,8 +93,8 @@ def differing_keys(runs: Sequence[dict]) -> list[str]:
 
 
 def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
-    """Index of the baseline run: ``choice`` as a row number or a path (or path suffix), else the first greedy
-    run (``decoding.method=greedy`` and temperature 0), else 0."""
+    """Index of the baseline run: ``choice`` as a row number or a path (suffix), else the first greedy run,
+    else 0."""
     if choice is not None:
         if choice.isdigit() and int(choice) < len(runs):
             return int(choice)
@@ -172,11 +159,8 @@ def fmt(v: Any, spec: str) -> str:
 def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None, *,
                  columns: Sequence[tuple[str, Callable[[dict], str]]], left: int = 2,
                  markdown: bool = False) -> str:
-    """A fixed-width text table of ``table``'s rows (``groups``: rows whose ``group`` is listed, default all).
-
-    ``columns``: (header, row -> cell text) pairs; the first ``left`` columns are left-aligned, the rest
-    right-aligned. ``markdown``: a GitHub markdown table instead of plain text.
-    """
+    """A fixed-width (or, ``markdown``, GitHub markdown) table of ``table``'s rows whose ``group`` is in
+    ``groups`` (default all). ``columns``: (header, row -> cell) pairs; the first ``left`` are left-aligned."""
     head = tuple(h for h, _ in columns)
     lines = [tuple(cell(r) for _, cell in columns) for r in table if groups is None or r["group"] in groups]
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
@@ -191,8 +175,7 @@ def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None, 
 
 def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], extra: dict[str, Any], *,
                   columns: Sequence[str], name: str) -> dict[str, str]:
-    """``<name>.csv`` (the table's ``columns``), ``<name>.json`` (table, per-prompt rows with output ids, ``extra``)
-    in ``out_dir``; returns their paths."""
+    """Write ``<name>.csv`` (``columns``) and ``<name>.json`` (table, rows, ``extra``) in ``out_dir``; their paths."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"csv": os.path.join(out_dir, f"{name}.csv"), "json": os.path.join(out_dir, f"{name}.json")}
     with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
@@ -203,8 +186,6 @@ def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], ext
     with open(paths["json"], "w", encoding="utf-8") as f:
         json.dump({**extra, "table": list(table), "rows": list(rows)}, f, indent=1)
     return paths
-
-
 
 
 def _cell(v: Any) -> str:
@@ -253,8 +234,7 @@ def plot(rows: Sequence[dict], out_dir: str) -> Optional[str]:
 
 def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Optional[str] = None,
            figure: bool = True) -> dict[str, Any]:
-    """Build, print and write the table; returns ``{"rows", "keys", "text", "files", "missing"}`` (``missing``:
-    ``jobs_without_answers``, also listed under the table). Raises ``ReportError``."""
+    """Build, print and write the table; ``{"rows", "keys", "text", "files", "missing"}``. Raises ``ReportError``."""
     missing = jobs_without_answers(paths)
     try:
         found = find_runs(paths)

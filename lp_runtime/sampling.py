@@ -1,17 +1,9 @@
 """Logits processing and seeded draws shared by plain and lookahead decoding (docs/design.md section 1).
 
-Processing is transformers' own: ``RepetitionPenaltyLogitsProcessor``, ``SuppressTokensLogitsProcessor``, then
-(when sampling)
-``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``, ``MinPLogitsWarper`` -- the
-classes and the order ``generate`` uses (``GenerationMixin._get_logits_processor``), each added only when it
-changes anything, as ``generate`` does. Every kept position is processed against its OWN prefix: the
-accepted sequence (prompt + output so far) plus, for a candidate tree node, the tokens of its path.
-
-Random draws are keyed, not streamed: the uniforms that decide the token at absolute sequence position t are
-``uniforms(seed, t, n)``, a generator seeded by (seed, t). Each position's token is decided exactly once on
-the realised path, so draws for different decisions are independent; and whichever LP rank computes a
-position draws the same numbers, so the output does not depend on the LP degree (docs/design.md section 6.5).
-"""
+Processing is transformers' own processors in ``generate``'s order, each row processed against its own prefix (the
+accepted sequence plus, for a tree node, its path). Draws are keyed, not streamed: the uniforms deciding the token
+at sequence position t are ``uniforms(seed, t, n)``, so whichever LP rank computes a position draws the same
+numbers and the output does not depend on the LP degree (docs/design.md section 6.5)."""
 from __future__ import annotations
 
 import dataclasses
@@ -59,14 +51,9 @@ _SETTING = {RepetitionPenaltyLogitsProcessor: "repetition_penalty", SuppressToke
 
 
 def check_processors(processors: Sequence, cfg: Optional[SamplingConfig] = None) -> list:
-    """Return ``processors`` as a list; raise ``ValueError`` naming the first one we cannot apply per position, or
-    one given twice: two of one class, or one of a class that ``cfg``'s settings build too (``build_processors``).
-    Applied twice, a processor compounds (two repetition penalties of 1.3 act as one of 1.69), so, as
-    transformers' ``generate`` does, it is refused rather than applied twice.
-
-    Only processors whose output for a row depends on that row's prefix and scores alone are exact under
-    lookahead verification; these are the classes of ``SUPPORTED_PROCESSORS``.
-    """
+    """Return ``processors`` as a list; ``ValueError`` naming the first one not in ``SUPPORTED_PROCESSORS``
+    (only those depend on a row's prefix and scores alone), or one given twice (two of one class, or one of a
+    class ``cfg`` builds too): applied twice a processor would compound."""
     names = ", ".join(c.__name__ for c in SUPPORTED_PROCESSORS)
     built = {type(p) for p in build_processors(cfg)} if cfg is not None else set()
     seen: set = set()
@@ -87,10 +74,9 @@ def check_processors(processors: Sequence, cfg: Optional[SamplingConfig] = None)
 
 
 # ------------------------------------------------------------------------------ the model's generation defaults
-# Policy: the model's generation_config.json is applied only with ``sampling=model`` (``SamplingConfig.from_model``);
-# otherwise the run uses the sampling group's settings and warns once per model when the model asks for
-# processing that the run does not do. The fields below are what ``generate`` turns into processing
-# (``GenerationMixin._get_logits_processor``) beyond the ones ``model_sampling`` takes, with their "off" values.
+# The model's generation_config is applied only with ``sampling=model``; otherwise a run warns once per model when
+# it asks for processing the run does not do. Below: what ``generate`` turns into processing beyond the fields
+# ``model_sampling`` takes, with their "off" values.
 _TAKEN = ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "suppress_tokens")
 _UNSUPPORTED = {
     "no_repeat_ngram_size": (None, 0), "encoder_repetition_penalty": (None, 1.0),
@@ -104,7 +90,9 @@ _UNSUPPORTED_SAMPLING = {"typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0)
                          "top_h": (None,)}
 
 
-def _asked(gen_cfg: Any, table: dict) -> dict[str, Any]:
+def _unsupported(gen_cfg: Any) -> dict[str, Any]:
+    """The fields of ``gen_cfg`` that ask for processing lp_runtime cannot apply exactly, with their values."""
+    table = {**_UNSUPPORTED, **(_UNSUPPORTED_SAMPLING if getattr(gen_cfg, "do_sample", None) else {})}
     out = {}
     for name, off in table.items():
         value = getattr(gen_cfg, name, None)
@@ -114,19 +102,13 @@ def _asked(gen_cfg: Any, table: dict) -> dict[str, Any]:
 
 
 def model_sampling(gen_cfg: Any, base: SamplingConfig) -> SamplingConfig:
-    """``base`` with temperature, top_k, top_p, min_p, repetition_penalty and suppress_tokens taken from a model's
-    ``generation_config`` as ``generate`` would apply them (unset fields take ``generate``'s defaults: greedy,
-    top_k 50 when sampling); ``seed`` and ``category_temperature`` stay ``base``'s.
-
-    Raises ``ConfigError`` naming every field the model sets that lp_runtime cannot apply exactly
-    (``no_repeat_ngram_size``, ``bad_words_ids``, ``begin_suppress_tokens``, ...).
-    """
+    """``base`` with the sampling fields taken from a model's ``generation_config`` as ``generate`` applies them
+    (unset: greedy, top_k 50 when sampling); ``seed`` and ``category_temperature`` stay ``base``'s. Raises
+    ``ConfigError`` naming every field lp_runtime cannot apply exactly (``no_repeat_ngram_size``, ...)."""
     if gen_cfg is None:
         raise ConfigError("sampling=model needs the model's generation_config; this model has none")
     do_sample = bool(getattr(gen_cfg, "do_sample", None))
-    bad = _asked(gen_cfg, _UNSUPPORTED)
-    if do_sample:
-        bad.update(_asked(gen_cfg, _UNSUPPORTED_SAMPLING))
+    bad = _unsupported(gen_cfg)
     if bad:
         listed = ", ".join(f"{k}={v!r}" for k, v in bad.items())
         raise ConfigError(f"sampling=model: the model's generation_config asks for {listed}, which lp_runtime cannot "
@@ -161,10 +143,7 @@ def unapplied_model_defaults(gen_cfg: Any, cfg: SamplingConfig) -> list[str]:
     if getattr(gen_cfg, "do_sample", None) and not cfg.do_sample:
         shown = {k: getattr(gen_cfg, k, None) for k in ("temperature", "top_k", "top_p", "min_p")}
         out.append("do_sample=True (" + ", ".join(f"{k}={v}" for k, v in shown.items() if v is not None) + ")")
-    asked = _asked(gen_cfg, _UNSUPPORTED)
-    if getattr(gen_cfg, "do_sample", None):
-        asked.update(_asked(gen_cfg, _UNSUPPORTED_SAMPLING))
-    out += [f"{k}={v!r}" for k, v in asked.items()]
+    out += [f"{k}={v!r}" for k, v in _unsupported(gen_cfg).items()]
     return out
 
 
@@ -201,17 +180,14 @@ def uniforms(seed: int, position: int, n: int) -> list[float]:
 
 
 class Sampler:
-    """Processing and per-position decisions for one decode (a ``SamplingConfig`` plus extra processors).
+    """Processing and per-position decisions for one decode.
 
     Args:
         cfg: the sampling settings (``temperature == 0`` = greedy).
-        extra: further processors (instances of ``SUPPORTED_PROCESSORS``) applied after ``cfg``'s; one of a
-            class ``cfg`` builds too, or two of one class, raise ``ValueError`` (``check_processors``).
-        generation_config: the model's ``generation_config``; read only when ``cfg.from_model``
-            (``model_sampling``, ``ConfigError`` for what it cannot apply).
+        extra: further processors after ``cfg``'s (``check_processors``: ``ValueError``).
+        generation_config: the model's; read only when ``cfg.from_model`` (``model_sampling``: ``ConfigError``).
 
-    ``active`` is False for plain greedy with no processors: the decoder then keeps its raw-argmax path.
-    """
+    ``active`` is False for plain greedy with no processors: the decoder then keeps its raw-argmax path."""
 
     def __init__(self, cfg: Optional[SamplingConfig] = None, extra: Sequence = (), generation_config: Any = None) -> None:
         cfg = cfg if cfg is not None else SamplingConfig()
@@ -246,14 +222,11 @@ class Sampler:
 
     def decide(self, logits_RV: torch.Tensor, history: Sequence[int], suffixes: Sequence[Sequence[int]],
                children: Sequence[Sequence[int]]) -> list[int]:
-        """The token each kept position contributes to verification (one int per row, layout order).
+        """The token each kept row contributes to verification (one int per row, layout order).
 
-        Row r is a node of the candidate tree (or the root ``c``): ``suffixes[r]`` its path's tokens after
-        ``history`` and ``children[r]`` the distinct draft tokens to try there (``verify.node_children``).
-        Greedy: the argmax of the processed scores. Sampling: the node's outcome under sequential rejection
-        of its children (``verify.node_outcome``), with draws keyed by the absolute position of the token it
-        decides, ``len(history) + len(suffixes[r])``.
-        """
+        ``suffixes[r]``: row r's path after ``history``; ``children[r]``: its distinct draft tokens. Greedy: the
+        argmax of the processed scores. Sampling: ``verify.node_outcome`` with draws keyed by the position of
+        the token it decides, ``len(history) + len(suffixes[r])``."""
         scores = self.process(logits_RV, history, suffixes)
         if not self.do_sample:
             return scores.argmax(dim=-1).tolist()

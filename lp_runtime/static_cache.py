@@ -1,23 +1,10 @@
-"""A preallocated KV cache written by slot: a step's entries go to slots ``past .. past+q-1``, committing moves
-the accepted ones to the end of the prefix, and no step concatenates or reallocates (issue 19, item 1).
+"""A preallocated KV cache written by slot (gpt-fast's static cache) behind transformers' public ``Cache``
+interface, so the model's forward and ``kv.commit`` use it as a ``DynamicCache``.
 
-It composes transformers' public ``Cache`` interface (a ``Cache`` subclass whose layers are
-``CacheLayerMixin``), so the model's forward uses it as it uses a ``DynamicCache``, and ``kv.commit`` (which
-reads ``get_seq_length``, ``layers[i].keys/.values`` and ``crop``) commits it unchanged.
-
-Two ways to write:
-
-* by length (the eager path, ``static_past is None``): layer ``update`` writes the q new entries at
-  ``length .. length+q-1`` and returns views of the first ``length+q`` slots, exactly what a ``DynamicCache``
-  returns, so the caller's dense 4D mask ``(1, 1, q, past+q)`` and the attention are unchanged;
-* by a device position (the captured path, ``static_past`` a 0-d int64 tensor): ``update`` writes at
-  ``static_past + arange(q)`` with ``index_copy_`` and returns the whole buffers, whose shapes never change,
-  so one compiled graph serves every step of a bucket; ``attention.split_attention`` then reads the prefix
-  (slots < past) and the step's block. The host keeps the length (``set_length``) for the commit.
-
-Buffers are marked as static addresses (as transformers' ``StaticLayer`` does) so CUDA graphs can replay
-steps that write into them.
-"""
+By length (eager, ``static_past is None``): ``update`` writes at ``length .. length+q-1`` and returns the first
+``length+q`` slots, as a ``DynamicCache`` does. By a device position (captured, ``static_past`` a 0-d int64
+tensor): ``update`` writes at ``static_past + arange(q)`` and returns the whole buffers, whose shapes never change;
+``attention.split_attention`` masks the slots past the prefix. Buffers are static addresses for CUDA graphs."""
 from __future__ import annotations
 
 from typing import Optional
@@ -90,17 +77,11 @@ class SlotLayer(CacheLayerMixin):
 
 
 class SlotCache(Cache):
-    """A KV cache of ``max_len`` slots per layer (``num_layers`` layers), written in place.
+    """A KV cache of ``max_len`` slots in each of ``num_layers`` layers, written in place.
 
-    Args:
-        num_layers: the model's decoder layers (``config.num_hidden_layers``).
-        max_len: slots per layer: at least the prompt + new tokens + the largest step (a captured step of
-            bucket b writes b slots, its padding included). A write past it raises ``ValueError``.
-
-    Attributes:
-        static_past: None (write by length), or a 0-d int64 tensor on the model's device holding the committed
-            length (write by position; ``compiled.CapturedStep`` sets it). Marked as a static address.
-    """
+    ``max_len`` must hold the prompt + new tokens + the largest step (a write past it raises ``ValueError``).
+    ``static_past``: None (write by length) or a 0-d int64 device tensor holding the committed length (write by
+    position; ``compiled.CapturedStep`` sets it)."""
 
     def __init__(self, num_layers: int, max_len: int) -> None:
         if num_layers < 1 or max_len < 1:
@@ -135,6 +116,6 @@ class SlotStep(EagerStep):
         self.cache = SlotCache.for_model(model, max_len)
 
     def new_cache(self) -> SlotCache:
-        """This step's one cache, emptied."""
+        """This step's one cache, emptied (its buffers keep their addresses: compiled graphs write them)."""
         self.cache.reset()
         return self.cache

@@ -1,17 +1,9 @@
-"""The one place that calls the model for a decoding step: step inputs -> step outputs (docs/architecture.md).
+"""The one place that calls the model for a decoding step: ``StepInputs`` -> ``StepOutputs`` (docs/architecture.md).
 
-A lookahead step feeds a token tree (paper section 3.3, Figure 3; ``layout.py``): explicit positions (several
-tokens may share one), a float additive 4D mask over the committed cache and the step, and the in-step indices
-whose logits rows are kept. ``EagerStep`` runs it through the model's public forward (``input_ids``,
-``position_ids``, ``attention_mask``, ``past_key_values``, ``logits_to_keep``) on a transformers
-``DynamicCache``, and owns that cache's life: ``new_cache``, ``prefill``, ``__call__`` (one step) and
-``commit`` (keep the accepted part of the step's KV). Another implementation (a static cache, a captured
-step) replaces it by passing ``Decoder(..., step=...)`` an object with the same four methods.
-
-Outputs are kept on the device (no host sync here): the argmax of every kept row, whether the row is finite,
-the raw rows (for the sampler), and on request the top-k token ids of every kept row (``StepOutputs.topk``,
-for a proposer with ``topk`` > 0, e.g. a successor table).
-"""
+``EagerStep`` feeds the step's token tree (paper section 3.3; ``layout.py``) through the model's public forward on
+a ``DynamicCache`` and owns that cache (``new_cache``, ``prefill``, ``__call__``, ``commit``); another step (e.g.
+``compiled.CapturedStep``) is any object with those four methods, passed as ``Decoder(..., step=...)``. Outputs
+stay on the device (no host sync here)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -61,6 +53,14 @@ class StepOutputs:
     finite: torch.Tensor
     topk: Optional[torch.Tensor] = None
 
+    @classmethod
+    def of(cls, logits_KV: torch.Tensor, topk: int = 0) -> "StepOutputs":
+        """The outputs of raw logits (k, V), argmax and finiteness in one reduction (a row's max is NaN, +inf, or
+        -inf when all are, exactly when the row is unusable); the top-``topk`` ids when ``topk`` > 0."""
+        values, argmax = logits_KV.max(dim=-1)
+        top = torch.topk(logits_KV, topk, dim=-1).indices if topk > 0 else None
+        return cls(logits_KV, argmax, torch.isfinite(values), top)
+
     def tokens(self) -> torch.Tensor:
         """int64 (k,): the argmax, ``NONFINITE`` where the row is not finite (on the device: no host sync)."""
         return torch.where(self.finite, self.argmax, torch.full_like(self.argmax, NONFINITE))
@@ -71,31 +71,18 @@ class StepRows:
     """A step's kept rows as a proposer sees them (``Proposer.observe`` when its ``topk`` > 0).
 
     Attributes:
-        tokens: the input token id of each kept row (the token whose successor the row predicts): ``c``, then
-            the window's columns in order (their newest level), then the fed tree nodes in tree order; under LP
-            every rank's rows (they travel in the step's one all-gather, ``parallel.LPGroup.merge``).
+        tokens: the input token of each kept row: ``c``, the window columns (newest level), then the fed tree
+            nodes in tree order; under LP every rank's rows (``parallel.LPGroup.merge``).
         topk: int64 (k, K) the top-K successor ids of each row (``StepOutputs.topk``), rows as ``tokens``.
-        nodes: the fed tree nodes' indices in the PROPOSED tree (the policy may feed a subset), one per node row.
-    """
+        nodes: the fed tree nodes' indices in the PROPOSED tree (the policy may feed a subset), one per node row."""
 
     tokens: list[int]
     topk: torch.Tensor
     nodes: tuple = ()
 
 
-def finite_argmax(logits_KV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(argmax int64 (K,), finite bool (K,)) of raw logits (K, V) in one reduction: a row's max is NaN if the
-    row holds a NaN, +inf if it holds +inf, -inf if every entry is -inf; all three make the row unusable."""
-    values, index = logits_KV.max(dim=-1)
-    return index, torch.isfinite(values)
-
-
 class EagerStep:
-    """Steps through the model's eager forward on a ``DynamicCache`` (see the module docstring).
-
-    Args:
-        model: a transformers causal LM; never modified.
-    """
+    """Steps through the model's eager forward on a ``DynamicCache``; ``model`` is never modified."""
 
     def __init__(self, model) -> None:
         self.model = model
@@ -115,10 +102,7 @@ class EagerStep:
         """ONE forward pass of ``inputs`` after ``cache`` (appending q entries to it)."""
         out = self.model(input_ids=inputs.ids, position_ids=inputs.positions, attention_mask=inputs.mask,
                          past_key_values=cache, use_cache=True, logits_to_keep=inputs.keep)
-        logits = out.logits[0]
-        argmax, finite = finite_argmax(logits)
-        top = torch.topk(logits, topk, dim=-1).indices if topk > 0 else None
-        return StepOutputs(logits, argmax, finite, top)
+        return StepOutputs.of(out.logits[0], topk)
 
     def commit(self, cache: DynamicCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:
         """Keep the first ``num_keep`` of the last step's ``num_fed`` entries, then those at step offsets

@@ -1,20 +1,10 @@
-"""Stopping: cut a step's accepted run at the first token that ends generation (docs/design.md section 1).
+"""Stopping: cut a step's accepted run at the first token that ends generation (docs/design.md section 1),
+so nothing after it is emitted, streamed, counted or cached. Checked token by token: EOS ("stop"), a completed stop
+string ("stop"), the budget ("length"); EOS and stop strings win over the budget on the same token.
 
-A step may accept several tokens at once; everything after the first stop condition is dropped, so it is
-never emitted, streamed, counted or kept in the cache. Conditions, checked token by token in order: the
-token is in the EOS set (finish reason "stop"), the token completes a stop string in the decoded output
-("stop"), the token reaches ``max_new_tokens`` ("length"). EOS and stop strings win over the budget when
-the same token meets both.
-
-Stop strings are matched by transformers' ``StopStringCriteria`` (the matcher ``generate`` uses), called
-after every accepted token on the output's tail, so a stop string whose characters span any number of
-tokens (a byte-level BPE splits one emoji into 3 tokens, "日本語" into 6) is found at the token that completes
-it, wherever it began: in an earlier step or earlier in the same accepted run. Like ``generate``, a token that
-completes a stop string and carries text past it still ends generation there. Only the generated text is
-searched (a stop string that begins in the prompt does not count). Tokenizers without a vocabulary to
-precompute from (``get_vocab``), or with one transformers cannot probe (word-level), fall back to decoding the
-output and searching the text.
-"""
+Stop strings are matched by transformers' ``StopStringCriteria`` (as ``generate``) on the generated text only,
+after every accepted token, so a string spanning any number of tokens or steps is found at the token completing
+it; tokenizers it cannot probe (word-level) fall back to searching the decoded text."""
 from __future__ import annotations
 
 import functools
@@ -25,9 +15,8 @@ import torch
 
 @functools.lru_cache(maxsize=16)
 def _criteria(tokenizer, stop_strings: tuple[str, ...]):
-    """``StopStringCriteria`` for this tokenizer and these strings (building one scans the vocabulary: ~1 s), or
-    None where transformers cannot probe the vocabulary (a word-level one, e.g. a ``tokenizers`` WordLevel model:
-    its probe raises ``ValueError: substring not found``); the caller then matches the decoded text."""
+    """``StopStringCriteria`` for this tokenizer and strings (~1 s to build), or None where transformers
+    cannot probe the vocabulary (word-level: ``ValueError: substring not found``)."""
     from transformers.generation.stopping_criteria import StopStringCriteria
 
     try:
@@ -41,11 +30,9 @@ class StopChecker:
 
     Args:
         max_new_tokens: budget in tokens (>= 1).
-        eos_token_ids: ids that end generation (may be empty: then only the budget and stop strings stop it).
-        stop_strings: texts that end generation once the generated text contains them (non-empty strings).
-        tokenizer: needed only with stop strings (a transformers tokenizer, or any object with ``decode``).
-            Raises ``ValueError`` if missing then.
-    """
+        eos_token_ids: ids that end generation (may be empty).
+        stop_strings: non-empty texts that end generation once the generated text contains them.
+        tokenizer: needed with stop strings (``ValueError`` if missing then)."""
 
     def __init__(self, max_new_tokens: int, eos_token_ids: Iterable[int] = (),
                  stop_strings: Sequence[str] = (), tokenizer=None) -> None:

@@ -1,10 +1,6 @@
-"""Verification branch: choose the accepted tokens of a step (paper section 3.2 and Algorithm 2, appendix A).
-
-Greedy verification is a pure function over token ids; sampling verification (appendix B) a pure function
-over processed probability rows, candidates and uniform draws (``node_outcome`` per node, then
-``walk_outcomes``). No model needed. A row that was not finite carries ``step.NONFINITE`` (-1), which no
-token equals: verification rejects every candidate under it.
-"""
+"""Verification branch: choose the accepted tokens of a step (paper section 3.2, Algorithm 2; appendix B for
+sampling). Pure functions, no model. A row that was not finite carries ``step.NONFINITE`` (-1), which no token
+equals, so verification rejects every candidate under it."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -23,18 +19,13 @@ def greedy_verify(next_token: int, tokens: Sequence[int], parents: Sequence[int]
         tokens, parents: the candidate tree (``tree.CandidateTree``; parent -1 = ``c``, parents first).
         node_argmax: the argmax at each node (what the model predicts after the node's path).
 
-    A node is verified when its parent is (the root always is) and its token equals the argmax at its parent
-    (x1 at the root). The deepest verified node wins (the first in tree order on ties, which for separate
-    chains is the first candidate); the step accepts its path plus the bonus token predicted after it, so
-    1 .. depth+1 tokens. Shared prefixes give at most one verified child per node; duplicated siblings
-    (separate chains) are all checked.
+    A node is verified when its parent is and its token equals the argmax at its parent (x1 at the root). The
+    deepest verified node wins (the first in tree order on ties); the step accepts its path plus the bonus token.
 
     Returns:
         (accepted token ids, node indices of the accepted path, root child first; [] when none matched).
 
-    Example (tree: 7 -> 8 -> 9 and 7 -> 3; argmax 8 after 7, 4 after 7 8, ...)::
-
-        >>> greedy_verify(7, [7, 8, 3, 9], [-1, 0, 0, 1], [8, 9, 0, 4])
+        >>> greedy_verify(7, [7, 8, 3, 9], [-1, 0, 0, 1], [8, 9, 0, 4])   # tree 7 -> 8 -> 9 and 7 -> 3
         ([7, 8, 9, 4], [0, 1, 3])
         >>> greedy_verify(7, [6, 8], [-1, 0], [8, 9])
         ([7], [])
@@ -60,13 +51,10 @@ def greedy_verify(next_token: int, tokens: Sequence[int], parents: Sequence[int]
 def node_outcome(probs, children: Sequence[int], u: Sequence[float]) -> int:
     """One trie node of sampling verification: try the draft tokens ``children`` in order, then the residual.
 
-    ``probs``: the node's processed distribution, float (V,) tensor (or sequence), non-negative, sum > 0.
-    ``u``: ``len(children) + 1`` uniforms in [0, 1). Draft d (a point mass) is accepted with probability
-    min(1, p(d) / 1) = p(d) under the current residual p; on rejection p(d) is set to 0 and p renormalised.
-    When every child is rejected, the token is drawn from the residual by inverse CDF with the last uniform,
-    so it is never a child. The returned token is therefore distributed exactly as ``probs`` (the accepted
-    child, or the residual sample that ends the step).
-    """
+    ``probs``: the node's processed distribution, float (V,), non-negative, sum > 0; ``u``: ``len(children) + 1``
+    uniforms in [0, 1). Draft d is accepted with probability p(d) under the current residual p; on rejection p(d) is
+    set to 0 and p renormalised; when every child is rejected the token is drawn from the residual by inverse CDF.
+    The returned token is distributed exactly as ``probs``."""
     p = torch.as_tensor(probs, dtype=torch.float64)
     total = float(p.sum())
     rejected: list[int] = []
@@ -89,13 +77,9 @@ def node_outcome(probs, children: Sequence[int], u: Sequence[float]) -> int:
 
 def walk_outcomes(next_token: int, tokens: Sequence[int], parents: Sequence[int],
                   node_out: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Accepted tokens of a sampling step from per-node outcomes (``node_outcome`` at every kept node).
-
-    ``next_token``: the outcome at ``c``; ``node_out[i]``: the outcome at node i (the token decided after
-    node i's path). A node's outcome is an accepted draft exactly when some child carries it, so the walk
-    moves to the FIRST child with that token while there is one, and stops after a residual or bonus sample.
-
-    Returns (accepted tokens, node indices of the accepted path).
+    """Accepted tokens of a sampling step from per-node outcomes (``node_outcome`` at every kept node):
+    (accepted tokens, node indices of the accepted path). The walk moves to the FIRST child carrying the outcome
+    while there is one, and stops after a residual or bonus sample.
 
         >>> walk_outcomes(7, [7, 8, 3], [-1, 0, 0], [5, 0, 9])   # 7 accepted, then 5 is a residual sample
         ([7, 5], [0])

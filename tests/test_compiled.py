@@ -118,7 +118,7 @@ def test_refusals(captured):
 
 def test_step_latency_times_both_paths(captured):
     """One curve per path, each q once through the step's methods; the cache is left as it was."""
-    from lp_runtime.compiled import step_latency
+    from scripts.device_check import step_latency
     from lp_runtime.step import EagerStep
 
     for step in (EagerStep(tiny_llama(layers=1)), captured):
