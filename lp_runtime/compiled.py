@@ -211,6 +211,31 @@ class CapturedStep:
         self.cache.set_length(past + q)
         return logits[: keep.numel()]
 
+    @property
+    def latency_variant(self) -> str:
+        """How ``latency.model_profile`` names this step's profile: ``captured-<backend>`` (kept apart from the
+        eager profile of the same model, device and dtype)."""
+        return f"captured-{self.backend}"
+
+    def latency_qs(self) -> tuple[int, ...]:
+        """The step sizes a profile of this step is measured at: every bucket b and b + 1 (which runs in the next
+        bucket), so the curve, interpolated linearly, is the bucket step function: free tokens up to b, a jump at
+        b + 1. ``policy.CostPolicy`` then feeds up to a bucket's size whenever the extra tokens are free.
+
+        >>> CapturedStep.latency_qs(type("S", (), {"buckets": (1, 2, 4, 8)})())
+        (1, 2, 3, 4, 5, 8)
+        """
+        return tuple(sorted(set(self.buckets) | {b + 1 for b in self.buckets[:-1]}))
+
+    def measure_latency(self, qs: Sequence[int], reps: int = 2, warmup: int = 1) -> dict[int, float]:
+        """{q: median seconds of the step q runs as} (``latency.Measure``): each bucket timed once by
+        ``step_latency`` (after a 200-token prefix, or what the slots leave) and given to every q it holds; a q past
+        the largest bucket runs (and is timed) eagerly."""
+        shape = {q: bucket_for(q, self.buckets) if q <= self.buckets[-1] else q for q in qs}
+        prefix = min(200, self.cache.max_len - max(shape.values()))  # latency.CACHE_TOKENS where the slots allow
+        times = step_latency(self, sorted(set(shape.values())), cache_tokens=prefix, reps=reps, warmup=warmup)
+        return {q: times[s] for q, s in shape.items()}
+
     def warm_up(self, log: Optional[Callable[[str], None]] = print) -> float:
         """Capture (record or compile) every bucket: three calls each on a scratch cache state, which is reset
         after. Returns the seconds it took and logs one line saying so."""
