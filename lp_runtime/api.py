@@ -56,7 +56,7 @@ class LookaheadGenerator:
         check_limits(model, decoding, generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
         # decoding=auto: the cost policy on this machine's latency profile (measured once, then read from the cache)
-        policy = auto_policy(model) if decoding.method == "auto" else None
+        policy = auto_policy(model, step=step) if decoding.method == "auto" else None
         self.decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, step_policy=policy, step=step)
 
     @classmethod

@@ -22,11 +22,23 @@ CALIBRATION_BUDGET_S = 90.0  # no further prompt is started after this many seco
 
 
 def auto_policy(model, *, model_id: Optional[str] = None, root: Optional[str] = None,
-                log: Callable[[str], None] = print, measure=None) -> CostPolicy:
+                log: Callable[[str], None] = print, measure=None, step=None) -> CostPolicy:
     """A ``CostPolicy`` on the model's latency profile (``latency.model_profile`` under ``model_id``, default
-    ``models.model_id_of(model)``): what ``decoding=auto`` decodes with. Pass it as the decoder's step policy."""
-    profile = model_profile(model, model_id or model_id_of(model), root=root, log=log, measure=measure)
+    ``models.model_id_of(model)``): what ``decoding=auto`` decodes with. Pass it as the decoder's step policy.
+    ``step``: the decoder's step when it is not the eager one (``compiled.CapturedStep``): the profile is then
+    measured on that step, per bucket (``step_timing``), so the policy prices what runs."""
+    profile = model_profile(model, model_id or model_id_of(model), root=root, log=log,
+                            **step_timing(step, measure))
     return CostPolicy(curve_of(profile))
+
+
+def step_timing(step, measure=None) -> dict[str, Any]:
+    """``latency.model_profile``'s timing arguments for a decoder's ``step``: a captured step's own
+    ``measure_latency`` at its ``latency_qs`` under its ``latency_variant``; {} (the eager forward) for None or an
+    eager step. An explicit ``measure`` (tests, scripts) wins over the step's."""
+    if step is None or not hasattr(step, "latency_qs"):
+        return {} if measure is None else {"measure": measure}
+    return {"measure": measure or step.measure_latency, "qs": step.latency_qs(), "variant": step.latency_variant}
 
 
 def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: float = 1.5,
@@ -126,14 +138,15 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
                  make_decoder: Callable[[DecodingConfig, CostPolicy], Any], model_name: Optional[str] = None,
                  fallback_questions: Sequence[Any] = (), max_new_tokens: int = CALIBRATION_TOKENS,
                  retune: Optional[bool] = None, root: Optional[str] = None, lp_size: int = 1, measure=None,
-                 clock: Callable[[], float] = time.monotonic) -> tuple[DecodingConfig, dict[str, Any]]:
+                 step=None, clock: Callable[[], float] = time.monotonic) -> tuple[DecodingConfig, dict[str, Any]]:
     """``decoding=auto`` for a loaded model: (the setting for ``lp_size`` ranks, a summary entry), after
     printing ONE line with the setting and the expected speedup over greedy. The profile is
-    ``latency.model_profile`` (``measure``: its timing); the speedup is ``calibrate`` of
-    ``make_decoder(setting, CostPolicy(curve))``, once per profile and setting, kept in the profile."""
+    ``latency.model_profile`` (``measure``: its timing; ``step``: the decoder's step, see ``auto_policy``); the
+    speedup is ``calibrate`` of ``make_decoder(setting, CostPolicy(curve))``, once per profile and setting, kept
+    in the profile."""
     limits = limits or DecodingConfig(method="auto")
-    profile = model_profile(model, model_id_of(model), retune=retune, root=root, measure=measure,
-                            log=lambda line: print(line, flush=True))
+    profile = model_profile(model, model_id_of(model), retune=retune, root=root,
+                            log=lambda line: print(line, flush=True), **step_timing(step, measure))
     curve = curve_of(profile)
     decoding = auto_decoding(curve, limits, lp_size)
     key = f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size} T{max_new_tokens}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -30,6 +31,7 @@ from .answers import write_json
 from .attention import use_split_attention
 from .bundled import cache_root
 from .checks import position_limit
+from .layout import MaskBuffer
 from .static_cache import SlotCache, SlotStep
 from .step import StepInputs, StepOutputs
 
@@ -173,6 +175,31 @@ class CapturedStep(SlotStep):
         self.cache.set_length(past + q)
         return logits[: keep.numel()]
 
+    @property
+    def latency_variant(self) -> str:
+        """How ``latency.model_profile`` names this step's profile: ``captured-<backend>`` (kept apart from the
+        eager profile of the same model, device and dtype)."""
+        return f"captured-{self.backend}"
+
+    def latency_qs(self) -> tuple[int, ...]:
+        """The step sizes a profile of this step is measured at: every bucket b and b + 1 (which runs in the next
+        bucket), so the curve, interpolated linearly, is the bucket step function: free tokens up to b, a jump at
+        b + 1. ``policy.CostPolicy`` then feeds up to a bucket's size whenever the extra tokens are free.
+
+        >>> CapturedStep.latency_qs(type("S", (), {"buckets": (1, 2, 4, 8)})())
+        (1, 2, 3, 4, 5, 8)
+        """
+        return tuple(sorted(set(self.buckets) | {b + 1 for b in self.buckets[:-1]}))
+
+    def measure_latency(self, qs: Sequence[int], reps: int = 2, warmup: int = 1) -> dict[int, float]:
+        """{q: median seconds of the step q runs as} (``latency.Measure``): each bucket timed once by
+        ``step_latency`` (after a 200-token prefix, or what the slots leave) and given to every q it holds; a q past
+        the largest bucket runs (and is timed) eagerly."""
+        shape = {q: bucket_for(q, self.buckets) if q <= self.buckets[-1] else q for q in qs}
+        prefix = min(200, self.cache.max_len - max(shape.values()))  # latency.CACHE_TOKENS where the slots allow
+        times = step_latency(self, sorted(set(shape.values())), cache_tokens=prefix, reps=reps, warmup=warmup)
+        return {q: times[s] for q, s in shape.items()}
+
     def warm_up(self, log: Optional[Callable[[str], None]] = print) -> float:
         """Capture every bucket (three calls each, then the cache is reset); returns and logs the seconds."""
         start = time.perf_counter()
@@ -214,6 +241,46 @@ class CapturedStep(SlotStep):
 
 # ------------------------------------------------------------------------------------- model.compile
 MAX_DEFAULT_LEN = 8192  # slots when the model states no smaller context (each captured step reads them all)
+
+
+def step_latency(step, qs: Sequence[int], *, cache_tokens: int = 200, reps: int = 5, warmup: int = 2,
+                 seed: int = 0) -> dict[int, float]:
+    """Median seconds of one decoding step of q tokens after a ``cache_tokens``-token prefix, for each q in ``qs``,
+    through any step with ``step.py``'s methods (``EagerStep``, ``CapturedStep``), so both paths are timed alike.
+
+    Random ids; a causal (1, 1, q, past+q) float mask from a ``layout.MaskBuffer`` built inside the timed region
+    (the decoder builds one per step); logits kept for the last half of the rows (as ``latency.measure_latency``);
+    the host waits for the device after each step. The step is committed away after every pass.
+    """
+    model, device = step.model, step.device
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    cache, buffer = step.new_cache(), MaskBuffer(model.dtype, device)
+    step.prefill(cache, torch.randint(0, vocab, (cache_tokens,), generator=gen).tolist())
+    curve = {}
+    with torch.inference_mode():
+        for q in qs:
+            ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
+            pos = torch.arange(cache_tokens, cache_tokens + q, device=device)[None]
+            inner = torch.full((q, q), torch.finfo(model.dtype).min, dtype=model.dtype, device=device).triu_(1)
+            keep = torch.arange(q - (q + 1) // 2, q, device=device)
+            times = []
+            for rep in range(warmup + reps):
+                _sync(device)
+                start = time.perf_counter()
+                mask = buffer.view(inner, cache_tokens) if q > 1 else None
+                step(cache, StepInputs(ids, pos, mask, keep))
+                _sync(device)
+                if rep >= warmup:
+                    times.append(time.perf_counter() - start)
+                step.commit(cache, q, 0)
+            curve[q] = statistics.median(times)
+    return curve
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def verdict_path(model, root: Optional[str] = None) -> str:

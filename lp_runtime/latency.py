@@ -226,34 +226,37 @@ def recheck(curve: Mapping[int, float], measure: Measure, qs: Sequence[int] = RE
 
 
 def _measure_robust(measure: Measure, log: Callable[[str], None], budget_s: float,
-                    clock: Callable[[], float]) -> list[dict[int, float]]:
-    """``measure_rounds``, and once more within the budget left when its rounds disagree."""
+                    clock: Callable[[], float], qs: Sequence[int] = LATENCY_QS) -> list[dict[int, float]]:
+    """``measure_rounds`` at ``qs``, and once more within the budget left when its rounds disagree."""
     start = clock()
-    rounds = measure_rounds(measure, budget_s=budget_s, clock=clock)
+    rounds = measure_rounds(measure, qs, budget_s=budget_s, clock=clock)
     q, ratio = disagreement(rounds)
     left = budget_s - (clock() - start)
     if ratio > OUTLIER_RATIO and left > 0:
         log(f"the latency rounds disagree (q={q}: slowest {ratio:.1f}x the fastest; the machine was busy?): "
             "measuring once more")
-        again = measure_rounds(measure, budget_s=left, clock=clock, first_warmup=0)
+        again = measure_rounds(measure, qs, budget_s=left, clock=clock, first_warmup=0)
         rounds = again if disagreement(again)[1] <= OUTLIER_RATIO else rounds + again
     return rounds
 
 
 def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, retune: Optional[bool] = None,
                   root: Optional[str] = None, log: Callable[[str], None] = print,
-                  budget_s: float = MEASURE_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+                  budget_s: float = MEASURE_BUDGET_S, clock: Callable[[], float] = time.monotonic,
+                  qs: Sequence[int] = LATENCY_QS, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
     """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype): measured on first
     use (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale.
     ``measure`` defaults to ``measure_latency``, ``retune`` to ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line
-    when it measures and why."""
+    when it measures and why. A step that is not the eager forward (``compiled.CapturedStep``) passes its
+    ``measure``, step sizes ``qs`` and a ``variant``, which keys its own profile (``<device>+<variant>``)."""
     if measure is None:
         def measure(qs, reps, warmup):
             return measure_latency(model, qs, reps=reps, warmup=warmup)
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     device, dtype = device_key(model), dtype_name(model)
+    device = device if variant == DEFAULT_VARIANT else f"{device}+{variant}"
     path = profile_path(model_id, device, dtype, root)
-    cached = None if retune else load_profile(path)
+    cached = None if retune else load_profile(path, _fingerprint(variant, qs, CACHE_TOKENS))
     measured_here = cached is not None and cached.get("source") == "measured"  # a given profile is kept as is
     verdict, reason = recheck(curve_of(cached), measure) if measured_here else ("ok", "")
     if verdict == "busy":
@@ -264,10 +267,11 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
         return cached
     why = f"the cached profile no longer matches this machine ({stale})" if stale else "once"
     log(f"measuring this machine's step latency for decoding=auto, {why}: {model_id}, {dtype} on {device}, "
-        f"{ROUNDS} rounds x {len(LATENCY_QS)} step sizes, at most ~{budget_s:.0f} s; cached in {path}")
+        f"{ROUNDS} rounds x {len(qs)} step sizes, at most ~{budget_s:.0f} s; cached in {path}")
     t0 = clock()
-    rounds = _measure_robust(measure, log, budget_s, clock)
-    profile = latency_profile(model_id, device, dtype, root=root, retune=True, measure=lambda: robust_curve(rounds))
+    rounds = _measure_robust(measure, log, budget_s, clock, qs)
+    profile = latency_profile(model_id, device, dtype, root=root, retune=True, measure=lambda: robust_curve(rounds),
+                              variant=variant, qs=qs)
     profile["rounds_s"] = [{str(q): t for q, t in sorted(r.items())} for r in rounds]
     profile["source"] = "measured"
     profile["measure_seconds"] = clock() - t0

@@ -4,8 +4,9 @@ Every prompt runs every (path, method) pair in turn (interleaved, so a slow spel
 alike); outputs must be token-identical across paths. Paths: ``eager`` (``step.EagerStep``, a growing
 DynamicCache), ``static`` (``static_cache.SlotStep``: the eager forward on a SlotCache), ``compiled``
 (``compiled.CapturedStep``: one compiled step per bucket; inductor on CPU, CUDA graphs on a GPU; compiled
-before timing, the time printed). Methods: ``greedy`` (one token a step) and ``lookahead`` (the default
-DecodingConfig, i.e. the CPU-tuned setting). ``--record`` stores the verdict ``model.compile=auto`` reads
+before timing, the time printed). Methods: ``greedy`` (one token a step), ``lookahead`` (the fixed preset of
+conf/decoding/lookahead.yaml) and ``auto`` (the default, decoding=auto: the cost policy on each path's own latency
+profile; the compiled path's is measured per bucket on its captured step). ``--record`` stores the verdict ``model.compile=auto`` reads
 (compiled vs eager, tokens/s over both methods).
 
 Run it alone on a quiet machine (timings under load mean nothing)::
@@ -25,6 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from lp_runtime.auto import auto_policy  # noqa: E402
 from lp_runtime.compiled import BUCKETS, CapturedStep, default_max_len, record_verdict  # noqa: E402
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
@@ -32,7 +34,9 @@ from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.static_cache import SlotStep  # noqa: E402
 
-METHODS = {"greedy": DecodingConfig(method="greedy"), "lookahead": DecodingConfig()}
+METHODS = {"greedy": DecodingConfig(method="greedy"),  # the presets of conf/decoding/ (auto: the product default)
+           "lookahead": DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10),
+           "auto": DecodingConfig(method="auto", window_size=0, ngram_size=6, guess_set_size=4, max_depth=24)}
 
 
 def prompts(tokenizer, num: int) -> list[list[int]]:
@@ -65,7 +69,9 @@ def run(args) -> dict:
     # the slots generate's compiled step gets (every captured step reads them all), unless --max-len says otherwise
     max_len = args.max_len or max(default_max_len(model), max(len(p) for p in todo) + args.max_new_tokens + 264)
     steps = steps_for(model, args.paths, max_len, args.buckets)
-    decoders = {(p, m): Decoder(model, METHODS[m], eos_token_ids=eos, tokenizer=tok, step=steps[p])
+    # decoding=auto prices each path on its own profile (the captured step's per bucket: auto.auto_policy)
+    decoders = {(p, m): Decoder(model, METHODS[m], eos_token_ids=eos, tokenizer=tok, step=steps[p],
+                                step_policy=auto_policy(model, step=steps[p]) if m == "auto" else None)
                 for p in args.paths for m in args.methods}
     for dec in decoders.values():  # untimed: kernels, allocator, the compiled graphs' first runs
         dec.generate(todo[0], max_new_tokens=min(8, args.max_new_tokens))
@@ -109,7 +115,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--paths", default="eager,static,compiled")
-    ap.add_argument("--methods", default="greedy,lookahead")
+    ap.add_argument("--methods", default="greedy,lookahead,auto")
     ap.add_argument("--buckets", default=",".join(map(str, BUCKETS)), help="compiled step buckets")
     ap.add_argument("--max-len", type=int, default=None,
                     help="static cache slots (default: compiled.default_max_len, what model.compile=true uses)")

@@ -26,20 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
-from typing import Sequence
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lp_runtime.compiled import BUCKETS, CapturedStep, bucket_for  # noqa: E402
+from lp_runtime.compiled import BUCKETS, CapturedStep, bucket_for, step_latency  # noqa: E402
 from lp_runtime.config import DecodingConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
-from lp_runtime.layout import MaskBuffer  # noqa: E402
-from lp_runtime.step import EagerStep, StepInputs  # noqa: E402
+from lp_runtime.step import EagerStep  # noqa: E402
 
 SHAPES = {  # LlamaConfig fields of the real models
     "smollm2_135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -51,46 +48,6 @@ SHAPES = {  # LlamaConfig fields of the real models
 }
 SETTINGS = ((0, 4, 2), (3, 4, 3), (15, 5, 15))  # the CPU default, the bench's windowed one, the paper's
 PROMPT_LEN, CACHE_TOKENS = 48, 200
-
-
-def step_latency(step, qs: Sequence[int], *, cache_tokens: int = 200, reps: int = 5, warmup: int = 2,
-                 seed: int = 0) -> dict[int, float]:
-    """Median seconds of one decoding step of q tokens after a ``cache_tokens``-token prefix, for each q in ``qs``,
-    through any step with ``step.py``'s methods (``EagerStep``, ``CapturedStep``), so both paths are timed alike.
-
-    Random ids; a causal (1, 1, q, past+q) float mask from a ``layout.MaskBuffer`` built inside the timed region
-    (the decoder builds one per step); logits kept for the last half of the rows (as ``latency.measure_latency``);
-    the host waits for the device after each step. The step is committed away after every pass.
-    """
-    model, device = step.model, step.device
-    vocab = model.config.get_text_config(decoder=True).vocab_size
-    gen = torch.Generator().manual_seed(seed)
-    cache, buffer = step.new_cache(), MaskBuffer(model.dtype, device)
-    step.prefill(cache, torch.randint(0, vocab, (cache_tokens,), generator=gen).tolist())
-    curve = {}
-    with torch.inference_mode():
-        for q in qs:
-            ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
-            pos = torch.arange(cache_tokens, cache_tokens + q, device=device)[None]
-            inner = torch.full((q, q), torch.finfo(model.dtype).min, dtype=model.dtype, device=device).triu_(1)
-            keep = torch.arange(q - (q + 1) // 2, q, device=device)
-            times = []
-            for rep in range(warmup + reps):
-                _sync(device)
-                start = time.perf_counter()
-                mask = buffer.view(inner, cache_tokens) if q > 1 else None
-                step(cache, StepInputs(ids, pos, mask, keep))
-                _sync(device)
-                if rep >= warmup:
-                    times.append(time.perf_counter() - start)
-                step.commit(cache, q, 0)
-            curve[q] = statistics.median(times)
-    return curve
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def log(*a) -> None:

@@ -118,13 +118,38 @@ def test_refusals(captured):
 
 def test_step_latency_times_both_paths(captured):
     """One curve per path, each q once through the step's methods; the cache is left as it was."""
-    from scripts.device_check import step_latency
+    from lp_runtime.compiled import step_latency
     from lp_runtime.step import EagerStep
 
     for step in (EagerStep(tiny_llama(layers=1)), captured):
         curve = step_latency(step, (1, 3, 8), cache_tokens=20, reps=2, warmup=1)
         assert sorted(curve) == [1, 3, 8] and all(0 < t < 5 for t in curve.values())
     assert captured.cache.get_seq_length() == 20
+
+
+def test_auto_prices_the_captured_buckets(captured, tmp_path):
+    """decoding=auto on a captured step (issue 19, item 2): the profile is measured on that step, per bucket, under
+    its own key, so the cost policy's curve is the bucket step function (q = 2..4 cost bucket 4, 5..8 bucket 8)."""
+    import json
+
+    from lp_runtime import auto, latency
+
+    assert captured.latency_qs() == (1, 2, 4, 5, 8)
+    times = captured.measure_latency([1, 2, 3, 4, 5, 8, 9], reps=1, warmup=0)  # 9: past the buckets, eager
+    assert sorted(times) == [1, 2, 3, 4, 5, 8, 9] and times[2] == times[3] == times[4] and times[5] == times[8]
+    assert auto.step_timing(None) == {} and auto.step_timing(None, measure=len) == {"measure": len}
+    policy = auto.auto_policy(captured.model, model_id="tiny", root=str(tmp_path), log=lambda line: None,
+                              step=captured)
+    device = latency.device_key(captured.model) + "+captured-aot_eager"
+    saved = json.loads(open(latency.profile_path("tiny", device, "float32", str(tmp_path))).read())
+    assert sorted(int(q) for q in saved["latency_s"]) == [1, 2, 4, 5, 8]
+    assert saved["fingerprint"]["variant"] == "captured-aot_eager" and saved["source"] == "measured"
+    curve = policy.curve
+    assert curve(2) == curve(3) == curve(4) and curve(5) == curve(6) == curve(7) == curve(8)
+    again = auto.auto_policy(captured.model, model_id="tiny", root=str(tmp_path), log=lambda line: None,
+                             step=captured, measure=lambda qs, reps, warmup: {q: saved["latency_s"][str(q)]
+                                                                             for q in qs})
+    assert again.curve.points == curve.points  # the cached profile of this variant is read, not re-measured
 
 
 def test_inductor_greedy_equals_eager():
