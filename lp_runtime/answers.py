@@ -251,14 +251,22 @@ RETIRED = {"decoding.lookup": "suffix", "decoding.tree": True, "decoding.ranking
            "decoding.cross_question": None, "decoding.ngram_keys": "all", "decoding.chain": True}
 
 
+GREEDY_IGNORES = tuple(f"decoding.{k}" for k in ("window_size", "ngram_size", "guess_set_size", "pool_from_prompt",
+                                                  "seed", "max_depth"))
+
+
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, recorded, current)`` for every compared key that differs; a key absent from ``recorded`` counts
-    as its default, a ``RETIRED`` key absent from ``current`` as its retired value."""
+    as its default, a ``RETIRED`` key absent from ``current`` as its retired value. Between two greedy runs the
+    lookahead parameters (``GREEDY_IGNORES``) are not compared: greedy decoding does not read them."""
     defaults = flatten(dataclasses.asdict(RunConfig()))
     missing = object()
+    greedy = recorded.get("decoding.method") == current.get("decoding.method") == "greedy"
     out = []
     for key in sorted(set(recorded) | set(current)):
         if key in NOT_COMPARED or (key not in current and key in RETIRED and recorded[key] == RETIRED[key]):
+            continue
+        if greedy and (key in GREEDY_IGNORES or key in RETIRED):
             continue
         old = recorded.get(key, defaults.get(key, missing))
         new = current.get(key, missing)

@@ -165,6 +165,21 @@ def test_settings_of_retired_levers_resume_only_at_todays_behaviour():
     assert answers.differences(old, current) == [("decoding.chain", False, None), ("decoding.lookup", "pool", None)]
 
 
+def test_greedy_runs_do_not_compare_lookahead_parameters():
+    """A greedy answers file resumes whatever W, N, G the record holds (greedy does not read them: a record
+    written under older defaults still resumes); anything greedy reads is still compared."""
+    cfg = RunConfig()
+    cfg.decoding.method = "greedy"
+    current = answers.run_settings(cfg, model_fingerprint="ab", world_size=1)
+    old = {**current, "decoding.ngram_size": 4, "decoding.guess_set_size": 2, "decoding.max_depth": 10,
+           "decoding.window_size": 3, "decoding.chain": False}
+    assert answers.differences(old, current) == []
+    old["sampling.temperature"] = 0.7
+    assert answers.differences(old, current) == [("sampling.temperature", 0.7, current["sampling.temperature"])]
+    lookahead = {**old, "decoding.method": "lookahead"}
+    assert ("decoding.method", "lookahead", "greedy") in answers.differences(lookahead, current)
+
+
 def test_model_fingerprint_follows_the_files_not_the_name(tmp_path):
     a = tmp_path / "a"
     a.mkdir()
