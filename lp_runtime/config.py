@@ -83,15 +83,20 @@ class DecodingConfig:
     the prompt and the output too, not only the window's n-grams), seed (initialises the window's level 0
     from the prompt reproducibly), max_depth (longest candidate continuation after a long suffix match;
     "paper" proposes N-1 tokens).
+
+    The defaults are the main job's (``conf/generate.yaml``'s ``decoding: auto``, ``conf/decoding/auto.yaml``):
+    method "auto", W=0, N=6, G=4, max_depth=24; ``decoding=lookahead`` (``conf/decoding/lookahead.yaml``, the
+    fastest fixed setting on the 2-core CPU) is ``DecodingConfig(method="lookahead", window_size=0, ngram_size=4,
+    guess_set_size=2, max_depth=10)``.
     """
 
-    method: str = "lookahead"
+    method: str = "auto"
     window_size: int = 0
-    ngram_size: int = 4
-    guess_set_size: int = 2
+    ngram_size: int = 6
+    guess_set_size: int = 4
     pool_from_prompt: bool = True
     seed: int = 0
-    max_depth: int = 10
+    max_depth: int = 24
 
     def __post_init__(self) -> None:
         _check(self.method in METHODS, f"decoding.method={self.method!r} is not allowed; use one of {', '.join(METHODS)}")

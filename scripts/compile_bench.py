@@ -4,8 +4,8 @@ Every prompt runs every (path, method) pair in turn (interleaved, so a slow spel
 alike); outputs must be token-identical across paths. Paths: ``eager`` (``step.EagerStep``, a growing
 DynamicCache), ``static`` (``static_cache.SlotStep``: the eager forward on a SlotCache), ``compiled``
 (``compiled.CapturedStep``: one compiled step per bucket; inductor on CPU, CUDA graphs on a GPU; compiled
-before timing, the time printed). Methods: ``greedy`` (one token a step) and ``lookahead`` (the default
-DecodingConfig, i.e. the CPU-tuned setting). ``--record`` stores the verdict ``model.compile=auto`` reads
+before timing, the time printed). Methods: ``greedy`` (one token a step) and ``lookahead`` (decoding=lookahead's
+W0 N4 G2, the CPU-tuned setting). ``--record`` stores the verdict ``model.compile=auto`` reads
 (compiled vs eager, tokens/s over both methods).
 
 Run it alone on a quiet machine (timings under load mean nothing)::
@@ -32,7 +32,7 @@ from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.static_cache import SlotStep  # noqa: E402
 
-METHODS = {"greedy": DecodingConfig(method="greedy"), "lookahead": DecodingConfig()}
+METHODS = {"greedy": DecodingConfig(method="greedy"), "lookahead": DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10)}
 
 
 def prompts(tokenizer, num: int) -> list[list[int]]:

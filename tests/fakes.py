@@ -17,6 +17,16 @@ TINY8 = dict(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_laye
              pad_token_id=None)
 
 
+def lookahead(**over):
+    """A fixed-setting ``DecodingConfig``: ``conf/decoding/lookahead.yaml``'s preset (method "lookahead", W=0,
+    N=4, G=2, max_depth=10), ``over`` replacing fields. ``DecodingConfig()`` itself is the main job's
+    ``decoding=auto``, which needs a latency profile."""
+    from lp_runtime.config import DecodingConfig
+
+    return DecodingConfig(**{"method": "lookahead", "window_size": 0, "ngram_size": 4, "guess_set_size": 2,
+                             "max_depth": 10, **over})
+
+
 def llama(**over):
     """A 2-layer random Llama over ``V`` = 96 ids (``initializer_range`` 0.3, so positions and masks move the
     argmax), context 256; ``over`` replaces config fields."""

@@ -9,17 +9,17 @@ which take seconds. decoding=auto on SmolLM2: test_auto_decoding.py.
 """
 import pytest
 
-from lp_runtime.config import DecodingConfig
 from lp_runtime.decoder import Decoder
 
 from exactness import SMOLLM2_NEW as NEW, assert_greedy_equal
+from fakes import lookahead
 
 
 @pytest.mark.parametrize("W,N,G,commit", [(0, 4, 2, "copy"), (3, 4, 3, "refeed")])
 def test_smollm2_lookahead_equals_generate(smollm2, smollm2_greedy, W, N, G, commit):
     model, tok = smollm2
     eos, _, prompts, refs = smollm2_greedy  # transformers' greedy generate, 64 new tokens (conftest.py)
-    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G), copy_kv=commit == "copy",
+    dec = Decoder(model, lookahead(window_size=W, ngram_size=N, guess_set_size=G), copy_kv=commit == "copy",
                   eos_token_ids=eos, tokenizer=tok)
     tokens = steps = 0
     for i, (prompt, ref) in enumerate(zip(prompts, refs)):

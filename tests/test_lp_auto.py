@@ -89,8 +89,11 @@ def test_decoder_prices_lp_steps_and_refuses_auto_without_a_shared_curve():
     Decoder(model, DecodingConfig(method="auto", window_size=3, ngram_size=3, guess_set_size=2), lp=FakeLP(),
             step_policy=policy)
     assert (policy.lp_size, policy.window_size) == (2, 3)
-    with pytest.raises(ConfigError, match="decoding.method='auto' needs its cost policy"):
-        Decoder(model, DecodingConfig(method="auto"), lp=FakeLP())
+    with pytest.raises(ConfigError) as e:  # DecodingConfig() is decoding=auto
+        Decoder(model, DecodingConfig(), lp=FakeLP())
+    assert str(e.value) == ("decoding.method='auto' needs its cost policy: pass step_policy=lp_runtime.auto."
+                            "auto_policy(model) (this machine's latency profile; LookaheadGenerator does), or "
+                            "DecodingConfig(method='lookahead', ...) for a fixed W, N, G")
 
 
 # ------------------------------------------------------------------------------------------ torchrun

@@ -6,6 +6,7 @@ import pytest
 from lp_runtime.tree import CandidateTree
 from lp_runtime.step import StepRows
 from lp_runtime.successors import GrownTree, RankCalibration, SuccessorProposer, SuccessorTable, grow_tree
+from fakes import lookahead
 
 
 def table_of(rows: dict, vocab: int = 20, k: int = 2) -> SuccessorTable:
@@ -167,14 +168,13 @@ def test_greedy_with_the_successor_proposer_equals_transformers(w, n, g, budget)
     from exactness import hf_greedy
     from fakes import llama
 
-    from lp_runtime.config import DecodingConfig
     from lp_runtime.decoder import Decoder
     from lp_runtime.proposers import AnswerStore, SuffixProposer
 
     model = llama()
     suffix = SuffixProposer(n, g, store=AnswerStore()) if g else None
     prop = SuccessorProposer(96, budget, suffix=suffix)
-    dec = Decoder(model, DecodingConfig(window_size=w, ngram_size=n, guess_set_size=max(g, 1)), proposers=[prop])
+    dec = Decoder(model, lookahead(window_size=w, ngram_size=n, guess_set_size=max(g, 1)), proposers=[prop])
     for prompt in ([1, 2, 3, 4, 5, 1, 2, 3], [7, 8, 9, 7, 8, 9, 7]):
         out = dec.generate(prompt, max_new_tokens=40)
         assert out.output_ids == hf_greedy(model, prompt, 40)
@@ -229,14 +229,14 @@ def test_sampling_law_is_exact_on_trees_with_successor_nodes():
     from test_sampling import ALPHA, chi2_pvalue, exact_joint
 
     from fakes import build_tiny8
-    from lp_runtime.config import DecodingConfig, SamplingConfig
+    from lp_runtime.config import SamplingConfig
     from lp_runtime.decoder import Decoder
     from lp_runtime.proposers import SuffixProposer
 
     torch.set_num_threads(1)
     model, prompt, length, n = build_tiny8(), [1, 2, 3, 5, 3, 4, 1, 2, 3], 3, 1000
     prop = SuccessorProposer(8, 6, suffix=SuffixProposer(3, 1), k=3, table_when_sampling=True)
-    dec = Decoder(model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=1), proposers=[prop])
+    dec = Decoder(model, lookahead(window_size=0, ngram_size=3, guess_set_size=1), proposers=[prop])
     cfg, counts, multi = SamplingConfig(temperature=1.0), {}, 0
     for s in range(n):
         out = dec.generate(prompt, max_new_tokens=length, sampling=replace(cfg, seed=s))
