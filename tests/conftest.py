@@ -2,10 +2,14 @@
 import os
 from pathlib import Path
 
-import pytest
+# The suite never downloads: a model that is not on disk fails at once. huggingface_hub reads this when it is
+# first imported (below, through lp_runtime), and every test and subprocess inherits it.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from lp_runtime.config import ModelConfig
-from lp_runtime.models import load_model
+import pytest  # noqa: E402
+
+from lp_runtime.config import ModelConfig  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
