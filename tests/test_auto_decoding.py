@@ -1,5 +1,5 @@
 """decoding=auto inside real decodes: the cost policy's choices on synthetic latency curves, exactness against
-transformers' greedy (tiny models and SmolLM2 in float32), and the levers the benchmark switches off."""
+transformers' greedy (tiny models; SmolLM2: test_exactness_smollm2.py), and the levers the benchmark switches off."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +9,7 @@ from lp_runtime.config import DecodingConfig
 from lp_runtime.decoder import Decoder
 from lp_runtime.policy import CostPolicy, FeedAll
 
-from exactness import assert_greedy_equal, hf_greedy
+from exactness import hf_greedy
 from fakes import llama
 
 FLAT = {1: 0.010, 256: 0.010}                    # a GPU-like curve: every node with any chance pays
@@ -85,12 +85,3 @@ def test_auto_policy_is_the_cost_policy_on_the_cached_profile(tiny, tmp_path, mo
     assert out.output_ids == hf_greedy(tiny, PROMPTS[0], NEW) and out.decoding_steps < NEW
     assert isinstance(Decoder(tiny, DecodingConfig(method="lookahead")).step_policy, FeedAll)
 
-
-def test_auto_on_smollm2_equals_transformers_greedy(smollm2, smollm2_greedy):
-    model, tok = smollm2
-    eos, _, prompts, refs = smollm2_greedy  # an MT-Bench first turn and a HumanEval prompt (conftest.py)
-    dec = Decoder(model, DecodingConfig(method="auto", ngram_size=6, guess_set_size=4), eos_token_ids=eos,
-                  step_policy=CostPolicy(FLOAT32))  # one policy and store for both prompts, as a run
-    for i, (prompt, ref) in enumerate(zip(prompts, refs)):
-        out = dec.generate(prompt, max_new_tokens=len(ref))
-        assert_greedy_equal(model, prompt, out.output_ids, ref, f"prompt {i}")

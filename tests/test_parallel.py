@@ -236,13 +236,13 @@ def sampling_specs():
 # without processes.
 @pytest.fixture(scope="module")
 def launch_lp3(tmp_path_factory):
-    return _launch(tmp_path_factory.mktemp("lp3"), 3, 3)
+    return _launch(tmp_path_factory.mktemp("lp3"), 3, 3, configs=LP3_CONFIGS)
 
 
 @pytest.fixture(scope="module")
 def launch_dp2xlp2(tmp_path_factory, sampling_specs):
     return _launch(tmp_path_factory.mktemp("dp2xlp2"), 4, 2, sampling=sampling_specs, timeout=300,
-                   configs=CONFIGS + AUTO_CONFIGS)
+                   configs=DP2_CONFIGS)
 
 
 # decoding=auto under LP (K = 2, in the dp2 x lp2 launch): every rank decodes with one CostPolicy on rank 0's curve,
@@ -251,12 +251,21 @@ def launch_dp2xlp2(tmp_path_factory, sampling_specs):
 KNEE = {1: 0.010, 4: 0.010, 8: 0.020, 64: 0.160}
 AUTO_CONFIGS = [{"W": 0, "N": 4, "G": 3, "curve": KNEE, "price_lp": 2},
                 {"W": 2, "N": 3, "G": 2, "curve": KNEE, "price_lp": 2}]
+# The successor-table proposer (issue 18) under LP, K = 3 and K = 2: with the debug consistency check on, every rank
+# holds the same table each step, and the top-k rows travel in the step's one all-gather.
+SUCC_CONFIGS = [{"W": 0, "N": 4, "G": 2, "succ": 12}, {"W": 2, "N": 3, "G": 2, "succ": 30}]
+LP3_CONFIGS = CONFIGS + SUCC_CONFIGS
+DP2_CONFIGS = CONFIGS + AUTO_CONFIGS + SUCC_CONFIGS
 
 
 @pytest.fixture(scope="module")
 def reference():
+    """One process over DP2_CONFIGS' grid; lp3's successor configs (after CONFIGS there) under their own keys."""
     torch.set_num_threads(1)
-    return lp_driver.decode_grid(lp_driver.tiny_model(), CONFIGS + AUTO_CONFIGS, PROMPTS, MAX_NEW)
+    grid = lp_driver.decode_grid(lp_driver.tiny_model(), DP2_CONFIGS, PROMPTS, MAX_NEW)
+    succ = {f"{int(k.split('/')[0]) - len(AUTO_CONFIGS)}/{k.split('/')[1]}": r
+            for k, r in grid.items() if int(k.split("/")[0]) >= len(CONFIGS) + len(AUTO_CONFIGS)}
+    return {"dp2": grid, "lp3": {**{k: r for k, r in grid.items() if int(k.split("/")[0]) < len(CONFIGS)}, **succ}}
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +275,7 @@ def reference_dp2():
     torch.set_num_threads(1)
     model, out = lp_driver.tiny_model(), {}
     for r in range(2):
-        out.update(lp_driver.decode_grid(model, CONFIGS + AUTO_CONFIGS, PROMPTS, MAX_NEW,
+        out.update(lp_driver.decode_grid(model, DP2_CONFIGS, PROMPTS, MAX_NEW,
                                          prompt_ids=shard_questions(list(range(len(PROMPTS))), r, 2)))
     return out
 
@@ -276,13 +285,16 @@ def test_lp_pricing_changes_auto_steps(reference):
     one_rank = lp_driver.decode_grid(lp_driver.tiny_model(), [dict(c, price_lp=1) for c in AUTO_CONFIGS], PROMPTS,
                                      MAX_NEW)
     auto = [f"{len(CONFIGS) + int(k.split('/')[0])}/{k.split('/')[1]}" for k in one_rank]
-    assert [r["decoding_steps"] for r in one_rank.values()] != [reference[k]["decoding_steps"] for k in auto]
+    assert [r["decoding_steps"] for r in one_rank.values()] != [reference["dp2"][k]["decoding_steps"] for k in auto]
 
 
 def test_reference_accepts_candidates(reference):
     # The grid must exercise multi-token steps, or equal step counts would prove little.
-    assert sum(max(r["accept_lengths"]) > 1 for r in reference.values()) >= len(reference) // 2
-    assert all(len(r["output_ids"]) == MAX_NEW for r in reference.values())
+    grid = reference["dp2"]
+    assert sum(max(r["accept_lengths"]) > 1 for r in grid.values()) >= len(grid) // 2
+    assert all(len(r["output_ids"]) == MAX_NEW for r in grid.values())
+    succ = [r for k, r in grid.items() if int(k.split("/")[0]) >= len(CONFIGS) + len(AUTO_CONFIGS)]
+    assert len(succ) == len(SUCC_CONFIGS) * len(PROMPTS) and sum(max(r["accept_lengths"]) > 1 for r in succ) >= 3
 
 
 @pytest.mark.parametrize("launch,nproc,lp", [("launch_lp3", 3, 3), ("launch_dp2xlp2", 4, 2)], ids=["lp3", "dp2xlp2"])
@@ -292,15 +304,16 @@ def test_lp_matches_single_process(request, reference, reference_dp2, launch, np
     got = json.loads(out.read_text())
     assert got["world_size"] == nproc and got["dp_size"] == nproc // lp
     assert got["broadcast"] == [["from rank", 0]] * nproc  # distributed.broadcast_object: rank 0's object everywhere
-    configs = CONFIGS + AUTO_CONFIGS if lp == 2 else CONFIGS
-    reference = {k: r for k, r in (reference_dp2 if nproc // lp == 2 else reference).items()
-                 if int(k.split("/")[0]) < len(configs)}
-    assert set(got["results"]) == set(reference)
+    configs = DP2_CONFIGS if lp == 2 else LP3_CONFIGS
+    reference = reference_dp2 if nproc // lp == 2 else reference["lp3"]
+    assert set(got["results"]) == set(reference) and len(reference) == len(configs) * len(PROMPTS)
     for key, ref in reference.items():
         cfg = configs[int(key.split("/")[0])]
         assert got["results"][key] == ref, f"config {cfg}, prompt {key.split('/')[1]}"
     for st in got["stats"]:  # one step exchange per decode step (plus a debug check per step)
         assert st["collectives"] > 0 and st["debug_collectives"] > 0
+    if nproc == lp:  # one LP group decodes every prompt: exactly ONE exchange a step on every rank
+        assert [st["collectives"] for st in got["stats"]] == [sum(r["decoding_steps"] for r in reference.values())] * nproc
     print(f"\nK={nproc} lp={lp}: {secs:.1f} s; rank stats {got['stats']}")
 
 
