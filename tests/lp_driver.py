@@ -84,7 +84,7 @@ def decode_seeds(model, spec, lp=None, seeds=None):
     ``spec``: {"prompt": [...], "W": 2, "N": 3, "G": 3, "max_new_tokens": 3, "seeds": [0, 1, ...],
     "sampling": {SamplingConfig fields but seed}}; ``seeds`` (default: all of the spec's) picks a share.
     ``collectives``: the LP group's step exchanges during that seed's decode (0 in one process)."""
-    from lp_runtime.config import DecodingConfig, SamplingConfig
+    from lp_runtime.config import SamplingConfig
     from lp_runtime.decoder import Decoder
 
     dec = Decoder(model, lookahead(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"]), lp=lp,

@@ -10,7 +10,7 @@ from lp_runtime.decoder import Decoder
 from lp_runtime.policy import CostPolicy, FeedAll
 
 from exactness import hf_greedy
-from fakes import llama
+from fakes import llama, lookahead
 
 FLAT = {1: 0.010, 256: 0.010}                    # a GPU-like curve: every node with any chance pays
 STEEP = {1: 0.010, 2: 0.020, 256: 2.560}         # cost proportional to tokens: nothing ever pays
@@ -83,5 +83,5 @@ def test_auto_policy_is_the_cost_policy_on_the_cached_profile(tiny, tmp_path, mo
     assert isinstance(policy, CostPolicy) and policy.curve(64) == 0.010
     out = Decoder(tiny, AUTO, step_policy=policy).generate(PROMPTS[0], max_new_tokens=NEW)
     assert out.output_ids == hf_greedy(tiny, PROMPTS[0], NEW) and out.decoding_steps < NEW
-    assert isinstance(Decoder(tiny, DecodingConfig(method="lookahead")).step_policy, FeedAll)
+    assert isinstance(Decoder(tiny, lookahead()).step_policy, FeedAll)
 

@@ -78,7 +78,7 @@ def test_harness_metrics_on_a_fake_clock():
 def test_warm_up_answer_is_forgotten_before_the_timed_runs(tiny_model_dir):
     """Our method's cross-question store must not hold the warm-up's answer when the same prompt is timed."""
     from scripts.bench import ours_method
-    from lp_runtime.config import DecodingConfig, ModelConfig
+    from lp_runtime.config import ModelConfig
     from lp_runtime.models import load_model
 
     model, _ = load_model(ModelConfig(path=str(tiny_model_dir), device="cpu", dtype="float32"))
@@ -185,14 +185,14 @@ def test_mt_bench_prompts_spread_over_categories(tiny_model_dir):
 
 def test_bench_config_errors():
     from scripts.bench import BenchConfig
-    from lp_runtime.config import ConfigError, DecodingConfig
+    from lp_runtime.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"per_category=\{'mt_bench': 0\} is not allowed"):
         BenchConfig(per_category={"mt_bench": 0})
     with pytest.raises(ConfigError, match="dtypes entry 'auto' is not allowed"):
         BenchConfig(dtypes=["auto"])
     with pytest.raises(ConfigError, match="ablation=true switches decoding=auto's levers off"):
-        BenchConfig(ablation=True, decoding=DecodingConfig(method="lookahead"))
+        BenchConfig(ablation=True, decoding=lookahead())
 
 
 def test_run_two_dtypes_in_one_run(tiny_model_dir, tmp_path, monkeypatch):

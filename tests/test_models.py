@@ -1,6 +1,5 @@
 import os
 import re
-import time
 
 import pytest
 import torch

@@ -5,7 +5,7 @@ import pytest
 
 from lp_runtime.tree import CandidateTree
 from lp_runtime.step import StepRows
-from lp_runtime.successors import GrownTree, RankCalibration, SuccessorProposer, SuccessorTable, grow_tree
+from lp_runtime.successors import RankCalibration, SuccessorProposer, SuccessorTable, grow_tree
 from fakes import lookahead
 
 
