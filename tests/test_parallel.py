@@ -261,7 +261,6 @@ DP2_CONFIGS = CONFIGS + AUTO_CONFIGS + SUCC_CONFIGS
 @pytest.fixture(scope="module")
 def reference():
     """One process over DP2_CONFIGS' grid; lp3's successor configs (after CONFIGS there) under their own keys."""
-    torch.set_num_threads(1)
     grid = lp_driver.decode_grid(lp_driver.tiny_model(), DP2_CONFIGS, PROMPTS, MAX_NEW)
     succ = {f"{int(k.split('/')[0]) - len(AUTO_CONFIGS)}/{k.split('/')[1]}": r
             for k, r in grid.items() if int(k.split("/")[0]) >= len(CONFIGS) + len(AUTO_CONFIGS)}
@@ -272,7 +271,6 @@ def reference():
 def reference_dp2():
     """One process per data-parallel share of the dp2 launch: a run's Decoder carries its cross-question store and
     policy calibration from question to question, so each group is compared with its own questions in order."""
-    torch.set_num_threads(1)
     model, out = lp_driver.tiny_model(), {}
     for r in range(2):
         out.update(lp_driver.decode_grid(model, DP2_CONFIGS, PROMPTS, MAX_NEW,
@@ -428,7 +426,6 @@ def single_process_answers(tmp_path_factory, tiny_model_dir, questions_file):
     ref_out = tmp_path_factory.mktemp("reference") / "ref.jsonl"
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose("generate", overrides=[*_generate_args(tiny_model_dir, questions_file, ref_out), "parallel=lp1"])
-    torch.set_num_threads(1)
     run(OmegaConf.to_object(cfg))
     return ref_out
 

@@ -34,15 +34,6 @@ from fakes import TINY8 as TINY, build_tiny8, lookahead
 ALPHA = 1e-3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and the machine is shared)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def chi2_pvalue(counts: dict, probs: dict) -> tuple[float, int]:
     """Pearson chi-square p-value of ``counts`` against ``probs`` (bins with expected < 5 pooled)."""
     n = sum(counts.values())

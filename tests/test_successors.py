@@ -201,7 +201,6 @@ def test_sampling_law_is_exact_on_trees_with_successor_nodes():
     from lp_runtime.decoder import Decoder
     from lp_runtime.proposers import SuffixProposer
 
-    torch.set_num_threads(1)
     model, prompt, length, n = build_tiny8(), [1, 2, 3, 5, 3, 4, 1, 2, 3], 3, 1000
     prop = SuccessorProposer(8, 6, suffix=SuffixProposer(3, 1), k=3, table_when_sampling=True)
     dec = Decoder(model, lookahead(window_size=0, ngram_size=3, guess_set_size=1), proposers=[prop])

@@ -29,7 +29,6 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def tiny():
-    torch.set_num_threads(1)
     model = tiny_model()
     return model, [hf_greedy(model, p, 40) for p in PROMPTS]
 
