@@ -15,6 +15,7 @@ from lp_runtime.models import load_model  # noqa: E402
 
 THREADS = torch.get_num_threads()  # torch's default for this machine (one per core, or OMP_NUM_THREADS)
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes the tests start run tiny models too
 
 
 @contextmanager
