@@ -27,7 +27,7 @@ from lp_runtime.decoder import Decoder
 from lp_runtime.stopping import StopChecker
 
 from exactness import hf_greedy
-from fakes import TINY, V, ForcedLM, llama, lookahead
+from fakes import TINY, V, ForcedLM, char_tokenizer, llama, lookahead
 
 REPO = Path(__file__).resolve().parents[1]
 LOOK = lookahead(window_size=3, ngram_size=3, guess_set_size=2)
@@ -361,16 +361,8 @@ def test_8_learned_positions_and_sliding_window_count_only_what_was_asked():
 
 # ------------------------------------------------------------------------- 10. inputs ending in a traceback
 def _save_tiny_with_tokenizer(tmp: Path, nan: bool = False) -> Path:
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     d = tmp / "model"
-    chars = list("abcdefghijklmnopqrstuvwxyz .,?!'0123456789\n")
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{ch: i + 3 for i, ch in enumerate(chars)}}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(d)
+    char_tokenizer().save_pretrained(d)
     model = llama(vocab_size=64, eos_token_id=2, bos_token_id=1)
     if nan:
         with torch.no_grad():

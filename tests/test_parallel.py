@@ -380,17 +380,10 @@ def test_debug_check_names_diverged_rank(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Llama plus a character-level tokenizer, saved as a local model folder."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from fakes import char_tokenizer
 
     d = tmp_path_factory.mktemp("tiny_llama")
-    chars = list("abcdefghijklmnopqrstuvwxyz .,?!'0123456789\n")
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{ch: i + 3 for i, ch in enumerate(chars)}}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    tok.save_pretrained(d)
+    char_tokenizer().save_pretrained(d)
     model = lp_driver.tiny_model()
     model.config.eos_token_id, model.config.bos_token_id = 2, 1
     model.save_pretrained(d)
