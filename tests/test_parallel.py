@@ -2,7 +2,8 @@
 
 Multi-rank tests run ``torchrun --standalone`` on tests/lp_driver.py (gloo, one thread per rank), ONE launch per
 world size (lp3; dp2 x lp2), each asserted on by several tests: the whole (W, N, G) x prompt grid against the
-single-process Decoder run here (same tokens, same number of steps, same accepted lengths), the sampling seeds
+single-process Decoder run here (same tokens, same number of steps, same accepted lengths), with the successor-table
+proposer (both launches) and decoding=auto's cost policy (dp2 x lp2) among the settings, the sampling seeds
 (dp2 x lp2) and the teardown's thread count (lp3). Each failure mode needs a launch of its own (the job ends).
 
 The Slurm-script tests drive ``python -m lp_runtime.generate`` through launch/*.sbatch on this machine: the
