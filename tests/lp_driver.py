@@ -137,7 +137,7 @@ def _work(ctx, spec, args) -> dict:
     start = time.perf_counter()
     results = decode_grid(model, spec["configs"], spec["prompts"], spec["max_new_tokens"], lp=lp, prompt_ids=mine)
     elapsed = time.perf_counter() - start
-    stats = dict(ctx.lp_group.stats.as_dict(), decode_seconds=elapsed, rank=ctx.rank)
+    stats = dict(ctx.lp_group.stats.as_dict(), decode_seconds=elapsed, rank=ctx.rank, dp_rank=ctx.dp_rank)
     sampling = []
     if spec.get("sampling"):
         tiny8 = build_tiny8().to(ctx.device)
