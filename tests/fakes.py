@@ -18,13 +18,12 @@ TINY8 = dict(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_laye
 
 
 def lookahead(**over):
-    """A fixed-setting ``DecodingConfig``: ``conf/decoding/lookahead.yaml``'s preset (method "lookahead", W=0,
-    N=4, G=2, max_depth=10), ``over`` replacing fields. ``DecodingConfig()`` itself is the main job's
-    ``decoding=auto``, which needs a latency profile."""
+    """A fixed-setting ``DecodingConfig``: ``decoding=lookahead``'s preset (W=0, N=4, G=2, max_depth=10), ``over``
+    replacing fields. ``DecodingConfig()`` itself is the main job's ``decoding=auto``, which needs a latency
+    profile."""
     from lp_runtime.config import DecodingConfig
 
-    return DecodingConfig(**{"method": "lookahead", "window_size": 0, "ngram_size": 4, "guess_set_size": 2,
-                             "max_depth": 10, **over})
+    return DecodingConfig(**{"method": "lookahead", **over})
 
 
 def llama(**over):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from fakes import lookahead
 from lp_runtime.cli import CONF_DIR
-from lp_runtime.config import DecodingConfig, RunConfig, register_configs
+from lp_runtime.config import PRESETS, DecodingConfig, RunConfig, register_configs
 
 
 def _composed(*overrides: str) -> RunConfig:
@@ -31,11 +32,20 @@ def test_decoding_default_is_the_composed_main_job_default():
     assert RunConfig().decoding == composed
 
 
-def test_lookahead_preset_is_the_documented_fixed_setting():
-    """conf/decoding/lookahead.yaml = the values DecodingConfig's docstring gives for ``decoding=lookahead`` (and
-    the tests' ``fakes.lookahead()``)."""
-    documented = DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10)
-    assert 'DecodingConfig(method="lookahead", window_size=0, ngram_size=4,\n    guess_set_size=2, max_depth=10)' \
-        in DecodingConfig.__doc__
-    assert _fields(_composed("decoding=lookahead").decoding) == _fields(documented) == _fields(lookahead())
+@pytest.mark.parametrize("method", sorted(PRESETS))
+def test_each_preset_file_is_the_codes_preset(method):
+    """conf/decoding/<method>.yaml = ``DecodingConfig(method=...)`` (config.PRESETS), so a Python caller's fixed
+    setting and the CLI's agree; a field given explicitly is kept."""
+    assert _fields(_composed(f"decoding={method}").decoding) == _fields(DecodingConfig(method=method))
+    assert _fields(DecodingConfig(method=method)) == {"method": method, "pool_from_prompt": True, "seed": 0,
+                                                      **PRESETS[method]}
+    assert DecodingConfig(method=method, window_size=3, max_depth=2).max_depth == 2
 
+
+def test_lookahead_preset_is_the_documented_fixed_setting():
+    """The values DecodingConfig's docstring and README give for ``decoding=lookahead`` (and fakes.lookahead())."""
+    assert _fields(DecodingConfig(method="lookahead")) == _fields(lookahead()) == {
+        "method": "lookahead", "window_size": 0, "ngram_size": 4, "guess_set_size": 2, "pool_from_prompt": True,
+        "seed": 0, "max_depth": 10}
+    assert ('``DecodingConfig(method="lookahead")`` is\n    ``decoding=lookahead``\'s W=0, N=4, G=2, max_depth=10'
+            in DecodingConfig.__doc__)
