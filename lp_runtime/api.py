@@ -41,8 +41,9 @@ class LookaheadGenerator:
 
     Args:
         model, tokenizer: a transformers causal LM and its tokenizer.
-        decoding: method and W, N, G (default: ``DecodingConfig()``, the CPU-tuned lookahead setting; with
-            ``method="auto"`` the cost policy on this machine's latency profile, ``auto.auto_policy``).
+        decoding: method and W, N, G (default: ``DecodingConfig()``, the main job's ``decoding=auto``); with
+            ``method="auto"`` the generator builds the cost policy on this machine's latency profile
+            (``auto.auto_policy``: measured the first time a model meets this machine, then read from the cache).
         generation: default budget, stop strings and EOS ids (``GenerationConfig()``).
         step: the model step (default eager; ``compiled.step_for`` builds the compiled one, as ``from_config``
             does for ``ModelConfig.compile``).

@@ -70,6 +70,15 @@ class ModelConfig:
         )
 
 
+# Each method's defaults, in one place (conf/decoding/<method>.yaml holds the same values; tests/test_config.py).
+PRESETS = {
+    "auto": dict(window_size=0, ngram_size=6, guess_set_size=4, max_depth=24),
+    "lookahead": dict(window_size=0, ngram_size=4, guess_set_size=2, max_depth=10),  # fastest fixed on the 2-core CPU
+    "paper": dict(window_size=15, ngram_size=5, guess_set_size=15, max_depth=10),  # the paper's 7B setting
+    "greedy": dict(window_size=0, ngram_size=4, guess_set_size=2, max_depth=10),  # unused: recorded in settings
+}
+
+
 @dataclass
 class DecodingConfig:
     """Decoding method and the lookahead parameters (paper section 3; README's configuration table).
@@ -83,18 +92,26 @@ class DecodingConfig:
     the prompt and the output too, not only the window's n-grams), seed (initialises the window's level 0
     from the prompt reproducibly), max_depth (longest candidate continuation after a long suffix match;
     "paper" proposes N-1 tokens).
+
+    W, N, G and max_depth left None take the method's ``PRESETS`` values, which conf/decoding/<method>.yaml
+    repeats. The default method is the main job's (``conf/generate.yaml``'s ``decoding: auto``): so
+    ``DecodingConfig()`` is W=0, N=6, G=4, max_depth=24, and ``DecodingConfig(method="lookahead")`` is
+    ``decoding=lookahead``'s W=0, N=4, G=2, max_depth=10.
     """
 
-    method: str = "lookahead"
-    window_size: int = 0
-    ngram_size: int = 4
-    guess_set_size: int = 2
+    method: str = "auto"
+    window_size: Optional[int] = None
+    ngram_size: Optional[int] = None
+    guess_set_size: Optional[int] = None
     pool_from_prompt: bool = True
     seed: int = 0
-    max_depth: int = 10
+    max_depth: Optional[int] = None
 
     def __post_init__(self) -> None:
         _check(self.method in METHODS, f"decoding.method={self.method!r} is not allowed; use one of {', '.join(METHODS)}")
+        for name, value in PRESETS[self.method].items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         _check(self.max_depth >= 1, f"decoding.max_depth={self.max_depth} is not allowed; it must be >= 1")
         _check(self.window_size >= 0, f"decoding.window_size={self.window_size} is negative; W must be >= 0")
         _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")

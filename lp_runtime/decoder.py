@@ -22,7 +22,7 @@ LP each rank decides the nodes it computed and the merge exchanges one int64 per
 Usage::
 
     model, tok = load_model(ModelConfig())
-    dec = Decoder(model, DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2),
+    dec = Decoder(model, DecodingConfig(method="lookahead", window_size=3, ngram_size=3, guess_set_size=2),
                   eos_token_ids=eos_token_ids(model, tok, None), tokenizer=tok)
     out = dec.generate(prompt_ids, max_new_tokens=128, streamer=TextStreamer(tok))
 """
@@ -153,8 +153,9 @@ class Decoder:
         warn_model_defaults(model, self.sampler.cfg)
         checks.check_attention(model)  # ConfigError for attention that ignores position_ids / the 4D mask
         if step_policy is None and decoding.method == "auto":
-            raise ConfigError("decoding.method='auto' needs its cost policy: pass step_policy=policy.CostPolicy(curve) "
-                              "on this machine's latency curve (LookaheadGenerator builds it from the cached profile)")
+            raise ConfigError("decoding.method='auto' needs its cost policy: pass step_policy=lp_runtime.auto."
+                              "auto_policy(model) (this machine's latency profile; LookaheadGenerator does), or "
+                              "DecodingConfig(method='lookahead', ...) for a fixed W, N, G")
         self.step_policy = step_policy if step_policy is not None else FeedAll()
         self.window_size = decoding.window_size if decoding.method != "greedy" else 0
         self.ngram_size = decoding.ngram_size

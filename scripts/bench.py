@@ -62,7 +62,8 @@ class BenchConfig:
     each lever off in turn (``ABLATIONS``); ``levers``: only these ``ABLATIONS`` labels (e.g. ``[+successors]``)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    decoding: DecodingConfig = field(default_factory=lambda: DecodingConfig(  # conf/bench.yaml: decoding=lookahead
+        method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10))
     generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(max_new_tokens=64))
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     datasets: list[DatasetConfig] = field(default_factory=lambda: [
@@ -569,7 +570,7 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
         if GREEDY in cfg.methods:
             mine.append((GREEDY, DecodingConfig(method="greedy"), {}))
         for w, n, g in cfg.lookahead:
-            dc = DecodingConfig(method="lookahead", window_size=w, ngram_size=n, guess_set_size=g)
+            dc = DecodingConfig(method="lookahead", window_size=w, ngram_size=n, guess_set_size=g, max_depth=10)
             mine.append((decoding_label(dc), dc, {}))
         if cfg.include_decoding:
             dc = cfg.decoding

@@ -34,9 +34,7 @@ from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.static_cache import SlotStep  # noqa: E402
 
-METHODS = {"greedy": DecodingConfig(method="greedy"),  # the presets of conf/decoding/ (auto: the product default)
-           "lookahead": DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10),
-           "auto": DecodingConfig(method="auto", window_size=0, ngram_size=6, guess_set_size=4, max_depth=24)}
+METHODS = {m: DecodingConfig(method=m) for m in ("greedy", "lookahead", "auto")}  # conf/decoding/'s presets
 
 
 def prompts(tokenizer, num: int) -> list[list[int]]:

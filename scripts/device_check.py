@@ -126,12 +126,12 @@ def exactness(model, name, args, buckets) -> list[dict]:
     settings = SETTINGS[:2] if args.quick else SETTINGS
     rows = []
     for s in settings:
-        dec = Decoder(model, DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2]))
+        dec = Decoder(model, DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2], max_depth=10))
         rows.append(compare(model, name, "eager", dec, prompts, refs, s))
     captured = CapturedStep(model, max_len=PROMPT_LEN + n_new + buckets[-1] + 8, buckets=buckets, backend=args.backend)
     captured.warm_up(log=lambda line: log(f"{name} float32: {line}"))
     for s in settings:
-        cfg = DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2])
+        cfg = DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2], max_depth=10)
         dec = Decoder(model, cfg, step=captured)
         rows.append(compare(model, name, "captured", dec, prompts, refs, s))
     model.set_attn_implementation("sdpa")  # the eager timings below run transformers' own attention

@@ -60,7 +60,7 @@ def make_decoder(model, run: str, *, lp=None, price_lp: int = 1, eos=(), tokeniz
     if run == "greedy":
         return Decoder(model, DecodingConfig(method="greedy"), eos_token_ids=eos, tokenizer=tokenizer, lp=lp)
     if run == "pool":  # the paper's candidates: single-key pool, newest first, separate chains, re-feed
-        cfg = DecodingConfig(method="paper", window_size=3, ngram_size=4, guess_set_size=3)
+        cfg = DecodingConfig(method="paper", window_size=3, ngram_size=4, guess_set_size=3, max_depth=10)
         return Decoder(model, cfg, eos_token_ids=eos, tokenizer=tokenizer, lp=lp)
     if run == "auto":
         policy = CostPolicy(CURVE)
@@ -69,7 +69,7 @@ def make_decoder(model, run: str, *, lp=None, price_lp: int = 1, eos=(), tokeniz
         cfg = DecodingConfig(method="auto", window_size=3, ngram_size=6, guess_set_size=4, max_depth=24)
         return Decoder(model, cfg, eos_token_ids=eos, tokenizer=tokenizer, lp=lp, step_policy=policy, copy_kv=copy_kv)
     w, n, g = FIXED[run]
-    cfg = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g)
+    cfg = DecodingConfig(method="lookahead", window_size=w, ngram_size=n, guess_set_size=g, max_depth=10)
     return Decoder(model, cfg, eos_token_ids=eos, tokenizer=tokenizer, lp=lp, copy_kv=copy_kv)
 
 

@@ -63,8 +63,8 @@ def main() -> None:
     qs += data.load_questions(DatasetConfig(name="humaneval", limit=args.code))
     prompts = [data.build_prompt(tok, q, []) for q in qs]
     auto = DecodingConfig(method="auto", window_size=0, ngram_size=6, guess_set_size=4)
-    settings = [("FeedAll W0 N4 G2", DecodingConfig(window_size=0, ngram_size=4, guess_set_size=2), FeedAll),
-                ("FeedAll W0 N6 G4", DecodingConfig(window_size=0, ngram_size=6, guess_set_size=4), FeedAll)]
+    settings = [("FeedAll W0 N4 G2", DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10), FeedAll),
+                ("FeedAll W0 N6 G4", DecodingConfig(method="lookahead", window_size=0, ngram_size=6, guess_set_size=4, max_depth=10), FeedAll)]
     settings += [(f"CostPolicy on {name} N6 G4", auto, lambda c=c: CostPolicy(c)) for name, c in curves.items()]
     print("| setting | S | fed/step | " + " | ".join(f"predicted speedup on {n}" for n in curves) + " |")
     print("|---|---|---|" + "---|" * len(curves))

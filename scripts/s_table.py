@@ -71,7 +71,7 @@ SUFFIX_KW = set(inspect.signature(SuffixProposer).parameters) - {"ngram_size", "
 def variant_config(w, n, g, variant, commit="copy", seed=0):
     """(DecodingConfig, the record of the run's setting: its fields plus the variant's levers and commit)."""
     cfg = DecodingConfig(method="paper" if VARIANTS[variant]["lookup"] == "pool" else "lookahead", window_size=w,
-                         ngram_size=n, guess_set_size=g, seed=seed)
+                         ngram_size=n, guess_set_size=g, seed=seed, max_depth=10)
     return cfg, {**vars(cfg), "lookup": "suffix", "cross_question": None, **VARIANTS[variant], "commit": commit}
 
 
@@ -260,7 +260,7 @@ def main() -> None:
     for setting in args.settings:
         try:
             w, n, g = (int(x) for x in setting.split(","))
-            DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g)
+            DecodingConfig(method="lookahead", window_size=w, ngram_size=n, guess_set_size=g)
         except (ValueError, ConfigError) as e:
             ap.error(f"--settings {setting!r}: give W,N,G as three integers, e.g. 15,5,15 ({e})")
         if args.replay and w:

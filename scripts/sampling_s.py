@@ -41,7 +41,7 @@ def main() -> None:
     eos = eos_token_ids(model, tok, None)
     questions = load_questions(DatasetConfig(name="mt_bench", limit=args.limit, first_turn_only=True))
     prompts = [build_prompt(tok, q, []) for q in questions]
-    decoding = DecodingConfig(window_size=args.window, ngram_size=args.ngram, guess_set_size=args.guess)
+    decoding = DecodingConfig(method="lookahead", max_depth=10, window_size=args.window, ngram_size=args.ngram, guess_set_size=args.guess)
     dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok)
     rows = []
     for temp in args.temperatures:

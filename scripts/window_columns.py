@@ -75,7 +75,7 @@ def main() -> None:
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
     refs = [hf_greedy(model, p, 64, eos) for _, _, p in chosen]
     for w in args.columns:
-        cfg = DecodingConfig(window_size=15, ngram_size=5, guess_set_size=15)
+        cfg = DecodingConfig(method="lookahead", window_size=15, ngram_size=5, guess_set_size=15, max_depth=10)
         dec = Decoder(model, cfg, eos_token_ids=eos, tokenizer=tok, copy_kv=False,
                       proposers=[FirstColumns(p, w) for p in proposers_for(cfg)])
         rows = []

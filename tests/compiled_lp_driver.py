@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from lp_runtime.config import ParallelConfig  # noqa: E402
 from lp_runtime.parallel import setup_parallel  # noqa: E402
+from fakes import lookahead  # noqa: E402
 
 DECODING = dict(window_size=2, ngram_size=3, guess_set_size=1, max_depth=2)  # steps of at most 8 tokens a rank
 SAMPLING = dict(temperature=0.8, seed=3)
@@ -22,12 +23,12 @@ SAMPLING = dict(temperature=0.8, seed=3)
 
 def decode(lp=None, step=None) -> list:
     """[(output_ids, decoding_steps) greedy, the same sampled], on test_compiled's prompt."""
-    from lp_runtime.config import DecodingConfig, SamplingConfig
+    from lp_runtime.config import SamplingConfig
     from lp_runtime.decoder import Decoder
     from test_static_cache import PROMPT, tiny_llama
 
     model = step.model if step is not None else tiny_llama(layers=1)
-    dec = Decoder(model, DecodingConfig(**DECODING), lp=lp, step=step)
+    dec = Decoder(model, lookahead(**DECODING), lp=lp, step=step)
     outs = [dec.generate(PROMPT * 3, max_new_tokens=24),
             dec.generate(PROMPT * 3, max_new_tokens=24, sampling=SamplingConfig(**SAMPLING))]
     return [[o.output_ids, o.decoding_steps] for o in outs]

@@ -1,27 +1,50 @@
 """Shared pytest fixtures."""
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+# The suite never downloads: a model that is not on disk fails at once. huggingface_hub reads this when it is
+# first imported (below, through lp_runtime), and every test and subprocess inherits it.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from lp_runtime.config import ModelConfig
-from lp_runtime.models import load_model
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from lp_runtime.config import ModelConfig  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
+
+THREADS = torch.get_num_threads()  # torch's default for this machine (one per core, or OMP_NUM_THREADS)
+torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes the tests start run tiny models too
+
+
+@contextmanager
+def all_threads():
+    """torch's default thread count inside, one thread after."""
+    torch.set_num_threads(THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
-def _restore_environment():
-    """Every test starts from the session's environment: a test that runs the main job in this process may set
-    torch.distributed's variables (RANK, MASTER_ADDR, ...), which would make a later subprocess wait for ranks."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
+def _torch_threads(request):
+    """The suite runs torch on one thread: tiny random models' matmuls are too small to share, and a second thread
+    only waits (many times slower when other processes hold the cores). Tests of the bundled SmolLM2 (and the
+    fixtures that decode it) get torch's default."""
+    if "smollm2" not in request.fixturenames:
+        yield
+        return
+    with all_threads():
+        yield
 
 
 @pytest.fixture(scope="session")
 def smollm2():
     """(model, tokenizer): the bundled SmolLM2-135M-Instruct, float32 on CPU (first run converts the GGUF, ~50 s)."""
-    return load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
+    with all_threads():
+        return load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +62,8 @@ def smollm2_greedy(smollm2):
     questions += load_questions(DatasetConfig(name="humaneval", limit=1))
     eos = eos_token_ids(model, tok, None)
     prompts = [build_prompt(tok, q, []) for q in questions]
-    return eos, questions, prompts, [hf_greedy(model, p, SMOLLM2_NEW, eos_token_id=eos) for p in prompts]
+    with all_threads():
+        return eos, questions, prompts, [hf_greedy(model, p, SMOLLM2_NEW, eos_token_id=eos) for p in prompts]
 
 
 @pytest.fixture(scope="session")

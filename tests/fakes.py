@@ -1,4 +1,4 @@
-"""The test suite's models, built in one place: tiny random Llamas and the forced-successor LM.
+"""The test suite's models, built in one place: tiny random Llamas, the character tokenizer and the forced-successor LM.
 
 Every builder seeds torch first, so the same call gives the same weights in every process (the LP driver's
 ranks included). Imported by the tests and by tests/lp_driver.py.
@@ -15,6 +15,15 @@ TINY = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layer
 TINY8 = dict(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
              pad_token_id=None)
+
+
+def lookahead(**over):
+    """A fixed-setting ``DecodingConfig``: ``decoding=lookahead``'s preset (W=0, N=4, G=2, max_depth=10), ``over``
+    replacing fields. ``DecodingConfig()`` itself is the main job's ``decoding=auto``, which needs a latency
+    profile."""
+    from lp_runtime.config import DecodingConfig
+
+    return DecodingConfig(**{"method": "lookahead", **over})
 
 
 def llama(**over):
@@ -34,6 +43,20 @@ def tiny_model():
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
     return LlamaForCausalLM(cfg).eval()
+
+
+def char_tokenizer():
+    """A character-level tokenizer (a WordLevel vocabulary of 43 characters after <unk>, <s> = 1, </s> = 2): the
+    suite's model folders pair it with a tiny random model of vocabulary 64."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = list("abcdefghijklmnopqrstuvwxyz .,?!'0123456789\n")
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{ch: i + 3 for i, ch in enumerate(chars)}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
 
 def build_tiny8():

@@ -35,7 +35,7 @@ from lp_runtime import distributed  # noqa: E402
 from lp_runtime.config import ParallelConfig  # noqa: E402
 from lp_runtime.parallel import setup_parallel, shard_questions  # noqa: E402
 
-from fakes import build_tiny8, tiny_model  # noqa: E402  (the suite's models, defined once)
+from fakes import build_tiny8, lookahead, tiny_model  # noqa: E402  (the suite's models, defined once)
 
 
 def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=None):
@@ -57,7 +57,7 @@ def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=Non
             if lp is None:
                 policy.price_lp(c.get("price_lp", 1), c["W"])
         dec = Decoder(model, DecodingConfig(method="auto" if policy else "lookahead", window_size=c["W"],
-                                            ngram_size=c["N"], guess_set_size=c["G"]),
+                                            ngram_size=c["N"], guess_set_size=c["G"], max_depth=10),
                       lp=lp, step_policy=policy, copy_kv=False, proposers=_succ(model, c))
         for pi in (prompt_ids if prompt_ids is not None else range(len(prompts))):
             g = dec.generate(prompts[pi], max_new_tokens=max_new_tokens)
@@ -84,10 +84,10 @@ def decode_seeds(model, spec, lp=None, seeds=None):
     ``spec``: {"prompt": [...], "W": 2, "N": 3, "G": 3, "max_new_tokens": 3, "seeds": [0, 1, ...],
     "sampling": {SamplingConfig fields but seed}}; ``seeds`` (default: all of the spec's) picks a share.
     ``collectives``: the LP group's step exchanges during that seed's decode (0 in one process)."""
-    from lp_runtime.config import DecodingConfig, SamplingConfig
+    from lp_runtime.config import SamplingConfig
     from lp_runtime.decoder import Decoder
 
-    dec = Decoder(model, DecodingConfig(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"]), lp=lp,
+    dec = Decoder(model, lookahead(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"]), lp=lp,
                   copy_kv=False)  # LP re-feeds; one process must match it
     out = {}
     for s in spec["seeds"] if seeds is None else seeds:
@@ -137,7 +137,7 @@ def _work(ctx, spec, args) -> dict:
     start = time.perf_counter()
     results = decode_grid(model, spec["configs"], spec["prompts"], spec["max_new_tokens"], lp=lp, prompt_ids=mine)
     elapsed = time.perf_counter() - start
-    stats = dict(ctx.lp_group.stats.as_dict(), decode_seconds=elapsed, rank=ctx.rank)
+    stats = dict(ctx.lp_group.stats.as_dict(), decode_seconds=elapsed, rank=ctx.rank, dp_rank=ctx.dp_rank)
     sampling = []
     if spec.get("sampling"):
         tiny8 = build_tiny8().to(ctx.device)

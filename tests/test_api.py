@@ -2,16 +2,17 @@
 from transformers import TextStreamer
 
 from lp_runtime import LookaheadGenerator
-from lp_runtime.config import DecodingConfig, GenerationConfig
+from lp_runtime.config import GenerationConfig
 
 from exactness import assert_greedy_equal
+from fakes import lookahead
 
 
 def test_api_text_messages_ids_and_streamer(smollm2, smollm2_greedy, capsys):
     model, tok = smollm2
     _, questions, prompts, refs = smollm2_greedy  # the first: an MT-Bench question with transformers' greedy answer
     text = questions[0].turns[0]
-    gen = LookaheadGenerator(model, tok, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2),
+    gen = LookaheadGenerator(model, tok, lookahead(window_size=2, ngram_size=3, guess_set_size=2),
                              GenerationConfig(max_new_tokens=24))
     ids = gen.encode(text)
     assert ids == gen.encode([{"role": "user", "content": text}]) == prompts[0]  # the chat template, as generate's

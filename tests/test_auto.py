@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from lp_runtime import auto, latency, models
 from lp_runtime.config import DecodingConfig, ModelConfig
 from lp_runtime.decoder import Decoder
 from lp_runtime.policy import CostPolicy
+from fakes import llama
 
 FLOAT32 = {1: 38.5, 2: 61.8, 3: 75.8, 4: 58.9, 8: 59.2, 16: 70.6, 32: 95.0, 64: 142.8}
 BFLOAT16 = {1: 21.9, 2: 21.5, 3: 21.0, 4: 22.1, 8: 24.4, 16: 28.0, 32: 36.8, 64: 52.6}
@@ -22,11 +22,7 @@ GPU = {1: 0.0100, 8: 0.0102, 16: 0.0105, 32: 0.0112, 64: 0.0130, 128: 0.0190}  #
 
 @pytest.fixture(scope="module")
 def tiny():
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.3,
-                                        max_position_embeddings=512, bos_token_id=None, eos_token_id=None,
-                                        pad_token_id=None)).eval()
+    return llama(max_position_embeddings=512)
 
 
 def test_auto_window_from_the_curve():

@@ -12,6 +12,7 @@ import pytest
 from lp_runtime.report import format_table
 from scripts.bench import (TABLE_COLUMNS, Method, Prompt, Result, aggregate, check_partings, is_rounding_tie,
                               run_benchmark)
+from fakes import llama, lookahead
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,15 +78,15 @@ def test_harness_metrics_on_a_fake_clock():
 def test_warm_up_answer_is_forgotten_before_the_timed_runs(tiny_model_dir):
     """Our method's cross-question store must not hold the warm-up's answer when the same prompt is timed."""
     from scripts.bench import ours_method
-    from lp_runtime.config import DecodingConfig, ModelConfig
+    from lp_runtime.config import ModelConfig
     from lp_runtime.models import load_model
 
     model, _ = load_model(ModelConfig(path=str(tiny_model_dir), device="cpu", dtype="float32"))
-    ours = ours_method("ours", model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=2),
+    ours = ours_method("ours", model, lookahead(window_size=0, ngram_size=3, guess_set_size=2),
                        max_new_tokens=12, eos_token_ids=[])
     clock = FakeClock()
     rows = run_benchmark([Prompt("a/1/0", "a", "a/x", [5, 6, 7, 5, 6])], [ours], clock=clock, warmup=True)
-    fresh = ours_method("fresh", model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=2),
+    fresh = ours_method("fresh", model, lookahead(window_size=0, ngram_size=3, guess_set_size=2),
                         max_new_tokens=12, eos_token_ids=[]).run([5, 6, 7, 5, 6])
     assert rows[0]["steps"] == fresh.steps and rows[0]["output_ids"] == fresh.output_ids  # as if never warmed up
     again = ours.run([5, 6, 7, 5, 6])  # the store now holds the timed answer: the same prompt takes fewer steps
@@ -141,14 +142,11 @@ def test_rounding_tie_rule():
 
 def test_check_partings_measures_the_gap_in_the_methods_dtype():
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from exactness import hf_greedy, top2_gap
 
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.3,
-                                         bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
+    model = llama(max_position_embeddings=2048)
     model16 = LlamaForCausalLM(model.config).eval().to(torch.bfloat16)
     model16.load_state_dict(model.state_dict())
     prompt = [3, 4, 5]
@@ -187,14 +185,14 @@ def test_mt_bench_prompts_spread_over_categories(tiny_model_dir):
 
 def test_bench_config_errors():
     from scripts.bench import BenchConfig
-    from lp_runtime.config import ConfigError, DecodingConfig
+    from lp_runtime.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"per_category=\{'mt_bench': 0\} is not allowed"):
         BenchConfig(per_category={"mt_bench": 0})
     with pytest.raises(ConfigError, match="dtypes entry 'auto' is not allowed"):
         BenchConfig(dtypes=["auto"])
     with pytest.raises(ConfigError, match="ablation=true switches decoding=auto's levers off"):
-        BenchConfig(ablation=True, decoding=DecodingConfig(method="lookahead"))
+        BenchConfig(ablation=True, decoding=lookahead())
 
 
 def test_run_two_dtypes_in_one_run(tiny_model_dir, tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ whose logits are replaced by a fixed successor table: the next token after t is 
 from lp_runtime.config import DecodingConfig
 from lp_runtime.decoder import Decoder
 
-from fakes import ForcedLM
+from fakes import ForcedLM, lookahead as fixed
 
 VOCAB = 128
 
@@ -32,7 +32,7 @@ class Collector:
 
 
 def lookahead(model, W=0, N=4, G=2, eos=(2,), tokenizer=None):
-    return Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G), eos_token_ids=list(eos),
+    return Decoder(model, fixed(window_size=W, ngram_size=N, guess_set_size=G), eos_token_ids=list(eos),
                    tokenizer=tokenizer)
 
 
@@ -54,7 +54,7 @@ def test_s2_several_eos_ids():
 
 def test_s3_no_eos_runs_to_budget():
     model = SuccessorLM({})
-    out = Decoder(model, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2),
+    out = Decoder(model, fixed(window_size=2, ngram_size=3, guess_set_size=2),
                   eos_token_ids=None).generate([3, 4, 5], max_new_tokens=17)
     assert out.output_ids == list(range(6, 23)) and out.finish_reason == "length"
 

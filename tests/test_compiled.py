@@ -14,6 +14,7 @@ from lp_runtime.decoder import Decoder
 from lp_runtime.kv import commit
 from lp_runtime.layout import LayoutCache, full_mask
 from test_static_cache import PROMPT, greedy, tiny_llama
+from fakes import lookahead
 
 PARENTS = (-1, -1, 0, 2, 1, 4)  # a candidate tree below c: 6 nodes, 7 tokens with c -> bucket 8
 TOKENS = [8, 40, 12, 77, 3, 51]
@@ -82,9 +83,9 @@ def test_tree_steps_equal_eager(captured):
 
 
 SETTINGS = [DecodingConfig(method="greedy"),
-            DecodingConfig(window_size=0, ngram_size=3, guess_set_size=2, max_depth=2),
-            DecodingConfig(window_size=2, ngram_size=3, guess_set_size=1, max_depth=2),
-            DecodingConfig(window_size=4, ngram_size=4, guess_set_size=3)]  # steps past bucket 8 run eagerly
+            lookahead(window_size=0, ngram_size=3, guess_set_size=2, max_depth=2),
+            lookahead(window_size=2, ngram_size=3, guess_set_size=1, max_depth=2),
+            lookahead(window_size=4, ngram_size=4, guess_set_size=3)]  # steps past bucket 8 run eagerly
 
 
 @pytest.mark.parametrize("decoding", SETTINGS, ids=["greedy", "pool", "window", "large"])

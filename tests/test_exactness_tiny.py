@@ -17,6 +17,7 @@ from lp_runtime.config import ConfigError, DecodingConfig
 from lp_runtime.decoder import Decoder
 
 from exactness import assert_greedy_equal, hf_greedy
+from fakes import lookahead
 
 COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
@@ -51,7 +52,7 @@ def tiny(request):
 @pytest.mark.parametrize("W,N,G,pool", GRID)
 def test_lookahead_equals_generate(tiny, W, N, G, pool):
     arch, model, refs = tiny
-    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G, pool_from_prompt=pool))
+    dec = Decoder(model, lookahead(window_size=W, ngram_size=N, guess_set_size=G, pool_from_prompt=pool))
     total, steps = 0, 0
     for prompt, ref in zip(PROMPTS, refs):
         out = dec.generate(prompt, max_new_tokens=NEW)
@@ -99,7 +100,7 @@ def test_bad_configs_refused():
     with pytest.raises(ConfigError, match=r"decoding.ngram_size=1 is too small; N must be >= 2"):
         DecodingConfig(ngram_size=1)
     with pytest.raises(ConfigError, match=r"decoding.window_size=-2 is negative; W must be >= 0"):
-        DecodingConfig(window_size=-2)
+        lookahead(window_size=-2)
 
 
 def test_prompt_near_context_end_decodes_and_full_context_refused():
@@ -107,7 +108,7 @@ def test_prompt_near_context_end_decodes_and_full_context_refused():
     # the end); only a prompt leaving no room for one new token is refused (more in test_faults.py).
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**{**COMMON, "max_position_embeddings": 32})).eval()
-    dec = Decoder(model, DecodingConfig(window_size=8, ngram_size=5, guess_set_size=2))
+    dec = Decoder(model, lookahead(window_size=8, ngram_size=5, guess_set_size=2))
     prompt = list(range(1, 25))
     assert dec.generate(prompt, max_new_tokens=4).output_ids == hf_greedy(model, prompt, 4)
     with pytest.raises(ConfigError) as err:
@@ -131,7 +132,7 @@ def test_f1_low_precision_divergence_is_rounding_only():
     torch.manual_seed(0)
     model32 = LlamaForCausalLM(LlamaConfig(**COMMON)).eval()
     model16 = copy.deepcopy(model32).to(torch.bfloat16)
-    setting = DecodingConfig(window_size=5, ngram_size=4, guess_set_size=5)
+    setting = lookahead(window_size=5, ngram_size=4, guess_set_size=5)
     parted = 0
     for prompt in PROMPTS:
         assert Decoder(model32, setting).generate(prompt, max_new_tokens=NEW).output_ids == hf_greedy(

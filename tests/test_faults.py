@@ -27,12 +27,12 @@ from lp_runtime.decoder import Decoder
 from lp_runtime.stopping import StopChecker
 
 from exactness import hf_greedy
-from fakes import TINY, V, ForcedLM, llama
+from fakes import TINY, V, ForcedLM, char_tokenizer, llama, lookahead
 
 REPO = Path(__file__).resolve().parents[1]
-LOOK = DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2)
-SETTINGS = [DecodingConfig(method="greedy"), DecodingConfig(window_size=2, ngram_size=4, guess_set_size=2),
-            DecodingConfig(window_size=5, ngram_size=4, guess_set_size=3)]
+LOOK = lookahead(window_size=3, ngram_size=3, guess_set_size=2)
+SETTINGS = [DecodingConfig(method="greedy"), lookahead(window_size=2, ngram_size=4, guess_set_size=2),
+            lookahead(window_size=5, ngram_size=4, guess_set_size=3)]
 
 
 # ------------------------------------------------------------------------- 1. stop strings over many tokens
@@ -162,7 +162,7 @@ def test_3_architectures_ignoring_the_tree_refused_at_construction(make, arch, p
     torch.manual_seed(0)
     model = make().eval()
     with pytest.raises(ConfigError) as err:
-        Decoder(model, DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2))
+        Decoder(model, lookahead(window_size=3, ngram_size=3, guess_set_size=2))
     msg = str(err.value)
     assert msg.startswith(f"{arch} is not supported by lp_runtime: {problem}") and msg.endswith(SUPPORTED)
 
@@ -191,7 +191,7 @@ def test_3_supported_architectures_pass_the_probe_and_match_generate():
                                             eos_token_id=None)).eval()
     prompt = [5, 6, 7, 5, 6, 8, 9, 5, 6]
     for model in (gpt2, falcon):
-        out = Decoder(model, DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2)).generate(
+        out = Decoder(model, lookahead(window_size=3, ngram_size=3, guess_set_size=2)).generate(
             prompt, max_new_tokens=20)
         assert out.output_ids == hf_greedy(model, prompt, 20)
 
@@ -326,7 +326,7 @@ def test_7_default_warns_once_and_unsupported_is_refused_by_name():
 
 
 # ------------------------------------------------------------------------- 8. a prompt near the context's end
-@pytest.mark.parametrize("setting", SETTINGS + [DecodingConfig(window_size=15, ngram_size=5, guess_set_size=15)])
+@pytest.mark.parametrize("setting", SETTINGS + [lookahead(window_size=15, ngram_size=5, guess_set_size=15)])
 def test_8_prompt_near_context_end_decodes_to_length(setting):
     model = llama(max_position_embeddings=40)
     prompt = [(5 * i + 1) % V for i in range(30)]
@@ -344,13 +344,13 @@ def test_8_learned_positions_and_sliding_window_count_only_what_was_asked():
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=36,
                                       initializer_range=0.3, bos_token_id=None, eos_token_id=None)).eval()
     prompt = [(3 * i + 2) % V for i in range(28)]
-    out = Decoder(gpt2, DecodingConfig(window_size=6, ngram_size=4, guess_set_size=3)).generate(prompt,
+    out = Decoder(gpt2, lookahead(window_size=6, ngram_size=4, guess_set_size=3)).generate(prompt,
                                                                                                  max_new_tokens=20)
     assert out.output_ids == hf_greedy(gpt2, prompt, 8) and out.finish_reason == "length"
     torch.manual_seed(0)
     mistral = MistralForCausalLM(MistralConfig(**{**TINY, "max_position_embeddings": 256, "sliding_window": 40})).eval()
     prompt = [(5 * i + 1) % V for i in range(30)]
-    dec = Decoder(mistral, DecodingConfig(window_size=5, ngram_size=4, guess_set_size=2))
+    dec = Decoder(mistral, lookahead(window_size=5, ngram_size=4, guess_set_size=2))
     assert dec.generate(prompt, max_new_tokens=10).output_ids == hf_greedy(mistral, prompt, 10)  # 40 = the window
     with pytest.raises(ConfigError) as err:
         dec.generate(prompt, max_new_tokens=11)
@@ -361,16 +361,8 @@ def test_8_learned_positions_and_sliding_window_count_only_what_was_asked():
 
 # ------------------------------------------------------------------------- 10. inputs ending in a traceback
 def _save_tiny_with_tokenizer(tmp: Path, nan: bool = False) -> Path:
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     d = tmp / "model"
-    chars = list("abcdefghijklmnopqrstuvwxyz .,?!'0123456789\n")
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{ch: i + 3 for i, ch in enumerate(chars)}}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(d)
+    char_tokenizer().save_pretrained(d)
     model = llama(vocab_size=64, eos_token_id=2, bos_token_id=1)
     if nan:
         with torch.no_grad():
@@ -541,7 +533,7 @@ def test_20_1_attention_temperature_by_cache_index_refused_at_construction():
 
 
 # ------------------------------------------------------------------------- 20.2 non-finite rows that decide nothing
-@pytest.mark.parametrize("setting", [LOOK, DecodingConfig(window_size=0, ngram_size=4, guess_set_size=3)],
+@pytest.mark.parametrize("setting", [LOOK, lookahead(window_size=0, ngram_size=4, guess_set_size=3)],
                          ids=["window", "candidates"])
 @pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=1.0)], ids=["greedy", "sample"])
 def test_20_2_nonfinite_rejected_candidate_or_window_row_is_no_error(setting, sampling):
@@ -622,7 +614,7 @@ def test_20_6_one_decoder_four_threads_four_calls_each_equal_solo(policy):
 
     def make():
         if policy == "fixed":
-            return Decoder(model, DecodingConfig(window_size=3, ngram_size=4, guess_set_size=3))
+            return Decoder(model, lookahead(window_size=3, ngram_size=4, guess_set_size=3))
         return Decoder(model, DecodingConfig(method="auto", ngram_size=6, guess_set_size=4, max_depth=24),
                        step_policy=CostPolicy({1: 0.02, 8: 0.024, 32: 0.055}))
 
@@ -640,7 +632,7 @@ def test_20_6_one_generator_four_threads_equal_solo(tiny_model_dir):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    setting = DecodingConfig(window_size=3, ngram_size=4, guess_set_size=3)
+    setting = lookahead(window_size=3, ngram_size=4, guess_set_size=3)
     prompts = [f"Count {i} {i} {i} and say {i} again" for i in range(16)]
     solo = [LookaheadGenerator(model, tok, setting).generate(p, max_new_tokens=16).output_ids for p in prompts]
     gen = LookaheadGenerator(model, tok, setting)

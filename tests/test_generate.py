@@ -72,7 +72,7 @@ def _questions_file(path: Path) -> Path:
 def _run_config(model_dir: Path, tmp: Path, method: str = "lookahead") -> RunConfig:
     return RunConfig(
         model=ModelConfig(name="tiny-llama", path=str(model_dir)),
-        decoding=DecodingConfig(method=method, window_size=2, ngram_size=3, guess_set_size=2),
+        decoding=DecodingConfig(method=method, window_size=2, ngram_size=3, guess_set_size=2, max_depth=10),
         generation=GenerationConfig(max_new_tokens=8),
         dataset=DatasetConfig(name="jsonl", path=str(_questions_file(tmp / "questions.jsonl"))),
         output=OutputConfig(path=str(tmp / "out" / "answers.jsonl")),

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from lp_runtime.cli import CONF_DIR
 from lp_runtime.config import ConfigError, GenerationConfig, ModelConfig, RunConfig, to_object
 from scripts.bench import BenchConfig
+from fakes import lookahead
 
 CONF = Path(CONF_DIR)
 
@@ -161,19 +162,19 @@ def _tiny(ctx=256, vocab=96):
 
 
 def test_token_ids_outside_the_vocabulary():
-    from lp_runtime.config import DecodingConfig, SamplingConfig
+    from lp_runtime.config import SamplingConfig
     from lp_runtime.models import check_limits
 
     model = _tiny()
     with pytest.raises(ConfigError) as e:
-        check_limits(model, DecodingConfig(), generation=GenerationConfig(eos_token_ids=[2, 99999999]))
+        check_limits(model, lookahead(), generation=GenerationConfig(eos_token_ids=[2, 99999999]))
     assert str(e.value) == ("generation.eos_token_ids=[2, 99999999] is not allowed: token id 99999999 is outside the "
                             "model's vocabulary of 96 ids (0..95)")
     with pytest.raises(ConfigError) as e:
-        check_limits(model, DecodingConfig(), SamplingConfig(suppress_tokens=[96]))
+        check_limits(model, lookahead(), SamplingConfig(suppress_tokens=[96]))
     assert str(e.value) == ("sampling.suppress_tokens=[96] is not allowed: token id 96 is outside the model's "
                             "vocabulary of 96 ids (0..95)")
-    check_limits(model, DecodingConfig(), SamplingConfig(suppress_tokens=[95]), GenerationConfig(eos_token_ids=[0]))
+    check_limits(model, lookahead(), SamplingConfig(suppress_tokens=[95]), GenerationConfig(eos_token_ids=[0]))
 
 
 @pytest.mark.parametrize("over,step", [
@@ -183,10 +184,9 @@ def test_token_ids_outside_the_vocabulary():
     (dict(max_depth=100000, window_size=0), 1 + 2 * 100000),
 ])
 def test_lookahead_step_must_fit_the_context(over, step):
-    from lp_runtime.config import DecodingConfig
     from lp_runtime.models import check_limits
 
-    cfg = DecodingConfig(**{"window_size": 3, "ngram_size": 4, "guess_set_size": 2, **over})
+    cfg = lookahead(**{"window_size": 3, "ngram_size": 4, "guess_set_size": 2, **over})
     with pytest.raises(ConfigError) as e:
         check_limits(_tiny(), cfg)
     depth = cfg.candidate_depth
@@ -199,12 +199,11 @@ def test_lookahead_step_must_fit_the_context(over, step):
 
 
 def test_largest_step_that_fits_is_accepted():
-    from lp_runtime.config import DecodingConfig
     from lp_runtime.models import check_limits
 
-    check_limits(_tiny(ctx=1 + 2 + 2 * 3 + 2 * 10), DecodingConfig(window_size=3, ngram_size=4, guess_set_size=2))
+    check_limits(_tiny(ctx=1 + 2 + 2 * 3 + 2 * 10), lookahead(window_size=3, ngram_size=4, guess_set_size=2))
     with pytest.raises(ConfigError):
-        check_limits(_tiny(ctx=2 + 2 * 3 + 2 * 10), DecodingConfig(window_size=3, ngram_size=4, guess_set_size=2))
+        check_limits(_tiny(ctx=2 + 2 * 3 + 2 * 10), lookahead(window_size=3, ngram_size=4, guess_set_size=2))
 
 
 # ------------------------------------------------------------------ 10. one fixed output file for a whole sweep

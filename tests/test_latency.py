@@ -13,18 +13,14 @@ import torch
 from lp_runtime import latency, models
 from lp_runtime.config import ConfigError, ModelConfig
 from lp_runtime.layout import LayoutCache, MaskBuffer, full_mask
+from fakes import llama
 
 BFLOAT16 = {1: 21.9, 2: 21.5, 3: 21.0, 4: 22.1, 8: 24.4, 16: 28.0, 32: 36.8, 64: 52.6}
 
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.3,
-                                        max_position_embeddings=256)).eval()
+    return llama(bos_token_id=1, eos_token_id=2)
 
 
 class Rounds:

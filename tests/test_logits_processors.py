@@ -11,6 +11,7 @@ from transformers.generation.logits_process import (
 )
 
 from lp_runtime.config import DecodingConfig, SamplingConfig
+from fakes import lookahead
 from lp_runtime.decoder import Decoder
 from lp_runtime.sampling import Sampler
 
@@ -36,7 +37,7 @@ def test_a_processor_the_settings_build_too_is_refused(tiny, setting, processor,
     message = (f"logits processor {name} is given twice: {shown} builds one and logits_processor passes another; "
                "remove one (applied twice it would compound)")
     with pytest.raises(ValueError) as e:
-        Decoder(tiny, DecodingConfig(method="lookahead"), sampling=SamplingConfig(**setting),
+        Decoder(tiny, lookahead(), sampling=SamplingConfig(**setting),
                 logits_processor=[processor])
     assert str(e.value) == message
     with pytest.raises(ValueError) as e:
@@ -55,8 +56,8 @@ def test_the_same_class_twice_in_logits_processor_is_refused(tiny):
 def test_a_processor_given_once_is_applied_once(tiny):
     # the caller's penalty alone equals the setting's alone: both paths give the same tokens
     prompt = [3, 4, 5, 3, 4, 5, 3, 4]
-    by_setting = Decoder(tiny, DecodingConfig(method="lookahead"), sampling=SamplingConfig(repetition_penalty=1.3))
-    by_caller = Decoder(tiny, DecodingConfig(method="lookahead"), logits_processor=[RepetitionPenaltyLogitsProcessor(1.3)])
+    by_setting = Decoder(tiny, lookahead(), sampling=SamplingConfig(repetition_penalty=1.3))
+    by_caller = Decoder(tiny, lookahead(), logits_processor=[RepetitionPenaltyLogitsProcessor(1.3)])
     assert by_setting.generate(prompt, max_new_tokens=12).output_ids == by_caller.generate(prompt, max_new_tokens=12).output_ids
     # greedy settings build no warper: a caller's temperature warper is then the only one, and allowed
     assert len(Sampler(SamplingConfig(), [TemperatureLogitsWarper(0.7)]).processors) == 1

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -24,6 +23,7 @@ import lp_driver  # noqa: E402
 
 from lp_runtime.tree import CandidateTree  # noqa: E402
 from lp_runtime.parallel import max_rank_tokens  # noqa: E402
+from fakes import char_tokenizer  # noqa: E402
 from lp_runtime.policy import CostPolicy  # noqa: E402
 
 # Flat up to 4 tokens, then 2.5 ms a token: 2 ranks can feed twice the nodes of one process at the flat price.
@@ -89,8 +89,11 @@ def test_decoder_prices_lp_steps_and_refuses_auto_without_a_shared_curve():
     Decoder(model, DecodingConfig(method="auto", window_size=3, ngram_size=3, guess_set_size=2), lp=FakeLP(),
             step_policy=policy)
     assert (policy.lp_size, policy.window_size) == (2, 3)
-    with pytest.raises(ConfigError, match="decoding.method='auto' needs its cost policy"):
-        Decoder(model, DecodingConfig(method="auto"), lp=FakeLP())
+    with pytest.raises(ConfigError) as e:  # DecodingConfig() is decoding=auto
+        Decoder(model, DecodingConfig(), lp=FakeLP())
+    assert str(e.value) == ("decoding.method='auto' needs its cost policy: pass step_policy=lp_runtime.auto."
+                            "auto_policy(model) (this machine's latency profile; LookaheadGenerator does), or "
+                            "DecodingConfig(method='lookahead', ...) for a fixed W, N, G")
 
 
 # ------------------------------------------------------------------------------------------ torchrun
@@ -112,7 +115,7 @@ def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     model = lp_driver.tiny_model()
     model.config.eos_token_id, model.config.bos_token_id = 2, 1
     model.save_pretrained(model_dir)
-    _char_tokenizer().save_pretrained(model_dir)
+    char_tokenizer().save_pretrained(model_dir)
     loaded, _ = models.load_model(ModelConfig(path=str(model_dir), device="cpu", dtype="float32"))
     cache = tmp_path / "cache"
     curve = {1: 0.010, 4: 0.010, 8: 0.020, 64: 0.160}
@@ -155,18 +158,6 @@ def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     assert [c["output_ids"] for c in rows[0]] == [c["output_ids"] for c in rows[1]]
     assert sum(sum(c["decoding_steps"]) for c in rows[0]) < sum(sum(c["decoding_steps"]) for c in rows[1])
     assert DecodingConfig(**summary["auto_decoding"]["chosen"]).method == "auto"
-
-
-def _char_tokenizer():
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    chars = list("abcdefghijklmnopqrstuvwxyz .,?!'0123456789\n")
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{ch: i + 3 for i, ch in enumerate(chars)}}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
 
 def test_main_job_defaults_to_the_cost_policy_in_the_native_dtype():

@@ -1,6 +1,5 @@
 import os
 import re
-import time
 
 import pytest
 import torch
@@ -90,12 +89,9 @@ def test_missing_local_path(monkeypatch):
     )
 
 
-def test_unknown_hub_id_offline(monkeypatch, tmp_path):
-    import huggingface_hub.constants
-
-    # huggingface_hub reads HF_HUB_OFFLINE once at import; without it a machine with no network retries ~45 s.
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+def test_unknown_hub_id_offline():
+    # tests/conftest.py sets HF_HUB_OFFLINE=1 before huggingface_hub is imported (it reads it once, at import):
+    # without it a machine with no network retries ~45 s.
     with pytest.raises(ModelLoadError, match=re.escape(
         "model.path='no-such-org/no-such-model' is neither a local folder nor a model in the HuggingFace cache, "
         "and it could not be downloaded: "

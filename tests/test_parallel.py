@@ -2,7 +2,8 @@
 
 Multi-rank tests run ``torchrun --standalone`` on tests/lp_driver.py (gloo, one thread per rank), ONE launch per
 world size (lp3; dp2 x lp2), each asserted on by several tests: the whole (W, N, G) x prompt grid against the
-single-process Decoder run here (same tokens, same number of steps, same accepted lengths), the sampling seeds
+single-process Decoder run here (same tokens, same number of steps, same accepted lengths), with the successor-table
+proposer (both launches) and decoding=auto's cost policy (dp2 x lp2) among the settings, the sampling seeds
 (dp2 x lp2) and the teardown's thread count (lp3). Each failure mode needs a launch of its own (the job ends).
 
 The Slurm-script tests drive ``python -m lp_runtime.generate`` through launch/*.sbatch on this machine: the
@@ -236,13 +237,13 @@ def sampling_specs():
 # without processes.
 @pytest.fixture(scope="module")
 def launch_lp3(tmp_path_factory):
-    return _launch(tmp_path_factory.mktemp("lp3"), 3, 3)
+    return _launch(tmp_path_factory.mktemp("lp3"), 3, 3, configs=LP3_CONFIGS)
 
 
 @pytest.fixture(scope="module")
 def launch_dp2xlp2(tmp_path_factory, sampling_specs):
     return _launch(tmp_path_factory.mktemp("dp2xlp2"), 4, 2, sampling=sampling_specs, timeout=300,
-                   configs=CONFIGS + AUTO_CONFIGS)
+                   configs=DP2_CONFIGS)
 
 
 # decoding=auto under LP (K = 2, in the dp2 x lp2 launch): every rank decodes with one CostPolicy on rank 0's curve,
@@ -251,22 +252,29 @@ def launch_dp2xlp2(tmp_path_factory, sampling_specs):
 KNEE = {1: 0.010, 4: 0.010, 8: 0.020, 64: 0.160}
 AUTO_CONFIGS = [{"W": 0, "N": 4, "G": 3, "curve": KNEE, "price_lp": 2},
                 {"W": 2, "N": 3, "G": 2, "curve": KNEE, "price_lp": 2}]
+# The successor-table proposer (issue 18) under LP, K = 3 and K = 2: with the debug consistency check on, every rank
+# holds the same table each step, and the top-k rows travel in the step's one all-gather.
+SUCC_CONFIGS = [{"W": 0, "N": 4, "G": 2, "succ": 12}, {"W": 2, "N": 3, "G": 2, "succ": 30}]
+LP3_CONFIGS = CONFIGS + SUCC_CONFIGS
+DP2_CONFIGS = CONFIGS + AUTO_CONFIGS + SUCC_CONFIGS
 
 
 @pytest.fixture(scope="module")
 def reference():
-    torch.set_num_threads(1)
-    return lp_driver.decode_grid(lp_driver.tiny_model(), CONFIGS + AUTO_CONFIGS, PROMPTS, MAX_NEW)
+    """One process over DP2_CONFIGS' grid; lp3's successor configs (after CONFIGS there) under their own keys."""
+    grid = lp_driver.decode_grid(lp_driver.tiny_model(), DP2_CONFIGS, PROMPTS, MAX_NEW)
+    succ = {f"{int(k.split('/')[0]) - len(AUTO_CONFIGS)}/{k.split('/')[1]}": r
+            for k, r in grid.items() if int(k.split("/")[0]) >= len(CONFIGS) + len(AUTO_CONFIGS)}
+    return {"dp2": grid, "lp3": {**{k: r for k, r in grid.items() if int(k.split("/")[0]) < len(CONFIGS)}, **succ}}
 
 
 @pytest.fixture(scope="module")
 def reference_dp2():
     """One process per data-parallel share of the dp2 launch: a run's Decoder carries its cross-question store and
     policy calibration from question to question, so each group is compared with its own questions in order."""
-    torch.set_num_threads(1)
     model, out = lp_driver.tiny_model(), {}
     for r in range(2):
-        out.update(lp_driver.decode_grid(model, CONFIGS + AUTO_CONFIGS, PROMPTS, MAX_NEW,
+        out.update(lp_driver.decode_grid(model, DP2_CONFIGS, PROMPTS, MAX_NEW,
                                          prompt_ids=shard_questions(list(range(len(PROMPTS))), r, 2)))
     return out
 
@@ -276,13 +284,16 @@ def test_lp_pricing_changes_auto_steps(reference):
     one_rank = lp_driver.decode_grid(lp_driver.tiny_model(), [dict(c, price_lp=1) for c in AUTO_CONFIGS], PROMPTS,
                                      MAX_NEW)
     auto = [f"{len(CONFIGS) + int(k.split('/')[0])}/{k.split('/')[1]}" for k in one_rank]
-    assert [r["decoding_steps"] for r in one_rank.values()] != [reference[k]["decoding_steps"] for k in auto]
+    assert [r["decoding_steps"] for r in one_rank.values()] != [reference["dp2"][k]["decoding_steps"] for k in auto]
 
 
 def test_reference_accepts_candidates(reference):
     # The grid must exercise multi-token steps, or equal step counts would prove little.
-    assert sum(max(r["accept_lengths"]) > 1 for r in reference.values()) >= len(reference) // 2
-    assert all(len(r["output_ids"]) == MAX_NEW for r in reference.values())
+    grid = reference["dp2"]
+    assert sum(max(r["accept_lengths"]) > 1 for r in grid.values()) >= len(grid) // 2
+    assert all(len(r["output_ids"]) == MAX_NEW for r in grid.values())
+    succ = [r for k, r in grid.items() if int(k.split("/")[0]) >= len(CONFIGS) + len(AUTO_CONFIGS)]
+    assert len(succ) == len(SUCC_CONFIGS) * len(PROMPTS) and sum(max(r["accept_lengths"]) > 1 for r in succ) >= 3
 
 
 @pytest.mark.parametrize("launch,nproc,lp", [("launch_lp3", 3, 3), ("launch_dp2xlp2", 4, 2)], ids=["lp3", "dp2xlp2"])
@@ -292,15 +303,18 @@ def test_lp_matches_single_process(request, reference, reference_dp2, launch, np
     got = json.loads(out.read_text())
     assert got["world_size"] == nproc and got["dp_size"] == nproc // lp
     assert got["broadcast"] == [["from rank", 0]] * nproc  # distributed.broadcast_object: rank 0's object everywhere
-    configs = CONFIGS + AUTO_CONFIGS if lp == 2 else CONFIGS
-    reference = {k: r for k, r in (reference_dp2 if nproc // lp == 2 else reference).items()
-                 if int(k.split("/")[0]) < len(configs)}
-    assert set(got["results"]) == set(reference)
+    configs = DP2_CONFIGS if lp == 2 else LP3_CONFIGS
+    reference = reference_dp2 if nproc // lp == 2 else reference["lp3"]
+    assert set(got["results"]) == set(reference) and len(reference) == len(configs) * len(PROMPTS)
     for key, ref in reference.items():
         cfg = configs[int(key.split("/")[0])]
         assert got["results"][key] == ref, f"config {cfg}, prompt {key.split('/')[1]}"
     for st in got["stats"]:  # one step exchange per decode step (plus a debug check per step)
         assert st["collectives"] > 0 and st["debug_collectives"] > 0
+    for st in got["stats"]:  # exactly ONE exchange a step: a rank's grid exchanges = its LP group's steps
+        mine = shard_questions(list(range(len(PROMPTS))), st["dp_rank"], nproc // lp)
+        assert st["collectives"] == sum(r["decoding_steps"] for k, r in reference.items()
+                                        if int(k.split("/")[1]) in mine), st
     print(f"\nK={nproc} lp={lp}: {secs:.1f} s; rank stats {got['stats']}")
 
 
@@ -369,17 +383,10 @@ def test_debug_check_names_diverged_rank(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Llama plus a character-level tokenizer, saved as a local model folder."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from fakes import char_tokenizer
 
     d = tmp_path_factory.mktemp("tiny_llama")
-    chars = list("abcdefghijklmnopqrstuvwxyz .,?!'0123456789\n")
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{ch: i + 3 for i, ch in enumerate(chars)}}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    tok.save_pretrained(d)
+    char_tokenizer().save_pretrained(d)
     model = lp_driver.tiny_model()
     model.config.eos_token_id, model.config.bos_token_id = 2, 1
     model.save_pretrained(d)
@@ -415,7 +422,6 @@ def single_process_answers(tmp_path_factory, tiny_model_dir, questions_file):
     ref_out = tmp_path_factory.mktemp("reference") / "ref.jsonl"
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose("generate", overrides=[*_generate_args(tiny_model_dir, questions_file, ref_out), "parallel=lp1"])
-    torch.set_num_threads(1)
     run(OmegaConf.to_object(cfg))
     return ref_out
 

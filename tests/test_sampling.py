@@ -21,7 +21,7 @@ from transformers.generation.logits_process import (
     TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
 )
 
-from lp_runtime.config import ConfigError, DatasetConfig, DecodingConfig, SamplingConfig
+from lp_runtime.config import ConfigError, DatasetConfig, SamplingConfig
 from lp_runtime.data import build_prompt, load_questions
 from lp_runtime.decoder import Decoder
 from lp_runtime.models import eos_token_ids
@@ -29,18 +29,9 @@ from lp_runtime.tree import child_tokens, depths
 from lp_runtime.verify import node_outcome, walk_outcomes
 
 from exactness import NEAR_TIE, hf_greedy
-from fakes import TINY8 as TINY, build_tiny8
+from fakes import TINY8 as TINY, build_tiny8, lookahead
 
 ALPHA = 1e-3
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and the machine is shared)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def chi2_pvalue(counts: dict, probs: dict) -> tuple[float, int]:
@@ -240,7 +231,7 @@ def test_lookahead_sampling_law_is_exact(tiny8, cfg, wng):
     model, prompt = tiny8
     length, n = 3, 1500
     W, N, G = wng
-    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G))
+    dec = Decoder(model, lookahead(window_size=W, ngram_size=N, guess_set_size=G))
     counts: dict = {}
     multi = 0
     for s in range(n):
@@ -275,7 +266,7 @@ def test_greedy_repetition_penalty_equals_generate(W, N, G):
     torch.manual_seed(1234)
     model = LlamaForCausalLM(LlamaConfig(**{**TINY, "vocab_size": 96})).eval()
     prompts = [[7], [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9, 11, 3, 4, 5]]
-    dec = Decoder(model, DecodingConfig(window_size=W, ngram_size=N, guess_set_size=G),
+    dec = Decoder(model, lookahead(window_size=W, ngram_size=N, guess_set_size=G),
                   sampling=SamplingConfig(repetition_penalty=1.3))
     for prompt in prompts:
         ref = hf_greedy(model, prompt, 40, repetition_penalty=1.3)
@@ -290,7 +281,7 @@ def test_smollm2_greedy_repetition_penalty_equals_generate(smollm2):
     eos = eos_token_ids(model, tok, None)
     # One real prompt end to end; the (W, N, G) combinations run on the tiny model above.
     questions = load_questions(DatasetConfig(name="mt_bench", limit=1, first_turn_only=True))
-    dec = Decoder(model, DecodingConfig(window_size=0, ngram_size=3, guess_set_size=1), eos_token_ids=eos,
+    dec = Decoder(model, lookahead(window_size=0, ngram_size=3, guess_set_size=1), eos_token_ids=eos,
                   tokenizer=tok, sampling=SamplingConfig(repetition_penalty=1.3))
     for q in questions:
         prompt = build_prompt(tok, q, [])
@@ -304,14 +295,14 @@ def test_low_temperature_is_greedy_and_seeds_reproduce():
     torch.manual_seed(1234)
     model = LlamaForCausalLM(LlamaConfig(**{**TINY, "vocab_size": 96})).eval()
     prompt = [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9, 11, 3, 4, 5]
-    dec = Decoder(model, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2))
+    dec = Decoder(model, lookahead(window_size=2, ngram_size=3, guess_set_size=2))
     greedy = dec.generate(prompt, max_new_tokens=30).output_ids
     assert greedy == hf_greedy(model, prompt, 30)
     cold = dec.generate(prompt, max_new_tokens=30, sampling=SamplingConfig(temperature=1e-4, seed=5)).output_ids
     assert cold == greedy
     hot = SamplingConfig(temperature=1.0, seed=11)
     a = dec.generate(prompt, max_new_tokens=30, sampling=hot)
-    b = Decoder(model, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2), sampling=hot).generate(
+    b = Decoder(model, lookahead(window_size=2, ngram_size=3, guess_set_size=2), sampling=hot).generate(
         prompt, max_new_tokens=30)
     assert a.output_ids == b.output_ids and a.accept_lengths == b.accept_lengths
     c = dec.generate(prompt, max_new_tokens=30, sampling=replace(hot, seed=12))
@@ -337,7 +328,7 @@ def test_config_validation_and_unsupported_processor():
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**TINY)).eval()
     with pytest.raises(ValueError) as err:
-        Decoder(model, DecodingConfig(), logits_processor=[NoRepeatNGramLogitsProcessor(2)])
+        Decoder(model, lookahead(), logits_processor=[NoRepeatNGramLogitsProcessor(2)])
     assert str(err.value) == (
         "logits processor NoRepeatNGramLogitsProcessor is not supported by lp_runtime; supported: "
         "RepetitionPenaltyLogitsProcessor, SuppressTokensLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, "
@@ -345,7 +336,7 @@ def test_config_validation_and_unsupported_processor():
     )
     # A supported processor passed through the API is applied (greedy + penalty = generate's).
     prompt = [1, 2, 3, 1, 2, 4, 1, 2]
-    dec = Decoder(model, DecodingConfig(), logits_processor=[RepetitionPenaltyLogitsProcessor(1.5)])
+    dec = Decoder(model, lookahead(), logits_processor=[RepetitionPenaltyLogitsProcessor(1.5)])
     assert dec.generate(prompt, max_new_tokens=12).output_ids == hf_greedy(model, prompt, 12, repetition_penalty=1.5)
 
 
@@ -360,7 +351,7 @@ def test_model_untouched_after_lookahead_sampling():  # CASES P2
     torch.manual_seed(9)
     before_sample = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=0.8,
                                    max_new_tokens=10, pad_token_id=0)
-    Decoder(model, DecodingConfig(window_size=3, ngram_size=4, guess_set_size=3),
+    Decoder(model, lookahead(window_size=3, ngram_size=4, guess_set_size=3),
             sampling=SamplingConfig(temperature=0.8, top_k=5, repetition_penalty=1.2)).generate(prompt, max_new_tokens=20)
     assert torch.equal(model(ids).logits, before_logits)
     assert hf_greedy(model, prompt, 20, repetition_penalty=1.3) == before_gen

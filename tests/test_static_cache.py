@@ -2,7 +2,7 @@
 the same greedy tokens, the same tree-step logits with a 4D mask, the same KV after a copy-KV commit."""
 import pytest
 import torch
-from fakes import llama
+from fakes import llama, lookahead
 from transformers import DynamicCache, LlamaForCausalLM
 
 from lp_runtime.kv import commit
@@ -91,7 +91,7 @@ def test_slot_step_decodes_as_eager_step():
     from lp_runtime.static_cache import SlotStep
 
     model = tiny_llama()
-    for decoding in (DecodingConfig(method="greedy"), DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2)):
+    for decoding in (DecodingConfig(method="greedy"), lookahead(window_size=3, ngram_size=3, guess_set_size=2)):
         ref = Decoder(model, decoding).generate(PROMPT * 3, max_new_tokens=20)
         out = Decoder(model, decoding, step=SlotStep(model, max_len=128)).generate(PROMPT * 3, max_new_tokens=20)
         assert (out.output_ids, out.step_tokens) == (ref.output_ids, ref.step_tokens)

@@ -7,7 +7,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from lp_runtime.config import DecodingConfig
+from fakes import lookahead
 from lp_runtime.decoder import Decoder
 from lp_runtime.stopping import StopChecker
 
@@ -43,7 +43,7 @@ def test_a_decoder_with_a_word_level_tokenizer_stops_at_the_string():
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64,
                                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
                                          bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
-    dec = Decoder(model, DecodingConfig(method="lookahead"), tokenizer=tok)
+    dec = Decoder(model, lookahead(), tokenizer=tok)
     free = dec.generate([1, 2], max_new_tokens=12).output_ids
     word = tok.decode(free[2:3])  # stop at the word the model emits third
     out = dec.generate([1, 2], max_new_tokens=12, stop_strings=[word])

@@ -1,7 +1,9 @@
 """Structure rules of the package that code review would otherwise have to re-check by hand.
 
 * no function in the package is longer than 60 lines (docstring included);
-* no two package modules import each other (module-level or function-local imports alike).
+* no two package modules import each other (module-level or function-local imports alike);
+* no test or script patches a module global (``monkeypatch.setattr``, or ``module.name = ...`` on an imported
+  module): a lever is a constructor argument, an environment variable read at start-up, or a public API.
 """
 import ast
 from pathlib import Path
@@ -60,3 +62,39 @@ def test_core_docstring_examples(module):
 
     result = doctest.testmod(importlib.import_module(f"lp_runtime.{module}"))
     assert result.failed == 0 and result.attempted > 0
+
+
+# Documented settings, not patches: the interpreter's arguments (tests/cli_batch.py runs ``MODULE.main()`` as
+# ``python -m`` would) and torch's numerics switches (scripts/device_check.py turns TF32 off).
+SETTINGS = ("sys.argv", "torch.backends.")
+
+
+def _patches(path: Path) -> list[str]:
+    """``file:line`` of every ``monkeypatch.setattr`` call and every assignment to an imported module's attribute."""
+    tree = ast.parse(path.read_text())
+    modules = {(a.asname or a.name).split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for a in node.names}
+    modules |= {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for a in node.names
+                if node.module and (a.asname or a.name) in {"distributed", "models", "latency", "auto", "kv", "decoder"}}
+    found = []
+    for node in ast.walk(tree):
+        call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setattr"
+        if call and isinstance(node.func.value, ast.Name) and node.func.value.id == "monkeypatch":
+            found.append(f"{path.name}:{node.lineno}")
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            if isinstance(t, ast.Attribute) and ast.unparse(t).startswith(SETTINGS):
+                continue
+            while isinstance(t, ast.Attribute) and isinstance(t.value, ast.Attribute):
+                t = t.value
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in modules:
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_no_test_or_script_patches_a_module_global():
+    root = PACKAGE.parent
+    files = sorted((root / "tests").glob("*.py")) + sorted((root / "scripts").glob("*.py"))
+    assert len(files) > 30
+    assert [hit for f in files for hit in _patches(f)] == []

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from lp_runtime import answers, jobs, models
-from lp_runtime.config import (DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig, OutputConfig,
+from lp_runtime.config import (DatasetConfig, GenerationConfig, ModelConfig, OutputConfig,
                                RunConfig)
+from fakes import lookahead
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,7 +94,7 @@ def test_report_baseline_by_flag_and_errors(tmp_path):
 def _cfg(model_dir: Path, tmp: Path, **decoding) -> RunConfig:
     return RunConfig(
         model=ModelConfig(path=str(model_dir)),
-        decoding=DecodingConfig(**{"window_size": 0, "ngram_size": 3, "guess_set_size": 2, **decoding}),
+        decoding=lookahead(**{"window_size": 0, "ngram_size": 3, "guess_set_size": 2, **decoding}),
         generation=GenerationConfig(max_new_tokens=8),
         dataset=DatasetConfig(name="jsonl", path=str(_questions(tmp / "q.jsonl", 2)), limit=1),
         output=OutputConfig(path=str(tmp / "out" / "answers.jsonl")),

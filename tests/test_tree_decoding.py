@@ -19,6 +19,7 @@ from lp_runtime.tree import CandidateTree
 sys.path.insert(0, str(Path(__file__).parent))
 from exactness import hf_greedy  # noqa: E402
 from lp_driver import tiny_model  # noqa: E402
+from fakes import lookahead  # noqa: E402
 
 PROMPTS = [
     [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9],
@@ -28,7 +29,6 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def tiny():
-    torch.set_num_threads(1)
     model = tiny_model()
     return model, [hf_greedy(model, p, 40) for p in PROMPTS]
 
@@ -93,12 +93,12 @@ class Recorder(FeedAll):
 def test_step_policy_hook(tiny):
     model, refs = tiny
     rec = Recorder()
-    out = Decoder(model, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2), step_policy=rec).generate(
+    out = Decoder(model, lookahead(window_size=2, ngram_size=3, guess_set_size=2), step_policy=rec).generate(
         PROMPTS[1], max_new_tokens=40)
     assert out.output_ids == refs[1] and len(rec.seen) == out.decoding_steps
     assert [s[2] + 1 for s in rec.seen][:-1] == out.accept_lengths[:-1]
     small = Recorder(first_only=True)
-    out = Decoder(model, DecodingConfig(window_size=2, ngram_size=3, guess_set_size=2), step_policy=small).generate(
+    out = Decoder(model, lookahead(window_size=2, ngram_size=3, guess_set_size=2), step_policy=small).generate(
         PROMPTS[1], max_new_tokens=40)
     assert out.output_ids == refs[1]
     assert max(out.step_tokens[1:]) <= 2 and max(out.accept_lengths) == 2  # 1 pending + 1 node: at most 2 tokens
@@ -122,7 +122,7 @@ def test_cross_question_store_changes_steps_never_tokens(tiny, wng):
     (fewer steps); every output stays transformers' greedy; a fresh Decoder starts with an empty store."""
     model, refs = tiny
     w, n, g = wng
-    cfg = DecodingConfig(window_size=w, ngram_size=n, guess_set_size=g)
+    cfg = lookahead(window_size=w, ngram_size=n, guess_set_size=g)
     dec = Decoder(model, cfg, proposers=proposers_for(cfg, cross_question=True))
     first = [dec.generate(p, max_new_tokens=40) for p in PROMPTS]
     second = [dec.generate(p, max_new_tokens=40) for p in PROMPTS]
@@ -171,7 +171,7 @@ def test_proposers_are_constructor_arguments_and_may_ask_for_topk_rows(tiny):
     """Two sources side by side (the suffix lookup and a row recorder) keep the output; the recorder gets every
     kept row's input token and its top-3 successors, the first of which at ``c`` is the step's first token."""
     model, refs = tiny
-    cfg = DecodingConfig(window_size=3, ngram_size=3, guess_set_size=2)
+    cfg = lookahead(window_size=3, ngram_size=3, guess_set_size=2)
     rec = RowsRecorder()
     dec = Decoder(model, cfg, proposers=proposers_for(cfg) + [rec])
     out = dec.generate(PROMPTS[0], max_new_tokens=40)

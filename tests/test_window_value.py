@@ -4,14 +4,13 @@ windowed step instead of a fixed prior."""
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from lp_runtime.config import DecodingConfig
 from lp_runtime.decoder import Decoder
 from lp_runtime.proposers import SuffixProposer
 from lp_runtime.tree import CandidateTree
 from lp_runtime.policy import WINDOW_GAIN_PRIOR, CostPolicy
+from fakes import llama
 
 A, B, C, X, D, E, F, Q = 10, 11, 12, 13, 14, 15, 16, 17
 GENTLE = {1: 10.0, 101: 20.0}
@@ -60,11 +59,7 @@ def test_window_gain_counts_accepted_window_only_nodes():
 
 
 def test_window_gain_is_measured_inside_a_decode():
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.3,
-                                         max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
-                                         pad_token_id=None)).eval()
+    model = llama()
     pol = CostPolicy({1: 0.010, 256: 0.010})  # flat: the window is fed every step, so its value is measured
     dec = Decoder(model, DecodingConfig(method="auto", window_size=3, ngram_size=4, guess_set_size=3),
                   step_policy=pol)
