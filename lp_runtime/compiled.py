@@ -327,5 +327,8 @@ def step_for(model, setting: str, max_len: Optional[int] = None, *, root: Option
     if not compile_wanted(model, setting, root, log):
         return None
     step = CapturedStep(model, max_len or default_max_len(model))
+    slow = " (inductor compiles each bucket on a CPU: minutes in all)" if not step.on_cuda else ""
+    log(f"model.compile={setting}: capturing {len(step.buckets)} step buckets ({step.backend} on {step.device})"
+        f"{slow} ...")
     step.warm_up(log=log)
     return step

@@ -9,7 +9,8 @@ import os
 from typing import Callable, Optional
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (AttentionInterface, AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel,
+                          PreTrainedTokenizerBase)
 
 from lp_runtime.bundled import (  # noqa: F401  (ModelLoadError, cache_root: re-exported)
     BUNDLED_PREFIX, ModelLoadError, bundled_cache, bundled_gguf, cache_root,
@@ -48,6 +49,7 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded or
     its weights do not fit the device's free memory (checked before anything loads)."""
     check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
+    check_attn_implementation(cfg.attn_implementation)
     check_model_files(cfg)
     device = resolve_device(cfg.device)
     if cfg.dtype == "auto":
@@ -67,6 +69,15 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     model.eval()
     model.lp_model_id = model_id(cfg)
     return model, tokenizer
+
+
+def check_attn_implementation(name: str) -> None:
+    """``ConfigError`` unless ``name`` is an attention implementation transformers knows ("eager" or one of its
+    ``AttentionInterface``) or a hub kernel ("org/repo"); checked before the model loads."""
+    known = ["eager", *AttentionInterface().valid_keys()]
+    if name not in known and "/" not in name:
+        raise ConfigError(f"model.attn_implementation={name!r} is not allowed; use one of {', '.join(known)} "
+                          "(or a hub kernel 'org/repo')")
 
 
 def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[Callable],
@@ -323,8 +334,11 @@ def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
         what = f"model.path={path!r}" + (f" with model.gguf_file={gguf_file!r}" if gguf_file else "")
         if os.path.isdir(local):
             raise ModelLoadError(f"{what} is a local folder but could not be loaded: {reason}. {_ALLOWED}") from e
+        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false", "no")
+        hint = ("HF_HUB_OFFLINE is set, so nothing is downloaded: download the model where there is a network, or"
+                if offline else "Without a network, download the model where there is one, or")
         raise ModelLoadError(
             f"{what} is neither a local folder nor a model in the HuggingFace cache, and it could not be "
-            f"downloaded: {reason}. {_ALLOWED}"
+            f"downloaded: {reason}. {hint} use a local folder or bundled:smollm2"
         ) from e
     return tokenizer, model

@@ -6,7 +6,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from lp_runtime import bundled, models
-from lp_runtime.config import ModelConfig
+from lp_runtime.config import ConfigError, ModelConfig
 from lp_runtime.models import ModelLoadError, context_length, eos_token_ids, load_model
 
 
@@ -97,7 +97,8 @@ def test_unknown_hub_id_offline():
         "and it could not be downloaded: "
     )) as e:
         load_model(ModelConfig(path="no-such-org/no-such-model"))
-    assert str(e.value).endswith("cached files. Use a local folder, a HuggingFace id, or bundled:smollm2")
+    assert str(e.value).endswith("cached files. HF_HUB_OFFLINE is set, so nothing is downloaded: download the model "
+                                 "where there is a network, or use a local folder or bundled:smollm2")
 
 
 def test_unknown_bundled():
@@ -197,3 +198,14 @@ def test_ranks_sharing_a_cpu_node_count_once_each(tmp_path, monkeypatch):
                        "(torchrun --nproc-per-node=2)")
     assert models.fit_problem(ModelConfig(path=path), torch.device("cpu"), "float32", 64 * 10**9, ranks=2) is None
     assert models.fit_problem(ModelConfig(path="bundled:smollm2"), torch.device("cpu"), "float32", 1) is None
+
+
+def test_unknown_attention_implementation_is_refused_before_loading():
+    """A new user's ``model.attn_implementation=bogus`` got transformers' traceback after the weights loaded."""
+    from lp_runtime.models import check_attn_implementation
+
+    for ok in ("eager", "sdpa", "flex_attention", "kernels-community/flash-attn"):
+        check_attn_implementation(ok)
+    with pytest.raises(ConfigError, match=r"^model.attn_implementation='bogus' is not allowed; use one of eager, .*"
+                                          r"sdpa.* \(or a hub kernel 'org/repo'\)$"):
+        models.load_model(ModelConfig(path="/nonexistent", attn_implementation="bogus", device="cpu"))
