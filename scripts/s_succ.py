@@ -43,15 +43,17 @@ from lp_runtime.proposers import AnswerStore, SuffixProposer  # noqa: E402
 from lp_runtime.successors import SuccessorProposer  # noqa: E402
 from s_table import exactness, hf_greedy, prompt_set, summarize  # noqa: E402
 
-BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16)
+BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16, context=1)
 VARIANTS = {
     # <= 12 tokens a step (1 pending + 11 nodes)
     "table11": dict(suffix=False),
     "succ11": dict(),
+    "pair11": dict(context=2),
     "succ11_reset": dict(across=False),
     # ~80 tokens a step
     "table79": dict(budget=79, suffix=False),
     "succ79": dict(budget=79, G=15, N=5),
+    "pair79": dict(budget=79, G=15, N=5, context=2),
     "succ79_reset": dict(budget=79, G=15, N=5, across=False),
     "succ42_w7": dict(budget=42, W=7, N=5, G=7),
 }
@@ -74,7 +76,8 @@ def make_decoder(model, eos, opt, lp_k, refeed):
     """A ``Decoder`` with one ``SuccessorProposer`` (over a suffix proposer with an answer store, or alone)."""
     suffix = SuffixProposer(opt["N"], opt["G"], store=AnswerStore()) if opt["suffix"] else None
     prop = SuccessorProposer(vocab_size(model), opt["budget"] * lp_k, suffix=suffix, k=opt["k"],
-                             max_depth=opt["max_depth"], width=opt["width"])
+                             max_depth=opt["max_depth"], width=opt["width"],
+                             context=opt.get("context", 1))
     probe = RankProbe(lp_k)
     dec = Decoder(model, DecodingConfig(window_size=opt["W"], ngram_size=opt["N"], guess_set_size=max(opt["G"], 1)),
                   eos_token_ids=eos, lp=probe, proposers=[prop], copy_kv=not refeed)
