@@ -37,6 +37,7 @@ from .policy import AcceptanceCalibration
 
 # Prior P(accepted | parent accepted) of the table's successor of each rank (rank 0 = the row's argmax).
 SUCC_PRIOR = (0.45, 0.15, 0.08, 0.05, 0.04, 0.03, 0.02, 0.02)
+JOINT_RANKS = 4  # ranks 0..3 of each table calibrate apart in a joint (token table, pair table) estimate
 
 
 class SuccessorTable:
@@ -127,7 +128,10 @@ class RankCalibration:
     """P(node accepted | parent accepted) per (depth, rank), learned online around a prior per rank.
 
     ``estimate(depth, rank) = (successes + strength * prior[rank]) / (trials + strength)``; depths past
-    ``max_depth`` share the last bucket, ranks past the prior's length use its last value.
+    ``max_depth`` share the last bucket, ranks past the prior's length use its last value. ``rank`` may also be
+    a tuple of ranks, one per table (None: not in that table's row; e.g. the token table's and the pair table's):
+    each combination is its own bucket (ranks past ``JOINT_RANKS`` - 1 share one), prior by the best rank, so a
+    successor both tables agree on is learned apart from one only a single table proposes.
 
         >>> cal = RankCalibration(prior=(0.5, 0.25), strength=2.0)
         >>> cal.estimate(1, 0), cal.estimate(3, 5)
@@ -146,15 +150,20 @@ class RankCalibration:
         self.trials: dict[tuple[int, int], int] = {}
         self.successes: dict[tuple[int, int], int] = {}
 
-    def _key(self, depth: int, rank: int) -> tuple[int, int]:
-        return min(max(depth, 1), self.max_depth), min(rank, len(self.prior) - 1)
+    def _key(self, depth: int, rank) -> tuple:
+        if isinstance(rank, tuple):
+            rank = tuple(-1 if r is None else min(r, JOINT_RANKS - 1) for r in rank)
+        else:
+            rank = min(rank, len(self.prior) - 1)
+        return min(max(depth, 1), self.max_depth), rank
 
-    def estimate(self, depth: int, rank: int) -> float:
+    def estimate(self, depth: int, rank) -> float:
         key = self._key(depth, rank)
-        prior = self.prior[key[1]]
+        best = min(r for r in rank if r is not None) if isinstance(rank, tuple) else rank
+        prior = self.prior[min(best, len(self.prior) - 1)]
         return (self.successes.get(key, 0) + self.strength * prior) / (self.trials.get(key, 0) + self.strength)
 
-    def update(self, depth: int, rank: int, accepted: bool) -> None:
+    def update(self, depth: int, rank, accepted: bool) -> None:
         key = self._key(depth, rank)
         self.trials[key] = self.trials.get(key, 0) + 1
         self.successes[key] = self.successes.get(key, 0) + int(bool(accepted))
@@ -188,7 +197,7 @@ def _kids(suffix: CandidateTree) -> dict[int, list[int]]:
 def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[SuccessorTable], budget: int, *,
               suffix_cal: Optional[AcceptanceCalibration] = None, succ_cal: Optional[RankCalibration] = None,
               max_depth: int = 16, width: int = 8, pair: Optional[SuccessorTable] = None,
-              pair_cal: Optional[RankCalibration] = None, root_prev: int = -1) -> GrownTree:
+              root_prev: int = -1) -> GrownTree:
     """One candidate tree from the suffix lookup's tree and the successor table, best first by path estimate.
 
     Args:
@@ -199,11 +208,12 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
         suffix_cal, succ_cal: calibrations turning the sources' raw values into P(accepted | parent accepted)
             (defaults: fresh ones, i.e. the priors).
         max_depth: deepest node; width: most table successors tried per node (their best ranks).
-        pair, pair_cal, root_prev: a ``context=2`` table, its calibration, and the token before ``root_token``.
+        pair, root_prev: a ``context=2`` table and the token before ``root_token``; with it, ``succ_cal`` is keyed
+            by the pair (rank in the token table's row, rank in the pair table's row).
 
     A node's children are the suffix tree's children of the node it matches (if any) and the first ``width``
     successors of its token in each table (the pair table's row of (its parent's token, its token)); a token
-    proposed by several sources is one node with the largest estimate. Nodes come out in
+    proposed by several sources is one node with the larger of the suffix and the table estimates. Nodes come out in
     best-first order (parents before children; ties go to the node pushed first). ``ValueError`` for a
     negative budget.
     """
@@ -211,7 +221,6 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
         raise ValueError(f"grow_tree(budget={budget}): the node budget must be >= 0")
     suffix_cal = suffix_cal or AcceptanceCalibration()
     succ_cal = succ_cal or RankCalibration()
-    tables = [(table, succ_cal), (pair, pair_cal or RankCalibration())]
     kids = _kids(suffix) if suffix is not None else {}
     out = GrownTree()
     heap: list = []
@@ -223,12 +232,12 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
         for s in kids.get(s_node, ()) if (s_node >= 0 or parent < 0) else ():
             raw = suffix.prob[s]
             cand[suffix.tokens[s]] = [suffix_cal.estimate(depth, raw), s, raw, None, None]
-        for i, (tab, cal) in enumerate(tables):
+        for i, tab in enumerate((table, pair)):
             for rank, t in enumerate(tab.successors(token, prev)[:width] if tab is not None else ()):
-                c = cand.setdefault(t, [0.0, -1, None, None, None])
-                c[3 + i] = rank
-                c[0] = max(c[0], cal.estimate(depth, rank))
+                cand.setdefault(t, [0.0, -1, None, None, None])[3 + i] = rank
         for t, c in cand.items():
+            if c[3] is not None or c[4] is not None:
+                c[0] = max(c[0], succ_cal.estimate(depth, c[3] if pair is None else (c[3], c[4])))
             heapq.heappush(heap, (-path_p * c[0], counter, t, parent, depth, c))
             counter += 1
 
@@ -257,8 +266,8 @@ class SuccessorProposer:
         k: successors kept per token (the ``topk`` asked of every kept logits row).
         max_depth, width: as in ``grow_tree``.
         context: 1 = the token table alone (Token Recycling); 2 = also a pair table keyed by the last two tokens
-            (``SuccessorTable(context=2)``: a row computed in the same two-token context predicts better than the
-            newest row of the token in any context), each with its own calibration.
+            (``SuccessorTable(context=2)``: the newest row computed in the same two-token context), calibrated
+            jointly with the token table (``RankCalibration`` on the pair of ranks).
         table_when_sampling: keep using the job's table in sampled calls (default False: a sampled call starts a
             table of its own, so a seed's draws do not depend on the answers before it; the law is exact either
             way, as for the answer store).
@@ -283,7 +292,7 @@ class SuccessorProposer:
         self.table_when_sampling = table_when_sampling
         self.topk = self.k
         self.suffix_cal = AcceptanceCalibration()
-        self.succ_cal, self.pair_cal = RankCalibration(), RankCalibration()
+        self.succ_cal = RankCalibration()
         self._table, self._pair, self._root, self._prev, self._last = self.table, self.pair, -1, -1, GrownTree()
 
     def _new_tables(self) -> tuple:
@@ -301,7 +310,7 @@ class SuccessorProposer:
         suffix = self.suffix.propose() if self.suffix is not None else None
         self._last = grow_tree(self._root, suffix, self._table, self.budget, suffix_cal=self.suffix_cal,
                                succ_cal=self.succ_cal, max_depth=self.max_depth, width=self.width, pair=self._pair,
-                               pair_cal=self.pair_cal, root_prev=self._prev)
+                               root_prev=self._prev)
         return self._last.tree
 
     def observe(self, accepted: Sequence[int], ngrams: Sequence[Sequence[int]], rows=None) -> None:
@@ -324,9 +333,9 @@ class SuccessorProposer:
                 continue
             if grown.suffix_raw[i] is not None:
                 self.suffix_cal.update(depths[i], grown.suffix_raw[i], i in on_path)
-            for rank, cal in ((grown.succ_rank[i], self.succ_cal), (grown.pair_rank[i], self.pair_cal)):
-                if rank is not None:
-                    cal.update(depths[i], rank, i in on_path)
+            rank = grown.succ_rank[i] if self._pair is None else (grown.succ_rank[i], grown.pair_rank[i])
+            if rank is not None and rank != (None, None):
+                self.succ_cal.update(depths[i], rank, i in on_path)
 
     def _record(self, rows, fed: Sequence[int], path: Sequence[int]) -> None:
         first = len(rows.tokens) - len(fed)  # rows: c, window columns, then one per fed node
@@ -380,7 +389,8 @@ def successor_proposers(decoding, vocab_size: int, *, budget: Optional[int] = No
     plain greedy keep their proposers unchanged (the paper's pool; none).
 
         >>> from lp_runtime.config import DecodingConfig
-        >>> [p.budget for p in successor_proposers(DecodingConfig(window_size=0, ngram_size=4, guess_set_size=2), 96)]
+        >>> [p.budget for p in successor_proposers(DecodingConfig(method="lookahead", window_size=0, ngram_size=4,
+        ...                                                    guess_set_size=2, max_depth=10), 96)]
         [11]
     """
     from .proposers import SuffixProposer, proposers_for

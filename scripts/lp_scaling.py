@@ -65,8 +65,8 @@ def run_k(model, tok, eos, questions, refs, k, args):
     suffix = SuffixProposer(args.ngram, args.guess * k, store=AnswerStore())
     prop = SuccessorProposer(vocab_size(model), k * (args.budget - 1), suffix=suffix, context=args.context,
                              k=args.topk, max_depth=args.max_depth)
-    dec = Decoder(model, DecodingConfig(window_size=args.window * k, ngram_size=args.ngram,
-                                        guess_set_size=max(args.guess * k, 1)),
+    dec = Decoder(model, DecodingConfig(method="lookahead", window_size=args.window * k, ngram_size=args.ngram,
+                                        guess_set_size=max(args.guess * k, 1), max_depth=10),
                   eos_token_ids=eos, tokenizer=tok, lp=probe, proposers=[prop], copy_kv=False)
     rows = []
     for q, ref in zip(questions, refs):

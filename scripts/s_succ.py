@@ -39,11 +39,14 @@ from lp_runtime.config import DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
+from lp_runtime.policy import CostPolicy  # noqa: E402
 from lp_runtime.proposers import AnswerStore, SuffixProposer  # noqa: E402
 from lp_runtime.successors import SuccessorProposer  # noqa: E402
 from s_table import exactness, hf_greedy, prompt_set, summarize  # noqa: E402
 
-BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16, context=1)
+BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16, context=1,
+            curve=None, suffix_depth=10)
+CURVE = "results/s_succ/curve_cpu2t_float32.json"  # decoding=auto's float32 profile of this machine, fixed
 VARIANTS = {
     # <= 12 tokens a step (1 pending + 11 nodes)
     "table11": dict(suffix=False),
@@ -56,6 +59,11 @@ VARIANTS = {
     "pair79": dict(budget=79, G=15, N=5, context=2),
     "succ79_reset": dict(budget=79, G=15, N=5, across=False),
     "succ42_w7": dict(budget=42, W=7, N=5, G=7),
+    # decoding=auto's setting (conf/decoding/auto.yaml: (0, 6, 4), max_depth 24) with the successor table, as the
+    # bench's +successors lever builds it (successor_proposers: budget = the suffix proposer's 24-node cap + 1), the
+    # cost policy on the fixed float32 curve choosing what to feed
+    "auto25": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE),
+    "auto25_pair": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE, context=2),
 }
 
 
@@ -74,13 +82,20 @@ class RankProbe(LocalGroup):
 
 def make_decoder(model, eos, opt, lp_k, refeed):
     """A ``Decoder`` with one ``SuccessorProposer`` (over a suffix proposer with an answer store, or alone)."""
-    suffix = SuffixProposer(opt["N"], opt["G"], store=AnswerStore()) if opt["suffix"] else None
+    suffix = SuffixProposer(opt["N"], opt["G"], store=AnswerStore(), max_depth=opt.get("suffix_depth", 10)) \
+        if opt["suffix"] else None
     prop = SuccessorProposer(vocab_size(model), opt["budget"] * lp_k, suffix=suffix, k=opt["k"],
                              max_depth=opt["max_depth"], width=opt["width"],
                              context=opt.get("context", 1))
     probe = RankProbe(lp_k)
-    dec = Decoder(model, DecodingConfig(window_size=opt["W"], ngram_size=opt["N"], guess_set_size=max(opt["G"], 1)),
-                  eos_token_ids=eos, lp=probe, proposers=[prop], copy_kv=not refeed)
+    policy = None
+    if opt["curve"]:
+        curve = json.loads((ROOT / opt["curve"]).read_text())["latency_s"]
+        policy = CostPolicy({int(q): float(s) for q, s in curve.items()})
+    cfg = DecodingConfig(method="lookahead", window_size=opt["W"], ngram_size=opt["N"], guess_set_size=max(opt["G"], 1),
+                         max_depth=10)
+    dec = Decoder(model, cfg,
+                  eos_token_ids=eos, lp=probe, proposers=[prop], copy_kv=not refeed, step_policy=policy)
     return dec, probe
 
 
@@ -90,7 +105,7 @@ def run_variant(model, eos, prompts, refs, name, opt, max_new, out_dir, lp_k, re
         return json.loads(path.read_text())
     rows, t0, group, dec = [], time.time(), None, None
     for (grp, qid, prompt), ref in zip(prompts, refs):
-        if grp != group or not opt["across"]:  # one decoder (table, store) per prompt set, as one run holds
+        if grp != group or not opt["across"]:  # one decoder (table, store, policy) per prompt set, as one run holds
             dec, probe = make_decoder(model, eos, opt, lp_k, refeed)
         group = grp
         probe.rank_tokens = []
