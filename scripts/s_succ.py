@@ -8,7 +8,10 @@ Same prompts, model, references and S definition as ``scripts/s_table.py`` (16 M
 template, + HumanEval 0-7, raw; SmolLM2-135M float32 greedy; references in ``results/s_table/refs_128.json``).
 Each variant (``VARIANTS``, options over ``BASE``; ``--set`` overrides) is a ``Decoder`` whose one proposer is a
 ``successors.SuccessorProposer``: node budget, window (W, N), suffix lookup (with the answer store) on or off, the
-table kept across the prompts of a set (one decoder per set, as one run holds it) or a new decoder per prompt.
+table kept across the prompts of a set (one decoder per set, as one run holds it) or a new decoder per prompt, the
+pair table (``context`` 2), and a step policy: feed the whole tree, or (``curve``) ``policy.CostPolicy`` on a FIXED
+latency curve (``results/s_succ/curve_cpu2t_float32.json``, the float32 profile decoding=auto used on this
+machine), so what decoding=auto would feed is replayed deterministically.
 One process, copy-KV; ``--ks`` runs each variant at K x the budget, W and G with re-feed commit, as K LP ranks run
 it (one process gives the same tokens and steps as K ranks: tests/test_successors.py), recording each rank's
 tokens per step under ``parallel.tree_plan``. The 4 + 4 x 64 runs of 2026-12-01 19:05-19:40 UTC were taken with a
