@@ -37,55 +37,87 @@ from .policy import AcceptanceCalibration
 
 # Prior P(accepted | parent accepted) of the table's successor of each rank (rank 0 = the row's argmax).
 SUCC_PRIOR = (0.45, 0.15, 0.08, 0.05, 0.04, 0.03, 0.02, 0.02)
+JOINT_RANKS = 4  # ranks 0..3 of each table calibrate apart in a joint (token table, pair table) estimate
 
 
 class SuccessorTable:
-    """For every token id, its top-k successors from the newest logits row computed at it.
+    """For every token id (``context=1``) or pair of ids (``context=2``), the top-k successors from the newest
+    logits row computed there.
 
     Args:
         vocab_size: token ids are 0 .. vocab_size - 1.
-        k: successors kept per token (Token Recycling uses 8).
+        k: successors kept per key (Token Recycling uses 8).
+        context: 1 = keyed by the row's input token (Token Recycling); 2 = keyed by (the token before it, its
+            input token), a hashed table of ``slots`` rows where the newest key wins its slot.
+        slots: rows of a ``context=2`` table (a power of two; 2^18 x 8 int32 = 8 MB).
 
-    ``table``: int32 (vocab_size, k), row t = the k most likely next tokens after t (best first), -1 = empty.
-    ``ValueError`` for vocab_size < 1 or k < 1.
+    ``table``: int32 (rows, k), best first, -1 = empty (rows = vocab_size for context 1, indexed by token id).
+    ``ValueError`` for vocab_size < 1, k < 1, a context other than 1 or 2, or slots not a power of two >= 2.
 
         >>> t = SuccessorTable(10, k=2)
         >>> t.update([3, 4, 3], [[1, 2], [5, 6], [7, 8]])   # two rows at token 3: the later one wins
         >>> t.successors(3), t.successors(4), t.successors(9)
         ([7, 8], [5, 6], [])
+        >>> p = SuccessorTable(10, k=2, context=2, slots=16)
+        >>> p.update([3, 3], [[1, 2], [5, 6]], prev=[7, 8])   # (7, 3) and (8, 3) are two keys
+        >>> p.successors(3, 7), p.successors(3, 8), p.successors(3, 9)
+        ([1, 2], [5, 6], [])
     """
 
-    def __init__(self, vocab_size: int, k: int = 8) -> None:
-        if vocab_size < 1 or k < 1:
-            raise ValueError(f"SuccessorTable(vocab_size={vocab_size}, k={k}): both must be >= 1")
-        self.k = int(k)
-        self.table = np.full((int(vocab_size), self.k), -1, dtype=np.int32)
+    def __init__(self, vocab_size: int, k: int = 8, *, context: int = 1, slots: int = 1 << 18) -> None:
+        if vocab_size < 1 or k < 1 or context not in (1, 2) or slots < 2 or slots & (slots - 1):
+            raise ValueError(f"SuccessorTable(vocab_size={vocab_size}, k={k}, context={context}, slots={slots}): "
+                             "need vocab_size, k >= 1, context 1 or 2 and slots a power of two >= 2")
+        self.k, self.vocab, self.context = int(k), int(vocab_size), int(context)
+        self.table = np.full((self.vocab if context == 1 else slots, self.k), -1, dtype=np.int32)
+        self.keys = np.full(slots, -1, dtype=np.int64) if context == 2 else None
+        self._shift = np.uint64(64 - (slots.bit_length() - 1))
         self.updates = 0
 
-    def update(self, tokens: Sequence[int], successors) -> None:
+    def _slots(self, ids: np.ndarray, prev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.keys is None:
+            return ids, ids
+        keys = prev * self.vocab + ids  # Fibonacci hashing of the pair (uint64 arithmetic wraps)
+        return ((keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> self._shift).astype(np.int64), keys
+
+    def update(self, tokens: Sequence[int], successors, prev: Optional[Sequence[int]] = None) -> None:
         """Write ``successors[i]`` (the top-k ids of the row computed at ``tokens[i]``, best first; at least k
-        columns, extra ones ignored) as row ``tokens[i]``. Rows are in time order: for a token given twice the
-        later row wins. ``ValueError`` when the lengths differ, a row is shorter than k or an id is outside
-        the vocabulary."""
+        columns, extra ones ignored) as the row of ``tokens[i]`` (context 2: of the pair (``prev[i]``,
+        ``tokens[i]``); a row with ``prev[i]`` < 0, an unknown context, is skipped). Rows are in time order: for a
+        key given twice the later row wins. ``ValueError`` when the lengths differ, a row is shorter than k or
+        an id is outside the vocabulary."""
         ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
         rows = np.asarray(successors, dtype=np.int64)
         if rows.ndim != 2 or rows.shape[0] != ids.shape[0] or rows.shape[1] < self.k:
             raise ValueError(f"update: {ids.shape[0]} tokens and successors of shape {rows.shape}; need "
                              f"({ids.shape[0]}, >= {self.k})")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab or rows[:, : self.k].min() < 0
+                         or rows[:, : self.k].max() >= self.vocab):
+            raise ValueError(f"update: token ids must be in 0..{self.vocab - 1}")
+        before = np.asarray(prev if prev is not None else [-1] * ids.size, dtype=np.int64).reshape(-1)
+        if self.keys is not None:
+            ids, rows, before = ids[before >= 0], rows[before >= 0], before[before >= 0]
         if ids.size == 0:
             return
-        vocab = self.table.shape[0]
-        if ids.min() < 0 or ids.max() >= vocab or rows[:, : self.k].min() < 0 or rows[:, : self.k].max() >= vocab:
-            raise ValueError(f"update: token ids must be in 0..{vocab - 1}")
-        _, last = np.unique(ids[::-1], return_index=True)  # the last row of each token wins
+        slots, keys = self._slots(ids, before)
+        _, last = np.unique(slots[::-1], return_index=True)  # the last row of each slot wins
         keep = ids.shape[0] - 1 - last
-        self.table[ids[keep]] = rows[keep, : self.k]
+        self.table[slots[keep]] = rows[keep, : self.k]
+        if self.keys is not None:
+            self.keys[slots[keep]] = keys[keep]
         self.updates += 1
 
-    def successors(self, token: int) -> list[int]:
-        """Token ``token``'s successors, best first (empty when no row was ever computed at it)."""
-        row = self.table[int(token)]
-        return [int(t) for t in row if t >= 0]
+    def successors(self, token: int, prev: int = -1) -> list[int]:
+        """The successors of ``token`` (context 2: after ``prev``), best first; empty when no row was computed
+        there (or ``prev`` < 0 in context 2)."""
+        if self.keys is not None:
+            if prev < 0:
+                return []
+            slot, key = self._slots(np.array([token], dtype=np.int64), np.array([prev], dtype=np.int64))
+            if self.keys[slot[0]] != key[0]:
+                return []
+            token = int(slot[0])
+        return [int(t) for t in self.table[int(token)] if t >= 0]
 
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check): updates and a digest of the table."""
@@ -96,7 +128,10 @@ class RankCalibration:
     """P(node accepted | parent accepted) per (depth, rank), learned online around a prior per rank.
 
     ``estimate(depth, rank) = (successes + strength * prior[rank]) / (trials + strength)``; depths past
-    ``max_depth`` share the last bucket, ranks past the prior's length use its last value.
+    ``max_depth`` share the last bucket, ranks past the prior's length use its last value. ``rank`` may also be
+    a tuple of ranks, one per table (None: not in that table's row; e.g. the token table's and the pair table's):
+    each combination is its own bucket (ranks past ``JOINT_RANKS`` - 1 share one), prior by the best rank, so a
+    successor both tables agree on is learned apart from one only a single table proposes.
 
         >>> cal = RankCalibration(prior=(0.5, 0.25), strength=2.0)
         >>> cal.estimate(1, 0), cal.estimate(3, 5)
@@ -115,15 +150,20 @@ class RankCalibration:
         self.trials: dict[tuple[int, int], int] = {}
         self.successes: dict[tuple[int, int], int] = {}
 
-    def _key(self, depth: int, rank: int) -> tuple[int, int]:
-        return min(max(depth, 1), self.max_depth), min(rank, len(self.prior) - 1)
+    def _key(self, depth: int, rank) -> tuple:
+        if isinstance(rank, tuple):
+            rank = tuple(-1 if r is None else min(r, JOINT_RANKS - 1) for r in rank)
+        else:
+            rank = min(rank, len(self.prior) - 1)
+        return min(max(depth, 1), self.max_depth), rank
 
-    def estimate(self, depth: int, rank: int) -> float:
+    def estimate(self, depth: int, rank) -> float:
         key = self._key(depth, rank)
-        prior = self.prior[key[1]]
+        best = min(r for r in rank if r is not None) if isinstance(rank, tuple) else rank
+        prior = self.prior[min(best, len(self.prior) - 1)]
         return (self.successes.get(key, 0) + self.strength * prior) / (self.trials.get(key, 0) + self.strength)
 
-    def update(self, depth: int, rank: int, accepted: bool) -> None:
+    def update(self, depth: int, rank, accepted: bool) -> None:
         key = self._key(depth, rank)
         self.trials[key] = self.trials.get(key, 0) + 1
         self.successes[key] = self.successes.get(key, 0) + int(bool(accepted))
@@ -137,11 +177,14 @@ class GrownTree:
         tree: the candidate tree; ``prob`` holds each node's estimate P(accepted | parent accepted).
         suffix_raw: per node, the suffix lookup's raw estimate when that source proposed it, else None.
         succ_rank: per node, its rank in its parent token's table row when the table proposed it, else None.
+        pair_rank: the same for the pair table (``context=2``: the row of (the parent's parent token, the parent's
+            token)).
     """
 
     tree: CandidateTree = field(default_factory=CandidateTree)
     suffix_raw: list = field(default_factory=list)
     succ_rank: list = field(default_factory=list)
+    pair_rank: list = field(default_factory=list)
 
 
 def _kids(suffix: CandidateTree) -> dict[int, list[int]]:
@@ -153,7 +196,8 @@ def _kids(suffix: CandidateTree) -> dict[int, list[int]]:
 
 def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[SuccessorTable], budget: int, *,
               suffix_cal: Optional[AcceptanceCalibration] = None, succ_cal: Optional[RankCalibration] = None,
-              max_depth: int = 16, width: int = 8) -> GrownTree:
+              max_depth: int = 16, width: int = 8, pair: Optional[SuccessorTable] = None,
+              root_prev: int = -1) -> GrownTree:
     """One candidate tree from the suffix lookup's tree and the successor table, best first by path estimate.
 
     Args:
@@ -164,9 +208,12 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
         suffix_cal, succ_cal: calibrations turning the sources' raw values into P(accepted | parent accepted)
             (defaults: fresh ones, i.e. the priors).
         max_depth: deepest node; width: most table successors tried per node (their best ranks).
+        pair, root_prev: a ``context=2`` table and the token before ``root_token``; with it, ``succ_cal`` is keyed
+            by the pair (rank in the token table's row, rank in the pair table's row).
 
     A node's children are the suffix tree's children of the node it matches (if any) and the first ``width``
-    successors of its token; a token proposed by both is one node with the larger estimate. Nodes come out in
+    successors of its token in each table (the pair table's row of (its parent's token, its token)); a token
+    proposed by several sources is one node with the larger of the suffix and the table estimates. Nodes come out in
     best-first order (parents before children; ties go to the node pushed first). ``ValueError`` for a
     negative budget.
     """
@@ -179,33 +226,33 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     heap: list = []
     counter = 0
 
-    def push(parent: int, token: int, depth: int, path_p: float, s_node: int) -> None:
+    def push(parent: int, token: int, prev: int, depth: int, path_p: float, s_node: int) -> None:
         nonlocal counter
-        cand: dict[int, list] = {}  # token -> [estimate, suffix node, suffix raw, succ rank]
+        cand: dict[int, list] = {}  # token -> [estimate, suffix node, suffix raw, succ rank, pair rank]
         for s in kids.get(s_node, ()) if (s_node >= 0 or parent < 0) else ():
             raw = suffix.prob[s]
-            cand[suffix.tokens[s]] = [suffix_cal.estimate(depth, raw), s, raw, None]
-        if table is not None:
-            for rank, t in enumerate(table.successors(token)[:width]):
-                est = succ_cal.estimate(depth, rank)
-                c = cand.setdefault(t, [0.0, -1, None, rank])
-                c[3] = rank
-                c[0] = max(c[0], est)
-        for t, (est, s, raw, rank) in cand.items():
-            heapq.heappush(heap, (-path_p * est, counter, t, parent, depth, est, s, raw, rank))
+            cand[suffix.tokens[s]] = [suffix_cal.estimate(depth, raw), s, raw, None, None]
+        for i, tab in enumerate((table, pair)):
+            for rank, t in enumerate(tab.successors(token, prev)[:width] if tab is not None else ()):
+                cand.setdefault(t, [0.0, -1, None, None, None])[3 + i] = rank
+        for t, c in cand.items():
+            if c[3] is not None or c[4] is not None:
+                c[0] = max(c[0], succ_cal.estimate(depth, c[3] if pair is None else (c[3], c[4])))
+            heapq.heappush(heap, (-path_p * c[0], counter, t, parent, depth, c))
             counter += 1
 
-    push(-1, root_token, 1, 1.0, -1)
+    push(-1, root_token, root_prev, 1, 1.0, -1)
     tree = out.tree
     while heap and len(tree) < budget:
-        neg_p, _, t, parent, depth, est, s, raw, rank = heapq.heappop(heap)
+        neg_p, _, t, parent, depth, (est, s, raw, rank, pair_rank) = heapq.heappop(heap)
         tree.tokens.append(int(t))
         tree.parents.append(parent)
         tree.prob.append(est)
         out.suffix_raw.append(raw)
         out.succ_rank.append(rank)
+        out.pair_rank.append(pair_rank)
         if depth < max_depth:
-            push(len(tree) - 1, t, depth + 1, -neg_p, s)
+            push(len(tree) - 1, t, tree.tokens[parent] if parent >= 0 else root_token, depth + 1, -neg_p, s)
     return out
 
 
@@ -218,6 +265,9 @@ class SuccessorProposer:
         suffix: the ``proposers.SuffixProposer`` whose tree is merged in (None: the table alone).
         k: successors kept per token (the ``topk`` asked of every kept logits row).
         max_depth, width: as in ``grow_tree``.
+        context: 1 = the token table alone (Token Recycling); 2 = also a pair table keyed by the last two tokens
+            (``SuccessorTable(context=2)``: the newest row computed in the same two-token context), calibrated
+            jointly with the token table (``RankCalibration`` on the pair of ranks).
         table_when_sampling: keep using the job's table in sampled calls (default False: a sampled call starts a
             table of its own, so a seed's draws do not depend on the answers before it; the law is exact either
             way, as for the answer store).
@@ -226,34 +276,41 @@ class SuccessorProposer:
     tokens and the step's rows (``step.StepRows``: c, the window columns, the fed nodes, every LP rank's, so every
     rank writes the same table), learns the calibrations from the fed nodes (a trial: its parent is the root
     or was accepted) and writes the rows in time order, the accepted path's rows (the truest context) last.
-    The table (``vocab_size`` x k int32) lives across the prompts of the decoder; ``reset`` empties it.
+    The tables (``vocab_size`` x k int32; the pair table 2^18 x k) live across the prompts of the decoder;
+    ``reset`` empties them. ``ValueError`` for a negative budget or a context other than 1 or 2.
     """
 
     def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = 16,
-                 width: int = 8, table_when_sampling: bool = False) -> None:
-        if budget < 0:
-            raise ValueError(f"SuccessorProposer(budget={budget}): the node budget must be >= 0")
-        self.vocab_size, self.k = int(vocab_size), int(k)
-        self.table = SuccessorTable(self.vocab_size, self.k)
+                 width: int = 8, context: int = 1, table_when_sampling: bool = False) -> None:
+        if budget < 0 or context not in (1, 2):
+            raise ValueError(f"SuccessorProposer(budget={budget}, context={context}): need a node budget >= 0 "
+                             "and context 1 or 2")
+        self.vocab_size, self.k, self.context = int(vocab_size), int(k), int(context)
+        self.table, self.pair = self._new_tables()
         self.budget, self.suffix, self.width = int(budget), suffix, int(width)
         self.max_depth = max(int(max_depth), getattr(suffix, "max_depth", 0))
         self.table_when_sampling = table_when_sampling
         self.topk = self.k
         self.suffix_cal = AcceptanceCalibration()
         self.succ_cal = RankCalibration()
-        self._table, self._root, self._last = self.table, -1, GrownTree()
+        self._table, self._pair, self._root, self._prev, self._last = self.table, self.pair, -1, -1, GrownTree()
+
+    def _new_tables(self) -> tuple:
+        pair = SuccessorTable(self.vocab_size, self.k, context=2) if self.context == 2 else None
+        return SuccessorTable(self.vocab_size, self.k), pair
 
     def begin(self, prompt: Sequence[int], *, do_sample: bool) -> None:
         if self.suffix is not None:
             self.suffix.begin(prompt, do_sample=do_sample)
         own = do_sample and not self.table_when_sampling
-        self._table = SuccessorTable(self.vocab_size, self.k) if own else self.table
-        self._root, self._last = int(prompt[-1]), GrownTree()
+        self._table, self._pair = self._new_tables() if own else (self.table, self.pair)
+        self._root, self._prev, self._last = int(prompt[-1]), int(prompt[-2]) if len(prompt) > 1 else -1, GrownTree()
 
     def propose(self) -> CandidateTree:
         suffix = self.suffix.propose() if self.suffix is not None else None
         self._last = grow_tree(self._root, suffix, self._table, self.budget, suffix_cal=self.suffix_cal,
-                               succ_cal=self.succ_cal, max_depth=self.max_depth, width=self.width)
+                               succ_cal=self.succ_cal, max_depth=self.max_depth, width=self.width, pair=self._pair,
+                               root_prev=self._prev)
         return self._last.tree
 
     def observe(self, accepted: Sequence[int], ngrams: Sequence[Sequence[int]], rows=None) -> None:
@@ -264,6 +321,7 @@ class SuccessorProposer:
             fed = list(rows.nodes) if rows.nodes else list(range(len(self._last.tree)))
             self._learn(fed, path)
             self._record(rows, fed, path)
+        self._prev = int(accepted[-2]) if len(accepted) > 1 else self._root
         self._root = int(accepted[-1])
 
     def _learn(self, fed: Sequence[int], path: Sequence[int]) -> None:
@@ -275,16 +333,22 @@ class SuccessorProposer:
                 continue
             if grown.suffix_raw[i] is not None:
                 self.suffix_cal.update(depths[i], grown.suffix_raw[i], i in on_path)
-            if grown.succ_rank[i] is not None:
-                self.succ_cal.update(depths[i], grown.succ_rank[i], i in on_path)
+            rank = grown.succ_rank[i] if self._pair is None else (grown.succ_rank[i], grown.pair_rank[i])
+            if rank is not None and rank != (None, None):
+                self.succ_cal.update(depths[i], rank, i in on_path)
 
     def _record(self, rows, fed: Sequence[int], path: Sequence[int]) -> None:
         first = len(rows.tokens) - len(fed)  # rows: c, window columns, then one per fed node
         row_of = {n: first + i for i, n in enumerate(fed)}
         late = [0] + [row_of[n] for n in path if n in row_of]
         order = [r for r in range(1, len(rows.tokens)) if r not in set(late)] + late
-        top = rows.topk.cpu().numpy()
-        self._table.update([rows.tokens[r] for r in order], top[order])
+        top, tokens = rows.topk.cpu().numpy()[order], [rows.tokens[r] for r in order]
+        self._table.update(tokens, top)
+        if self._pair is not None:  # each row's context: c's previous token, a node's parent (window cells: none)
+            tree = self._last.tree
+            prev = [self._prev] + [-1] * (first - 1) + [tree.tokens[p] if p >= 0 else self._root
+                                                         for p in (tree.parents[n] for n in fed)]
+            self._pair.update(tokens, top, prev=[prev[r] for r in order])
 
     def end(self, prompt: Sequence[int], output: Sequence[int]) -> None:
         if self.suffix is not None:
@@ -294,11 +358,11 @@ class SuccessorProposer:
         """Forget what is kept across prompts: the answer store (if any) and the table."""
         if self.suffix is not None:
             self.suffix.reset()
-        self.table = self._table = SuccessorTable(self.vocab_size, self.k)
+        self.table, self.pair = self._table, self._pair = self._new_tables()
 
     def state(self) -> tuple:
         return (self.suffix.state() if self.suffix is not None else None, self._table.state(),
-                tuple(sorted(self.succ_cal.trials.items())))
+                self._pair.state() if self._pair is not None else None, tuple(sorted(self.succ_cal.trials.items())))
 
 
 def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
@@ -325,7 +389,8 @@ def successor_proposers(decoding, vocab_size: int, *, budget: Optional[int] = No
     plain greedy keep their proposers unchanged (the paper's pool; none).
 
         >>> from lp_runtime.config import DecodingConfig
-        >>> [p.budget for p in successor_proposers(DecodingConfig(window_size=0, ngram_size=4, guess_set_size=2), 96)]
+        >>> [p.budget for p in successor_proposers(DecodingConfig(method="lookahead", window_size=0, ngram_size=4,
+        ...                                                    guess_set_size=2, max_depth=10), 96)]
         [11]
     """
     from .proposers import SuffixProposer, proposers_for

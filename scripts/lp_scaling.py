@@ -63,9 +63,10 @@ class RankProbe(LocalGroup):
 def run_k(model, tok, eos, questions, refs, k, args):
     probe = RankProbe(k)
     suffix = SuffixProposer(args.ngram, args.guess * k, store=AnswerStore())
-    prop = SuccessorProposer(vocab_size(model), k * (args.budget - 1), suffix=suffix)
-    dec = Decoder(model, DecodingConfig(window_size=args.window * k, ngram_size=args.ngram,
-                                        guess_set_size=max(args.guess * k, 1)),
+    prop = SuccessorProposer(vocab_size(model), k * (args.budget - 1), suffix=suffix, context=args.context,
+                             k=args.topk, max_depth=args.max_depth)
+    dec = Decoder(model, DecodingConfig(method="lookahead", window_size=args.window * k, ngram_size=args.ngram,
+                                        guess_set_size=max(args.guess * k, 1), max_depth=10),
                   eos_token_ids=eos, tokenizer=tok, lp=probe, proposers=[prop], copy_kv=False)
     rows = []
     for q, ref in zip(questions, refs):
@@ -100,6 +101,10 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=0, help="window columns per rank (W = K x window)")
     ap.add_argument("--ngram", type=int, default=5)
     ap.add_argument("--guess", type=int, default=15, help="suffix lookup leaves per rank (G = K x guess)")
+    ap.add_argument("--context", type=int, default=1, choices=(1, 2), help="successor table context: 1 = the token "
+                    "table (Token Recycling), 2 = also the pair table (successors.SuccessorTable(context=2))")
+    ap.add_argument("--topk", type=int, default=8, help="successors kept per table row")
+    ap.add_argument("--max-depth", type=int, default=16, help="deepest tree node")
     ap.add_argument("--out", default="results/lp_scaling")
     args = ap.parse_args()
     if min(args.ks) < 1 or args.budget < 2 or args.max_new_tokens < 1:
@@ -127,6 +132,7 @@ def main() -> None:
                 groups[name] = summary(part, k)
         results.append({**summary(rows, k), "groups": groups, "budget_per_rank": args.budget,
                         "window_per_rank": args.window, "ngram": args.ngram, "guess_per_rank": args.guess,
+                        "context": args.context, "topk": args.topk, "max_depth": args.max_depth,
                         "max_new_tokens": args.max_new_tokens, "prompts_file": args.prompts,
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows})
         (out / "lp_scaling.json").write_text(json.dumps(results, indent=1) + "\n")

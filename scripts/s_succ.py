@@ -8,7 +8,10 @@ Same prompts, model, references and S definition as ``scripts/s_table.py`` (16 M
 template, + HumanEval 0-7, raw; SmolLM2-135M float32 greedy; references in ``results/s_table/refs_128.json``).
 Each variant (``VARIANTS``, options over ``BASE``; ``--set`` overrides) is a ``Decoder`` whose one proposer is a
 ``successors.SuccessorProposer``: node budget, window (W, N), suffix lookup (with the answer store) on or off, the
-table kept across the prompts of a set (one decoder per set, as one run holds it) or a new decoder per prompt.
+table kept across the prompts of a set (one decoder per set, as one run holds it) or a new decoder per prompt, the
+pair table (``context`` 2), and a step policy: feed the whole tree, or (``curve``) ``policy.CostPolicy`` on a FIXED
+latency curve (``results/s_succ/curve_cpu2t_float32.json``, the float32 profile decoding=auto used on this
+machine), so what decoding=auto would feed is replayed deterministically.
 One process, copy-KV; ``--ks`` runs each variant at K x the budget, W and G with re-feed commit, as K LP ranks run
 it (one process gives the same tokens and steps as K ranks: tests/test_successors.py), recording each rank's
 tokens per step under ``parallel.tree_plan``. The 4 + 4 x 64 runs of 2026-12-01 19:05-19:40 UTC were taken with a
@@ -39,21 +42,31 @@ from lp_runtime.config import DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
+from lp_runtime.policy import CostPolicy  # noqa: E402
 from lp_runtime.proposers import AnswerStore, SuffixProposer  # noqa: E402
 from lp_runtime.successors import SuccessorProposer  # noqa: E402
 from s_table import exactness, hf_greedy, prompt_set, summarize  # noqa: E402
 
-BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16)
+BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16, context=1,
+            curve=None, suffix_depth=10)
+CURVE = "results/s_succ/curve_cpu2t_float32.json"  # decoding=auto's float32 profile of this machine, fixed
 VARIANTS = {
     # <= 12 tokens a step (1 pending + 11 nodes)
     "table11": dict(suffix=False),
     "succ11": dict(),
+    "pair11": dict(context=2),
     "succ11_reset": dict(across=False),
     # ~80 tokens a step
     "table79": dict(budget=79, suffix=False),
     "succ79": dict(budget=79, G=15, N=5),
+    "pair79": dict(budget=79, G=15, N=5, context=2),
     "succ79_reset": dict(budget=79, G=15, N=5, across=False),
     "succ42_w7": dict(budget=42, W=7, N=5, G=7),
+    # decoding=auto's setting (conf/decoding/auto.yaml: (0, 6, 4), max_depth 24) with the successor table, as the
+    # bench's +successors lever builds it (successor_proposers: budget = the suffix proposer's 24-node cap + 1), the
+    # cost policy on the fixed float32 curve choosing what to feed
+    "auto25": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE),
+    "auto25_pair": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE, context=2),
 }
 
 
@@ -72,12 +85,20 @@ class RankProbe(LocalGroup):
 
 def make_decoder(model, eos, opt, lp_k, refeed):
     """A ``Decoder`` with one ``SuccessorProposer`` (over a suffix proposer with an answer store, or alone)."""
-    suffix = SuffixProposer(opt["N"], opt["G"], store=AnswerStore()) if opt["suffix"] else None
+    suffix = SuffixProposer(opt["N"], opt["G"], store=AnswerStore(), max_depth=opt.get("suffix_depth", 10)) \
+        if opt["suffix"] else None
     prop = SuccessorProposer(vocab_size(model), opt["budget"] * lp_k, suffix=suffix, k=opt["k"],
-                             max_depth=opt["max_depth"], width=opt["width"])
+                             max_depth=opt["max_depth"], width=opt["width"],
+                             context=opt.get("context", 1))
     probe = RankProbe(lp_k)
-    dec = Decoder(model, DecodingConfig(window_size=opt["W"], ngram_size=opt["N"], guess_set_size=max(opt["G"], 1)),
-                  eos_token_ids=eos, lp=probe, proposers=[prop], copy_kv=not refeed)
+    policy = None
+    if opt["curve"]:
+        curve = json.loads((ROOT / opt["curve"]).read_text())["latency_s"]
+        policy = CostPolicy({int(q): float(s) for q, s in curve.items()})
+    cfg = DecodingConfig(method="lookahead", window_size=opt["W"], ngram_size=opt["N"], guess_set_size=max(opt["G"], 1),
+                         max_depth=10)
+    dec = Decoder(model, cfg,
+                  eos_token_ids=eos, lp=probe, proposers=[prop], copy_kv=not refeed, step_policy=policy)
     return dec, probe
 
 
@@ -87,7 +108,7 @@ def run_variant(model, eos, prompts, refs, name, opt, max_new, out_dir, lp_k, re
         return json.loads(path.read_text())
     rows, t0, group, dec = [], time.time(), None, None
     for (grp, qid, prompt), ref in zip(prompts, refs):
-        if grp != group or not opt["across"]:  # one decoder (table, store) per prompt set, as one run holds
+        if grp != group or not opt["across"]:  # one decoder (table, store, policy) per prompt set, as one run holds
             dec, probe = make_decoder(model, eos, opt, lp_k, refeed)
         group = grp
         probe.rank_tokens = []

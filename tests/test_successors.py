@@ -49,9 +49,24 @@ def test_table_update_refuses(tokens, rows, message):
         SuccessorTable(10, k=2).update(tokens, rows)
 
 
-def test_table_refuses_bad_shape():
-    with pytest.raises(ValueError, match=r"SuccessorTable\(vocab_size=0, k=8\): both must be >= 1"):
-        SuccessorTable(0)
+@pytest.mark.parametrize("args, kw, bad", [((0,), {}, "vocab_size=0, k=8, context=1"), ((5, 0), {}, "k=0"),
+                                           ((5,), {"context": 3}, "context=3"), ((5,), {"slots": 24}, "slots=24")])
+def test_table_refuses_bad_shape(args, kw, bad):
+    with pytest.raises(ValueError, match=rf"SuccessorTable\(.*{bad}.*\): need vocab_size, k >= 1, context 1 or 2 "
+                       "and slots a power of two >= 2"):
+        SuccessorTable(*args, **kw)
+
+
+def test_pair_table_keys_by_the_last_two_tokens():
+    t = SuccessorTable(49152, k=2, context=2, slots=1 << 10)
+    t.update([3, 3, 4, 5], [[1, 2], [5, 6], [7, 8], [9, 9]], prev=[7, 8, 3, -1])  # prev -1: no context, skipped
+    assert (t.successors(3, 7), t.successors(3, 8), t.successors(4, 3)) == ([1, 2], [5, 6], [7, 8])
+    assert (t.successors(3, 9), t.successors(3), t.successors(5, 0), t.successors(5)) == ([], [], [], [])
+    t.update([3, 3], [[4, 4], [6, 6]], prev=[7, 7])  # the same pair twice: the later row wins
+    assert t.successors(3, 7) == [6, 6] and t.table.shape == (1 << 10, 2) and t.updates == 2
+    # the last pair of the vocabulary hashes into range and is found again
+    t.update([49151], [[0, 1]], prev=[49151])
+    assert t.successors(49151, 49151) == [0, 1]
 
 
 # ------------------------------------------------------------------------------------------------ calibration
@@ -100,6 +115,21 @@ def test_grow_continues_a_suffix_chain_from_the_table():
     suffix = CandidateTree(tokens=[6], parents=[-1], prob=[0.9])
     g = grow_tree(5, suffix, table_of({6: [8]}), 3, succ_cal=flat())
     assert (g.tree.tokens, g.tree.parents) == ([6, 8], [-1, 0])  # 5 has no row; 8 has no row: 2 nodes only
+
+
+def test_grow_takes_the_pair_tables_row_of_each_nodes_context():
+    # token table: 5 -> [6], 6 -> [8]; pair table: (4, 5) -> [7], (5, 7) -> [9]; the root 5 follows 4
+    pair = SuccessorTable(20, k=1, context=2, slots=64)
+    pair.update([5, 7], [[7], [9]], prev=[4, 5])
+    cal = flat(0.5)
+    for hit in (True,) * 8:  # the pair table's rank-0 successors were accepted, the token table's alone never
+        cal.update(1, (None, 0), hit)
+        cal.update(1, (0, None), not hit)
+    assert cal.estimate(1, (None, 0)) == pytest.approx(8.5 / 9) and cal.estimate(1, (0, 0)) == 0.5
+    g = grow_tree(5, None, table_of({5: [6], 6: [8]}, k=1), 4, succ_cal=cal, pair=pair, root_prev=4)
+    assert (g.tree.tokens, g.tree.parents) == ([7, 9, 6, 8], [-1, 0, -1, 2])
+    assert (g.pair_rank, g.succ_rank) == ([0, 0, None, None], [None, None, 0, 0])
+    assert grow_tree(5, None, None, 4, pair=pair, root_prev=3).tree.tokens == []  # (3, 5) never computed
 
 
 def test_grow_refuses_negative_budget():
@@ -157,14 +187,32 @@ def test_sampled_calls_use_a_table_of_their_own_and_reset_empties_the_table():
     assert prop.table.successors(5) == [] and prop.propose().tokens == []
 
 
-def test_proposer_refuses_negative_budget():
-    with pytest.raises(ValueError, match=r"SuccessorProposer\(budget=-3\): the node budget must be >= 0"):
-        SuccessorProposer(10, -3)
+def test_proposer_writes_pair_rows_in_each_rows_context():
+    prop = SuccessorProposer(20, 4, k=1, context=2)
+    prop.table.table[5] = [6]
+    prop.table.table[6] = [8]
+    prop.begin([1, 5], do_sample=False)
+    assert prop.propose().tokens == [6, 8]
+    # rows: c = 5 (after 1), one window cell 9 (no context: not in the pair table), nodes 6 (after 5), 8 (after 6)
+    prop.observe([6, 3], [], rows_of([5, 9, 6, 8], [[6], [2], [3], [4]], nodes=(0, 1)))
+    assert [prop.pair.successors(t, p) for t, p in ((5, 1), (6, 5), (8, 6), (9, 5))] == [[6], [3], [4], []]
+    assert prop.succ_cal.trials == {(1, (0, -1)): 1, (2, (0, -1)): 1}  # (token rank, pair rank): no pair row yet
+    assert (prop._prev, prop._root) == (6, 3)  # the next root 3 follows 6
+    prop.reset()
+    assert prop.pair.successors(5, 1) == [] and prop.table.successors(5) == []
+
+
+@pytest.mark.parametrize("budget, context", [(-3, 1), (4, 3)])
+def test_proposer_refuses_bad_arguments(budget, context):
+    with pytest.raises(ValueError, match=rf"SuccessorProposer\(budget={budget}, context={context}\): need a node "
+                       "budget >= 0 and context 1 or 2"):
+        SuccessorProposer(10, budget, context=context)
 
 
 # ------------------------------------------------------------------------------------------------ the decoder
-@pytest.mark.parametrize("w, n, g, budget", [(0, 4, 2, 11), (3, 4, 3, 20), (0, 3, 0, 6)])
-def test_greedy_with_the_successor_proposer_equals_transformers(w, n, g, budget):
+@pytest.mark.parametrize("w, n, g, budget, context", [(0, 4, 2, 11, 1), (3, 4, 3, 20, 1), (0, 3, 0, 6, 1),
+                                                      (0, 4, 2, 11, 2), (3, 4, 3, 20, 2)])
+def test_greedy_with_the_successor_proposer_equals_transformers(w, n, g, budget, context):
     from exactness import hf_greedy
     from fakes import llama
 
@@ -173,13 +221,15 @@ def test_greedy_with_the_successor_proposer_equals_transformers(w, n, g, budget)
 
     model = llama()
     suffix = SuffixProposer(n, g, store=AnswerStore()) if g else None
-    prop = SuccessorProposer(96, budget, suffix=suffix)
+    prop = SuccessorProposer(96, budget, suffix=suffix, context=context)
     dec = Decoder(model, lookahead(window_size=w, ngram_size=n, guess_set_size=max(g, 1)), proposers=[prop])
     for prompt in ([1, 2, 3, 4, 5, 1, 2, 3], [7, 8, 9, 7, 8, 9, 7]):
         out = dec.generate(prompt, max_new_tokens=40)
         assert out.output_ids == hf_greedy(model, prompt, 40)
         assert out.decoding_steps < 40  # the table proposes from the second prompt's first step on
     assert prop.table.updates > 0 and sum(prop.succ_cal.trials.values()) > 0
+    assert context == 1 or (prop.pair.updates > 0 and any(isinstance(r, tuple) and r[1] >= 0
+                                                          for _, r in prop.succ_cal.trials))
 
 
 # ------------------------------------------------------------------------------------------------ LP
