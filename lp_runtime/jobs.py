@@ -62,24 +62,22 @@ def submitit_rank_env() -> None:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
 
 
-# Settings a method does not read, so a value given for them would be recorded and shown by the report but not run.
-_GREEDY = "decodes one token a step without the lookahead and verification branches"
-IGNORED = {"auto": {"decoding.window_size": "chooses W itself from this machine's latency curve",
-                    "decoding.pool_from_prompt": "always seeds the n-gram pool from the prompt"},
-           "greedy": {f"decoding.{k}": _GREEDY for k in ("window_size", "ngram_size", "guess_set_size",
-                                                          "pool_from_prompt", "max_depth")}}
+# Settings decoding=auto chooses itself, so a value given for them would be shown by the report but not run.
+AUTO_IGNORES = {"decoding.window_size": "chooses W itself from this machine's latency curve",
+                "decoding.pool_from_prompt": "always seeds the n-gram pool from the prompt"}
 
 
 def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
-    """``ConfigError`` when the command line (``keys``) sets a setting that the chosen ``decoding.method`` does not
-    read (``IGNORED``: W and the prompt pool under ``decoding=auto``, where N and G bound the tree; every lookahead
-    parameter under ``decoding=greedy``)."""
-    method = OmegaConf.select(dict_cfg, "decoding.method")
-    for key, what in IGNORED.get(method, {}).items():
+    """``ConfigError`` when the command line (``keys``) sets a setting of ``AUTO_IGNORES`` under
+    ``decoding=auto``. N and G stay allowed: under auto they bound the tree. (Under ``decoding=greedy`` W, N, G
+    are allowed: a sweep compares greedy with lookahead settings; ``answers.differences`` ignores them.)"""
+    if OmegaConf.select(dict_cfg, "decoding.method") != "auto":
+        return
+    for key, what in AUTO_IGNORES.items():
         if key in keys:
             value = OmegaConf.select(dict_cfg, key)
             shown = str(value).lower() if isinstance(value, bool) else value
-            raise ConfigError(f"{key}={shown} is ignored under decoding={method}, which {what}; add "
+            raise ConfigError(f"{key}={shown} is ignored under decoding=auto, which {what}; add "
                               f"decoding=lookahead to run {key}={shown}")
 
 

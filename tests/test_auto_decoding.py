@@ -15,7 +15,7 @@ from fakes import llama, lookahead
 FLAT = {1: 0.010, 256: 0.010}                    # a GPU-like curve: every node with any chance pays
 STEEP = {1: 0.010, 2: 0.020, 256: 2.560}         # cost proportional to tokens: nothing ever pays
 FLOAT32 = {1: 38.5, 2: 61.8, 3: 75.8, 4: 58.9, 8: 59.2, 16: 70.6, 32: 95.0, 64: 142.8}  # docs/design.md 7b
-AUTO = DecodingConfig(method="auto", window_size=0, ngram_size=4, guess_set_size=3)
+AUTO = DecodingConfig(method="auto", window_size=0, ngram_size=4, guess_set_size=3, max_depth=10)  # = FeedAll's limits below
 PROMPTS = [
     [3, 4, 5, 6, 3, 4, 5, 7, 8, 3, 4, 5, 6, 9, 11, 3, 4, 5],  # repetitive: candidates get accepted
     [5, 9, 5],

@@ -380,13 +380,7 @@ def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
             "latency curve; add decoding=lookahead to run decoding.window_size=7"),
            ("auto_pool", ["decoding.pool_from_prompt=false"],
             "decoding.pool_from_prompt=false is ignored under decoding=auto, which always seeds the n-gram pool from "
-            "the prompt; add decoding=lookahead to run decoding.pool_from_prompt=false"),
-           ("greedy_window", ["decoding=greedy", "decoding.window_size=3"],
-            "decoding.window_size=3 is ignored under decoding=greedy, which decodes one token a step without the "
-            "lookahead and verification branches; add decoding=lookahead to run decoding.window_size=3"),
-           ("greedy_ngram", ["decoding=greedy", "decoding.ngram_size=5"],
-            "decoding.ngram_size=5 is ignored under decoding=greedy, which decodes one token a step without the "
-            "lookahead and verification branches; add decoding=lookahead to run decoding.ngram_size=5")]
+            "the prompt; add decoding=lookahead to run decoding.pool_from_prompt=false")]
     for name, sweep, message in [
         ("sweep_bad_last_job", ["decoding=lookahead", "decoding.guess_set_size=1,-1"],
          "sweep job 1 (decoding.guess_set_size=-1): decoding.guess_set_size=-1 is negative; G must be >= 0"),
