@@ -23,7 +23,7 @@ import re
 import statistics
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 
@@ -290,26 +290,37 @@ def verdict_path(model, root: Optional[str] = None) -> str:
     return os.path.join(root or cache_root(), "compile", re.sub(r"[^A-Za-z0-9._-]", "_", key) + ".json")
 
 
-def record_verdict(model, eager_tokens_s: float, compiled_tokens_s: float, root: Optional[str] = None) -> dict:
-    """Record which path decoded faster here (tokens/s each) for ``model.compile=auto``; returns the record."""
-    record = {"compile": compiled_tokens_s > eager_tokens_s, "eager_tokens_s": eager_tokens_s,
-              "compiled_tokens_s": compiled_tokens_s, "measured": time.strftime("%Y-%m-%d %H:%M")}
+PATHS = ("eager", "static", "compiled")  # model.compile=auto chooses among them by the recorded verdict
+
+
+def record_verdict(model, tokens_s: Mapping[str, float], root: Optional[str] = None) -> dict:
+    """Record which path (``PATHS``: eager ``step.EagerStep``, static ``static_cache.SlotStep``, compiled
+    ``CapturedStep``) decoded fastest here, from {path: tokens/s} (scripts/compile_bench.py ``--record``), for
+    ``model.compile=auto``; returns the record. ``ValueError`` for an unknown path."""
+    bad = sorted(set(tokens_s) - set(PATHS))
+    if bad or not tokens_s:
+        raise ValueError(f"verdict paths {bad or '(none)'} are not allowed; use some of {', '.join(PATHS)}")
+    record = {"path": max(tokens_s, key=tokens_s.get), "tokens_s": dict(tokens_s),
+              "measured": time.strftime("%Y-%m-%d %H:%M")}
     write_json(Path(verdict_path(model, root)), record, indent=None)
     return record
 
 
-def compile_wanted(model, setting: str, root: Optional[str], log: Callable[[str], None]) -> bool:
-    """``model.compile`` resolved: auto = the recorded verdict (one line logged), eager while none is."""
+def chosen_path(model, setting: str, root: Optional[str], log: Callable[[str], None]) -> str:
+    """``model.compile`` resolved to a path of ``PATHS``: true = compiled, false = eager, auto = the recorded
+    verdict (one line logged; a record of an older format counts as its compile flag), eager while none is."""
     if setting != "auto":
-        return setting == "true"
+        return "compiled" if setting == "true" else "eager"
     path = verdict_path(model, root)
     if not os.path.isfile(path):  # nothing measured: today's eager path, silently
-        return False
+        return "eager"
     with open(path, encoding="utf-8") as f:
         v = json.load(f)
-    log(f"model.compile=auto: {'compiled' if v['compile'] else 'eager'} steps (measured {v['measured']}: compiled "
-        f"{v['compiled_tokens_s']:.1f} vs eager {v['eager_tokens_s']:.1f} tokens/s)")
-    return bool(v["compile"])
+    rates = v.get("tokens_s") or {"eager": v["eager_tokens_s"], "compiled": v["compiled_tokens_s"]}
+    best = v.get("path") or ("compiled" if v["compile"] else "eager")
+    shown = ", ".join(f"{p} {t:.1f}" for p, t in rates.items())
+    log(f"model.compile=auto: {best} steps (measured {v['measured']}, tokens/s: {shown})")
+    return best
 
 
 def default_max_len(model) -> int:
@@ -319,13 +330,15 @@ def default_max_len(model) -> int:
 
 
 def step_for(model, setting: str, max_len: Optional[int] = None, *, root: Optional[str] = None,
-             log: Callable[[str], None] = print) -> Optional[CapturedStep]:
-    """The step for ``model.compile`` = ``setting``: None (eager) or a warmed-up ``CapturedStep`` of ``max_len``
-    slots (default ``default_max_len``). ``ValueError`` for another setting."""
+             log: Callable[[str], None] = print) -> Optional[SlotStep]:
+    """The step for ``model.compile`` = ``setting`` (``chosen_path``): None (eager), a ``SlotStep`` (static) or a
+    warmed-up ``CapturedStep``, of ``max_len`` slots (default ``default_max_len``). ``ValueError`` for another
+    setting."""
     if setting not in ("auto", "true", "false"):
         raise ValueError(f"model.compile={setting!r} is not allowed; use one of auto, true, false")
-    if not compile_wanted(model, setting, root, log):
-        return None
+    path = chosen_path(model, setting, root, log)
+    if path != "compiled":
+        return SlotStep(model, max_len or default_max_len(model)) if path == "static" else None
     step = CapturedStep(model, max_len or default_max_len(model))
     slow = " (inductor compiles each bucket on a CPU: minutes in all)" if not step.on_cuda else ""
     log(f"model.compile={setting}: capturing {len(step.buckets)} step buckets ({step.backend} on {step.device})"

@@ -161,8 +161,11 @@ def test_inductor_greedy_equals_eager():
 
 
 def test_model_compile_setting(tmp_path):
-    from lp_runtime.compiled import compile_wanted, default_max_len, record_verdict, step_for, verdict_path
+    import json
+
+    from lp_runtime.compiled import chosen_path, default_max_len, record_verdict, step_for, verdict_path
     from lp_runtime.config import ConfigError, ModelConfig
+    from lp_runtime.static_cache import SlotStep
 
     assert [ModelConfig(compile=v).compile for v in (True, False, "auto", "TRUE")] == ["true", "false", "auto", "true"]
     with pytest.raises(ConfigError, match="model.compile='fast' is not allowed; use one of auto, true, false"):
@@ -170,15 +173,25 @@ def test_model_compile_setting(tmp_path):
     model, lines = tiny_llama(layers=1), []
     assert default_max_len(model) == 512 + 256  # the model's positions + the largest bucket
     assert step_for(model, "false", root=str(tmp_path)) is None
-    assert not compile_wanted(model, "auto", str(tmp_path), lines.append) and lines == []  # nothing measured: eager
-    assert compile_wanted(model, "true", str(tmp_path), lines.append)
-    record_verdict(model, eager_tokens_s=10.0, compiled_tokens_s=12.5, root=str(tmp_path))
+    assert chosen_path(model, "auto", str(tmp_path), lines.append) == "eager" and lines == []  # nothing measured
+    assert chosen_path(model, "true", str(tmp_path), lines.append) == "compiled"
+    record_verdict(model, {"eager": 10.0, "static": 11.0, "compiled": 12.5}, root=str(tmp_path))
     assert verdict_path(model, str(tmp_path)) == str(tmp_path / "compile" / "llama__cpu__torch.float32.json")
-    assert compile_wanted(model, "auto", str(tmp_path), lines.append)
-    assert lines[-1].startswith("model.compile=auto: compiled steps (measured ") and "12.5 vs eager 10.0" in lines[-1]
-    record_verdict(model, eager_tokens_s=10.0, compiled_tokens_s=9.0, root=str(tmp_path))
+    assert chosen_path(model, "auto", str(tmp_path), lines.append) == "compiled"
+    assert lines[-1].startswith("model.compile=auto: compiled steps (measured ")
+    assert lines[-1].endswith("tokens/s: eager 10.0, static 11.0, compiled 12.5)")
+    record_verdict(model, {"eager": 10.0, "static": 11.5, "compiled": 9.0}, root=str(tmp_path))  # this CPU's order
+    step = step_for(model, "auto", root=str(tmp_path), log=lines.append)
+    assert type(step) is SlotStep and step.cache.max_len == 768 and lines[-1].startswith("model.compile=auto: static")
+    record_verdict(model, {"eager": 10.0, "compiled": 9.0}, root=str(tmp_path))
     assert step_for(model, "auto", root=str(tmp_path), log=lines.append) is None
     assert lines[-1].startswith("model.compile=auto: eager steps")
+    old = {"compile": True, "eager_tokens_s": 1.0, "compiled_tokens_s": 2.0, "measured": "2026-12-01 21:00"}
+    with open(verdict_path(model, str(tmp_path)), "w") as f:  # a verdict recorded before the static path
+        json.dump(old, f)
+    assert chosen_path(model, "auto", str(tmp_path), lines.append) == "compiled"
+    with pytest.raises(ValueError, match=r"verdict paths \['fast'\] are not allowed; use some of eager, static"):
+        record_verdict(model, {"fast": 1.0}, root=str(tmp_path))
     with pytest.raises(ValueError, match="model.compile='yes' is not allowed"):
         step_for(model, "yes")
 
