@@ -31,6 +31,7 @@ from .answers import write_json
 from .attention import use_split_attention
 from .bundled import cache_root
 from .checks import position_limit
+from .latency import random_step, sync_device
 from .layout import MaskBuffer
 from .static_cache import SlotCache, SlotStep
 from .step import StepInputs, StepOutputs
@@ -260,27 +261,19 @@ def step_latency(step, qs: Sequence[int], *, cache_tokens: int = 200, reps: int 
     curve = {}
     with torch.inference_mode():
         for q in qs:
-            ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
-            pos = torch.arange(cache_tokens, cache_tokens + q, device=device)[None]
-            inner = torch.full((q, q), torch.finfo(model.dtype).min, dtype=model.dtype, device=device).triu_(1)
-            keep = torch.arange(q - (q + 1) // 2, q, device=device)
+            ids, pos, inner, keep = random_step(vocab, q, cache_tokens, model.dtype, device, gen)
             times = []
             for rep in range(warmup + reps):
-                _sync(device)
+                sync_device(device)
                 start = time.perf_counter()
                 mask = buffer.view(inner, cache_tokens) if q > 1 else None
                 step(cache, StepInputs(ids, pos, mask, keep))
-                _sync(device)
+                sync_device(device)
                 if rep >= warmup:
                     times.append(time.perf_counter() - start)
                 step.commit(cache, q, 0)
             curve[q] = statistics.median(times)
     return curve
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def verdict_path(model, root: Optional[str] = None) -> str:

@@ -41,7 +41,19 @@ def timed_forward(forward, ids, positions, mask, cache, keep) -> None:
             logits_to_keep=keep)
 
 
-def _sync(device) -> None:
+def random_step(vocab: int, q: int, past: int, dtype, device, gen):
+    """A timed step's inputs: random ids (1, q) int64, positions past..past+q-1 (1, q), the causal (q, q) float
+    mask in ``dtype`` and the kept rows (the last ceil(q/2), int64), on ``device``; ids drawn from ``gen``."""
+    import torch
+
+    ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
+    pos = torch.arange(past, past + q, device=device)[None]
+    inner = torch.full((q, q), torch.finfo(dtype).min, dtype=dtype, device=device).triu_(1)
+    return ids, pos, inner, torch.arange(q - (q + 1) // 2, q, device=device)
+
+
+def sync_device(device) -> None:
+    """Wait for ``device``'s queued work (CUDA); nothing on a CPU."""
     import torch
 
     if device.type == "cuda":
@@ -71,19 +83,16 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
         ids = torch.randint(0, vocab, (1, cache_tokens), generator=gen).to(device)
         timed_forward(model, ids, None, None, cache, torch.empty(0, dtype=torch.long, device=device))
         for q in qs:
-            ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
-            pos = torch.arange(cache_tokens, cache_tokens + q, device=device)[None]
-            inner = torch.full((q, q), torch.finfo(model.dtype).min, dtype=model.dtype, device=device).triu_(1)
-            keep = torch.arange(q - (q + 1) // 2, q, device=device)
+            ids, pos, inner, keep = random_step(vocab, q, cache_tokens, model.dtype, device, gen)
             times = []
             for rep in range(reps + warmup):
-                _sync(device)
+                sync_device(device)
                 t0 = clock()
                 mask = None
                 if q > 1:
                     mask = full_mask(inner, cache_tokens) if variant == "dynamic" else buffer.view(inner, cache_tokens)
                 timed_forward(forward, ids, pos, mask, cache, keep)
-                _sync(device)
+                sync_device(device)
                 if rep >= warmup:
                     times.append(clock() - t0)
                 cache.crop(-q)  # drop this pass's q entries
