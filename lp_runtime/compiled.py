@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import statistics
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
@@ -31,8 +30,7 @@ from .answers import write_json
 from .attention import use_split_attention
 from .bundled import cache_root
 from .checks import position_limit
-from .latency import random_step, sync_device
-from .layout import MaskBuffer
+from .latency import step_latency  # noqa: F401  (compiled.step_latency: scripts/device_check.py)
 from .static_cache import SlotCache, SlotStep
 from .step import StepInputs, StepOutputs
 
@@ -242,38 +240,6 @@ class CapturedStep(SlotStep):
 
 # ------------------------------------------------------------------------------------- model.compile
 MAX_DEFAULT_LEN = 8192  # slots when the model states no smaller context (each captured step reads them all)
-
-
-def step_latency(step, qs: Sequence[int], *, cache_tokens: int = 200, reps: int = 5, warmup: int = 2,
-                 seed: int = 0) -> dict[int, float]:
-    """Median seconds of one decoding step of q tokens after a ``cache_tokens``-token prefix, for each q in ``qs``,
-    through any step with ``step.py``'s methods (``EagerStep``, ``CapturedStep``), so both paths are timed alike.
-
-    Random ids; a causal (1, 1, q, past+q) float mask from a ``layout.MaskBuffer`` built inside the timed region
-    (the decoder builds one per step); logits kept for the last half of the rows (as ``latency.measure_latency``);
-    the host waits for the device after each step. The step is committed away after every pass.
-    """
-    model, device = step.model, step.device
-    vocab = model.config.get_text_config(decoder=True).vocab_size
-    gen = torch.Generator().manual_seed(seed)
-    cache, buffer = step.new_cache(), MaskBuffer(model.dtype, device)
-    step.prefill(cache, torch.randint(0, vocab, (cache_tokens,), generator=gen).tolist())
-    curve = {}
-    with torch.inference_mode():
-        for q in qs:
-            ids, pos, inner, keep = random_step(vocab, q, cache_tokens, model.dtype, device, gen)
-            times = []
-            for rep in range(warmup + reps):
-                sync_device(device)
-                start = time.perf_counter()
-                mask = buffer.view(inner, cache_tokens) if q > 1 else None
-                step(cache, StepInputs(ids, pos, mask, keep))
-                sync_device(device)
-                if rep >= warmup:
-                    times.append(time.perf_counter() - start)
-                step.commit(cache, q, 0)
-            curve[q] = statistics.median(times)
-    return curve
 
 
 def verdict_path(model, root: Optional[str] = None) -> str:

@@ -34,13 +34,6 @@ PROFILE_VERSION = 5  # 5: keyed by models.model_id_of; re-measured when rounds d
 Measure = Callable[..., dict]  # measure(qs, reps=, warmup=) -> {q: seconds}
 
 
-def timed_forward(forward, ids, positions, mask, cache, keep) -> None:
-    """The tuner's one model call: a forward of ``ids`` (1, q) long at ``positions`` (1, q) with float 4D
-    ``mask`` (1, 1, q, past + q) or None for q = 1, appending to ``cache`` and computing logits at ``keep``."""
-    forward(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache, use_cache=True,
-            logits_to_keep=keep)
-
-
 def random_step(vocab: int, q: int, past: int, dtype, device, gen):
     """A timed step's inputs: random ids (1, q) int64, positions past..past+q-1 (1, q), the causal (q, q) float
     mask in ``dtype`` and the kept rows (the last ceil(q/2), int64), on ``device``; ids drawn from ``gen``."""
@@ -52,52 +45,66 @@ def random_step(vocab: int, q: int, past: int, dtype, device, gen):
     return ids, pos, inner, torch.arange(q - (q + 1) // 2, q, device=device)
 
 
-def sync_device(device) -> None:
-    """Wait for ``device``'s queued work (CUDA); nothing on a CPU."""
+def step_latency(step, qs: Sequence[int], *, cache_tokens: int = CACHE_TOKENS, reps: int = 5, warmup: int = 2,
+                 seed: int = 0, dynamic_mask: bool = False,
+                 clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
+    """Median seconds of one decoding step of q random tokens after a ``cache_tokens``-token prefix, per q in
+    ``qs``, through any step with ``step.py``'s methods (``EagerStep``, ``compiled.CapturedStep``), after
+    ``warmup`` untimed passes. The causal (1, 1, q, past + q) float mask is built inside the timed region, as the
+    decoder builds it: from a ``layout.MaskBuffer``, or with ``dynamic_mask`` by ``layout.full_mask``; logits are
+    kept for the last ceil(q/2) rows; the host waits for the device after each step, then the step is committed
+    away."""
     import torch
 
+    from .layout import MaskBuffer, full_mask
+    from .step import StepInputs
+
+    model, device = step.model, step.device
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    cache, buffer, curve = step.new_cache(), MaskBuffer(model.dtype, device), {}
+    step.prefill(cache, torch.randint(0, vocab, (cache_tokens,), generator=gen).tolist())
+    with torch.inference_mode():
+        for q in qs:
+            ids, pos, inner, keep = random_step(vocab, q, cache_tokens, model.dtype, device, gen)
+            times = []
+            for rep in range(warmup + reps):
+                _sync(device)
+                start = clock()
+                mask = None
+                if q > 1:
+                    mask = full_mask(inner, cache_tokens) if dynamic_mask else buffer.view(inner, cache_tokens)
+                step(cache, StepInputs(ids, pos, mask, keep))
+                _sync(device)
+                if rep >= warmup:
+                    times.append(clock() - start)
+                step.commit(cache, q, 0)
+            curve[q] = statistics.median(times)
+    return curve
+
+
+def _sync(device) -> None:
     if device.type == "cuda":
+        import torch
+
         torch.cuda.synchronize(device)
 
 
 def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int = CACHE_TOKENS, reps: int = 5,
                     variant: str = DEFAULT_VARIANT, warmup: int = 1, seed: int = 0,
                     clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
-    """Median seconds of one forward pass of q random tokens over a ``cache_tokens``-token cache, per q in
-    ``qs``, with logits for the last ceil(q/2) tokens; after ``warmup`` untimed passes. ``variant``: the mask as the
-    decoder builds it, ``dynamic`` (``layout.full_mask``), ``static_mask`` (``layout.MaskBuffer``) or ``compile``
+    """``step_latency`` of the model's eager step (``step.EagerStep``). ``variant``: the mask as the decoder
+    builds it, ``dynamic`` (``layout.full_mask``), ``static_mask`` (``layout.MaskBuffer``) or ``compile``
     (``static_mask`` under ``torch.compile(dynamic=True)``). Raises ``ValueError`` for an unknown variant."""
     import torch
 
-    from .kv import new_cache
-    from .layout import MaskBuffer, full_mask
+    from .step import EagerStep
 
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r} is not allowed; use one of {', '.join(VARIANTS)}")
-    device = next(model.parameters()).device
-    forward = torch.compile(model, dynamic=True) if variant == "compile" else model
-    vocab = model.config.get_text_config(decoder=True).vocab_size
-    gen = torch.Generator().manual_seed(seed)
-    cache, buffer, curve = new_cache(), MaskBuffer(model.dtype, device), {}
-    with torch.inference_mode():
-        ids = torch.randint(0, vocab, (1, cache_tokens), generator=gen).to(device)
-        timed_forward(model, ids, None, None, cache, torch.empty(0, dtype=torch.long, device=device))
-        for q in qs:
-            ids, pos, inner, keep = random_step(vocab, q, cache_tokens, model.dtype, device, gen)
-            times = []
-            for rep in range(reps + warmup):
-                sync_device(device)
-                t0 = clock()
-                mask = None
-                if q > 1:
-                    mask = full_mask(inner, cache_tokens) if variant == "dynamic" else buffer.view(inner, cache_tokens)
-                timed_forward(forward, ids, pos, mask, cache, keep)
-                sync_device(device)
-                if rep >= warmup:
-                    times.append(clock() - t0)
-                cache.crop(-q)  # drop this pass's q entries
-            curve[q] = statistics.median(times)
-    return curve
+    step = EagerStep(torch.compile(model, dynamic=True) if variant == "compile" else model)
+    return step_latency(step, qs, cache_tokens=cache_tokens, reps=reps, warmup=warmup, seed=seed,
+                        dynamic_mask=variant == "dynamic", clock=clock)
 
 
 def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: int = ROUNDS, reps: int = REPS,

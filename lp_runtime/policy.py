@@ -1,35 +1,17 @@
-"""What to feed in a lookahead step: the cost-aware step policy (issue 9; docs/architecture.md).
+"""What to feed in a lookahead step: the step policy protocol, ``FeedAll`` (fixed W, N, G) and the cost policy
+(issue 9; docs/architecture.md). Pure Python, no torch.
 
-Pure Python, no torch, no model. Each step the decoder holds a candidate tree (``tree.CandidateTree``:
-``tokens``, ``parents`` with -1 = the root ``c``, ``prob`` = the lookup's raw estimate of P(node accepted |
-parent accepted)) and asks the policy which nodes to feed and whether to feed the Jacobi window.
+``CostPolicy`` maximises expected accepted tokens per second of the step. E[tokens] = 1 + the sum of the fed
+nodes' path probabilities (a greedy walk accepts a node exactly when its whole path matched); cost = latency(q),
+q = the step's input tokens, on the measured ``LatencyCurve``. Path probabilities never grow along a path, so the
+best k nodes are the k of highest path probability (ancestor-closed); EVERY k = 0..K is evaluated, since on a
+curve such as float32 on a 2-core CPU a step of 5 nodes can pay where 1-2 do not.
 
-``CostPolicy`` maximises expected accepted tokens per second of the step:
-
-* E[tokens] = 1 + sum over fed nodes of P(the path root -> node is accepted): the step always yields ``c``'s
-  next token, and a greedy walk accepts a node exactly when its whole path matched, so the expected length of
-  the accepted path is the sum of the fed nodes' path probabilities;
-* cost = latency(q), q = pending + window tokens (if fed) + nodes, read off the measured latency curve
-  (``LatencyCurve``: seconds of one forward pass against q, piecewise linear between measured points).
-
-Path probabilities never grow along a path, so the best subset of k nodes is the k nodes of highest path
-probability, and that set is ancestor-closed (ties go to the lower index, and parents precede children). The
-policy evaluates EVERY prefix size k = 0..K, not only until the first dip: on a curve such as float32 on a
-2-core CPU (q = 2-3 dearer than q = 4-8) a step of 5 nodes can pay where 1-2 do not. k = 0 is a plain
-one-token step, which costs what greedy costs.
-
-Acceptance estimates are calibrated online (``observe``): per (depth bucket, raw-probability bucket) the
-policy counts trials (a fed node whose parent was accepted) and successes, and estimates
-P = (s + k * raw) / (n + k): a Beta prior of strength k centred on the lookup's raw estimate, so estimates
-start at the lookup's counts and move to what verification really accepts.
-
-The window earns nothing in the step that feeds it: its harvested n-grams become candidates in later steps.
-Its value per windowed step (``window_gain``, tokens) is a prior (0.15 tokens a step: the S difference between
-(W, N, G) = (3, 4, 3) and (0, 4, 2) measured on MT-Bench, docs/benchmarks.md section 1) refined online when
-the tree marks which nodes only the window proposed (``tree.from_window``, set by ``proposers.SuffixProposer``):
-gain = (window-only nodes accepted + k_w * prior) / (windowed steps + k_w). The window is fed when
-(E[tokens] + gain) / latency(q + window) beats E[tokens] / latency(q), i.e. only where the curve is flat
-enough at this q (a GPU, or bfloat16 on a CPU with native bf16 matmul), never on a steep curve.
+Acceptance estimates are calibrated online per (depth, raw-probability) bucket with a Beta prior centred on the
+lookup's raw estimate: P = (s + k * raw) / (n + k). The window earns nothing in the step that feeds it (its
+n-grams become later candidates): its value per windowed step is a prior (``WINDOW_GAIN_PRIOR``, the S difference
+between (3, 4, 3) and (0, 4, 2) on MT-Bench, docs/benchmarks.md section 1) refined by the window-only nodes
+accepted (``tree.from_window``); it is fed only where the curve is flat enough to pay for it.
 
 Example (flat curve up to 4 tokens, then dearer)::
 
@@ -223,18 +205,14 @@ class CostPolicy:
             ``LatencyCurve``.
         calibration: the acceptance calibration (default ``AcceptanceCalibration()``); kept across calls, so a
             policy held by a decoder keeps learning from prompt to prompt.
-        window_gain: prior value of feeding the window, in accepted tokens per windowed step.
-        window_strength: pseudo-steps of that prior when it is refined online.
+        window_gain: prior value of feeding the window, in accepted tokens per windowed step;
+            window_strength: pseudo-steps of that prior when it is refined online.
         max_nodes: never feed more nodes than this (None: no limit besides the curve).
-        step_cost: a ``StepCost`` (default ``OneProcessCost()``).
+        step_cost: a ``StepCost`` (default ``OneProcessCost()``; under LP ``parallel.BusiestRankCost(K, W)``, or
+            ``price_lp(K, W)``: a step costs latency(the busiest rank's tokens)).
 
-    Under lookahead parallelism (``step_cost=parallel.BusiestRankCost(K, W)``, or ``price_lp(K, W)``) a step costs
-    latency(the busiest rank's tokens) from the shard plan, not latency(all tokens): K ranks run their shares in
-    parallel. The choice is a
-    pure function of the curve, the tree and what was accepted before, which the LP merge makes the same on every
-    rank, so every rank feeds the same nodes; one process with the same pricing makes the same choices.
-
-    Methods follow the decoder's ``step_policy`` hook (``StepPolicy``): ``choose`` then ``observe`` each step.
+    The choice is a pure function of the curve, the tree and what was accepted before, which the LP merge makes
+    the same on every rank, so every rank feeds the same nodes.
     """
 
     def __init__(self, curve, *, calibration: Optional[AcceptanceCalibration] = None,
@@ -243,14 +221,9 @@ class CostPolicy:
         self.curve = curve if isinstance(curve, LatencyCurve) else LatencyCurve(curve)
         self.step_cost = step_cost if step_cost is not None else OneProcessCost()
         self.calibration = calibration or AcceptanceCalibration()
-        self.window_gain_prior = window_gain
-        self.window_strength = window_strength
-        self.max_nodes = max_nodes
-        self.window_steps = 0
-        self.window_accepted = 0
-        self.steps = 0
-        self.sum_expected_tokens = 0.0
-        self.sum_expected_seconds = 0.0
+        self.window_gain_prior, self.window_strength, self.max_nodes = window_gain, window_strength, max_nodes
+        self.window_steps = self.window_accepted = self.steps = 0
+        self.sum_expected_tokens = self.sum_expected_seconds = 0.0
         self._last: Optional[StepChoice] = None
 
     @property
@@ -272,48 +245,39 @@ class CostPolicy:
             raise ValueError(f"price_lp(lp_size={lp_size}, window_size={window_size}): need lp_size >= 1, W >= 0")
         self.step_cost = BusiestRankCost(int(lp_size), int(window_size)) if lp_size > 1 else OneProcessCost()
 
-    def _tokens_of(self, parents: Sequence[int], num_pending: int, window_tokens: int) -> Callable[[list[int]], int]:
-        """``tokens_of`` for ``best_prefix``: the step cost of feeding some nodes of the tree ``parents``."""
-        return lambda nodes: self.step_cost(num_pending, window_tokens, parents, nodes)
-
     @property
     def window_gain(self) -> float:
         """Current estimate of the window's value, accepted tokens per windowed step."""
         return ((self.window_accepted + self.window_strength * self.window_gain_prior)
                 / (self.window_steps + self.window_strength))
 
-    def node_probabilities(self, tree) -> list[float]:
-        """Calibrated P(node accepted | parent accepted) for every node of ``tree``."""
-        node_depths = depths(tree.parents)
-        return [self.calibration.estimate(d, p) for d, p in zip(node_depths, tree.prob)]
-
     def choose(self, tree, num_pending: int, window_tokens: int) -> StepChoice:
         """The nodes and window to feed after ``num_pending`` pending tokens (``window_tokens``: tokens the
         window would add, 0 when there is none). Empty tree and no paying window: a plain step (nodes=())."""
         if num_pending < 1:
             raise ValueError(f"num_pending={num_pending}; a step feeds at least the newest accepted token")
-        paths = path_probabilities(tree.parents, self.node_probabilities(tree))
+        calibrated = [self.calibration.estimate(d, p) for d, p in zip(depths(tree.parents), tree.prob)]
+        paths = path_probabilities(tree.parents, calibrated)
         if self.max_nodes is not None and len(paths) > self.max_nodes:
             keep = set(sorted(range(len(paths)), key=lambda i: (-paths[i], i))[: self.max_nodes])
             paths = [p if i in keep else 0.0 for i, p in enumerate(paths)]  # a zero never pays
-        nodes, tokens, seconds = best_prefix(paths, num_pending, self.curve,
-                                             tokens_of=self._tokens_of(tree.parents, num_pending, 0))
+        def cost(window: int):
+            return lambda nodes: self.step_cost(num_pending, window, tree.parents, nodes)
+
+        nodes, tokens, seconds = best_prefix(paths, num_pending, self.curve, tokens_of=cost(0))
         choice = StepChoice(nodes, False, tokens, seconds)
         if window_tokens > 0:
             gain = self.window_gain
-            w_nodes, w_tokens, w_seconds = best_prefix(
-                paths, num_pending + window_tokens, self.curve, gain,
-                tokens_of=self._tokens_of(tree.parents, num_pending, window_tokens))
+            w_nodes, w_tokens, w_seconds = best_prefix(paths, num_pending + window_tokens, self.curve, gain,
+                                                       tokens_of=cost(window_tokens))
             if w_tokens / w_seconds > tokens / seconds:
                 choice = StepChoice(w_nodes, True, w_tokens - gain, w_seconds)
         self._last = choice
         return choice
 
     def observe(self, tree, fed_nodes: Sequence[int], accepted_nodes: Sequence[int]) -> None:
-        """Learn from one verified step: ``fed_nodes`` (indices fed), ``accepted_nodes`` (the accepted path).
-
-        A fed node is a trial when its parent is the root or was accepted; it succeeded when it was accepted.
-        """
+        """Learn from one verified step: a fed node (``fed_nodes``) is a trial when its parent is the root or was
+        accepted, a success when it is on the accepted path (``accepted_nodes``)."""
         node_depths = depths(tree.parents)
         accepted = set(int(i) for i in accepted_nodes)
         fed = set(int(i) for i in fed_nodes)

@@ -1,38 +1,22 @@
-"""Candidate sources: the ``Proposer`` protocol and its implementations, each proposing a ``tree.CandidateTree``.
+"""Candidate sources (paper section 3.2's verification branch): the ``Proposer`` protocol and its implementations,
+each proposing a ``tree.CandidateTree``. A ``Decoder`` takes its proposers as constructor arguments; a new source
+is a new class. ``proposers_for(decoding)`` builds the product's. Pure Python, no torch.
 
-A ``Decoder`` takes its proposers as constructor arguments (``Decoder(..., proposers=[SuffixProposer(N, G)])``);
-a new candidate source is a new class with the methods of ``Proposer``. Implementations here:
+* ``SuffixProposer`` (the product's): a suffix match (SuffixDecoding, arXiv 2411.04975; prompt-lookup decoding)
+  over the accepted sequence, the Jacobi window's n-grams and an ``AnswerStore`` of earlier answers;
+* ``PoolProposer`` (``decoding=paper``): the paper's n-gram pool keyed by the newest token, G candidates of N-1
+  tokens, newest first.
 
-* ``SuffixProposer``: a suffix match over the text so far, the window's n-grams and (optionally) an
-  ``AnswerStore`` of earlier answers (paper section 3.2's verification branch, with the lookup of
-  SuffixDecoding, arXiv 2411.04975, and prompt-lookup decoding); the product's source;
-* ``PoolProposer``: the paper's n-gram pool keyed by the newest token (``ngram_pool.NGramPool``), G
-  candidates of N-1 tokens, newest first (``decoding=paper``).
-
-``proposers_for(decoding)`` builds the product's proposers for a ``DecodingConfig``. Pure Python, no torch.
-
-The suffix lookup in detail:
-
-Sources ("documents"): the accepted sequence (prompt + output so far, growing) and every distinct n-gram the
-Jacobi window harvested (the paper's lookahead branch stays the source of new n-grams). Each document is
-indexed by its k-token keys, k = 1 .. ``max_key``: in the accepted sequence every k-gram, in an n-gram every
-k-gram inside it (``ngram_keys="all"``, the default) or its first k tokens (``"head"``, as the paper's pool).
-
-``propose`` matches the longest suffix of the accepted sequence (its last 1 .. ``max_key`` tokens) and
-collects every occurrence that has a continuation, longest key first, newest first; an occurrence's *match
-length* l is the longest key under which it was found. Its continuation (the tokens that followed it, at most
-``depth_for(l)`` of them: N-1 for a 1-token match, longer for longer matches, never past ``max_depth``) is
-inserted in a trie with weight ``MATCH_WEIGHT ** (l - 1)``, so a longer match outweighs several shorter ones.
-A trie node's ``prob`` is the honest frequency estimate ``w(node) / (w(continuing past its parent) + 1)``
-(the +1 keeps a single observation from claiming certainty). The tree is grown best-first from the root by
-estimated path probability (the product of ``prob`` along the path; ``ranking="recency"`` orders by the
-newest occurrence instead), under two caps: at most ``num_leaves`` (G) leaves and ``max_nodes`` nodes.
-*Chaining* (``chain``, on by default): when a node whose draft is shorter than ``max_depth`` has no trie children
-(its continuations ended: a 5-token window n-gram proposes at most 4 tokens), its children come from matching
-again on the accepted sequence with that draft appended. So the n-grams of neighbouring window columns, which
-overlap by design (column j+1 guesses the positions after column j's), join into drafts longer than N-1, and a
-1-token match's N-1 tokens are continued by the longer key the draft now forms. The estimated probabilities
-multiply along the path, so the best-first growth spends nodes on a chain only where it is likely.
+The suffix lookup: every document (the accepted sequence, each harvested n-gram) is indexed by its k-token keys,
+k = 1 .. ``max_key`` (an n-gram by every k-gram inside it, or with ``ngram_keys="head"`` its first k tokens, as
+the paper's pool). ``propose`` collects the occurrences of the accepted sequence's longest suffix, longest key
+first, newest first; an occurrence found under a key of l tokens inserts its continuation (at most
+``depth_for(l)`` tokens) in a trie with weight ``MATCH_WEIGHT ** (l - 1)``. A node's ``prob`` is
+``w(node) / (w(continuing past its parent) + 1)`` (the +1 keeps one observation from claiming certainty). The
+tree grows best-first by path probability (``ranking="recency"``: newest first) under ``num_leaves`` (G) leaves
+and ``max_nodes`` nodes. *Chaining*: a node whose continuation ended above ``max_depth`` gets its children by
+matching again with its draft appended, so overlapping n-grams of neighbouring window columns join into drafts
+longer than N-1.
 
 Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 nodes; ids are letters)::
 
@@ -41,12 +25,6 @@ Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 n
     trie: root -> c (w 4) -> a (4);  root -> d (4) -> a (4)
     prob: c = d = 4 / (8 + 1) = 0.444;  c->a = d->a = 4 / (4 + 1) = 0.8
     tree (ties broken by recency, newest first): tokens [d, c, a, a], parents [-1, -1, 0, 1]
-
-One more source (issue 10's levers, measured in docs/benchmarks.md section 6b): an ``AnswerStore`` of the run's
-earlier answers (the ``store`` argument; matched after the sequence's own sources, weight ``STORE_WEIGHT``).
-
-``CandidateTree.chains`` turns a tree into separate root-to-leaf chains (the flat candidates of the
-reference code, shared prefixes fed once per candidate): the lever ``tree=False``.
 """
 from __future__ import annotations
 
@@ -70,14 +48,10 @@ class _Node:
 
 
 class AnswerStore:
-    """Earlier answers of the same run, a candidate source shared by later prompts (``decoding.cross_question``;
-    SuffixDecoding's global tree, arXiv 2411.04975 section 4).
-
-    Each document is an answer (its output tokens) preceded by the last ``max_key`` tokens of its prompt, so the
-    opening of an answer is found by the prompt's ending (e.g. the chat template's assistant header). Indexed
-    by every k-gram, k = 1 .. ``max_key``, like the accepted sequence. It holds accepted tokens only, so every LP
-    rank that decoded the same prompts in the same order holds the same store; it only changes the candidates,
-    never the output (greedy verification accepts model tokens only; sampling stays exact).
+    """Earlier answers of the same run, matched by later prompts (SuffixDecoding's global tree, arXiv 2411.04975
+    section 4). A document is an answer after the last ``max_key`` tokens of its prompt (so an answer's opening
+    is found by the prompt's ending), indexed by every k-gram like the accepted sequence. Accepted tokens only:
+    every LP rank holds the same store, and it changes the candidates, never the output.
     """
 
     def __init__(self, max_key: int = 4, max_tokens: int = 1 << 18) -> None:
@@ -155,27 +129,20 @@ class Proposer(Protocol):
 
 
 class SuffixProposer:
-    """Suffix-match candidate source (see the module docstring); implements ``Proposer``.
+    """Suffix-match candidate source (module docstring); implements ``Proposer``.
 
     Args:
-        ngram_size: N; a 1-token match proposes up to N-1 tokens, and harvested n-grams have N tokens.
-        num_leaves: G, the most leaves (distinct continuations) in a proposed tree (0 = propose nothing).
-        max_nodes: most nodes in a tree (default max(G x (N-1), max_depth): the reference code's verification
-            tokens, and room for one full-depth continuation).
-        max_depth: longest continuation proposed (>= N-1); reached only by long matches.
-        max_key: longest suffix matched (tokens, >= 1).
-        ranking: "counts" (estimated path probability; recency breaks ties) or "recency" (newest first).
-        max_occurrences: most occurrences read per proposal (newest first within each key length).
+        ngram_size: N; a 1-token match proposes up to N-1 tokens.
+        num_leaves: G, the most leaves of a proposed tree (0 = propose nothing).
+        max_nodes: most nodes in a tree (default max(G x (N-1), max_depth)).
+        max_depth: longest continuation proposed (>= N-1); max_key: longest suffix matched (tokens, >= 1).
+        ranking: "counts" (path probability, recency breaks ties) or "recency".
+        max_occurrences: most occurrences read per proposal.
         index_history: match over the accepted sequence too (``pool_from_prompt``); False: n-grams only.
-        store: an ``AnswerStore`` of earlier answers (kept across sequences; every finished output is added),
-            matched after this sequence's own sources (each occurrence weighted ``store_weight``; recency below
-            every own occurrence) in greedy calls, and in sampled calls too when ``store_when_sampling``
-            (a sampled answer's draws then depend on which answers came before).
-        ngram_keys: "all" (an n-gram is found by every k-gram inside it, like the accepted sequence; measured
-            in docs/benchmarks.md section 6b) or "head" (by its first 1 .. max_key tokens, as the paper's pool).
-        chain: when a tree node's continuation ends above ``max_depth``, match again on the accepted sequence
-            with the node's draft appended and grow the node's children from that match (so a window n-gram's
-            end, or a 1-token match's N-1 tokens, is continued by the n-grams and occurrences that overlap it).
+        store: an ``AnswerStore`` matched after this sequence's sources (weight ``store_weight``) in greedy calls,
+            and in sampled calls too when ``store_when_sampling``; every finished output is added to it.
+        ngram_keys: "all" (every k-gram of an n-gram; docs/benchmarks.md 6b) or "head" (its first k tokens).
+        chain: grow a node whose continuation ended by matching again with its draft appended.
         tree: propose a tree (shared prefixes once); False: each root-to-leaf path as its own chain.
 
     Raises ``ValueError`` for N < 2, G < 0, max_key < 1 or an unknown ``ranking`` / ``ngram_keys``.
@@ -194,20 +161,12 @@ class SuffixProposer:
         if ranking not in ("counts", "recency") or ngram_keys not in ("all", "head"):
             raise ValueError(f"ranking={ranking!r}, ngram_keys={ngram_keys!r}; use ranking 'counts' or 'recency', "
                              "ngram_keys 'all' or 'head'")
-        self.ngram_size = ngram_size
-        self.num_leaves = num_leaves
+        self.ngram_size, self.num_leaves, self.max_key, self.ranking = ngram_size, num_leaves, max_key, ranking
         self.max_depth = max(max_depth, ngram_size - 1)
         self.max_nodes = max(num_leaves * (ngram_size - 1), self.max_depth) if max_nodes is None else max_nodes
-        self.max_key = max_key
-        self.ranking = ranking
-        self.max_occurrences = max_occurrences
-        self.index_history = index_history
-        self.store = store
-        self.store_weight = store_weight
-        self.store_when_sampling = store_when_sampling
-        self.ngram_keys = ngram_keys
-        self.chain = chain
-        self.tree = tree
+        self.max_occurrences, self.index_history, self.ngram_keys = max_occurrences, index_history, ngram_keys
+        self.store, self.store_weight, self.store_when_sampling = store, store_weight, store_when_sampling
+        self.chain, self.tree = chain, tree
         self.begin((), do_sample=False)
 
     def begin(self, prompt: Sequence[int], *, do_sample: bool) -> None:
@@ -238,12 +197,10 @@ class SuffixProposer:
             self.store = AnswerStore(self.store.max_key, self.store.max_tokens)
 
     def propose(self) -> CandidateTree:
-        """The candidate tree for the current accepted sequence (``grow``; separate chains when ``tree`` is
-        False)."""
+        """``grow``'s tree (separate chains when ``tree`` is False)."""
         tree = self.grow()
         return tree if self.tree else tree.chains()
 
-    # ------------------------------------------------------------------ sources
     def extend(self, tokens: Sequence[int]) -> None:
         """Append accepted tokens (the prompt first, then each step's accepted tokens)."""
         for t in tokens:
@@ -281,7 +238,6 @@ class SuffixProposer:
         """Continuation length proposed after a ``match_len``-token match: (N-1) x match_len, at most max_depth."""
         return min(self.max_depth, (self.ngram_size - 1) * match_len)
 
-    # ------------------------------------------------------------------ proposal
     def _occurrences(self, hist: Optional[Sequence[int]] = None) -> list[tuple[int, int, int, int]]:
         """(doc, end, match length, recency) of occurrences of ``hist``'s suffix (default the accepted
         sequence) with a continuation, best first. doc 0 = the accepted sequence, > 0 = an n-gram, < 0 = an
