@@ -36,8 +36,6 @@ def write_json(path: Path, obj: Any, indent: int = 2) -> None:
     os.replace(tmp, path)
 
 
-# ------------------------------------------------------------------------------------------ output paths
-
 def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> None:
     """Raise ``OutputError`` unless ``path`` can be a file we append to (messages name ``key``). ``create``:
     really try (make the folders, open for append), then remove what the try made, so a failed run leaves nothing.
@@ -63,33 +61,19 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
         if target.exists() and not os.access(target, os.W_OK):
             raise OutputError(f"{name} is not writable")
         if create:
-            _try_append(path, name)
+            existed = path.exists()
+            try:
+                open(path, "a", encoding="utf-8").close()
+            except OSError as e:
+                raise OutputError(f"{name} is not writable: {e.strerror}") from None
+            if not existed:
+                path.unlink()
     finally:
         for folder in reversed(made):  # innermost first; only folders this check made, and only if still empty
             try:
                 folder.rmdir()
             except OSError:
                 pass
-
-
-def _try_append(path: Path, name: str) -> None:
-    existed = path.exists()
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as e:
-        raise OutputError(f"{name} is not writable: {e.strerror}") from None
-    if not existed:
-        path.unlink()
-
-
-def is_summary(path: Path) -> bool:
-    """Whether ``path`` holds a JSON object with ``answers`` and ``num_questions`` (a run summary)."""
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(obj, dict) and "answers" in obj and "num_questions" in obj
 
 
 def check_summary_path(cfg: RunConfig) -> None:
@@ -106,7 +90,8 @@ def check_summary_path(cfg: RunConfig) -> None:
     for what, other in others.items():
         if summary.resolve() == other.resolve():
             raise OutputError(f"output.summary_path={summary} is {what}; the summary would overwrite it: {advice}")
-    if summary.is_file() and not is_summary(summary):
+    record = _read_json(summary) if summary.is_file() else None
+    if summary.is_file() and not (isinstance(record, dict) and {"answers", "num_questions"} <= record.keys()):
         raise OutputError(f"output.summary_path={summary} exists and is not a run summary; the summary would "
                           f"overwrite it: {advice}")
 
@@ -159,8 +144,6 @@ class AnswersLock:
                 except OSError:
                     break
 
-
-# ------------------------------------------------------------------------------------------ answers
 
 ANSWER_KEYS = ("output_ids", "new_tokens", "decoding_steps", "wall_time", "accept_lengths")
 OUTPUT_ADVICE = "move the file away or choose another output.path"
@@ -219,8 +202,6 @@ def first_line(record: dict, width: int = 120) -> str:
     text = (record["choices"][0].get("turns") or [""])[0]
     return f"[{record['question_id']}] {(text.strip().splitlines() or [''])[0][:width]}"
 
-
-# ------------------------------------------------------------------------------------------ settings record
 
 FORMAT = 1
 # Display and bookkeeping keys; dataset.limit only extends or shortens the list of questions answered.
@@ -321,9 +302,15 @@ def write_settings(settings_path: Path, current: dict[str, Any]) -> None:
 
 def read_settings(settings_path: Path) -> Optional[dict[str, Any]]:
     """The recorded settings, or None when there is no readable record."""
+    record = _read_json(settings_path)
+    return record.get("settings") if isinstance(record, dict) else None
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None when it cannot be read or parsed."""
     try:
-        return json.loads(settings_path.read_text(encoding="utf-8"))["settings"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
 
 

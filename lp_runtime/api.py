@@ -25,6 +25,7 @@ from .decoder import Decoder, GenerationOutput
 from .models import check_limits, eos_token_ids, load_model
 from .auto import auto_policy
 from .checks import check_max_new_tokens, check_prompt_ids, vocab_size
+from .data import encode_messages
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
 
@@ -81,10 +82,7 @@ class LookaheadGenerator:
         if len(prompt) == 0:
             raise ConfigError("the prompt is empty; give text, messages or at least one token id")
         if isinstance(prompt[0], dict):
-            if not getattr(self.tokenizer, "chat_template", None):
-                return self.tokenizer("\n".join(m["content"] for m in prompt)).input_ids
-            enc = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True)
-            return list(enc["input_ids"] if hasattr(enc, "keys") else enc)
+            return encode_messages(self.tokenizer, list(prompt))
         return check_prompt_ids(prompt, vocab_size(self.model))
 
     def generate(self, prompt: Prompt, *, max_new_tokens: Optional[int] = None,

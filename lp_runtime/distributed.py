@@ -61,15 +61,11 @@ def validate(world_size: int, lp: int, backend: str, local_rank: int, num_gpus: 
     if lp < 1:
         raise ConfigError(f"parallel.lp={lp} is not allowed; it must be >= 1")
     if world_size % lp != 0:
-        raise ConfigError(
-            f"parallel.lp={lp} does not divide the world size {world_size}; start a multiple of {lp} ranks "
-            f"(world = dp x lp) or choose parallel.lp among the divisors of {world_size}"
-        )
+        raise ConfigError(f"parallel.lp={lp} does not divide the world size {world_size}; start a multiple of {lp} "
+                          f"ranks (world = dp x lp) or choose parallel.lp among the divisors of {world_size}")
     if backend == "nccl" and local_rank >= num_gpus:
-        raise ConfigError(
-            f"parallel.backend=nccl needs one GPU per local rank: local rank {local_rank} but {num_gpus} GPUs; "
-            f"start at most {num_gpus} ranks per node or use parallel.backend=gloo"
-        )
+        raise ConfigError(f"parallel.backend=nccl needs one GPU per local rank: local rank {local_rank} but "
+                          f"{num_gpus} GPUs; start at most {num_gpus} ranks per node or use parallel.backend=gloo")
 
 
 def _slurm_head() -> Optional[str]:
@@ -91,14 +87,10 @@ _STATE: dict[str, Any] = {"initialized_here": False, "timeout_s": None}
 
 def init(backend: str = "auto", timeout_s: float = 120.0) -> RankInfo:
     """Join the default process group (no-op for one process without a launcher); return this rank's info.
-
-    ``backend``: "auto" | "gloo" | "nccl"; ``timeout_s``: seconds any collective may wait for its peers.
-    With NCCL the current CUDA device is set to ``cuda:LOCAL_RANK`` first.
-    """
+    ``backend``: "auto" | "gloo" | "nccl" (NCCL sets the CUDA device to ``cuda:LOCAL_RANK`` first);
+    ``timeout_s``: seconds any collective may wait for its peers."""
     info = detect()
-    if dist.is_initialized():
-        return info
-    if info.world_size == 1 and info.source == "single":
+    if dist.is_initialized() or info.source == "single":
         return info
     backend = resolve_backend(backend)
     if info.source == "slurm":
@@ -110,12 +102,9 @@ def init(backend: str = "auto", timeout_s: float = 120.0) -> RankInfo:
         os.environ.setdefault("MASTER_PORT", "29500")
     if backend == "nccl":
         torch.cuda.set_device(info.local_rank)
-    dist.init_process_group(
-        backend=backend, init_method="env://", rank=info.rank, world_size=info.world_size,
-        timeout=timedelta(seconds=timeout_s),
-    )
-    _STATE["initialized_here"] = True
-    _STATE["timeout_s"] = timeout_s
+    dist.init_process_group(backend=backend, init_method="env://", rank=info.rank, world_size=info.world_size,
+                            timeout=timedelta(seconds=timeout_s))
+    _STATE.update(initialized_here=True, timeout_s=timeout_s)
     atexit.register(destroy)
     return info
 
@@ -146,32 +135,21 @@ def world_size() -> int:
 
 
 def make_groups(lp: int, backend: str = "gloo"):
-    """Split the world into contiguous LP groups: ranks [i*lp, (i+1)*lp) form group i. Collective.
-
-    Returns ``(lp_group, dp_rank, dp_size, lp_rank)`` (``lp_group`` None for one process). Raises ``ConfigError``
-    when ``lp`` does not divide the world size."""
-    world = world_size()
-    me = rank()
-    validate(world, lp, backend, detect().local_rank, torch.cuda.device_count() if backend == "nccl" else 0)
+    """Split the world into contiguous LP groups: ranks [i*lp, (i+1)*lp) form group i. Collective; ``lp`` must
+    divide the world size (``validate``). Returns ``(lp_group, dp_rank, dp_size, lp_rank)`` (``lp_group`` None
+    for one process)."""
+    world, me = world_size(), rank()
     dp_size, dp_rank, lp_rank = world // lp, me // lp, me % lp
-    if not is_initialized():
-        return None, dp_rank, dp_size, lp_rank
-    if lp == world:
-        return dist.group.WORLD, dp_rank, dp_size, lp_rank
-    timeout = timedelta(seconds=_STATE["timeout_s"] or 120.0)
-    mine = None
-    for i in range(dp_size):  # every rank creates every group, in the same order
-        group = dist.new_group(list(range(i * lp, (i + 1) * lp)), timeout=timeout)
-        if i == dp_rank:
-            mine = group
+    if not is_initialized() or lp == world:
+        return (dist.group.WORLD if is_initialized() else None), dp_rank, dp_size, lp_rank
+    mine, _ = dist.new_subgroups_by_enumeration([list(range(i * lp, (i + 1) * lp)) for i in range(dp_size)],
+                                                timeout=timedelta(seconds=_STATE["timeout_s"] or 120.0))
     return mine, dp_rank, dp_size, lp_rank
 
 
 def _fail(what: str, err: Exception) -> RuntimeError:
-    return RuntimeError(
-        f"rank {rank()}: {what} failed (a peer rank died, or did not reach it within the "
-        f"{_STATE['timeout_s']} s timeout parallel.timeout_s): {type(err).__name__}: {err}"
-    )
+    return RuntimeError(f"rank {rank()}: {what} failed (a peer rank died, or did not reach it within the "
+                        f"{_STATE['timeout_s']} s timeout parallel.timeout_s): {type(err).__name__}: {err}")
 
 
 # torch >= 2.12 renames all_gather_into_tensor (same signature) and warns on the old name.

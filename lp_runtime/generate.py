@@ -29,35 +29,27 @@ from lp_runtime.config import ConfigError, ModelOutputError, RunConfig, register
 register_configs()
 
 
-def answer_question(decoder: Any, tokenizer: Any, question: data.Question, cfg: RunConfig) -> dict:
-    """Decode every turn of ``question`` (each turn's prompt holds the answers so far); the FastChat ``choices[0]``."""
-    choice: dict[str, Any] = {"index": 0, "turns": [], "output_ids": [], "new_tokens": [], "decoding_steps": [],
-                              "wall_time": [], "accept_lengths": [], "finish_reason": []}
-    # Per-category temperature (MT-Bench's judge settings) when the sampling config lists one.
-    sampling = cfg.sampling.for_category(question.category)
-    choice["seed"], choice["temperature"] = sampling.seed, sampling.temperature
-    for _ in question.turns:
-        prompt_ids = data.build_prompt(tokenizer, question, choice["turns"])
+def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: RunConfig, model_id: str) -> dict:
+    """One answers-JSONL line (docs/design.md section 5): every turn of ``question`` decoded, each turn's prompt
+    holding the answers so far."""
+    sampling = cfg.sampling.for_category(question.category)  # MT-Bench's per-category temperature, if listed
+    texts, outs = [], []
+    for turn in range(len(question.turns)):
         try:
-            out = decoder.generate(prompt_ids, max_new_tokens=cfg.generation.max_new_tokens,
-                                   stop_strings=cfg.generation.stop_strings, sampling=sampling)
+            out = decoder.generate(data.build_prompt(tokenizer, question, texts), sampling=sampling,
+                                   max_new_tokens=cfg.generation.max_new_tokens,
+                                   stop_strings=cfg.generation.stop_strings)
         except (ConfigError, ModelOutputError) as e:  # e.g. a prompt longer than the context: say which question
             # NaN/inf logits (ModelOutputError) stop the job too: no line for this question, earlier ones kept.
-            raise type(e)(f"question {question.question_id!r}, turn {len(choice['turns']) + 1}: {e}; "
+            raise type(e)(f"question {question.question_id!r}, turn {turn + 1}: {e}; "
                           "the answers written so far are kept (remove or shorten it, then re-run)") from None
-        choice["turns"].append(tokenizer.decode(out.output_ids, skip_special_tokens=True))
-        choice["output_ids"].append(list(out.output_ids))
-        choice["new_tokens"].append(len(out.output_ids))
-        choice["decoding_steps"].append(out.decoding_steps)
-        choice["wall_time"].append(out.wall_time)
-        choice["accept_lengths"].append(list(out.accept_lengths))
-        choice["finish_reason"].append(out.finish_reason)
-    return choice
-
-
-def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: RunConfig, model_id: str) -> dict:
-    """One answers-JSONL line (docs/design.md section 5) for ``question``."""
-    choice = answer_question(decoder, tokenizer, question, cfg)
+        outs.append(out)
+        texts.append(tokenizer.decode(out.output_ids, skip_special_tokens=True))
+    choice = {"index": 0, "turns": texts, "output_ids": [list(o.output_ids) for o in outs],
+              "new_tokens": [len(o.output_ids) for o in outs], "decoding_steps": [o.decoding_steps for o in outs],
+              "wall_time": [o.wall_time for o in outs], "accept_lengths": [list(o.accept_lengths) for o in outs],
+              "finish_reason": [o.finish_reason for o in outs], "seed": sampling.seed,
+              "temperature": sampling.temperature}
     return {
         "question_id": question.question_id,
         "category": question.category,

@@ -20,11 +20,6 @@ from lp_runtime.cli import fail, is_bad_input, one_line
 from lp_runtime.config import ConfigError, RunConfig, to_object
 
 
-def is_multirun() -> bool:
-    """True inside a job of a Hydra ``--multirun`` sweep."""
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
 def command_line_keys() -> set[str]:
     """Keys set by this job's command-line (or sweep) overrides, e.g. ``{"output.path", "decoding.window_size"}``."""
     if not HydraConfig.initialized():
@@ -34,7 +29,8 @@ def command_line_keys() -> set[str]:
 
 def apply_job_output(dict_cfg: Any) -> None:
     """In a sweep job, point ``output.path`` at ``<job folder>/answers.jsonl`` unless the command line set it."""
-    if not is_multirun() or "output.path" in command_line_keys():
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    if not multirun or "output.path" in command_line_keys():
         return
     dict_cfg.output.path = os.path.join(HydraConfig.get().runtime.output_dir, "answers.jsonl")
 

@@ -1,12 +1,11 @@
 """The machine's latency curve: seconds of one forward pass of q tokens per (model, device, dtype), cached as a
-profile (docs/benchmarks.md "First-run cost"); ``policy.CostPolicy`` prices steps on it, ``auto.py`` builds
-``decoding=auto`` on it. ``LP_RUNTIME_RETUNE=1`` measures again; ``scripts/latency_curve.py`` plots every curve.
-
-A shared machine adds noise, never removes it: the profile is ``ROUNDS`` interleaved rounds over all q
-(``measure_rounds``) combined by ``robust_curve``, measured once more when rounds disagree, and a cached profile is
-re-checked at start-up (``recheck``). Keyed by ``models.model_id_of``, ``device_key`` and dtype."""
+profile under ``models.model_id_of``, ``device_key`` and dtype (docs/benchmarks.md "First-run cost");
+``policy.CostPolicy`` prices steps on it. ``LP_RUNTIME_RETUNE=1`` measures again. A shared machine adds noise, never
+removes it: ``ROUNDS`` interleaved rounds over all q combined by ``robust_curve``, measured once more when rounds
+disagree; a cached profile is re-checked at start-up (``recheck``)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -110,8 +109,8 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
 def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: int = ROUNDS, reps: int = REPS,
                    budget_s: float = MEASURE_BUDGET_S, first_warmup: int = 1,
                    clock: Callable[[], float] = time.monotonic) -> list[dict[int, float]]:
-    """Up to ``rounds`` curves ``measure(qs, reps=reps, warmup=...)`` (warm-up in the first round only); no
-    round starts after ``budget_s`` seconds of ``clock``, the first always runs."""
+    """Up to ``rounds`` curves ``measure(qs, reps=reps, warmup=...)`` (warm-up in the first round only); no round
+    but the first starts after ``budget_s`` seconds of ``clock``."""
     start, out = clock(), []
     for r in range(rounds):
         if r and clock() - start > budget_s:
@@ -158,10 +157,8 @@ def disagreement(rounds: Sequence[Mapping[int, float]]) -> tuple[int, float]:
     return worst
 
 
-# ------------------------------------------------------------------------------------------ the profile
-
 def dtype_name(model) -> str:
-    """``float32`` / ``bfloat16`` / ... of a loaded model (the resolved dtype, never ``auto``)."""
+    """``float32`` / ``bfloat16`` / ... of a loaded model."""
     return str(model.dtype).replace("torch.", "")
 
 
@@ -260,14 +257,11 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
                   root: Optional[str] = None, log: Callable[[str], None] = print,
                   budget_s: float = MEASURE_BUDGET_S, clock: Callable[[], float] = time.monotonic,
                   qs: Sequence[int] = LATENCY_QS, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
-    """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype): measured on first
-    use (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale.
-    ``measure`` defaults to ``measure_latency``, ``retune`` to ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line
-    when it measures and why. A step that is not the eager forward (``compiled.CapturedStep``) passes its
-    ``measure``, step sizes ``qs`` and a ``variant``, which keys its own profile (``<device>+<variant>``)."""
-    if measure is None:
-        def measure(qs, reps, warmup):
-            return measure_latency(model, qs, reps=reps, warmup=warmup)
+    """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype): measured on first use
+    (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale. ``measure``
+    defaults to ``measure_latency``, ``retune`` to ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line when it measures.
+    A captured step passes its ``measure``, ``qs`` and ``variant``, which keys its own profile."""
+    measure = measure or functools.partial(measure_latency, model)
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     device, dtype = device_key(model), dtype_name(model)
     device = device if variant == DEFAULT_VARIANT else f"{device}+{variant}"

@@ -26,9 +26,7 @@ _ALLOWED = "Use a local folder, a HuggingFace id, or bundled:smollm2"
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> ``cuda:$LOCAL_RANK`` (default 0) when CUDA is available, else ``cpu``; other values as given."""
     if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
-        return torch.device("cpu")
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
     return torch.device(device)
 
 
@@ -157,19 +155,16 @@ def fit_problem(cfg: ModelConfig, device: torch.device, dtype: str, free_bytes: 
             f"parameters){each}, but {device} has {free / _GB:.1f} GB free; {hint}")
 
 
-def eos_token_ids(
-    model: PreTrainedModel, tokenizer: Optional[PreTrainedTokenizerBase], override: Optional[list[int]]
-) -> list[int]:
+def eos_token_ids(model: PreTrainedModel, tokenizer: Optional[PreTrainedTokenizerBase],
+                  override: Optional[list[int]]) -> list[int]:
     """The EOS token ids: ``override`` when given, else the model's ``generation_config.eos_token_id``, else
     ``tokenizer.eos_token_id``. May be empty (then only ``max_new_tokens`` and stop strings end generation)."""
-    if override is not None:
-        ids = list(override)
-    else:
-        gen = getattr(model, "generation_config", None)
-        value = getattr(gen, "eos_token_id", None) if gen is not None else None
-        if value is None and tokenizer is not None:
-            value = tokenizer.eos_token_id
-        ids = [] if value is None else [value] if isinstance(value, int) else list(value)
+    value = override
+    if value is None:
+        value = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if value is None and tokenizer is not None:
+        value = tokenizer.eos_token_id
+    ids = [] if value is None else [value] if isinstance(value, int) else list(value)
     return list(dict.fromkeys(int(i) for i in ids))
 
 
@@ -181,8 +176,8 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
     lookahead step, 1 + (W-1) + (N-2)*W window tokens + G candidates of ``candidate_depth`` tokens (W = 0 with
     ``decoding=auto``; docs/design.md section 1), must fit ``max_position_embeddings``."""
     vocab = vocab_size(model)
-    lists = {"generation.eos_token_ids": generation.eos_token_ids if generation else None,
-             "sampling.suppress_tokens": sampling.suppress_tokens if sampling else None}
+    lists = {"generation.eos_token_ids": getattr(generation, "eos_token_ids", None),
+             "sampling.suppress_tokens": getattr(sampling, "suppress_tokens", None)}
     for key, ids in lists.items():
         bad = [t for t in ids or [] if vocab is not None and not 0 <= t < vocab]
         if bad:
@@ -192,8 +187,7 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
     if ctx is None or decoding.method == "greedy":
         return
     W = 0 if decoding.method == "auto" else decoding.window_size
-    N, G = decoding.ngram_size, decoding.guess_set_size
-    depth = decoding.candidate_depth
+    N, G, depth = decoding.ngram_size, decoding.guess_set_size, decoding.candidate_depth
     step = 1 + step_tokens(W, N - 2) + G * depth
     if step > ctx:
         window = f"decoding.window_size={W}, " if decoding.method != "auto" else ""
@@ -201,8 +195,8 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
         raise ConfigError(
             f"{window}decoding.ngram_size={N}, decoding.guess_set_size={G}{depth_key} make a lookahead step of "
             f"{step} tokens ({'1 + (W-1) + (N-2)*W window tokens' if W else '1 pending token'} + G candidates of "
-            f"{depth} tokens), more than the "
-            f"model's context of {ctx} tokens (max_position_embeddings); lower them so that a step fits")
+            f"{depth} tokens), more than the model's context of {ctx} tokens (max_position_embeddings); lower "
+            "them so that a step fits")
 
 
 _CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")
@@ -218,14 +212,12 @@ def model_fingerprint(cfg: ModelConfig) -> str:
     if cfg.path.startswith(BUNDLED_PREFIX):
         try:
             folder, gguf_file, _ = bundled_gguf(cfg.path[len(BUNDLED_PREFIX):])
+            _hash_file(h, os.path.join(folder, gguf_file), whole=False)
         except ModelLoadError:
             h.update(cfg.path.encode())
-        else:
-            _hash_file(h, os.path.join(folder, gguf_file), whole=False)
         return h.hexdigest()[:16]
     folder = os.path.expanduser(cfg.path)
-    if not os.path.isdir(folder):
-        folder = _hf_snapshot(cfg.path)
+    folder = folder if os.path.isdir(folder) else _hf_snapshot(cfg.path)
     if folder is None:
         h.update(f"hf:{cfg.path}:{cfg.gguf_file}".encode())
         return h.hexdigest()[:16]

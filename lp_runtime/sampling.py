@@ -6,6 +6,7 @@ at sequence position t are ``uniforms(seed, t, n)``, so whichever LP rank comput
 numbers and the output does not depend on the LP degree (docs/design.md section 6.5)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import random
@@ -73,7 +74,6 @@ def check_processors(processors: Sequence, cfg: Optional[SamplingConfig] = None)
     return list(processors)
 
 
-# ------------------------------------------------------------------------------ the model's generation defaults
 # The model's generation_config is applied only with ``sampling=model``; otherwise a run warns once per model when
 # it asks for processing the run does not do. Below: what ``generate`` turns into processing beyond the fields
 # ``model_sampling`` takes, with their "off" values.
@@ -154,28 +154,20 @@ def warn_model_defaults(model: Any, cfg: SamplingConfig) -> None:
     """Warn (``UserWarning``, once per model object) when the model's ``generation_config`` asks for processing
     that a run with ``cfg`` will not do, as ``generate`` would have applied it."""
     unapplied = unapplied_model_defaults(getattr(model, "generation_config", None), cfg)
-    if not unapplied:
+    if not unapplied or model in _WARNED:
         return
-    try:
-        if model in _WARNED:
-            return
+    with contextlib.suppress(TypeError):  # a model that takes no weak reference is warned every time
         _WARNED.add(model)
-    except TypeError:
-        pass
     warnings.warn(
         f"the model's generation_config asks for {', '.join(unapplied)}, which transformers' generate would apply; "
         "this run does not (it uses the sampling settings given). Use sampling=model (SamplingConfig(from_model="
         "True)) to take the model's settings, or set them in the sampling group", UserWarning, stacklevel=3)
 
 
-def _key(seed: int, position: int) -> int:
-    digest = hashlib.blake2b(f"{int(seed)}:{int(position)}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
-
-
 def uniforms(seed: int, position: int, n: int) -> list[float]:
     """``n`` uniforms in [0, 1) from a generator seeded by (seed, position); the same on every rank and run."""
-    rng = random.Random(_key(seed, position))
+    digest = hashlib.blake2b(f"{int(seed)}:{int(position)}".encode(), digest_size=8).digest()
+    rng = random.Random(int.from_bytes(digest, "little"))
     return [rng.random() for _ in range(n)]
 
 
