@@ -95,12 +95,7 @@ class LookaheadGenerator:
         budget = self.generation.max_new_tokens if max_new_tokens is None else check_max_new_tokens(max_new_tokens)
         if isinstance(stop_strings, str):
             stop_strings = [stop_strings]
-        ids = self.encode(prompt)
-        out = self.decoder.generate(
-            ids,
-            max_new_tokens=budget,
-            stop_strings=self.generation.stop_strings if stop_strings is None else stop_strings,
-            streamer=streamer,
-        )
+        out = self.decoder.generate(self.encode(prompt), max_new_tokens=budget, streamer=streamer,
+                                    stop_strings=self.generation.stop_strings if stop_strings is None else stop_strings)
         text = self.tokenizer.decode(out.output_ids, skip_special_tokens=True) if self.tokenizer is not None else ""
         return TextOutput(**vars(out), text=text)

@@ -222,15 +222,13 @@ class CapturedStep(SlotStep):
                              f"tokens, max_new_tokens={max_new_tokens})")
         self.prefill(self.new_cache(), prompt[:-1])
         keep = torch.zeros(1, dtype=torch.long, device=self.device)
-        out, token, past = [], prompt[-1], len(prompt) - 1
-        eos = set(eos_token_ids)
-        while len(out) < max_new_tokens:
+        out, token = [], prompt[-1]
+        for past in range(len(prompt) - 1, len(prompt) - 1 + max_new_tokens):
             pos = torch.full((1,), past, dtype=torch.long, device=self.device)
             ids = torch.full((1,), token, dtype=torch.long, device=self.device)
             token = int(self.run(ids, pos, None, keep, past)[0].argmax())
             out.append(token)
-            past += 1
-            if token in eos:
+            if token in eos_token_ids:
                 break
         return out
 

@@ -47,6 +47,12 @@ class _Node:
         self.from_history = False  # some occurrence in the accepted sequence (doc 0) runs through this node
 
 
+def _index_kgrams(index: dict, seq: Sequence[int], end: int, max_key: int, doc: int) -> None:
+    """Record (``doc``, ``end``) under each k-gram of ``seq`` ending at ``end``, k = 1 .. ``max_key``."""
+    for k in range(1, min(max_key, end + 1) + 1):
+        index.setdefault(tuple(seq[end - k + 1 : end + 1]), []).append((doc, end))
+
+
 class AnswerStore:
     """Earlier answers of the same run, matched by later prompts (SuffixDecoding's global tree, arXiv 2411.04975
     section 4). A document is an answer after the last ``max_key`` tokens of its prompt (so an answer's opening
@@ -80,10 +86,8 @@ class AnswerStore:
     def _add_doc(self, doc: tuple[int, ...]) -> None:
         self.docs.append(doc)
         self.num_tokens += len(doc)
-        d = len(self.docs) - 1
-        for i in range(len(doc)):
-            for k in range(1, min(self.max_key, i + 1) + 1):
-                self.index.setdefault(doc[i - k + 1 : i + 1], []).append((d, i))
+        for end in range(len(doc)):
+            _index_kgrams(self.index, doc, end, self.max_key, len(self.docs) - 1)
 
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check)."""
@@ -205,9 +209,8 @@ class SuffixProposer:
         """Append accepted tokens (the prompt first, then each step's accepted tokens)."""
         for t in tokens:
             self.history.append(int(t))
-            i = len(self.history) - 1
-            for k in range(1, min(self.max_key, i + 1) + 1 if self.index_history else 1):
-                self._index.setdefault(tuple(self.history[i - k + 1 : i + 1]), []).append((0, i))
+            if self.index_history:
+                _index_kgrams(self._index, self.history, len(self.history) - 1, self.max_key, 0)
             self._clock += 1
 
     def add_ngram(self, ngram: Sequence[int]) -> None:
@@ -222,12 +225,12 @@ class SuffixProposer:
         self._stamp.append(self._clock)
         doc = len(self._docs)
         self._doc_ids[key] = doc
-        if self.ngram_keys == "head":  # (end index, key length): the first k tokens
-            keys = [(k - 1, k) for k in range(1, min(self.max_key, len(key) - 1) + 1)]
+        if self.ngram_keys == "head":  # the first 1 .. max_key tokens
+            for k in range(1, min(self.max_key, len(key) - 1) + 1):
+                self._index.setdefault(key[:k], []).append((doc, k - 1))
         else:  # every k-gram that leaves a continuation
-            keys = [(end, k) for end in range(len(key) - 1) for k in range(1, min(self.max_key, end + 1) + 1)]
-        for end, k in keys:
-            self._index.setdefault(key[end - k + 1 : end + 1], []).append((doc, end))
+            for end in range(len(key) - 1):
+                _index_kgrams(self._index, key, end, self.max_key, doc)
 
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check)."""
