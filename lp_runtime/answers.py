@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lp_runtime import data
-from lp_runtime.config import RunConfig, jsonl_base
+from lp_runtime.config import DecodingConfig, RunConfig, jsonl_base
 
 
 class OutputError(ValueError):
@@ -232,8 +232,8 @@ RETIRED = {"decoding.lookup": "suffix", "decoding.tree": True, "decoding.ranking
            "decoding.cross_question": None, "decoding.ngram_keys": "all", "decoding.chain": True}
 
 
-GREEDY_IGNORES = tuple(f"decoding.{k}" for k in ("window_size", "ngram_size", "guess_set_size", "pool_from_prompt",
-                                                  "seed", "max_depth"))
+# Every decoding setting but the method: greedy decoding reads none of them.
+GREEDY_IGNORES = tuple(f"decoding.{f.name}" for f in dataclasses.fields(DecodingConfig) if f.name != "method")
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:

@@ -30,7 +30,7 @@ from .answers import write_json
 from .attention import use_split_attention
 from .bundled import cache_root
 from .checks import position_limit
-from .latency import step_latency  # noqa: F401  (compiled.step_latency: scripts/device_check.py)
+from .latency import REPS, step_latency  # step_latency: also compiled.step_latency (scripts/device_check.py)
 from .static_cache import SlotCache, SlotStep
 from .step import StepInputs, StepOutputs
 
@@ -188,7 +188,7 @@ class CapturedStep(SlotStep):
         """
         return tuple(sorted(set(self.buckets) | {b + 1 for b in self.buckets[:-1]}))
 
-    def measure_latency(self, qs: Sequence[int], reps: int = 2, warmup: int = 1) -> dict[int, float]:
+    def measure_latency(self, qs: Sequence[int], reps: int = REPS, warmup: int = 1) -> dict[int, float]:
         """{q: median seconds of the step q runs as} (``latency.Measure``): each bucket timed once by
         ``step_latency`` and given to every q it holds; a q past the largest bucket is timed eagerly."""
         shape = {q: bucket_for(q, self.buckets) if q <= self.buckets[-1] else q for q in qs}
