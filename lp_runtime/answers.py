@@ -90,7 +90,7 @@ def check_summary_path(cfg: RunConfig) -> None:
     for what, other in others.items():
         if summary.resolve() == other.resolve():
             raise OutputError(f"output.summary_path={summary} is {what}; the summary would overwrite it: {advice}")
-    record = _read_json(summary) if summary.is_file() else None
+    record = read_json(summary) if summary.is_file() else None
     if summary.is_file() and not (isinstance(record, dict) and {"answers", "num_questions"} <= record.keys()):
         raise OutputError(f"output.summary_path={summary} exists and is not a run summary; the summary would "
                           f"overwrite it: {advice}")
@@ -302,11 +302,11 @@ def write_settings(settings_path: Path, current: dict[str, Any]) -> None:
 
 def read_settings(settings_path: Path) -> Optional[dict[str, Any]]:
     """The recorded settings, or None when there is no readable record."""
-    record = _read_json(settings_path)
+    record = read_json(settings_path)
     return record.get("settings") if isinstance(record, dict) else None
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     """The JSON in ``path``, or None when it cannot be read or parsed."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))

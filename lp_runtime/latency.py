@@ -6,14 +6,13 @@ disagree; a cached profile is re-checked at start-up (``recheck``)."""
 from __future__ import annotations
 
 import functools
-import json
 import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from .answers import write_json
+from .answers import read_json, write_json
 from .bundled import cache_root
 
 LATENCY_QS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -183,11 +182,7 @@ def _fingerprint(variant: str, qs: Sequence[int], cache_tokens: int) -> dict[str
 def load_profile(path: str, fingerprint: Optional[dict] = None) -> Optional[dict[str, Any]]:
     """The profile at ``path`` (plus ``reused=True`` and ``path``), or None when absent, unreadable or taken
     another way than ``fingerprint`` (default: the current way)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            saved = json.load(f)
-    except (OSError, ValueError):
-        return None
+    saved = read_json(Path(path))
     want = fingerprint or _fingerprint(DEFAULT_VARIANT, LATENCY_QS, CACHE_TOKENS)
     ok = isinstance(saved, dict) and saved.get("fingerprint") == want and saved.get("latency_s")
     return {**saved, "reused": True, "path": path} if ok else None
@@ -296,13 +291,11 @@ def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, 
     device), cached beside the profiles. ``log`` gets one line naming the choice. ``ValueError`` for no timings."""
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     path = profile_path(model_id, device, "dtype-auto", root)
-    saved = None
-    if not retune:
-        try:
-            with open(path, encoding="utf-8") as f:
-                saved = {str(k): float(v) for k, v in json.load(f)["step_s"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            saved = None
+    record = None if retune else read_json(Path(path))
+    try:
+        saved = {str(k): float(v) for k, v in record["step_s"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        saved = None
     step_s = saved or {str(k): float(v) for k, v in timings().items()}
     if not step_s:
         raise ValueError("choose_dtype: timings() measured no dtype")
