@@ -116,9 +116,7 @@ class LayoutCache:
     ``finfo(dtype).min`` = blocked: a boolean mask is silently wrong in some attention backends)."""
 
     def __init__(self, device: torch.device, dtype: torch.dtype, max_entries: int = 1024) -> None:
-        self.device = device
-        self.dtype = dtype
-        self.max_entries = max_entries
+        self.device, self.dtype, self.max_entries = device, dtype, max_entries
         self._entries: OrderedDict[tuple, tuple] = OrderedDict()
         self._blocked = torch.finfo(dtype).min
 
@@ -152,8 +150,7 @@ class MaskBuffer:
     (q, past_len + q) tensor). The view is valid until the next ``view`` call."""
 
     def __init__(self, dtype: torch.dtype, device, rows: int = 64, cols: int = 1024) -> None:
-        self.dtype = dtype
-        self.device = device
+        self.dtype, self.device = dtype, device
         self.buf = torch.zeros(1, 1, rows, cols, dtype=dtype, device=device)
         self._dirty: tuple[int, int, int] = (0, 0, 0)  # rows, first column, columns last written
 

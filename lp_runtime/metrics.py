@@ -49,11 +49,10 @@ def summarize(records: Iterable[dict]) -> dict[str, Any]:
         wall_time += sum(choice["wall_time"])
         for lengths in choice["accept_lengths"]:
             histogram.update(lengths)
-    out = {"num_questions": num_questions, "num_turns": num_turns, "new_tokens": new_tokens,
-           "decoding_steps": steps, "wall_time": wall_time,
-           **rates(new_tokens, steps, wall_time, sum(k * n for k, n in histogram.items()), sum(histogram.values())),
-           "accept_length_histogram": dict(sorted(histogram.items()))}
-    return out
+    return {"num_questions": num_questions, "num_turns": num_turns, "new_tokens": new_tokens,
+            "decoding_steps": steps, "wall_time": wall_time,
+            **rates(new_tokens, steps, wall_time, sum(k * n for k, n in histogram.items()), sum(histogram.values())),
+            "accept_length_histogram": dict(sorted(histogram.items()))}
 
 
 def versions() -> dict[str, str]:
@@ -71,12 +70,5 @@ def run_summary(records: Iterable[dict], config: Any, answers_path: str,
                 settings: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``summarize(records)`` plus the answers file, the resolved config (a dataclass), ``versions()`` and, when
     given, the compared settings (``lp_runtime.answers.run_settings``: flat keys, model fingerprint included)."""
-    out = {
-        "answers": answers_path,
-        **summarize(records),
-        "config": dataclasses.asdict(config),
-        "versions": versions(),
-    }
-    if settings is not None:
-        out["settings"] = settings
-    return out
+    out = {"answers": answers_path, **summarize(records), "config": dataclasses.asdict(config), "versions": versions()}
+    return out if settings is None else {**out, "settings": settings}

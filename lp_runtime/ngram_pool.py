@@ -23,8 +23,7 @@ class NGramPool:
             raise ValueError(f"ngram_size={ngram_size}; an n-gram needs N >= 2 tokens")
         if capacity < 0:
             raise ValueError(f"capacity={capacity}; the per-key cap must be >= 0")
-        self.ngram_size = ngram_size
-        self.capacity = capacity
+        self.ngram_size, self.capacity = ngram_size, capacity
         self._pool: dict[int, OrderedDict[tuple[int, ...], None]] = {}
 
     def add(self, ngram: Sequence[int]) -> None:

@@ -131,10 +131,7 @@ class AcceptanceCalibration:
                  floor: float = 1e-3) -> None:
         if strength <= 0:
             raise ValueError(f"strength={strength}; the prior's strength must be > 0")
-        self.strength = strength
-        self.max_depth = max_depth
-        self.num_prob_buckets = num_prob_buckets
-        self.floor = floor
+        self.strength, self.max_depth, self.num_prob_buckets, self.floor = strength, max_depth, num_prob_buckets, floor
         self.trials: dict[tuple[int, int], int] = {}
         self.successes: dict[tuple[int, int], int] = {}
 

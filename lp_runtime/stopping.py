@@ -46,12 +46,10 @@ class StopChecker:
         self.eos = frozenset(int(t) for t in eos_token_ids if t is not None)
         self.stop_strings = tuple(stop_strings)
         self.tokenizer = tokenizer
-        self._criteria = None
-        self._tail = 0
-        if self.stop_strings and hasattr(tokenizer, "get_vocab"):
-            self._criteria = _criteria(tokenizer, self.stop_strings)
-        if self._criteria is not None:
-            self._tail = self._criteria.maximum_token_len  # one token per character at most: the tail it reads
+        probe = self.stop_strings and hasattr(tokenizer, "get_vocab")
+        self._criteria = _criteria(tokenizer, self.stop_strings) if probe else None
+        # one token per character at most: the tail of the output it reads
+        self._tail = self._criteria.maximum_token_len if self._criteria is not None else 0
         self._decoded_len = 0  # fallback matcher: length of the text decoded before the newest token
         self.output: list[int] = []
         self.finish_reason: Optional[str] = None

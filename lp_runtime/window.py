@@ -63,8 +63,7 @@ class JacobiWindow:
     def __init__(self, window_size: int, ngram_size: int) -> None:
         if window_size < 0 or ngram_size < 2:
             raise ValueError(f"window_size={window_size}, ngram_size={ngram_size}: need W >= 0 and N >= 2")
-        self.window_size = window_size
-        self.ngram_size = ngram_size
+        self.window_size, self.ngram_size = window_size, ngram_size
         self.row0: list[int] = []  # W-1 tokens: columns 1..W-1 of level 0
         self.levels: list[list[int]] = []  # levels 1..L, each W tokens; L grows to N-2 in warm-up
 
