@@ -341,10 +341,10 @@ class SuffixProposer:
         return tree
 
 
-class PoolProposer:
+class PoolProposer(Proposer):
     """The paper's candidate source (``decoding=paper``): ``NGramPool`` keyed by the newest token, G candidates
     of N-1 tokens, newest first, proposed as separate chains with prob 1/2 per node (``tree``: shared prefixes
-    merged). Implements ``Proposer``; keeps nothing across sequences."""
+    merged). Keeps nothing across sequences (``end`` and ``reset``: the protocol's no-ops)."""
 
     topk = 0
 
@@ -365,12 +365,6 @@ class PoolProposer:
         self.history.extend(int(t) for t in accepted)
         if self.from_prompt:
             self.pool.add_from_sequence(self.history, start=start)
-
-    def end(self, prompt: Sequence[int], output: Sequence[int]) -> None:
-        """Nothing kept across sequences."""
-
-    def reset(self) -> None:
-        """Nothing kept across sequences."""
 
     def state(self) -> tuple:
         return tuple((k, tuple(v)) for k, v in self.pool.items())
