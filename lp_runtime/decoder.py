@@ -236,15 +236,9 @@ class Decoder:
             p.begin(prompt, do_sample=sampler.do_sample)
         return SequenceState(prompt, cache, len(prompt) - 1, [prompt[-1]], window, list(prompt), stopper, sampler)
 
-    def _propose(self) -> CandidateTree:
-        if not self.proposers:
-            return CandidateTree()
-        trees = [p.propose() for p in self.proposers]
-        return trees[0] if len(trees) == 1 else CandidateTree.union(trees)
-
     def _plan(self, state: SequenceState) -> Optional[StepPlan]:
         """What the next step feeds; None when the context has no room for even a plain step."""
-        proposed = self._propose()
+        proposed = CandidateTree.union([p.propose() for p in self.proposers])
         choice = self.step_policy.choose(proposed, num_pending=len(state.pending),
                                          window_tokens=state.window.step_tokens)
         tree = proposed if len(choice.nodes) == len(proposed) else proposed.select(choice.nodes)
