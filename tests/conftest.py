@@ -13,9 +13,33 @@ import torch  # noqa: E402
 from lp_runtime.config import ModelConfig  # noqa: E402
 from lp_runtime.models import load_model  # noqa: E402
 
-THREADS = torch.get_num_threads()  # torch's default for this machine (one per core, or OMP_NUM_THREADS)
+# torch's default for this machine (one per core, or OMP_NUM_THREADS), shared out among pytest-xdist's workers
+# (`make test` runs 2): each worker's SmolLM2 tests get their share of the cores, not all of them.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, torch.get_num_threads() // WORKERS)
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes the tests start run tiny models too
+
+# Fixtures that take seconds to build and serve several tests (fixture -> group). Under pytest-xdist with
+# `--dist loadgroup` (pyproject.toml) the tests using one group's fixtures run on one worker, so each is built
+# once; every other test is scheduled on its own. A cheap shared fixture (tiny_model_dir: a 2-layer model saved in
+# a second) is simply built once per worker.
+# A test takes the group of the first of these fixtures it uses. The SmolLM2 tests form two groups (each worker
+# loads the model in seconds; the greedy references take longer), so that neither worker waits on all of them.
+SHARED = {"smollm2_greedy": "smollm2_greedy", "smollm2": "smollm2",
+          "bad_input": "cli_bad_input", "cli10": "faults_cli10", "captured": "compiled_captured",
+          **dict.fromkeys(("reference", "reference_dp2", "launch_lp3", "launch_dp2xlp2", "sampling_specs"),
+                          "lp_launches"),
+          "single_process_answers": "slurm_scripts"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
+def pytest_collection_modifyitems(config, items):
+    """Mark each test using a ``SHARED`` fixture with that fixture's ``xdist_group``."""
+    for item in items:
+        group = next((g for name, g in SHARED.items() if name in item.fixturenames), None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @contextmanager
