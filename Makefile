@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(PY) -m lp_runtime.generate dataset.limit=3 generation.max_new_tokens=64 output.path=outputs/demo/answers.jsonl
 
-# The suite on TEST_WORKERS pytest-xdist workers (tests sharing an expensive fixture stay on one: tests/conftest.py).
+# The suite on TEST_WORKERS pytest-xdist workers (a test module runs on one worker, heaviest first: tests/conftest.py).
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS)

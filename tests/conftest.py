@@ -20,26 +20,37 @@ THREADS = max(1, torch.get_num_threads() // WORKERS)
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes the tests start run tiny models too
 
-# Fixtures that take seconds to build and serve several tests (fixture -> group). Under pytest-xdist with
-# `--dist loadgroup` (pyproject.toml) the tests using one group's fixtures run on one worker, so each is built
-# once; every other test is scheduled on its own. A cheap shared fixture (tiny_model_dir: a 2-layer model saved in
-# a second) is simply built once per worker.
-# A test takes the group of the first of these fixtures it uses. The SmolLM2 tests form two groups (each worker
-# loads the model in seconds; the greedy references take longer), so that neither worker waits on all of them.
-SHARED = {"smollm2_greedy": "smollm2_greedy", "smollm2": "smollm2",
-          "bad_input": "cli_bad_input", "cli10": "faults_cli10", "captured": "compiled_captured",
-          **dict.fromkeys(("reference", "reference_dp2", "launch_lp3", "launch_dp2xlp2", "sampling_specs"),
-                          "lp_launches"),
-          "single_process_answers": "slurm_scripts"}
+# pytest-xdist (`make test` runs 2 workers, --dist loadscope): a test module is one unit of work, so its module
+# fixtures are built once, and the two SmolLM2 modules sharing the greedy references are one unit. Units are handed
+# out heaviest first (seconds alone, results/test_durations_2026-12-01.txt), the rest by their number of tests, so
+# no worker is left with a long module at the end. A module missing from HEAVY only runs later than it could.
+UNITS = {"tests/test_api.py": "smollm2 references", "tests/test_exactness_smollm2.py": "smollm2 references"}
+HEAVY = ["tests/test_parallel.py", "tests/test_sampling.py", "tests/test_cli.py", "smollm2 references",
+         "tests/test_compiled.py", "tests/test_models.py", "tests/test_sweeps.py", "tests/test_faults.py",
+         "tests/test_successors.py", "tests/test_bench.py", "tests/test_lp_auto.py", "tests/test_tree_decoding.py"]
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
-def pytest_collection_modifyitems(config, items):
-    """Mark each test using a ``SHARED`` fixture with that fixture's ``xdist_group``."""
-    for item in items:
-        group = next((g for name, g in SHARED.items() if name in item.fixturenames), None)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own choice
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadscope``: modules (and ``UNITS``) as units of work, ``HEAVY`` ones first."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from collections import OrderedDict
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Modules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return UNITS.get(module, module)
+
+        def _assign_work_unit(self, node) -> None:
+            rank = {unit: i for i, unit in enumerate(HEAVY)}
+            self.workqueue = OrderedDict(sorted(self.workqueue.items(),
+                                                key=lambda kv: (rank.get(kv[0], len(HEAVY)), -len(kv[1]))))
+            super()._assign_work_unit(node)
+
+    return Modules(config, log)
 
 
 @contextmanager
