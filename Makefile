@@ -22,8 +22,10 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(PY) -m lp_runtime.generate dataset.limit=3 generation.max_new_tokens=64 output.path=outputs/demo/answers.jsonl
 
+# The suite on TEST_WORKERS pytest-xdist workers (a test module runs on one worker, heaviest first: tests/conftest.py).
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # make bench: 5 MT-Bench first turns + 5 HumanEval, 64 new tokens: HF greedy, HF prompt lookup, our greedy and
 # lookahead (0,3,1) (0,4,2) (3,4,3), interleaved per prompt (conf/bench.yaml); table + CSV/JSON/figures in outputs/bench.

@@ -13,9 +13,44 @@ import torch  # noqa: E402
 from lp_runtime.config import ModelConfig  # noqa: E402
 from lp_runtime.models import load_model  # noqa: E402
 
-THREADS = torch.get_num_threads()  # torch's default for this machine (one per core, or OMP_NUM_THREADS)
+# torch's default for this machine (one per core, or OMP_NUM_THREADS), shared out among pytest-xdist's workers
+# (`make test` runs 2): each worker's SmolLM2 tests get their share of the cores, not all of them.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, torch.get_num_threads() // WORKERS)
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes the tests start run tiny models too
+
+# pytest-xdist (`make test` runs 2 workers, --dist loadscope): a test module is one unit of work, so its module
+# fixtures are built once, and the two SmolLM2 modules sharing the greedy references are one unit. Units are handed
+# out heaviest first (seconds alone, results/test_durations_2026-12-01.txt), the rest by their number of tests, so
+# no worker is left with a long module at the end. A module missing from HEAVY only runs later than it could.
+UNITS = {"tests/test_api.py": "smollm2 references", "tests/test_exactness_smollm2.py": "smollm2 references"}
+HEAVY = ["tests/test_parallel.py", "tests/test_sampling.py", "tests/test_cli.py", "smollm2 references",
+         "tests/test_compiled.py", "tests/test_models.py", "tests/test_sweeps.py", "tests/test_faults.py",
+         "tests/test_successors.py", "tests/test_bench.py", "tests/test_lp_auto.py", "tests/test_tree_decoding.py"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own choice
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadscope``: modules (and ``UNITS``) as units of work, ``HEAVY`` ones first."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from collections import OrderedDict
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Modules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return UNITS.get(module, module)
+
+        def _assign_work_unit(self, node) -> None:
+            rank = {unit: i for i, unit in enumerate(HEAVY)}
+            self.workqueue = OrderedDict(sorted(self.workqueue.items(),
+                                                key=lambda kv: (rank.get(kv[0], len(HEAVY)), -len(kv[1]))))
+            super()._assign_work_unit(node)
+
+    return Modules(config, log)
 
 
 @contextmanager

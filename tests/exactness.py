@@ -2,7 +2,7 @@
 import torch
 
 NEAR_TIE = 1e-4
-SMOLLM2_NEW = 64  # new tokens of the SmolLM2 greedy references (conftest.py's smollm2_greedy)
+SMOLLM2_NEW = 48  # new tokens of the SmolLM2 greedy references (conftest.py's smollm2_greedy)
 
 
 def hf_greedy(model, prompt, max_new_tokens, eos_token_id=None, **kwargs):

@@ -1,7 +1,7 @@
 """Greedy decoding on the real bundled SmolLM2-135M-Instruct (float32) equals transformers' greedy generate: the
 one exactness grid on a real model.
 
-1 MT-Bench first turn (chat template) and 1 HumanEval prompt (raw), 64 new tokens, for the default setting of
+1 MT-Bench first turn (chat template) and 1 HumanEval prompt (raw), 48 new tokens, for the default setting of
 conf/decoding/lookahead.yaml (copy-KV commit), a windowed one with the re-feed commit that LP uses, and
 ``DecodingConfig()`` (decoding=auto, the main job's default) with the cost policy on the float32 CPU curve of
 docs/design.md 7b. Divergence is allowed only at a near-tie (docs/design.md 6). This is the end-to-end check on a
@@ -30,7 +30,7 @@ GRID = {  # id: (setting, commit, step policy)
 @pytest.mark.parametrize("case", list(GRID))
 def test_smollm2_equals_transformers_greedy(smollm2, smollm2_greedy, case):
     model, tok = smollm2
-    eos, _, prompts, refs = smollm2_greedy  # transformers' greedy generate, 64 new tokens (conftest.py)
+    eos, _, prompts, refs = smollm2_greedy  # transformers' greedy generate, SMOLLM2_NEW new tokens (conftest.py)
     setting, commit, curve = GRID[case]
     policy = CostPolicy(curve) if curve else None  # one policy and store for both prompts, as a run
     dec = Decoder(model, setting, copy_kv=commit == "copy", eos_token_ids=eos, tokenizer=tok, step_policy=policy)

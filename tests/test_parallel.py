@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -431,10 +432,17 @@ def _answers(path):
     return {r["question_id"]: r["choices"][0]["output_ids"] for r in rows}, len(rows)
 
 
+def _free_port() -> int:
+    """A TCP port free on this machine now (tests run in parallel: a fixed or derived port could be taken)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _script(tmp_path, script, *args):
     """Run launch/<script> as sbatch would on one local node (2 tasks' worth of ranks, srun left out)."""
     env = dict(_env(), SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost",
-               HEAD_NODE="127.0.0.1", MASTER_PORT=str(29600 + os.getpid() % 300), NPROC_PER_NODE="2",
+               HEAD_NODE="127.0.0.1", MASTER_PORT=str(_free_port()), NPROC_PER_NODE="2",
                LP_RUNTIME_TORCHRUN=TORCHRUN, LP_RUNTIME_SRUN="", LP_RUNTIME_ROOT=str(ROOT),
                RUN_DIR=str(tmp_path / "run"), HF_HUB_OFFLINE="1")
     return subprocess.run(["bash", str(ROOT / "launch" / script), *args], cwd=tmp_path, env=env, capture_output=True,

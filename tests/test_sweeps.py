@@ -253,7 +253,10 @@ def test_submitit_task_becomes_a_rank(monkeypatch, executor):
     from lp_runtime import distributed
 
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS"):
-        monkeypatch.delenv(k, raising=False)
+        # set, then removed: monkeypatch records the variable, so what submitit_rank_env sets below is undone after
+        # the test (a bare delenv of an absent variable records nothing: RANK=1 leaked into later tests' processes)
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
     monkeypatch.setenv("SUBMITIT_EXECUTOR", executor)
     if executor == "slurm":  # what srun gives task 3 of a 2-node x 2-task job
         for k, v in dict(SLURM_JOB_ID="4242", SLURM_PROCID="3", SLURM_NTASKS="4", SLURM_LOCALID="1",
