@@ -19,6 +19,7 @@ list, one object per K with ``k``, ``S``, ``tokens_per_step`` (one process), ``p
 per rank), ``max_rank_tokens`` (the busiest rank per step, averaged), ``bytes_per_step`` (the all-gather: K slots
 of (1 + top-k) int64 per kept row of the largest rank share), ``identical``, and the same per category group
 (``groups``: "humaneval" for categories starting with it, "mt_bench" for the rest). Prints a markdown table.
+After every prompt the rows so far go to ``OUT/partial_k{K}.json`` (what a stopped run measured).
 """
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def run_k(model, tok, eos, questions, refs, k, args):
                      "max_rank_tokens": sum(max(r) for r in probe.rank_tokens),
                      "bytes": sum(k * n * (1 + prop.k) * 8 for n in probe.rank_rows) if k > 1 else 0})
         print(f"  K={k} {q.category} {q.question_id}: S {rows[-1]['new_tokens'] / rows[-1]['steps']:.2f} "
-              f"identical {rows[-1]['identical']}", flush=True)
+              f"steps {rows[-1]['steps']} identical {rows[-1]['identical']}", flush=True)
+        (Path(args.out) / f"partial_k{k}.json").write_text(json.dumps(rows) + "\n")  # a stopped run keeps its rows
     return rows
 
 
