@@ -119,9 +119,10 @@ def run_variant(model, eos, prompts, refs, name, opt, max_new, out_dir, lp_k, re
         status = exactness(model, prompt, out.output_ids, ref)
         steps, fed = out.decoding_steps, sum(out.step_tokens)
         rows.append({"group": grp, "id": qid, "new_tokens": len(out.output_ids), "steps": steps, "fed_tokens": fed,
-                     "status": status, "modeled_s": sum(curve(q) for q in out.step_tokens), "rank_tokens": [sum(r[i] for r in probe.rank_tokens) for i in range(lp_k)]})
-        print(f"  {name} {grp} {qid}: S {len(out.output_ids) / steps:.2f} fed/step {fed / steps:.1f} {status}",
-              flush=True)
+                     "status": status, "modeled_s": sum(curve(q) for q in out.step_tokens),
+                     "rank_tokens": [sum(r[i] for r in probe.rank_tokens) for i in range(lp_k)]})
+        print(f"  {name} {grp} {qid}: S {len(out.output_ids) / steps:.2f} fed/step {fed / steps:.1f} modeled "
+              f"{len(out.output_ids) * curve(1) / rows[-1]['modeled_s']:.3f}x {status}", flush=True)
     res = {"name": name, "options": opt, "lp_k": lp_k, "refeed": refeed, "rows": rows, "seconds": time.time() - t0,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "max_new_tokens": max_new}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,8 +184,9 @@ def main() -> None:
             res = run_variant(model, eos, prompts, refs, name, opt, args.max_new_tokens, out_dir, k, bool(args.ks))
             s = summarize(res)
             print(f"{name}: " + "  ".join(
-                f"{g} S {x['S']:.3f} fed/step {x['fed_per_step']:.1f} modeled {modeled_speedup(res, g):.3f}x ranks/step "
-                f"{[round(t, 1) for t in x.get('rank_tokens_per_step', [])]} identical {x['identical']}/{x['prompts']}"
+                f"{g} S {x['S']:.3f} fed/step {x['fed_per_step']:.1f} modeled {modeled_speedup(res, g):.3f}x "
+                f"ranks/step {[round(t, 1) for t in x.get('rank_tokens_per_step', [])]} "
+                f"identical {x['identical']}/{x['prompts']}"
                 for g, x in s.items() if x["prompts"]), flush=True)
 
 
