@@ -19,6 +19,7 @@ list, one object per K with ``k``, ``S``, ``tokens_per_step`` (one process), ``p
 per rank), ``max_rank_tokens`` (the busiest rank per step, averaged), ``bytes_per_step`` (the all-gather: K slots
 of (1 + top-k) int64 per kept row of the largest rank share), ``identical``, and the same per category group
 (``groups``: "humaneval" for categories starting with it, "mt_bench" for the rest). Prints a markdown table.
+After every prompt the rows so far go to ``OUT/partial_k{K}.json`` (what a stopped run measured).
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def run_k(model, tok, eos, questions, refs, k, args):
     probe = RankProbe(k)
     suffix = SuffixProposer(args.ngram, args.guess * k, store=AnswerStore())
     prop = SuccessorProposer(vocab_size(model), k * (args.budget - 1), suffix=suffix, context=args.context,
-                             k=args.topk, max_depth=args.max_depth)
+                             k=args.topk, max_depth=args.max_depth, width=args.width or args.topk)
     dec = Decoder(model, DecodingConfig(method="lookahead", window_size=args.window * k, ngram_size=args.ngram,
                                         guess_set_size=max(args.guess * k, 1), max_depth=10),
                   eos_token_ids=eos, tokenizer=tok, lp=probe, proposers=[prop], copy_kv=False)
@@ -78,7 +79,8 @@ def run_k(model, tok, eos, questions, refs, k, args):
                      "max_rank_tokens": sum(max(r) for r in probe.rank_tokens),
                      "bytes": sum(k * n * (1 + prop.k) * 8 for n in probe.rank_rows) if k > 1 else 0})
         print(f"  K={k} {q.category} {q.question_id}: S {rows[-1]['new_tokens'] / rows[-1]['steps']:.2f} "
-              f"identical {rows[-1]['identical']}", flush=True)
+              f"steps {rows[-1]['steps']} identical {rows[-1]['identical']}", flush=True)
+        (Path(args.out) / f"partial_k{k}.json").write_text(json.dumps(rows) + "\n")  # a stopped run keeps its rows
     return rows
 
 
@@ -104,6 +106,8 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1, choices=(1, 2), help="successor table context: 1 = the token "
                     "table (Token Recycling), 2 = also the pair table (successors.SuccessorTable(context=2))")
     ap.add_argument("--topk", type=int, default=8, help="successors kept per table row")
+    ap.add_argument("--width", type=int, default=None, help="successors of a row tried per tree node (default: "
+                    "--topk)")
     ap.add_argument("--max-depth", type=int, default=16, help="deepest tree node")
     ap.add_argument("--out", default="results/lp_scaling")
     args = ap.parse_args()
@@ -132,7 +136,8 @@ def main() -> None:
                 groups[name] = summary(part, k)
         results.append({**summary(rows, k), "groups": groups, "budget_per_rank": args.budget,
                         "window_per_rank": args.window, "ngram": args.ngram, "guess_per_rank": args.guess,
-                        "context": args.context, "topk": args.topk, "max_depth": args.max_depth,
+                        "context": args.context, "topk": args.topk, "width": args.width or args.topk,
+                        "max_depth": args.max_depth,
                         "max_new_tokens": args.max_new_tokens, "prompts_file": args.prompts,
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows})
         (out / "lp_scaling.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -42,13 +42,13 @@ from lp_runtime.config import DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
-from lp_runtime.policy import CostPolicy  # noqa: E402
+from lp_runtime.policy import CostPolicy, LatencyCurve  # noqa: E402
 from lp_runtime.proposers import AnswerStore, SuffixProposer  # noqa: E402
 from lp_runtime.successors import SuccessorProposer  # noqa: E402
 from s_table import exactness, hf_greedy, prompt_set, summarize  # noqa: E402
 
 BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16, context=1,
-            curve=None, suffix_depth=10)
+            curve=None, suffix_depth=10, table=True)
 CURVE = "results/s_succ/curve_cpu2t_float32.json"  # decoding=auto's float32 profile of this machine, fixed
 VARIANTS = {
     # <= 12 tokens a step (1 pending + 11 nodes)
@@ -66,6 +66,7 @@ VARIANTS = {
     # bench's +successors lever builds it (successor_proposers: budget = the suffix proposer's 24-node cap + 1), the
     # cost policy on the fixed float32 curve choosing what to feed
     "auto25": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE),
+    "auto": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE, table=False),  # the default today
     "auto25_pair": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE, context=2),
 }
 
@@ -83,18 +84,20 @@ class RankProbe(LocalGroup):
         return super().plan(num_pending, num_columns, num_levels, parents)
 
 
+def fixed_curve(path: str = CURVE) -> LatencyCurve:
+    """The fixed latency curve at ``path`` (``latency_s``: {q: seconds of a forward pass of q tokens})."""
+    return LatencyCurve({int(q): float(t) for q, t in json.loads((ROOT / path).read_text())["latency_s"].items()})
+
+
 def make_decoder(model, eos, opt, lp_k, refeed):
     """A ``Decoder`` with one ``SuccessorProposer`` (over a suffix proposer with an answer store, or alone)."""
     suffix = SuffixProposer(opt["N"], opt["G"], store=AnswerStore(), max_depth=opt.get("suffix_depth", 10)) \
         if opt["suffix"] else None
     prop = SuccessorProposer(vocab_size(model), opt["budget"] * lp_k, suffix=suffix, k=opt["k"],
                              max_depth=opt["max_depth"], width=opt["width"],
-                             context=opt.get("context", 1))
+                             context=opt.get("context", 1)) if opt.get("table", True) else suffix
     probe = RankProbe(lp_k)
-    policy = None
-    if opt["curve"]:
-        curve = json.loads((ROOT / opt["curve"]).read_text())["latency_s"]
-        policy = CostPolicy({int(q): float(s) for q, s in curve.items()})
+    policy = CostPolicy(fixed_curve(opt["curve"])) if opt["curve"] else None
     cfg = DecodingConfig(method="lookahead", window_size=opt["W"], ngram_size=opt["N"], guess_set_size=max(opt["G"], 1),
                          max_depth=10)
     dec = Decoder(model, cfg,
@@ -106,7 +109,7 @@ def run_variant(model, eos, prompts, refs, name, opt, max_new, out_dir, lp_k, re
     path = out_dir / "runs" / f"{name}.json"
     if path.exists():
         return json.loads(path.read_text())
-    rows, t0, group, dec = [], time.time(), None, None
+    rows, t0, group, dec, curve = [], time.time(), None, None, fixed_curve()
     for (grp, qid, prompt), ref in zip(prompts, refs):
         if grp != group or not opt["across"]:  # one decoder (table, store, policy) per prompt set, as one run holds
             dec, probe = make_decoder(model, eos, opt, lp_k, refeed)
@@ -116,14 +119,24 @@ def run_variant(model, eos, prompts, refs, name, opt, max_new, out_dir, lp_k, re
         status = exactness(model, prompt, out.output_ids, ref)
         steps, fed = out.decoding_steps, sum(out.step_tokens)
         rows.append({"group": grp, "id": qid, "new_tokens": len(out.output_ids), "steps": steps, "fed_tokens": fed,
-                     "status": status, "rank_tokens": [sum(r[i] for r in probe.rank_tokens) for i in range(lp_k)]})
-        print(f"  {name} {grp} {qid}: S {len(out.output_ids) / steps:.2f} fed/step {fed / steps:.1f} {status}",
-              flush=True)
+                     "status": status, "modeled_s": sum(curve(q) for q in out.step_tokens),
+                     "rank_tokens": [sum(r[i] for r in probe.rank_tokens) for i in range(lp_k)]})
+        print(f"  {name} {grp} {qid}: S {len(out.output_ids) / steps:.2f} fed/step {fed / steps:.1f} modeled "
+              f"{len(out.output_ids) * curve(1) / rows[-1]['modeled_s']:.3f}x {status}", flush=True)
     res = {"name": name, "options": opt, "lp_k": lp_k, "refeed": refeed, "rows": rows, "seconds": time.time() - t0,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "max_new_tokens": max_new}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res, indent=1) + "\n")
     return res
+
+
+def modeled_speedup(res, group: str) -> float:
+    """Greedy's modeled time over the run's on the fixed curve: new tokens x curve(1) / the sum over steps of
+    curve(tokens fed) (prefill left out; nan for runs recorded before ``modeled_s``)."""
+    rows = [r for r in res["rows"] if r["group"] == group]
+    if not rows or any("modeled_s" not in r for r in rows):
+        return float("nan")
+    return sum(r["new_tokens"] for r in rows) * fixed_curve()(1) / sum(r["modeled_s"] for r in rows)
 
 
 def main() -> None:
@@ -134,11 +147,14 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--mt-limit", type=int, default=16)
     ap.add_argument("--he-limit", type=int, default=8)
+    ap.add_argument("--mt-skip", type=int, default=0, help="leave out the first k of the selected MT-Bench prompts "
+                    "(--mt-limit 16 --mt-skip 8: the second of each category)")
     ap.add_argument("--set", default="{}", help='JSON of option overrides, e.g. {"width": 4} (added to the name)')
     ap.add_argument("--out", default="results/s_succ")
     args = ap.parse_args()
-    if not 1 <= args.max_new_tokens <= 128 or min(args.mt_limit, args.he_limit) < 0 or min(args.ks, default=1) < 1:
-        ap.error("--max-new-tokens 1..128 (the cached references), limits >= 0, --ks >= 1")
+    if not 1 <= args.max_new_tokens <= 128 or min(args.mt_limit, args.he_limit, args.mt_skip) < 0 \
+            or min(args.ks, default=1) < 1:
+        ap.error("--max-new-tokens 1..128 (the cached references), limits and --mt-skip >= 0, --ks >= 1")
     extra = json.loads(args.set)
     if set(extra) - set(BASE):
         ap.error(f"--set {args.set}: options are {sorted(BASE)}")
@@ -152,11 +168,13 @@ def main() -> None:
         refs = json.loads(ref_path.read_text())
     else:
         refs = [hf_greedy(model, p, 128, eos) for _, _, p in prompts]
-    keep = [i for i, (grp, _, _) in enumerate(prompts)
-            if sum(g == grp for g, _, _ in prompts[: i + 1]) <= (args.mt_limit if grp == "mt_bench" else args.he_limit)]
+    rank = [sum(g == grp for g, _, _ in prompts[: i + 1]) for i, (grp, _, _) in enumerate(prompts)]  # 1-based
+    keep = [i for i, (grp, _, _) in enumerate(prompts) if (rank[i] <= args.he_limit if grp != "mt_bench"
+                                                           else args.mt_skip < rank[i] <= args.mt_limit)]
     prompts, refs = [prompts[i] for i in keep], [refs[i][: args.max_new_tokens] for i in keep]
     tag = "" if (args.mt_limit, args.he_limit, args.max_new_tokens) == (16, 8, 128) else \
         f"_mt{args.mt_limit}he{args.he_limit}t{args.max_new_tokens}"
+    tag += f"_skip{args.mt_skip}" if args.mt_skip else ""
     tag += "".join(f"_{k}{v}" for k, v in extra.items())
     for v in args.variants:
         for k in args.ks or [1]:
@@ -166,8 +184,9 @@ def main() -> None:
             res = run_variant(model, eos, prompts, refs, name, opt, args.max_new_tokens, out_dir, k, bool(args.ks))
             s = summarize(res)
             print(f"{name}: " + "  ".join(
-                f"{g} S {x['S']:.3f} fed/step {x['fed_per_step']:.1f} ranks/step "
-                f"{[round(t, 1) for t in x.get('rank_tokens_per_step', [])]} identical {x['identical']}/{x['prompts']}"
+                f"{g} S {x['S']:.3f} fed/step {x['fed_per_step']:.1f} modeled {modeled_speedup(res, g):.3f}x "
+                f"ranks/step {[round(t, 1) for t in x.get('rank_tokens_per_step', [])]} "
+                f"identical {x['identical']}/{x['prompts']}"
                 for g, x in s.items() if x["prompts"]), flush=True)
 
 
