@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import json
 import os
 import statistics
 import sys
@@ -149,7 +150,8 @@ class Method:
 def run_benchmark(prompts: Iterable[Prompt], methods: Sequence[Method], *, baseline: Optional[str] = None,
                   clock: Callable[[], float] = time.perf_counter, warmup: bool = True,
                   follow_up: Optional[Callable[[Prompt, list[int]], Optional[Prompt]]] = None,
-                  on_prompt: Optional[Callable[[Prompt], None]] = None) -> list[dict[str, Any]]:
+                  on_prompt: Optional[Callable[[Prompt], None]] = None,
+                  on_rows: Optional[Callable[[list[dict[str, Any]]], None]] = None) -> list[dict[str, Any]]:
     """Run every method on every prompt, interleaved; one row per (prompt, method).
 
     Method order rotates by one per prompt. ``warmup``: one untimed generation per method on the first prompt,
@@ -159,7 +161,8 @@ def run_benchmark(prompts: Iterable[Prompt], methods: Sequence[Method], *, basel
     so all methods see the same prompt), which is run right after. A method's ``baseline`` overrides ``baseline``
     for its row. Row keys: key, dataset, category, method, prompt_tokens, new_tokens, steps, seconds, accepted
     (sum of accept lengths or None), accept_steps, identical, fed_tokens (input tokens over all steps, or None),
-    output_ids.
+    output_ids. ``on_rows(rows)`` gets each prompt's rows as soon as they exist (``run`` appends them to
+    ``output_dir/rows_partial.jsonl``, so a stopped run keeps what it measured).
     """
     rows: list[dict[str, Any]] = []
     queue = list(prompts)[::-1]
@@ -194,6 +197,8 @@ def run_benchmark(prompts: Iterable[Prompt], methods: Sequence[Method], *, basel
                 "output_ids": list(res.output_ids),
             })
         done += 1
+        if on_rows is not None:  # this prompt's rows, as soon as they exist (a stopped run keeps them)
+            on_rows(rows[-len(methods):])
         if on_prompt is not None:
             on_prompt(prompt)
         if follow_up is not None and ref is not None:
@@ -629,8 +634,18 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
             bar.update(1)
 
     bar = tqdm(total=len(prompts), desc="prompts", unit="p", disable=not (cfg.progress and ctx.is_writer))
+    partial = os.path.join(cfg.output_dir, "rows_partial.jsonl")  # every finished prompt's rows, appended
+
+    def keep(prompt_rows: list[dict[str, Any]]) -> None:
+        if ctx.is_writer:
+            os.makedirs(cfg.output_dir, exist_ok=True)
+            with open(partial, "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in prompt_rows)
+
+    if ctx.is_writer and os.path.exists(partial):
+        os.remove(partial)  # a new run starts a new file
     rows = run_benchmark(prompts, methods, baseline=baseline, clock=clock, warmup=cfg.warmup, follow_up=follow_up,
-                         on_prompt=seen)
+                         on_prompt=seen, on_rows=keep)
     bar.close()
     check_partings(rows, methods, models_by_dtype, prompt_ids, baseline)
     table = aggregate(rows, methods, baseline)

@@ -284,3 +284,6 @@ def test_bench_cli_smoke(tiny_model_dir, tmp_path):
         assert alls[label]["prompts"] == 2 and alls[label]["identical"] == 2, label
     assert alls["hf_greedy"]["step_compression"] == 1.0 and alls["greedy"]["step_compression"] == 1.0
     assert "speedup(mean ratio)" in res.stdout
+    partial = [json.loads(line) for line in (out / "rows_partial.jsonl").read_text().splitlines()]
+    assert [(r["key"], r["method"], r["output_ids"]) for r in partial] == \
+        [(r["key"], r["method"], r["output_ids"]) for r in result["rows"]]  # every prompt's rows, kept as it ran
