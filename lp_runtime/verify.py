@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from .tree import children, path
@@ -55,7 +56,8 @@ def node_outcome(probs, children: Sequence[int], u: Sequence[float]) -> int:
     uniforms in [0, 1). Draft d is accepted with probability p(d) under the current residual p; on rejection p(d) is
     set to 0 and p renormalised; when every child is rejected the token is drawn from the residual by inverse CDF.
     The returned token is distributed exactly as ``probs``."""
-    p = torch.as_tensor(probs, dtype=torch.float64)
+    # numpy, not torch: a node is a handful of scalar reads, where each torch call costs microseconds of dispatch
+    p = given = np.asarray(probs.detach().cpu() if torch.is_tensor(probs) else probs, dtype=np.float64)
     total = float(p.sum())
     rejected: list[int] = []
     for k, d in enumerate(children):
@@ -65,14 +67,13 @@ def node_outcome(probs, children: Sequence[int], u: Sequence[float]) -> int:
         total -= pd
         rejected.append(int(d))
     if rejected:
-        p = p.clone()
+        p = p.copy()
         p[rejected] = 0.0
-    cdf = torch.cumsum(p, 0)
-    if not float(cdf[-1]) > 0:  # every token with mass was a rejected child: only reachable through rounding
-        return int(torch.as_tensor(probs).argmax())
-    idx = int(torch.searchsorted(cdf, torch.tensor([u[len(children)] * float(cdf[-1])], dtype=cdf.dtype,
-                                                     device=cdf.device), right=True))
-    return min(idx, p.numel() - 1)
+    cdf = np.cumsum(p)
+    if not cdf[-1] > 0:  # every token with mass was a rejected child: only reachable through rounding
+        return int(np.argmax(given))
+    idx = int(np.searchsorted(cdf, u[len(children)] * cdf[-1], side="right"))
+    return min(idx, p.size - 1)
 
 
 def walk_outcomes(next_token: int, tokens: Sequence[int], parents: Sequence[int],

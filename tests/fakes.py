@@ -12,7 +12,7 @@ import torch
 V = 96
 TINY = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, initializer_range=0.3, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-TINY8 = dict(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+TINY8 = dict(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
              pad_token_id=None)
 
@@ -60,7 +60,8 @@ def char_tokenizer():
 
 
 def build_tiny8():
-    """A tiny Llama with an 8-token vocabulary and peaked distributions (same weights in every process)."""
+    """A one-layer tiny Llama with an 8-token vocabulary and peaked distributions (same weights in every process;
+    one layer: the sampling-law tests decode it thousands of times)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(7)

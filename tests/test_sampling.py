@@ -29,9 +29,11 @@ from lp_runtime.tree import child_tokens, depths
 from lp_runtime.verify import node_outcome, walk_outcomes
 
 from exactness import NEAR_TIE, hf_greedy
-from fakes import TINY8 as TINY, build_tiny8, lookahead
+from fakes import TINY8, build_tiny8, lookahead
 
 ALPHA = 1e-3
+
+TINY = dict(TINY8, num_hidden_layers=2)  # the greedy-penalty tests: with 2 layers the penalty changes their output
 
 
 def chi2_pvalue(counts: dict, probs: dict) -> tuple[float, int]:
@@ -217,11 +219,11 @@ def exact_joint(model, prompt, cfg: SamplingConfig, length: int) -> dict:
     return law
 
 
-E2E = [  # (sampling config, (W, N, G), runs); each processor once (temperature < 1 with top-p and min-p)
-    (SamplingConfig(temperature=1.0), (2, 3, 3), 1000),
+E2E = [  # (sampling config, (W, N, G), runs); each processor once (temperature < 1 with top-p and min-p), and the
+    # window's candidates (W = 2) once: plain temperature-1 sampling is the repetition penalty's config at 1.0
     (SamplingConfig(temperature=1.0, top_k=3), (0, 4, 2), 1500),
     (SamplingConfig(temperature=0.7, top_p=0.8, min_p=0.05), (0, 3, 3), 1000),
-    (SamplingConfig(temperature=1.0, repetition_penalty=1.2), (0, 3, 3), 1000),
+    (SamplingConfig(temperature=1.0, repetition_penalty=1.2), (2, 3, 3), 1000),
 ]
 
 
