@@ -271,7 +271,8 @@ def test_prefill_topk_is_the_models_top_ids_of_the_prompts_last_rows(rows):
     with torch.inference_mode():
         expected = torch.topk(model(torch.tensor([ids])).logits[0, -n:], 4, dim=-1).indices
     assert top.dtype == torch.int64 and top.tolist() == expected.tolist()
-    assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values) for a, b in zip(plain.layers, kept.layers))
+    assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+               for a, b in zip(plain.layers, kept.layers))
     assert step.prefill(step.new_cache(), [], topk=4).shape == (0, 4)
 
 
