@@ -162,6 +162,7 @@ class Decoder:
         self._mask = MaskBuffer(model.dtype, self.device)
         self.context_length = checks.position_limit(model)  # every fed position stays below this
         self.topk = max((p.topk for p in self.proposers), default=0)
+        self.prefill_topk = max((getattr(p, "prefill_topk", 0) for p in self.proposers), default=0)
         self._lock = threading.Lock()
 
     def forget_answers(self) -> None:
@@ -228,13 +229,26 @@ class Decoder:
         if streamer is not None:
             streamer.put(torch.tensor([prompt]))
         cache = self.step.new_cache()
-        self.step.prefill(cache, prompt[:-1])
         window = JacobiWindow(self.window_size, self.ngram_size)
         if window.active:
             window.reset(prompt, self.cfg.seed)
         for p in self.proposers:
             p.begin(prompt, do_sample=sampler.do_sample)
+        self._prefill(cache, prompt)
         return SequenceState(prompt, cache, len(prompt) - 1, [prompt[-1]], window, list(prompt), stopper, sampler)
+
+    def _prefill(self, cache, prompt: list[int]) -> None:
+        """Prefill ``prompt[:-1]``; a proposer with ``prefill_topk`` > 0 (e.g. ``successors.SuccessorProposer(
+        prefill=True)``) then gets the prompt's last rows as ``step.StepRows`` in ``observe_prefill`` (every LP
+        rank computes the same prefill, so nothing travels)."""
+        if not self.prefill_topk:
+            self.step.prefill(cache, prompt[:-1])
+            return
+        topk = self.step.prefill(cache, prompt[:-1], topk=self.prefill_topk)
+        rows = StepRows(prompt[len(prompt) - 1 - topk.shape[0]: len(prompt) - 1], topk)
+        for p in self.proposers:
+            if getattr(p, "prefill_topk", 0):
+                p.observe_prefill(rows)
 
     def _plan(self, state: SequenceState) -> Optional[StepPlan]:
         """What the next step feeds; None when the context has no room for even a plain step."""

@@ -16,6 +16,8 @@ from . import kv
 
 # Marks a kept row whose logits were not finite; travels through the LP all-gather like a token id.
 NONFINITE = -1
+# Most prompt rows whose top-k a prefill returns when asked (the last ones; bounds the n x V logits it holds).
+PREFILL_ROWS = 256
 
 
 @dataclass
@@ -92,11 +94,19 @@ class EagerStep:
         """An empty cache with full (non-sliding) layers: the step's 4D mask decides what each token sees."""
         return kv.new_cache()
 
-    def prefill(self, cache: DynamicCache, ids: Sequence[int]) -> None:
-        """Feed ``ids`` (a causal run after the cache) keeping no logits."""
-        if ids:
-            self.model(input_ids=torch.tensor([list(ids)], device=self.device), past_key_values=cache,
-                       use_cache=True, logits_to_keep=torch.empty(0, dtype=torch.long, device=self.device))
+    def prefill(self, cache: DynamicCache, ids: Sequence[int], *, topk: int = 0,
+                rows: int = PREFILL_ROWS) -> Optional[torch.Tensor]:
+        """Feed ``ids`` (a causal run after the cache). With ``topk`` = K > 0, also return int64 (n, K): the K most
+        likely next ids of the logits rows at the last n = min(len(ids), ``rows``) positions, best first (the
+        lm_head then runs over those n rows: n x V logits in the model's dtype, freed on return); else keep no
+        logits and return None. The cache is the same either way."""
+        if not ids:
+            return None if topk <= 0 else torch.empty(0, topk, dtype=torch.long, device=self.device)
+        n = min(len(ids), rows) if topk > 0 else 0
+        keep = n if n > 0 else torch.empty(0, dtype=torch.long, device=self.device)  # an int n keeps the last n rows
+        out = self.model(input_ids=torch.tensor([list(ids)], device=self.device), past_key_values=cache,
+                         use_cache=True, logits_to_keep=keep)
+        return torch.topk(out.logits[0, -n:], topk, dim=-1).indices if topk > 0 else None
 
     def __call__(self, cache: DynamicCache, inputs: StepInputs, *, topk: int = 0) -> StepOutputs:
         """ONE forward pass of ``inputs`` after ``cache`` (appending q entries to it)."""

@@ -80,12 +80,14 @@ class SuccessorTable:
         keys = prev * self.vocab + ids  # Fibonacci hashing of the pair (uint64 arithmetic wraps)
         return ((keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> self._shift).astype(np.int64), keys
 
-    def update(self, tokens: Sequence[int], successors, prev: Optional[Sequence[int]] = None) -> None:
+    def update(self, tokens: Sequence[int], successors, prev: Optional[Sequence[int]] = None, *,
+               only_empty: bool = False) -> None:
         """Write ``successors[i]`` (the top-k ids of the row computed at ``tokens[i]``, best first; at least k
         columns, extra ones ignored) as the row of ``tokens[i]`` (context 2: of the pair (``prev[i]``,
         ``tokens[i]``); a row with ``prev[i]`` < 0, an unknown context, is skipped). Rows are in time order: for a
-        key given twice the later row wins. ``ValueError`` when the lengths differ, a row is shorter than k or
-        an id is outside the vocabulary."""
+        key given twice the later row wins. ``only_empty``: write only keys that have no row yet (context 1; the
+        prompt's rows at prefill, which must not replace rows computed in answers). ``ValueError`` when the
+        lengths differ, a row is shorter than k, an id is outside the vocabulary, or ``only_empty`` in context 2."""
         ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
         rows = np.asarray(successors, dtype=np.int64)
         if rows.ndim != 2 or rows.shape[0] != ids.shape[0] or rows.shape[1] < self.k:
@@ -94,6 +96,10 @@ class SuccessorTable:
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab or rows[:, : self.k].min() < 0
                          or rows[:, : self.k].max() >= self.vocab):
             raise ValueError(f"update: token ids must be in 0..{self.vocab - 1}")
+        if only_empty:
+            if self.keys is not None:
+                raise ValueError("update(only_empty=True) is for a context-1 table")
+            ids, rows = ids[self.table[ids, 0] < 0], rows[self.table[ids, 0] < 0]
         before = np.asarray(prev if prev is not None else [-1] * ids.size, dtype=np.int64).reshape(-1)
         if self.keys is not None:
             ids, rows, before = ids[before >= 0], rows[before >= 0], before[before >= 0]
@@ -271,6 +277,9 @@ class SuccessorProposer:
         table_when_sampling: keep using the job's table in sampled calls (default False: a sampled call starts a
             table of its own, so a seed's draws do not depend on the answers before it; the law is exact either
             way, as for the answer store).
+        prefill: also fill the token table's EMPTY rows from the prompt's rows at prefill (``prefill_topk`` = k:
+            the decoder's prefill keeps the top-k of the prompt's last ``step.PREFILL_ROWS`` rows and calls
+            ``observe_prefill``); a row already computed (in an answer) is never replaced.
 
     Each step: ``propose`` grows the tree from ``c`` (the newest accepted token); ``observe`` gets the accepted
     tokens and the step's rows (``step.StepRows``: c, the window columns, the fed nodes, every LP rank's, so every
@@ -281,7 +290,7 @@ class SuccessorProposer:
     """
 
     def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = 16,
-                 width: int = 8, context: int = 1, table_when_sampling: bool = False) -> None:
+                 width: int = 8, context: int = 1, table_when_sampling: bool = False, prefill: bool = False) -> None:
         if budget < 0 or context not in (1, 2):
             raise ValueError(f"SuccessorProposer(budget={budget}, context={context}): need a node budget >= 0 "
                              "and context 1 or 2")
@@ -291,6 +300,7 @@ class SuccessorProposer:
         self.max_depth = max(int(max_depth), getattr(suffix, "max_depth", 0))
         self.table_when_sampling = table_when_sampling
         self.topk = self.k
+        self.prefill_topk = self.k if prefill else 0
         self.suffix_cal = AcceptanceCalibration()
         self.succ_cal = RankCalibration()
         self._table, self._pair, self._root, self._prev, self._last = self.table, self.pair, -1, -1, GrownTree()
@@ -305,6 +315,11 @@ class SuccessorProposer:
         own = do_sample and not self.table_when_sampling
         self._table, self._pair = self._new_tables() if own else (self.table, self.pair)
         self._root, self._prev, self._last = int(prompt[-1]), int(prompt[-2]) if len(prompt) > 1 else -1, GrownTree()
+
+    def observe_prefill(self, rows) -> None:
+        """The prompt's rows at prefill (``step.StepRows``: the prompt tokens, int64 (n, >= k) top ids), time
+        order: written only where the token table has no row yet."""
+        self._table.update(rows.tokens, rows.topk.cpu().numpy(), only_empty=True)
 
     def propose(self) -> CandidateTree:
         suffix = self.suffix.propose() if self.suffix is not None else None

@@ -48,12 +48,13 @@ from lp_runtime.successors import SuccessorProposer  # noqa: E402
 from s_table import exactness, hf_greedy, prompt_set, summarize  # noqa: E402
 
 BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16, context=1,
-            curve=None, suffix_depth=10, table=True)
+            curve=None, suffix_depth=10, table=True, prefill=False)
 CURVE = "results/s_succ/curve_cpu2t_float32.json"  # decoding=auto's float32 profile of this machine, fixed
 VARIANTS = {
     # <= 12 tokens a step (1 pending + 11 nodes)
     "table11": dict(suffix=False),
     "succ11": dict(),
+    "succ11_pf": dict(prefill=True),  # + the prompt's rows at prefill, only into empty rows (2026-12-02)
     "pair11": dict(context=2),
     "succ11_reset": dict(across=False),
     # ~80 tokens a step
@@ -95,7 +96,8 @@ def make_decoder(model, eos, opt, lp_k, refeed):
         if opt["suffix"] else None
     prop = SuccessorProposer(vocab_size(model), opt["budget"] * lp_k, suffix=suffix, k=opt["k"],
                              max_depth=opt["max_depth"], width=opt["width"],
-                             context=opt.get("context", 1)) if opt.get("table", True) else suffix
+                             context=opt.get("context", 1), prefill=opt.get("prefill", False)) \
+        if opt.get("table", True) else suffix
     probe = RankProbe(lp_k)
     policy = CostPolicy(fixed_curve(opt["curve"])) if opt["curve"] else None
     cfg = DecodingConfig(method="lookahead", window_size=opt["W"], ngram_size=opt["N"], guess_set_size=max(opt["G"], 1),

@@ -6,7 +6,8 @@ Run under torchrun (gloo on CPU, one thread per rank)::
         --spec spec.json --out result.json
 
 ``spec.json``: {"configs": [{"W": 2, "N": 3, "G": 1}, ...] (optionally with "curve" for decoding=auto, "succ": a node
-budget for the successor-table proposer, "context": its table context, 1 or 2), "prompts": [[3, 4, ...], ...], "max_new_tokens": 32,
+budget for the successor-table proposer, "context": its table context, 1 or 2, "prefill": its prefill rows),
+"prompts": [[3, 4, ...], ...], "max_new_tokens": 32,
 "sampling": [optional sampling specs, see ``decode_seeds``]}. Every rank builds the same tiny random Llama (fixed
 seed), joins LP groups of ``--lp`` (world = dp x lp), and decodes its data-parallel share of the prompts (and of
 each sampling spec's seeds, on the vocab-8 model of ``build_tiny8``) with the debug consistency check on; global
@@ -75,7 +76,8 @@ def _succ(model, c):
     from lp_runtime.successors import SuccessorProposer
 
     suffix = SuffixProposer(c["N"], c["G"], store=AnswerStore())
-    return [SuccessorProposer(vocab_size(model), c["succ"], suffix=suffix, context=c.get("context", 1))]
+    return [SuccessorProposer(vocab_size(model), c["succ"], suffix=suffix, context=c.get("context", 1),
+                              prefill=c.get("prefill", False))]
 
 
 def decode_seeds(model, spec, lp=None, seeds=None):

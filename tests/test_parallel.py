@@ -254,8 +254,10 @@ KNEE = {1: 0.010, 4: 0.010, 8: 0.020, 64: 0.160}
 AUTO_CONFIGS = [{"W": 0, "N": 4, "G": 3, "curve": KNEE, "price_lp": 2},
                 {"W": 2, "N": 3, "G": 2, "curve": KNEE, "price_lp": 2}]
 # The successor-table proposer (issue 18) under LP, K = 3 and K = 2: with the debug consistency check on, every rank
-# holds the same table each step, and the top-k rows travel in the step's one all-gather.
-SUCC_CONFIGS = [{"W": 0, "N": 4, "G": 2, "succ": 12}, {"W": 2, "N": 3, "G": 2, "succ": 30, "context": 2}]
+# holds the same table each step, and the top-k rows travel in the step's one all-gather (the first config also
+# fills the table from the prompt's rows at prefill, which every rank computes alike).
+SUCC_CONFIGS = [{"W": 0, "N": 4, "G": 2, "succ": 12, "prefill": True},
+                {"W": 2, "N": 3, "G": 2, "succ": 30, "context": 2}]
 LP3_CONFIGS = CONFIGS + SUCC_CONFIGS
 DP2_CONFIGS = CONFIGS + AUTO_CONFIGS + SUCC_CONFIGS
 

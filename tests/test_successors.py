@@ -49,6 +49,17 @@ def test_table_update_refuses(tokens, rows, message):
         SuccessorTable(10, k=2).update(tokens, rows)
 
 
+def test_table_update_only_empty_keeps_rows_already_computed():
+    t = SuccessorTable(10, k=2)
+    t.update([3], [[1, 2]])
+    t.update([3, 4, 5, 4], [[5, 6], [7, 8], [9, 0], [9, 1]], only_empty=True)  # 3 keeps its row; 4's later row wins
+    assert [t.successors(i) for i in (3, 4, 5, 6)] == [[1, 2], [9, 1], [9, 0], []] and t.updates == 2
+    t.update([3, 4, 5], [[1, 1], [2, 2], [3, 3]], only_empty=True)  # nothing empty left: nothing written
+    assert [t.successors(i) for i in (3, 4, 5)] == [[1, 2], [9, 1], [9, 0]] and t.updates == 2
+    with pytest.raises(ValueError, match=r"update\(only_empty=True\) is for a context-1 table"):
+        SuccessorTable(10, k=2, context=2, slots=16).update([3], [[1, 2]], prev=[4], only_empty=True)
+
+
 @pytest.mark.parametrize("args, kw, bad", [((0,), {}, "vocab_size=0, k=8, context=1"), ((5, 0), {}, "k=0"),
                                            ((5,), {"context": 3}, "context=3"), ((5,), {"slots": 24}, "slots=24")])
 def test_table_refuses_bad_shape(args, kw, bad):
@@ -202,6 +213,18 @@ def test_proposer_writes_pair_rows_in_each_rows_context():
     assert prop.pair.successors(5, 1) == [] and prop.table.successors(5) == []
 
 
+def test_proposer_prefill_rows_fill_only_empty_rows():
+    prop = SuccessorProposer(20, 4, k=2, prefill=True)
+    assert prop.prefill_topk == 2 and SuccessorProposer(20, 4, k=2).prefill_topk == 0
+    prop.table.update([3], [[1, 2]])  # a row computed in an earlier answer
+    prop.begin([3, 4, 5], do_sample=False)
+    prop.observe_prefill(StepRows([3, 4], torch.tensor([[7, 8, 9], [9, 1, 2]])))
+    assert [prop.table.successors(t) for t in (3, 4, 5)] == [[1, 2], [9, 1], []]
+    prop.begin([4, 6], do_sample=True)  # a sampled call fills its own table
+    prop.observe_prefill(StepRows([4], torch.tensor([[5, 6]])))
+    assert prop._table.successors(4) == [5, 6] and prop.table.successors(4) == [9, 1]
+
+
 @pytest.mark.parametrize("budget, context", [(-3, 1), (4, 3)])
 def test_proposer_refuses_bad_arguments(budget, context):
     with pytest.raises(ValueError, match=rf"SuccessorProposer\(budget={budget}, context={context}\): need a node "
@@ -210,9 +233,10 @@ def test_proposer_refuses_bad_arguments(budget, context):
 
 
 # ------------------------------------------------------------------------------------------------ the decoder
-@pytest.mark.parametrize("w, n, g, budget, context", [(0, 4, 2, 11, 1), (3, 4, 3, 20, 1), (0, 3, 0, 6, 1),
-                                                      (0, 4, 2, 11, 2), (3, 4, 3, 20, 2)])
-def test_greedy_with_the_successor_proposer_equals_transformers(w, n, g, budget, context):
+@pytest.mark.parametrize("w, n, g, budget, context, prefill", [
+    (0, 4, 2, 11, 1, False), (3, 4, 3, 20, 1, False), (0, 3, 0, 6, 1, False), (0, 4, 2, 11, 2, False),
+    (3, 4, 3, 20, 2, False), (0, 4, 2, 11, 1, True), (0, 3, 0, 6, 1, True)])
+def test_greedy_with_the_successor_proposer_equals_transformers(w, n, g, budget, context, prefill):
     from exactness import hf_greedy
     from fakes import llama
 
@@ -221,7 +245,7 @@ def test_greedy_with_the_successor_proposer_equals_transformers(w, n, g, budget,
 
     model = llama()
     suffix = SuffixProposer(n, g, store=AnswerStore()) if g else None
-    prop = SuccessorProposer(96, budget, suffix=suffix, context=context)
+    prop = SuccessorProposer(96, budget, suffix=suffix, context=context, prefill=prefill)
     dec = Decoder(model, lookahead(window_size=w, ngram_size=n, guess_set_size=max(g, 1)), proposers=[prop])
     for prompt in ([1, 2, 3, 4, 5, 1, 2, 3], [7, 8, 9, 7, 8, 9, 7]):
         out = dec.generate(prompt, max_new_tokens=40)
@@ -230,6 +254,45 @@ def test_greedy_with_the_successor_proposer_equals_transformers(w, n, g, budget,
     assert prop.table.updates > 0 and sum(prop.succ_cal.trials.values()) > 0
     assert context == 1 or (prop.pair.updates > 0 and any(isinstance(r, tuple) and r[1] >= 0
                                                           for _, r in prop.succ_cal.trials))
+
+
+@pytest.mark.parametrize("rows", [3, 256])
+def test_prefill_topk_is_the_models_top_ids_of_the_prompts_last_rows(rows):
+    from fakes import llama
+
+    from lp_runtime.step import EagerStep
+
+    model, ids = llama(), [5, 9, 1, 33, 9, 70, 2]
+    step = EagerStep(model)
+    plain, kept = step.new_cache(), step.new_cache()
+    assert step.prefill(plain, ids) is None
+    top = step.prefill(kept, ids, topk=4, rows=rows)
+    n = min(rows, len(ids))
+    with torch.inference_mode():
+        expected = torch.topk(model(torch.tensor([ids])).logits[0, -n:], 4, dim=-1).indices
+    assert top.dtype == torch.int64 and top.tolist() == expected.tolist()
+    assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+               for a, b in zip(plain.layers, kept.layers))
+    assert step.prefill(step.new_cache(), [], topk=4).shape == (0, 4)
+
+
+def test_decoder_writes_the_prompts_rows_at_prefill_into_empty_rows():
+    """Budget 0 and one new token: the only rows are the prefill's (prompt[:-1]; the one step ends the call before
+    its row at c = 2 is observed)."""
+    from exactness import hf_greedy
+    from fakes import llama
+
+    from lp_runtime.decoder import Decoder
+
+    model, prompt = llama(), [5, 9, 1, 33, 9, 70, 2]
+    prop = SuccessorProposer(96, 0, k=3, prefill=True)
+    prop.table.update([1], [[4, 4, 4]])  # computed before: kept
+    out = Decoder(model, lookahead(), proposers=[prop]).generate(prompt, max_new_tokens=1)
+    assert out.output_ids == hf_greedy(model, prompt, 1)
+    with torch.inference_mode():
+        top = torch.topk(model(torch.tensor([prompt])).logits[0], 3, dim=-1).indices.tolist()
+    expected = {5: top[0], 9: top[4], 33: top[3], 70: top[5], 2: [], 1: [4, 4, 4]}  # 9: its later row
+    assert {t: prop.table.successors(t) for t in expected} == expected
 
 
 # ------------------------------------------------------------------------------------------------ LP
