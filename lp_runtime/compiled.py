@@ -120,9 +120,9 @@ class CapturedStep(SlotStep):
         return out
 
     @torch.inference_mode()
-    def prefill(self, cache: SlotCache, ids: Sequence[int]) -> None:
-        """``EagerStep.prefill`` under inference mode, written by length."""
-        super().prefill(cache, ids)
+    def prefill(self, cache: SlotCache, ids: Sequence[int], **rows) -> Optional[torch.Tensor]:
+        """``EagerStep.prefill`` under inference mode, written by length (``topk``/``rows`` as there)."""
+        return super().prefill(cache, ids, **rows)
 
     def __call__(self, cache: SlotCache, inputs: StepInputs, *, topk: int = 0) -> StepOutputs:
         """``step.EagerStep``'s call on the compiled path: only the (q, q) block of ``inputs.mask`` after

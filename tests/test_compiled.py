@@ -105,6 +105,19 @@ def test_decoder_through_buckets_equals_eager(captured, decoding):
     assert fed == 1 if decoding.method == "greedy" else (fed > 8) == (decoding.window_size == 4) and fed > 1
 
 
+def test_prompt_rows_through_buckets_equal_eager(captured):
+    """A proposer that takes the prompt's rows at prefill (the successor table, prefill=True) on the compiled path:
+    the same tokens and steps as on the eager step."""
+    from lp_runtime.successors import successor_proposers
+
+    decoding = lookahead(window_size=0, ngram_size=3, guess_set_size=2, max_depth=3)
+    vocab = captured.model.config.vocab_size
+    runs = [Decoder(model, decoding, step=step, proposers=successor_proposers(decoding, vocab, budget=6, prefill=True))
+            .generate(PROMPT * 2, max_new_tokens=16) for model, step in ((tiny_llama(layers=1), None),
+                                                                        (captured.model, captured))]
+    assert [(r.output_ids, r.decoding_steps) for r in runs] == [(runs[0].output_ids, runs[0].decoding_steps)] * 2
+
+
 def test_refusals(captured):
     with pytest.raises(ValueError, match="a step at past=90 padded to 8 tokens needs 98 cache slots; "
                                          "this CapturedStep has max_len=96"):
