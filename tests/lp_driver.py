@@ -8,11 +8,12 @@ Run under torchrun (gloo on CPU, one thread per rank)::
 ``spec.json``: {"configs": [{"W": 2, "N": 3, "G": 1}, ...] (optionally with "curve" for decoding=auto, "succ": a node
 budget for the successor-table proposer, "context": its table context, 1 or 2, "prefill": its prefill rows),
 "prompts": [[3, 4, ...], ...], "max_new_tokens": 32,
-"sampling": [optional sampling specs, see ``decode_seeds``]}. Every rank builds the same tiny random Llama (fixed
+"sampling": [optional sampling specs, see ``decode_seeds``], "compiled": optional true}. Every rank builds the same tiny random Llama (fixed
 seed), joins LP groups of ``--lp`` (world = dp x lp), and decodes its data-parallel share of the prompts (and of
 each sampling spec's seeds, on the vocab-8 model of ``build_tiny8``) with the debug consistency check on; global
 rank 0 writes {"results": {"<config>/<prompt>": {output_ids, decoding_steps, accept_lengths}},
-"sampling": [{"<seed>": {output_ids, accept_lengths, collectives}}, ...], "stats": ...}.
+"sampling": [{"<seed>": {output_ids, accept_lengths, collectives}}, ...], "stats": ..., "compiled": ...}; with
+"compiled" the first LP group also decodes ``decode_compiled`` through ``compiled.CapturedStep`` (issue 19).
 After the teardown every rank prints "rank R threads before B after A" (issue 11 fault 9: no gloo thread may be
 left for interpreter exit). Like a run of ``generate``, transformers' model code is imported only after the process
 group exists (that order once left the default group alive past the teardown).
@@ -101,6 +102,34 @@ def decode_seeds(model, spec, lp=None, seeds=None):
     return out
 
 
+COMPILED_DECODING = dict(window_size=2, ngram_size=3, guess_set_size=1, max_depth=2)  # steps of <= 8 tokens a rank
+COMPILED_SAMPLING = dict(temperature=0.8, seed=3)
+
+
+def decode_compiled(lp=None, step=None) -> list:
+    """[[output_ids, decoding_steps] greedy, the same seeded-sampled] on test_static_cache's prompt: through
+    ``step`` (a ``compiled.CapturedStep``) when given, else eagerly on the same 1-layer tiny Llama."""
+    from lp_runtime.config import SamplingConfig
+    from lp_runtime.decoder import Decoder
+    from test_static_cache import PROMPT, tiny_llama
+
+    model = step.model if step is not None else tiny_llama(layers=1)
+    dec = Decoder(model, lookahead(**COMPILED_DECODING), lp=lp, step=step)
+    outs = [dec.generate(PROMPT * 3, max_new_tokens=24),
+            dec.generate(PROMPT * 3, max_new_tokens=24, sampling=SamplingConfig(**COMPILED_SAMPLING))]
+    return [[o.output_ids, o.decoding_steps] for o in outs]
+
+
+def _compiled(lp) -> list:
+    """``decode_compiled`` through this rank's own captured bucket (aot_eager, every step padded to 8: one trace)."""
+    from lp_runtime.compiled import CapturedStep
+    from test_static_cache import tiny_llama
+
+    step = CapturedStep(tiny_llama(layers=1), max_len=96, buckets=(8,), backend="aot_eager")
+    step.warm_up(log=None)
+    return decode_compiled(lp, step)
+
+
 def threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
@@ -146,7 +175,8 @@ def _work(ctx, spec, args) -> dict:
         for one in spec["sampling"]:
             sampling.append(decode_seeds(tiny8, one, lp=lp,
                                          seeds=shard_questions(one["seeds"], ctx.dp_rank, ctx.dp_size)))
-    return {"results": results, "sampling": sampling, "stats": stats}
+    compiled = _compiled(lp) if spec.get("compiled") and ctx.dp_rank == 0 else None
+    return {"results": results, "sampling": sampling, "stats": stats, "compiled": compiled}
 
 
 @distributed.record
@@ -177,6 +207,7 @@ def main() -> None:
                 acc.update(got)
         with open(args.out, "w") as f:
             json.dump({"results": merged, "sampling": sampling, "stats": [p["stats"] for p in gathered],
+                       "compiled": gathered[0]["compiled"],
                        "broadcast": [p["broadcast"] for p in gathered],
                        "world_size": ctx.world_size, "dp_size": ctx.dp_size}, f)
     rank = ctx.rank

@@ -207,24 +207,3 @@ def test_model_compile_setting(tmp_path):
         record_verdict(model, {"fast": 1.0}, root=str(tmp_path))
     with pytest.raises(ValueError, match="model.compile='yes' is not allowed"):
         step_for(model, "yes")
-
-
-def test_lp2_through_buckets_equals_one_eager_process(tmp_path):
-    """LP K=2, each rank through its own captured buckets: the same tokens and steps as K=1 eager (DESIGN
-    invariant 2), greedy and seeded sampling (torchrun, gloo; each rank traces its one bucket)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from compiled_lp_driver import decode
-
-    root = Path(__file__).resolve().parents[1]
-    out = tmp_path / "lp2.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(root))
-    proc = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node=2",
-                           str(root / "tests" / "compiled_lp_driver.py"), str(out)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(out.read_text()) == decode()

@@ -194,10 +194,10 @@ def _env():
     return env
 
 
-def _launch(tmp_path, nproc, lp, *extra, timeout=240, sampling=(), configs=CONFIGS):
+def _launch(tmp_path, nproc, lp, *extra, timeout=240, sampling=(), configs=CONFIGS, compiled=False):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"configs": configs, "prompts": PROMPTS, "max_new_tokens": MAX_NEW,
-                                "sampling": list(sampling)}))
+                                "sampling": list(sampling), "compiled": compiled}))
     out = tmp_path / "out.json"
     cmd = [TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", str(ROOT / "tests" / "lp_driver.py"),
            "--lp", str(lp), "--spec", str(spec), "--out", str(out), *extra]
@@ -244,7 +244,7 @@ def launch_lp3(tmp_path_factory):
 @pytest.fixture(scope="module")
 def launch_dp2xlp2(tmp_path_factory, sampling_specs):
     return _launch(tmp_path_factory.mktemp("dp2xlp2"), 4, 2, sampling=sampling_specs, timeout=300,
-                   configs=DP2_CONFIGS)
+                   configs=DP2_CONFIGS, compiled=True)
 
 
 # decoding=auto under LP (K = 2, in the dp2 x lp2 launch): every rank decodes with one CostPolicy on rank 0's curve,
@@ -335,6 +335,15 @@ def test_lp2_sampling_equals_single_process(launch_dp2xlp2, sampling_specs):
             assert mine[seed]["accept_lengths"] == r["accept_lengths"], (spec["sampling"], seed)
             assert mine[seed]["collectives"] == len(r["accept_lengths"])  # one collective per step, sampling included
         assert any(max(r["accept_lengths"]) > 1 for r in ref.values())  # drafts accepted: verification exercised
+
+
+def test_lp2_through_captured_buckets_equals_one_eager_process(launch_dp2xlp2):
+    """LP K = 2 (the first LP group of the dp2 x lp2 launch), each rank through its own captured bucket
+    (compiled.CapturedStep, aot_eager): the same tokens and steps as one eager process, greedy and seeded sampling
+    (issue 19; DESIGN invariant 2)."""
+    proc, out, _ = launch_dp2xlp2
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(out.read_text())["compiled"] == lp_driver.decode_compiled()
 
 
 def test_teardown_leaves_no_gloo_thread_for_interpreter_exit(launch_lp3):
