@@ -18,7 +18,8 @@ After the teardown every rank prints "rank R threads before B after A" (issue 11
 left for interpreter exit). Like a run of ``generate``, transformers' model code is imported only after the process
 group exists (that order once left the default group alive past the teardown).
 ``--fail`` injects a failure on ``--fail-rank`` after ``--fail-after`` merges: raise, exit (os._exit),
-kill (SIGKILL on itself), hang (sleep forever, never entering the collective) or corrupt (a wrong x1).
+kill (SIGKILL on itself), hang (sleep forever, never entering the collective) or corrupt (a wrong x1); the ranks
+then step a fixed plan without a model (``_failing_steps``) instead of decoding the grid.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from lp_runtime import distributed  # noqa: E402
 from lp_runtime.config import ParallelConfig  # noqa: E402
-from lp_runtime.parallel import setup_parallel, shard_questions  # noqa: E402
+from lp_runtime.parallel import setup_parallel, shard_questions, state_hash  # noqa: E402
 
 from fakes import build_tiny8, lookahead, tiny_model  # noqa: E402  (the suite's models, defined once)
 
@@ -160,10 +161,26 @@ class _Failing:
         return self.inner.merge(*args, **kwargs)
 
 
+def _failing_steps(ctx, args) -> dict:
+    """``--fail``: steps of a fixed plan (1 pending token, W = 2 columns of 1 level, a 3-node tree) through the LP
+    group's merge and debug check, called as the decoder calls them, until the injected failure. No model: a rank
+    then never imports transformers' model code (about half of a rank's start-up CPU)."""
+    lp = _Failing(ctx.lp_group, args.fail, args.fail_rank, args.fail_after)
+    parents = [-1, 0, -1]
+    for step in range(args.fail_after + 10):
+        cols, nodes = lp.plan(1, 2, 1, parents)
+        kept = torch.tensor([step % 64] + [c + 1 for c in cols] + [n + 3 for n in nodes])
+        x1, window, node_out, _ = lp.merge(kept, 1, 2, 1, parents)
+        lp.check_consistent(state_hash(x1, window, node_out))
+    return {"results": {}, "sampling": [], "stats": ctx.lp_group.stats.as_dict(), "compiled": None}
+
+
 def _work(ctx, spec, args) -> dict:
     """This rank's share of the grid and of the sampling seeds, plus its step-exchange statistics."""
+    if args.fail is not None:
+        return _failing_steps(ctx, args)
     model = tiny_model().to(ctx.device)  # transformers' model code: imported after the group exists
-    lp = ctx.lp_group if args.fail is None else _Failing(ctx.lp_group, args.fail, args.fail_rank, args.fail_after)
+    lp = ctx.lp_group
     mine = shard_questions(list(range(len(spec["prompts"]))), ctx.dp_rank, ctx.dp_size)
     start = time.perf_counter()
     results = decode_grid(model, spec["configs"], spec["prompts"], spec["max_new_tokens"], lp=lp, prompt_ids=mine)
