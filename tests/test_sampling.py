@@ -234,9 +234,10 @@ def test_lookahead_sampling_law_is_exact(tiny8, cfg, wng, n):
     ALPHA / 5 (Bonferroni: nominal false failure below ALPHA in all; the chi-square's deep tail is approximate, 0.3 %
     in 1500 simulated tests of the right law). The views are more sensitive to a small error than the joint with its
     hundreds of cells, so 1000 runs do where the joint test alone had 1500: simulated from the exact laws
-    (results/test_time/sampling_power.py), they catch a temperature off by 1.5x in 96-100 % of tests where the
-    joint alone caught it in 87-99 %, and off by 1.2x in 9-25 % against 1-5 %. Under top-k=3 (27 cells) the
-    joint alone is sensitive already; that setting keeps 1500 runs (1.5x: 35 % against 28 %)."""
+    (results/test_time/sampling_power.py, 2026-12-02, the one-layer model), a temperature off by 1.5x is caught in
+    97-100 % of tests (the joint alone, 1500 runs: 97-100 %) and off by 1.2x in 16 % under the repetition penalty
+    (joint alone: 1 %); with top-p any error moves the nucleus and is caught every time. Under top-k=3 (27 cells) the
+    joint alone is as sensitive; that setting keeps 1500 runs (1.5x: 63 % against 65 %)."""
     model, prompt = tiny8
     length = 3
     W, N, G = wng
