@@ -1,7 +1,8 @@
 """Copy stdin (torchrun's stderr, with its ranks') to stderr up to the end of the first line that starts with
 ``interrupted; `` -- the line rank 0 prints on Ctrl-C -- then drop the rest and exit 130; exit 0 at the end of
-the input when no such line came. Also drops torchrun's own "death signal, shutting down workers" line: after
-Ctrl-C torchrun logs that, stops its ranks, then prints a traceback and a failure report (the part dropped).
+the input when no such line came. Also drops torchrun's own lines about Ctrl-C, "death signal, shutting down
+workers" and "Sending process N closing signal SIGINT" (which can come before rank 0's line): after Ctrl-C
+torchrun logs those, stops its ranks, then prints a traceback and a failure report (the part dropped).
 
 Used by ``launch/torchrun_single_node.sh``, which starts it with Ctrl-C ignored. Whole lines are passed on as
 they come; a partial line (a progress bar redrawn with carriage returns) once the input pauses for 50 ms.
@@ -11,7 +12,7 @@ import select
 import sys
 
 MARKER = b"interrupted; "
-DROP = (b"death signal, shutting down workers",)
+DROP = (b"death signal, shutting down workers", b"closing signal SIGINT")
 
 
 def main() -> int:

@@ -267,6 +267,28 @@ def test_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, caps
                          f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})"]
 
 
+def test_ctrl_c_under_torchrun_shows_only_rank0s_line():
+    """launch/until_interrupted.py on what torchrun 2.13 writes after Ctrl-C (lines copied from a gloo run of 2
+    ranks): the progress bar and rank 0's line pass; torchrun's own lines about the signal, before and after it,
+    are dropped; exit 130."""
+    torchrun = (
+        "questions:   3%|3         | 2/60 [00:00<00:19,  3.04q/s]\r"
+        "questions:   3%|3         | 2/60 [00:01<00:23,  2.49q/s]\n"
+        "W1202 04:42:09.292000 9387 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 9452 "
+        "closing signal SIGINT\n"
+        "W1202 04:42:09.292000 9387 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 9453 "
+        "closing signal SIGINT\n"
+        f"{INTERRUPTED}\n"
+        "Traceback (most recent call last):\n  ...\ntorch.distributed.elastic.multiprocessing.api.SignalException: "
+        "Process 9387 got signal: 2\n")
+    proc = subprocess.run([PY, str(REPO / "launch" / "until_interrupted.py")], input=torchrun.encode(),
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 130
+    assert proc.stderr.decode().split("\n") == [
+        "questions:   3%|3         | 2/60 [00:00<00:19,  3.04q/s]\r"
+        "questions:   3%|3         | 2/60 [00:01<00:23,  2.49q/s]", INTERRUPTED, ""]
+
+
 # ------------------------------------------------------------------------------ launch scripts: paths are the caller's
 @pytest.mark.parametrize("script", ["torchrun_single_node.sh", "slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
 def test_launch_scripts_keep_the_callers_directory(tmp_path, script):
