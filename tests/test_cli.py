@@ -267,6 +267,35 @@ def test_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, caps
                          f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})"]
 
 
+def test_runs_that_answer_nothing_leave_no_run_folder(tmp_path, tiny_model_dir):
+    """Ctrl-C before the first answer (here while torch is imported, the run folder made) and a re-run that finds
+    every question answered leave no outputs/hydra/<time>/ behind; the run that answered keeps its own."""
+    (tmp_path / "q.jsonl").write_text('{"question_id": 1, "turns": ["Count to 3."]}\n')
+    out = tmp_path / "out" / "answers.jsonl"
+    cmd = [PY, "-m", "lp_runtime.generate", f"model.path={tiny_model_dir}", "model.dtype=float32",
+           "decoding=greedy", "dataset=jsonl", "dataset.path=q.jsonl", "generation.max_new_tokens=4",
+           f"output.path={out}", "progress=false"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list(tmp_path.glob("outputs/hydra/*/.hydra/overrides.yaml")) and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # Hydra has called the job, which imports torch for seconds
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.splitlines()[-1] == INTERRUPTED, err[-2000:]
+    assert not out.exists() and not (tmp_path / "outputs").exists()  # nothing answered: no folder left
+    # Answers the question in a fixed run folder, then finds it answered there (an earlier run's folder: kept),
+    # then in a run folder of its own (removed).
+    for run_dir in ["hydra.run.dir=outputs/hydra/fixed", "hydra.run.dir=outputs/hydra/fixed", None]:
+        done = subprocess.run(cmd + [run_dir] * bool(run_dir), cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert [p.name for p in (tmp_path / "outputs" / "hydra").iterdir()] == ["fixed"]
+        assert (tmp_path / "outputs" / "hydra" / "fixed" / ".hydra" / "config.yaml").is_file()
+    assert done.stdout.splitlines()[0] == f"already answered in {out}:" and len(out.read_text().splitlines()) == 1
+
+
 def test_ctrl_c_under_torchrun_shows_only_rank0s_line():
     """launch/until_interrupted.py on what torchrun 2.13 writes after Ctrl-C (lines copied from a gloo run of 2
     ranks): the progress bar and rank 0's line pass; torchrun's own lines about the signal, before and after it,
