@@ -272,7 +272,8 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
         return cached
     why = f"the cached profile no longer matches this machine ({stale})" if stale else "once"
     log(f"measuring this machine's step latency for decoding=auto, {why}: {model_id}, {dtype} on {device}, "
-        f"{ROUNDS} rounds x {len(qs)} step sizes, at most ~{budget_s:.0f} s; cached in {path}")
+        f"{ROUNDS} rounds x {len(qs)} step sizes, no round started after ~{budget_s:.0f} s (a round takes longer while "
+        f"other processes hold the cores); cached in {path}")
     t0 = clock()
     rounds = _measure_robust(measure, log, budget_s, clock, qs)
     profile = latency_profile(model_id, device, dtype, root=root, retune=True, measure=lambda: robust_curve(rounds),
