@@ -318,6 +318,28 @@ def test_ctrl_c_under_torchrun_shows_only_rank0s_line():
         "questions:   3%|3         | 2/60 [00:01<00:23,  2.49q/s]", INTERRUPTED, ""]
 
 
+def test_bad_setting_under_the_torchrun_script_is_one_line_and_exit_2(tmp_path):
+    """launch/torchrun_single_node.sh with a torchrun that replays what torchrun 2.13 printed for
+    ``NPROC=2 ... parallel.lp=3`` (gloo, 2026-12-02; 41 lines, exit 1): one error line, exit 2."""
+    error = ("error: parallel.lp=3 does not divide the world size 2; start a multiple of 3 ranks (world = dp x lp) "
+             "or choose parallel.lp among the divisors of 2")
+    printed = "\n".join([
+        error, error,
+        "E1202 04:56:59.353000 12991 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 2) "
+        "local_rank: 0 (pid: 12996) of binary: /work/fresh4/.venv/bin/python",
+        "Traceback (most recent call last):", '  File "/work/fresh4/.venv/bin/torchrun", line 8, in <module>',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "=" * 60, "lp_runtime.generate FAILED", "-" * 60, "Failures:", "[1]:", "  rank      : 1 (local_rank: 1)",
+        "  exitcode  : 2 (pid: 12997) ", "=" * 60])
+    stub = tmp_path / "torchrun"
+    stub.write_text(f"#!/usr/bin/env bash\ncat >&2 <<'EOF'\n{printed}\nEOF\nexit 1\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "TORCHRUN": str(stub), "NPROC": "2"}
+    proc = subprocess.run(["bash", str(REPO / "launch" / "torchrun_single_node.sh"), "parallel.lp=3"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, error + "\n", "")
+
+
 # ------------------------------------------------------------------------------ launch scripts: paths are the caller's
 @pytest.mark.parametrize("script", ["torchrun_single_node.sh", "slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
 def test_launch_scripts_keep_the_callers_directory(tmp_path, script):
