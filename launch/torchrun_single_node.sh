@@ -6,8 +6,9 @@
 # location), else TORCHRUN, else torchrun on PATH.
 # Every rank runs @hydra.main, so all get the same hydra.run.dir, fixed here (${now:} would differ per rank).
 # A sweep (-m) is refused: every rank would run the whole sweep (sweep with hydra/launcher=lp_local instead).
-# Ctrl-C: torchrun passes it to the ranks, rank 0 prints one "interrupted; ..." line, exit 130; what torchrun
-# prints about it (a SignalException traceback and a failure report) is dropped by launch/until_interrupted.py.
+# Ctrl-C: torchrun passes it to the ranks, rank 0 prints one "interrupted; ..." line, exit 130; a bad setting:
+# the first rank's "error: ..." line, exit 2. What torchrun prints then (its warnings, a traceback and a failure
+# report) and the other ranks' copies of the error line are dropped by launch/until_interrupted.py.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 for arg in "$@"; do
@@ -32,4 +33,5 @@ set +e
     | "$PY" "$ROOT/launch/until_interrupted.py" 3>&-; } 3>&1
 codes=("${PIPESTATUS[@]}")
 if [ "${codes[1]}" = 130 ]; then exit 130; fi
+if [ "${codes[1]}" = 2 ] && [ "${codes[0]}" != 0 ]; then exit 2; fi   # a rank refused a setting
 exit "${codes[0]}"

@@ -1,7 +1,10 @@
 """Copy stdin (torchrun's stderr, with its ranks') to stderr up to the end of the first line that starts with
-``interrupted; `` -- the line rank 0 prints on Ctrl-C -- then drop the rest and exit 130; exit 0 at the end of
-the input when no such line came. Also drops torchrun's own "death signal, shutting down workers" line: after
-Ctrl-C torchrun logs that, stops its ranks, then prints a traceback and a failure report (the part dropped).
+``interrupted; `` -- the line rank 0 prints on Ctrl-C -- or with ``error: `` -- the line every rank prints for a
+bad setting --, then drop the rest and exit 130 (interrupted) or 2 (error); exit 0 at the end of the input when
+no such line came. Also drops torchrun's own lines about Ctrl-C, "death signal, shutting down workers" and
+"Sending process N closing signal SIGINT" (which can come before rank 0's line): after Ctrl-C, or a rank's exit
+on a bad setting, torchrun stops its ranks, then prints a traceback and a failure report (the part dropped), and
+every other rank prints the same error line.
 
 Used by ``launch/torchrun_single_node.sh``, which starts it with Ctrl-C ignored. Whole lines are passed on as
 they come; a partial line (a progress bar redrawn with carriage returns) once the input pauses for 50 ms.
@@ -10,8 +13,8 @@ import os
 import select
 import sys
 
-MARKER = b"interrupted; "
-DROP = (b"death signal, shutting down workers",)
+LAST_LINES = {b"interrupted; ": 130, b"error: ": 2}  # how a line starts -> this filter's exit code
+DROP = (b"death signal, shutting down workers", b"closing signal SIGINT")
 
 
 def main() -> int:
@@ -31,10 +34,11 @@ def main() -> int:
             if any(d in line for d in DROP):
                 continue
             os.write(2, line + b"\n")
-            if line.split(b"\r")[-1].startswith(MARKER):
+            code = next((c for start, c in LAST_LINES.items() if line.split(b"\r")[-1].startswith(start)), None)
+            if code is not None:
                 while os.read(0, 65536):  # drop the rest; let the writers finish
                     pass
-                return 130
+                return code
 
 
 if __name__ == "__main__":

@@ -4,12 +4,14 @@ Example::
 
     from transformers import TextStreamer
     from lp_runtime import LookaheadGenerator
+    from lp_runtime.config import SamplingConfig
 
     gen = LookaheadGenerator.from_config()                       # bundled SmolLM2, conf defaults
     streamer = TextStreamer(gen.tokenizer, skip_prompt=True, skip_special_tokens=True)  # no <|im_end|> at the end
     out = gen.generate("Write a haiku about the sea.", streamer=streamer)
     print(out.text, out.decoding_steps, out.accept_lengths)
     ids = gen.generate([1, 2, 3], max_new_tokens=16).output_ids  # token ids in, raw completion
+    out = gen.generate("A limerick, please.", sampling=SamplingConfig(temperature=0.7, seed=1))  # this call samples
 
 A ``str`` prompt is a user message put through the model's chat template; a list of ``{"role", "content"}``
 dicts is a whole conversation; a list of ints is used as is.
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig
+from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
 from .compiled import step_for
 from .decoder import Decoder, GenerationOutput
 from .models import check_limits, eos_token_ids, load_model
@@ -48,26 +50,34 @@ class LookaheadGenerator:
         generation: default budget, stop strings and EOS ids (``GenerationConfig()``).
         step: the model step (default eager; ``compiled.step_for`` builds the compiled one, as ``from_config``
             does for ``ModelConfig.compile``).
+        sampling: the default sampling settings of every call (``SamplingConfig()``: greedy; the main job's
+            ``sampling.*``); ``generate(..., sampling=...)`` replaces them for one call.
+
+    Raises ``ConfigError`` for settings the model cannot take (``models.check_limits``: ids outside the
+    vocabulary, a lookahead step longer than the context).
     """
 
     def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None,
-                 generation: Optional[GenerationConfig] = None, step=None) -> None:
+                 generation: Optional[GenerationConfig] = None, step=None,
+                 sampling: Optional[SamplingConfig] = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.generation = generation or GenerationConfig()
         decoding = decoding or DecodingConfig()
-        check_limits(model, decoding, generation=self.generation)
+        check_limits(model, decoding, sampling, generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
         # decoding=auto: the cost policy on this machine's latency profile (measured once, then read from the cache)
         policy = auto_policy(model, step=step) if decoding.method == "auto" else None
-        self.decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, step_policy=policy, step=step)
+        self.decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, step_policy=policy, step=step,
+                               sampling=sampling)
 
     @classmethod
     def from_config(cls, model: Optional[ModelConfig] = None, decoding: Optional[DecodingConfig] = None,
-                    generation: Optional[GenerationConfig] = None) -> "LookaheadGenerator":
+                    generation: Optional[GenerationConfig] = None,
+                    sampling: Optional[SamplingConfig] = None) -> "LookaheadGenerator":
         """Load the model of ``model`` (default: the bundled SmolLM2) and build a generator."""
         model = model or ModelConfig()
         m, tok = load_model(model)
-        return cls(m, tok, decoding, generation, step=step_for(m, model.compile))
+        return cls(m, tok, decoding, generation, step=step_for(m, model.compile), sampling=sampling)
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of ``prompt`` (see the module docstring). Raises ``ConfigError`` for an empty prompt, or for token
@@ -82,20 +92,30 @@ class LookaheadGenerator:
         if len(prompt) == 0:
             raise ConfigError("the prompt is empty; give text, messages or at least one token id")
         if isinstance(prompt[0], dict):
+            for i, message in enumerate(prompt):
+                if not (isinstance(message, dict) and isinstance(message.get("role"), str)
+                        and isinstance(message.get("content"), str)):
+                    raise ConfigError(f"prompt message {i} is {message!r:.80}; every message must be a dict with a "
+                                      "str 'role' and a str 'content', e.g. {'role': 'user', 'content': 'Hi'}")
             return encode_messages(self.tokenizer, list(prompt))
         return check_prompt_ids(prompt, vocab_size(self.model))
 
     def generate(self, prompt: Prompt, *, max_new_tokens: Optional[int] = None,
-                 stop_strings: Optional[Sequence[str]] = None, streamer=None) -> TextOutput:
+                 stop_strings: Optional[Sequence[str]] = None, streamer=None,
+                 sampling: Optional[SamplingConfig] = None) -> TextOutput:
         """Decode one prompt; ``streamer`` (e.g. ``transformers.TextStreamer``) gets every token in order.
 
         ``max_new_tokens``: None = the generator's ``GenerationConfig``; 0 or less is a ``ConfigError`` (as in the
         config and the CLI). ``stop_strings``: None = the generator's; a single string counts as one.
+        ``sampling``: None = the generator's; a ``SamplingConfig`` for this call (its ids checked against the
+        vocabulary: ``ConfigError``).
         """
         budget = self.generation.max_new_tokens if max_new_tokens is None else check_max_new_tokens(max_new_tokens)
         if isinstance(stop_strings, str):
             stop_strings = [stop_strings]
-        out = self.decoder.generate(self.encode(prompt), max_new_tokens=budget, streamer=streamer,
+        if sampling is not None:
+            check_limits(self.model, self.decoder.cfg, sampling)
+        out = self.decoder.generate(self.encode(prompt), max_new_tokens=budget, streamer=streamer, sampling=sampling,
                                     stop_strings=self.generation.stop_strings if stop_strings is None else stop_strings)
         text = self.tokenizer.decode(out.output_ids, skip_special_tokens=True) if self.tokenizer is not None else ""
         return TextOutput(**vars(out), text=text)

@@ -155,7 +155,12 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
     return decoding, entry
 
 
+SLOWER_ADVICE = ("; below 1x, lookahead is not expected to pay here: decoding=greedy is as fast, or, if the machine "
+                 "was busy while its profile was measured, LP_RUNTIME_RETUNE=1 measures it again")
+
+
 def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: dict) -> str:
+    """``resolve_auto``'s line; an expected speedup that shows as below 1.00x ends with ``SLOWER_ADVICE``."""
     lat = LatencyCurve(curve_of(profile))
     how = "cached" if profile["reused"] else f"measured now in {profile.get('measure_seconds', 0.0):.0f} s"
     return (f"decoding=auto: {name}, cost policy, (W, N, G) <= ({d.window_size}, {d.ngram_size}, {d.guess_set_size}),"
@@ -163,4 +168,5 @@ def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: 
             f"(q=8); expected speedup over greedy {calib['expected_speedup']:.2f}x (per prompt {calib['low']:.2f}-"
             f"{calib['high']:.2f}x; S {calib['tokens'] / max(calib['steps'], 1):.2f} at "
             f"{calib['mean_step_tokens']:.1f} tokens/step over {calib['prompts']} calibration prompts of up to "
-            f"{calib['max_new_tokens']} tokens); profile {profile['path']} ({how})")
+            f"{calib['max_new_tokens']} tokens); profile {profile['path']} ({how})"
+            + (SLOWER_ADVICE if round(calib["expected_speedup"], 2) < 1 else ""))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Callable, NoReturn, Optional
 
@@ -59,6 +60,7 @@ def is_rank0() -> bool:
 
 
 _DIRS_BEFORE: set[str] = set()  # folders (2 levels below the launch directory) that existed before Hydra ran
+_STARTED = time.time()  # a run folder not changed since is an earlier run's (a fixed hydra.run.dir): kept
 
 
 def _dirs_near(root: Path, depth: int = 2) -> set[str]:
@@ -75,8 +77,9 @@ def _dirs_near(root: Path, depth: int = 2) -> set[str]:
 
 
 def remove_refused_run_dir() -> None:
-    """After a refusal in a single run, remove the run folder Hydra made for it when it holds only
-    Hydra's records and an empty log, then the empty folders above it that the run made."""
+    """After a refusal in a single run (or a run that answered nothing: all answered already, or stopped before
+    the first answer), remove the run folder Hydra made for it when it holds only Hydra's records and an empty
+    log, then the empty folders above it that the run made."""
     if not HydraConfig.initialized() or HydraConfig.get().mode == RunMode.MULTIRUN:
         return
     hc = HydraConfig.get()
@@ -86,6 +89,8 @@ def remove_refused_run_dir() -> None:
     try:
         found = {str(p.relative_to(run_dir)): p for p in run_dir.rglob("*")}
         if not run_dir.is_dir() or any(rel not in allowed for rel in found):
+            return
+        if run_dir.stat().st_mtime < _STARTED - 1.0:  # nothing made in it by this run: an earlier run's records
             return
         if any(rel.endswith(".log") and p.stat().st_size > 0 for rel, p in found.items()):
             return

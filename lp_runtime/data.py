@@ -106,7 +106,7 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     if not path or not os.path.isfile(path):
         raise DatasetError(f"{name} does not exist; give a question file in JSONL format ({_FORMAT})")
     questions: list[Question] = []
-    first_line: dict[Union[int, str], int] = {}
+    first_line: dict[str, tuple[int, Union[int, str]]] = {}  # id as text -> (line, id)
     with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is reported with its number, not a traceback
         for lineno, raw in enumerate(f, start=1):
             where = f"{path}, line {lineno}"
@@ -120,12 +120,14 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{where}: not valid JSON ({e.msg}); {_FORMAT}") from None
             q = _parse_row(row, where)
-            if q.question_id in first_line:
+            key = str(q.question_id)  # as answers are matched on resume: 1 and "1" are one question
+            if key in first_line:
+                line, other = first_line[key]
                 raise DatasetError(
-                    f"{where}: question_id {q.question_id!r} repeats the one on line {first_line[q.question_id]}; "
-                    "question ids must be unique"
+                    f"{where}: question_id {q.question_id!r} repeats {other!r} on line {line}; question ids must be "
+                    "unique (compared as text: 1 and \"1\" are the same id)"
                 )
-            first_line[q.question_id] = lineno
+            first_line[key] = (lineno, q.question_id)
             questions.append(q)
     if not questions:
         raise DatasetError(f"{name} holds no questions; {_FORMAT}")

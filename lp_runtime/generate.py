@@ -225,7 +225,29 @@ def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_ma
 def _job(dict_cfg: DictConfig) -> None:
     jobs.apply_job_output(dict_cfg)  # a sweep job writes into its own folder
     jobs.submitit_rank_env()  # a job of Hydra's submitit launcher: one rank per task
-    run(jobs.check_job(dict_cfg, jobs.command_line_keys()))
+    cfg = jobs.check_job(dict_cfg, jobs.command_line_keys())
+    before = _file_state(cfg.output.path)
+    try:
+        run(cfg)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM before the first answer: like a refusal, no run folder left
+        _remove_run_dir_if_idle(cfg.output.path, before)
+        raise
+    _remove_run_dir_if_idle(cfg.output.path, before)  # every question was answered already: nothing was done
+
+
+def _remove_run_dir_if_idle(path: str, before: tuple) -> None:
+    """``cli.remove_refused_run_dir`` when the answers file at ``path`` is as it was (``_file_state``) before."""
+    if _file_state(path) == before:
+        cli.remove_refused_run_dir()
+
+
+def _file_state(path: str) -> tuple:
+    """(size, mtime in ns) of ``path``, or () when it does not exist: changes when an answer is appended."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return ()
+    return st.st_size, st.st_mtime_ns
 
 
 INTERRUPTED = "interrupted; the answers written so far are complete: re-run the same command to resume"

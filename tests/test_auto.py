@@ -135,3 +135,21 @@ def test_resolve_auto_prints_one_line_and_reuses_the_calibration(tiny_model_dir,
                                fallback_questions=fallback, max_new_tokens=4)
     assert d2 == d1 and e2["calibration"] == c
     assert capsys.readouterr().out.startswith(f"decoding=auto: {models.model_id_of(model)}, cost policy")
+
+
+@pytest.mark.parametrize("speedup, advice", [(0.9659862992215469, True), (0.994, True), (0.996, False), (1.34, False)])
+def test_start_line_advises_when_auto_is_expected_to_be_slower(speedup, advice):
+    """The start-up line of a run whose profile was measured on a busy machine (the fresh-clone demo of
+    2026-12-02: 0.97x) says what to do; one that shows 1.00x or more does not."""
+    profile = {"latency_s": {"1": 1.0356, "8": 10.0716}, "device": "cpu-2t", "path": "/c/p.json", "reused": False,
+               "measure_seconds": 259.3}
+    calib = {"expected_speedup": speedup, "low": speedup, "high": speedup, "tokens": 136, "steps": 115,
+             "mean_step_tokens": 1.77, "prompts": 2, "max_new_tokens": 128}
+    line = auto._start_line("smollm2-174b85b4", DecodingConfig(method="auto"), "float32", profile, calib)
+    assert line == (f"decoding=auto: smollm2-174b85b4, cost policy, (W, N, G) <= (0, 6, 4), float32 on cpu-2t, step "
+                    f"latency 1035.6 ms (q=1) / 10071.6 ms (q=8); expected speedup over greedy {speedup:.2f}x (per "
+                    f"prompt {speedup:.2f}-{speedup:.2f}x; S 1.18 at 1.8 tokens/step over 2 calibration prompts of up "
+                    "to 128 tokens); profile /c/p.json (measured now in 259 s)" + (
+                        "; below 1x, lookahead is not expected to pay here: decoding=greedy is as fast, or, if the "
+                        "machine was busy while its profile was measured, LP_RUNTIME_RETUNE=1 measures it again"
+                        if advice else ""))

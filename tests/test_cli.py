@@ -267,6 +267,79 @@ def test_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, caps
                          f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})"]
 
 
+def test_runs_that_answer_nothing_leave_no_run_folder(tmp_path, tiny_model_dir):
+    """Ctrl-C before the first answer (here while torch is imported, the run folder made) and a re-run that finds
+    every question answered leave no outputs/hydra/<time>/ behind; the run that answered keeps its own."""
+    (tmp_path / "q.jsonl").write_text('{"question_id": 1, "turns": ["Count to 3."]}\n')
+    out = tmp_path / "out" / "answers.jsonl"
+    cmd = [PY, "-m", "lp_runtime.generate", f"model.path={tiny_model_dir}", "model.dtype=float32",
+           "decoding=greedy", "dataset=jsonl", "dataset.path=q.jsonl", "generation.max_new_tokens=4",
+           f"output.path={out}", "progress=false"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list(tmp_path.glob("outputs/hydra/*/.hydra/overrides.yaml")) and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # Hydra has called the job, which imports torch for seconds
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.splitlines()[-1] == INTERRUPTED, err[-2000:]
+    assert not out.exists() and not (tmp_path / "outputs").exists()  # nothing answered: no folder left
+    # Answers the question in a fixed run folder, then finds it answered there (an earlier run's folder: kept),
+    # then in a run folder of its own (removed).
+    for run_dir in ["hydra.run.dir=outputs/hydra/fixed", "hydra.run.dir=outputs/hydra/fixed", None]:
+        done = subprocess.run(cmd + [run_dir] * bool(run_dir), cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert [p.name for p in (tmp_path / "outputs" / "hydra").iterdir()] == ["fixed"]
+        assert (tmp_path / "outputs" / "hydra" / "fixed" / ".hydra" / "config.yaml").is_file()
+    assert done.stdout.splitlines()[0] == f"already answered in {out}:" and len(out.read_text().splitlines()) == 1
+
+
+def test_ctrl_c_under_torchrun_shows_only_rank0s_line():
+    """launch/until_interrupted.py on what torchrun 2.13 writes after Ctrl-C (lines copied from a gloo run of 2
+    ranks): the progress bar and rank 0's line pass; torchrun's own lines about the signal, before and after it,
+    are dropped; exit 130."""
+    torchrun = (
+        "questions:   3%|3         | 2/60 [00:00<00:19,  3.04q/s]\r"
+        "questions:   3%|3         | 2/60 [00:01<00:23,  2.49q/s]\n"
+        "W1202 04:42:09.292000 9387 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 9452 "
+        "closing signal SIGINT\n"
+        "W1202 04:42:09.292000 9387 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 9453 "
+        "closing signal SIGINT\n"
+        f"{INTERRUPTED}\n"
+        "Traceback (most recent call last):\n  ...\ntorch.distributed.elastic.multiprocessing.api.SignalException: "
+        "Process 9387 got signal: 2\n")
+    proc = subprocess.run([PY, str(REPO / "launch" / "until_interrupted.py")], input=torchrun.encode(),
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 130
+    assert proc.stderr.decode().split("\n") == [
+        "questions:   3%|3         | 2/60 [00:00<00:19,  3.04q/s]\r"
+        "questions:   3%|3         | 2/60 [00:01<00:23,  2.49q/s]", INTERRUPTED, ""]
+
+
+def test_bad_setting_under_the_torchrun_script_is_one_line_and_exit_2(tmp_path):
+    """launch/torchrun_single_node.sh with a torchrun that replays what torchrun 2.13 printed for
+    ``NPROC=2 ... parallel.lp=3`` (gloo, 2026-12-02; 41 lines, exit 1): one error line, exit 2."""
+    error = ("error: parallel.lp=3 does not divide the world size 2; start a multiple of 3 ranks (world = dp x lp) "
+             "or choose parallel.lp among the divisors of 2")
+    printed = "\n".join([
+        error, error,
+        "E1202 04:56:59.353000 12991 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 2) "
+        "local_rank: 0 (pid: 12996) of binary: /work/fresh4/.venv/bin/python",
+        "Traceback (most recent call last):", '  File "/work/fresh4/.venv/bin/torchrun", line 8, in <module>',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "=" * 60, "lp_runtime.generate FAILED", "-" * 60, "Failures:", "[1]:", "  rank      : 1 (local_rank: 1)",
+        "  exitcode  : 2 (pid: 12997) ", "=" * 60])
+    stub = tmp_path / "torchrun"
+    stub.write_text(f"#!/usr/bin/env bash\ncat >&2 <<'EOF'\n{printed}\nEOF\nexit 1\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "TORCHRUN": str(stub), "NPROC": "2"}
+    proc = subprocess.run(["bash", str(REPO / "launch" / "torchrun_single_node.sh"), "parallel.lp=3"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, error + "\n", "")
+
+
 # ------------------------------------------------------------------------------ launch scripts: paths are the caller's
 @pytest.mark.parametrize("script", ["torchrun_single_node.sh", "slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
 def test_launch_scripts_keep_the_callers_directory(tmp_path, script):

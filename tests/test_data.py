@@ -106,11 +106,13 @@ def test_jsonl_bad_field(tmp_path, row, message):
     assert _error(path) == f"{path}, line 1: {message}"
 
 
-def test_jsonl_duplicate_id(tmp_path):
-    path = _write(tmp_path, [json.dumps({"question_id": 7, "turns": ["a"]})] * 2)
-    assert _error(path) == (
-        f"{path}, line 2: question_id 7 repeats the one on line 1; question ids must be unique"
-    )
+@pytest.mark.parametrize("ids, shown", [((7, 7), "7 repeats 7"), (("7", 7), "7 repeats '7'"),
+                                        ((7, "7"), "'7' repeats 7")])
+def test_jsonl_duplicate_id(tmp_path, ids, shown):
+    """Ids are compared as text, as resume matches answers to questions: 7 and "7" would be one question there."""
+    path = _write(tmp_path, [json.dumps({"question_id": i, "turns": ["a"]}) for i in ids])
+    assert _error(path) == (f"{path}, line 2: question_id {shown} on line 1; question ids must be unique "
+                            '(compared as text: 1 and "1" are the same id)')
 
 
 def test_build_prompt_chat_multi_turn(smollm2):

@@ -255,3 +255,40 @@ def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
     assert str(e.value) == "the prompt is empty text; give a non-empty user turn"
 
 
+
+
+def test_api_message_without_content(tiny_model_dir):
+    from lp_runtime.api import LookaheadGenerator
+
+    gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"), lookahead())
+    for prompt, shown in [([{"role": "user"}], "{'role': 'user'}"),
+                          ([{"role": "user", "content": "Hi"}, "Hi"], "'Hi'"),
+                          ([{"role": "user", "content": 5}], "{'role': 'user', 'content': 5}")]:
+        with pytest.raises(ConfigError) as e:
+            gen.generate(prompt, max_new_tokens=4)
+        assert str(e.value) == (f"prompt message {len(prompt) - 1} is {shown}; every message must be a dict with a "
+                                "str 'role' and a str 'content', e.g. {'role': 'user', 'content': 'Hi'}")
+
+
+def test_api_samples_per_generator_and_per_call(tiny_model_dir):
+    """``sampling=`` on the generator is every call's default, and a call's own replaces it: the same seed draws the
+    same tokens either way (and the Decoder's), another seed or greedy other ones; ids are checked per call."""
+    from lp_runtime.api import LookaheadGenerator
+    from lp_runtime.config import SamplingConfig
+    from lp_runtime.decoder import Decoder
+
+    hot = SamplingConfig(temperature=1.5, seed=3)
+    gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"), lookahead(),
+                                         GenerationConfig(max_new_tokens=12, eos_token_ids=[]), sampling=hot)
+    ids = gen.encode("Hi")
+    drawn = gen.generate(ids).output_ids
+    ref = Decoder(gen.model, lookahead(), sampling=hot).generate(ids, max_new_tokens=12).output_ids
+    greedy = Decoder(gen.model, lookahead()).generate(ids, max_new_tokens=12).output_ids
+    plain = LookaheadGenerator(gen.model, gen.tokenizer, lookahead(), gen.generation)
+    assert drawn == ref == plain.generate(ids, sampling=hot).output_ids
+    assert plain.generate(ids).output_ids == greedy != drawn
+    assert gen.generate(ids, sampling=SamplingConfig(temperature=1.5, seed=4)).output_ids != drawn
+    with pytest.raises(ConfigError) as e:
+        gen.generate(ids, sampling=SamplingConfig(suppress_tokens=[49152]))
+    assert str(e.value) == ("sampling.suppress_tokens=[49152] is not allowed: token id 49152 is outside the model's "
+                            "vocabulary of 49152 ids (0..49151)")
