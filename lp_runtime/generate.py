@@ -236,8 +236,9 @@ def _job(dict_cfg: DictConfig) -> None:
 
 
 def _remove_run_dir_if_idle(path: str, before: tuple) -> None:
-    """``cli.remove_refused_run_dir`` when the answers file at ``path`` is as it was (``_file_state``) before."""
-    if _file_state(path) == before:
+    """``cli.remove_refused_run_dir`` when the answers file at ``path`` is as it was (``_file_state``) before; on
+    rank 0 only (another node may not see the answers file)."""
+    if cli.is_rank0() and _file_state(path) == before:
         cli.remove_refused_run_dir()
 
 
