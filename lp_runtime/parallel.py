@@ -1,7 +1,8 @@
 """Lookahead parallelism (paper section 3.4; docs/architecture.md): who computes what in a step, and the merge.
 
-Every rank of an LP group holds the whole model and the same decoding state. Per step, ``shard_plan`` (a pure
-function of the step's shape and the group size) gives each rank some window columns and some whole subtrees of the candidate tree;
+Every rank of an LP group holds the whole model and the same decoding state. Per step, ``tree_plan`` (a pure
+function of the step's shape and the group size) gives each rank some window columns and a run of the candidate
+tree's nodes with their ancestors;
 each rank feeds the same pending tokens (so every KV cache stays identical with no KV traffic), runs its
 forward pass with no communication, and then ONE all-gather of fixed-size int64 buffers (each rank's kept
 argmaxes) lets every rank run the same deterministic merge and end the step with the same window, pool and
@@ -29,7 +30,7 @@ import torch
 
 from . import distributed
 from .config import ParallelConfig
-from .tree import reindex, subtrees
+from .tree import reindex
 from .window import levels_of, step_tokens
 
 Plan = tuple[tuple[int, ...], tuple[int, ...]]
@@ -47,11 +48,11 @@ def split_outputs(argmax: Sequence[int], num_columns: int, num_nodes: int) -> tu
 
 
 # ---------------------------------------------------------------------------------------------- shard plan
-def rank_tokens(plan: Plan, num_pending: int, num_levels: int, subtree_sizes: Sequence[int]) -> int:
-    """Input tokens one rank feeds for its ``(columns, subtrees)``: pending + row 0 columns 1..max(C)
-    + ``num_levels`` per column + the nodes of its subtrees (layout.py's token tree)."""
-    cols, trees = plan
-    return num_pending + (max(cols) if cols else 0) + num_levels * len(cols) + sum(subtree_sizes[t] for t in trees)
+def rank_tokens(plan: Plan, num_pending: int, num_levels: int) -> int:
+    """Input tokens one rank feeds for its ``(columns, nodes)``: pending + row 0 columns 1..max(C)
+    + ``num_levels`` per column + its tree nodes, a repeated ancestor chain included (layout.py's token tree)."""
+    cols, nodes = plan
+    return num_pending + (max(cols) if cols else 0) + num_levels * len(cols) + len(nodes)
 
 
 def _pack_columns(num_columns: int, num_levels: int, world: int, limit: int) -> Optional[list[int]]:
@@ -72,117 +73,106 @@ def _pack_columns(num_columns: int, num_levels: int, world: int, limit: int) -> 
     return ends
 
 
-@functools.lru_cache(maxsize=4096)
-def shard_plan(num_pending: int, num_columns: int, num_levels: int, subtree_sizes: tuple[int, ...],
-               world: int) -> tuple[Plan, ...]:
-    """Each rank's ``(window columns, candidate subtrees)`` for one step, balanced on input tokens.
+def preorder(parents: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The tree's nodes in depth-first preorder (children in index order) and each node's depth (its number of
+    ancestors: a child of ``c`` has depth 0). A contiguous run ``order[a:b]`` plus the ancestors of its first node
+    ``order[a]`` is ancestor-closed (an ancestor of a later node of the run that precedes the run also precedes
+    ``order[a]`` and holds it in its subtree), so a rank that feeds the run feeds ``b - a + depth[order[a]]`` nodes.
+    ``ValueError`` when a parent does not precede its child.
 
-    The candidate tree is split into the subtrees of the root's children (``tree.subtrees``); a subtree stays
-    on one rank, so every node's ancestors are on its rank and nothing is fed twice (flat candidates are the
-    special case of one chain per subtree). A rank computing columns C feeds the pending tokens (the same on
-    every rank, so they do not affect the balance), row 0 columns 1..max(C) (row 0 is causal),
-    ``num_levels`` tokens per column and the nodes of its subtrees. The plan minimises (over a simple family)
-    the largest rank's tokens T: columns go in contiguous blocks to ranks 0, 1, ..., each block as long as it
-    fits in T (so later blocks, which pay for a longer row-0 prefix, are shorter), then subtrees, largest
-    first (lower index on ties), each to the least-loaded rank (lowest rank on ties). T is the smallest value
-    for which this fits, starting from the bounds max(one column block, largest subtree, total / world).
-    Every column and subtree is assigned exactly once; ranks may be idle. Pure and deterministic (cached);
-    ``num_pending`` is accepted for the interface only.
-
-    Worked example: W = 6 columns, L = 2 levels, 3 subtrees of 3 nodes (e.g. chains of N-1 = 3), world = 3::
-
-        >>> shard_plan(1, 6, 2, (3, 3, 3), 3)
-        (((0, 1, 2, 3), ()), ((4, 5), ()), ((), (0, 1, 2)))
-
-    Besides the pending tokens, rank 0 feeds row 0 columns 1..3 (3) + 2 levels x 4 columns (8) = 11 tokens;
-    rank 1: row 0 columns 1..5 (5) + 2 x 2 = 9; rank 2: 3 subtrees x 3 = 9. One process feeds 5 + 12 + 9 = 26.
-
-    Raises ``ValueError`` for negative counts, empty subtrees or ``world < 1``.
-    """
-    sizes = tuple(int(x) for x in subtree_sizes)
-    if min(num_pending, num_columns, num_levels) < 0 or world < 1 or any(x < 1 for x in sizes):
-        raise ValueError(
-            f"shard_plan(num_pending={num_pending}, num_columns={num_columns}, num_levels={num_levels}, "
-            f"subtree_sizes={sizes}, world={world}): counts must be >= 0, subtrees >= 1 node, world >= 1"
-        )
-    col_total = step_tokens(num_columns, num_levels)
-    limit = max(num_columns - 1 + num_levels if num_columns else 0, max(sizes, default=0),
-                -(-(col_total + sum(sizes)) // world))
-    order = sorted(range(len(sizes)), key=lambda t: (-sizes[t], t))
-    while True:  # terminates: at the one-rank total every column fits one block and rank 0 can hold the rest
-        ends = _pack_columns(num_columns, num_levels, world, limit)
-        if ends is not None:
-            loads = [0] * world
-            starts = [0] + ends[:-1]
-            for r, (s, e) in enumerate(zip(starts, ends)):
-                loads[r] = (e - 1) + num_levels * (e - s)
-            trees: list[list[int]] = [[] for _ in range(world)]
-            for t in order:
-                r = min(range(world), key=lambda i: (loads[i], i))
-                trees[r].append(t)
-                loads[r] += sizes[t]
-            if max(loads) <= limit:
-                break
-        limit += 1
-    cols = [tuple(range(s, e)) for s, e in zip(starts, ends)] + [()] * (world - len(ends))
-    return tuple((cols[r], tuple(sorted(trees[r]))) for r in range(world))
-
-
-def split_units(parents: Sequence[int], world: int, window_tokens: int = 0,
-                max_units: int = 64) -> list[tuple[tuple[int, ...], int, int]]:
-    """The candidate tree cut into units for ``shard_plan``: (ancestor chain fed again, subtree root, tokens).
-
-    Units start as the root's subtrees (``tree.subtrees``). While the largest unit holds more than the even share
-    ceil((``window_tokens`` + nodes) / ``world``) tokens and its root has children, it is replaced by its root's
-    child subtrees, each carrying the chain above it and the root (fed again on each rank that holds one: an
-    ancestor chain is duplicated only where a subtree is too big for one rank). A tree from a successor table
-    (issue 18) hangs most of its nodes under its first child; without the split one rank would feed them all.
-
-        >>> split_units([-1, 0, 1, 1, -1], 2)   # subtree {0, 1, 2, 3} over 2 ranks: 0 -> 1 -> {2, 3}
-        [((0, 1), 2, 3), ((0, 1), 3, 3), ((), 4, 1)]
+        >>> preorder([-1, 0, -1, 1, 0])
+        ([0, 1, 3, 4, 2], [0, 1, 0, 2, 1])
     """
     kids: dict[int, list[int]] = {}
     for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"preorder: node {i} has parent {p}; a parent must be -1 (c) or an earlier node")
         kids.setdefault(int(p), []).append(i)
-    size = [1] * len(parents)
-    for i in range(len(parents) - 1, -1, -1):  # parents precede children
-        if parents[i] >= 0:
-            size[parents[i]] += size[i]
-    units = [((), r, size[r]) for r in kids.get(-1, ())]
-    target = -(-(window_tokens + len(parents)) // max(world, 1))
-    while units and len(units) < max_units:
-        i = max(range(len(units)), key=lambda u: (units[u][2], -u))
-        chain, r, tokens = units[i]
-        if tokens <= target or not kids.get(r):
+    order, depth, stack = [], [0] * len(parents), list(reversed(kids.get(-1, [])))
+    while stack:
+        n = stack.pop()
+        order.append(n)
+        for ch in reversed(kids.get(n, ())):
+            depth[ch] = depth[n] + 1
+            stack.append(ch)
+    return order, depth
+
+
+def _fill_runs(order: Sequence[int], depth: Sequence[int], loads: Sequence[int],
+               limit: int) -> Optional[list[tuple[int, int]]]:
+    """Cut ``order`` into contiguous runs, one per rank, least-loaded rank first (lower rank on ties), each as
+    long as fits in ``limit`` with its first node's ancestor chain; None when the tree does not fit."""
+    runs, start = [(0, 0)] * len(loads), 0
+    for r in sorted(range(len(loads)), key=lambda i: (loads[i], i)):
+        if start == len(order):
             break
-        units[i : i + 1] = [(chain + (r,), c, len(chain) + 1 + size[c]) for c in kids[r]]
-    return units
+        room = limit - loads[r] - depth[order[start]]
+        if room > 0:
+            runs[r] = (start, min(len(order), start + room))
+            start = runs[r][1]
+    return runs if start == len(order) else None
 
 
-def _descendants(parents: Sequence[int], root: int) -> list[int]:
-    out, inside = [root], {root}
-    for i in range(root + 1, len(parents)):
-        if parents[i] in inside:
-            inside.add(i)
-            out.append(i)
-    return out
+@functools.lru_cache(maxsize=1024)
+def _tree_plan(num_columns: int, num_levels: int, parents: tuple[int, ...], world: int) -> tuple[Plan, ...]:
+    order, depth = preorder(parents)
+    col_total = step_tokens(num_columns, num_levels)
+    limit = max(num_columns - 1 + num_levels if num_columns else 0, 1 if parents else 0,
+                -(-(col_total + len(parents)) // world))
+    while True:  # terminates: at the one-rank total every column fits one block and the tree one run
+        ends = _pack_columns(num_columns, num_levels, world, limit)
+        if ends is not None:
+            starts = [0] + ends[:-1]
+            loads = [(e - 1) + num_levels * (e - s) for s, e in zip(starts, ends)] + [0] * (world - len(ends))
+            runs = _fill_runs(order, depth, loads, limit)
+            if runs is not None:
+                break
+        limit += 1
+    cols = [tuple(range(s, e)) for s, e in zip(starts, ends)] + [()] * (world - len(ends))
+    out = []
+    for r, (a, b) in enumerate(runs):
+        nodes = set(order[a:b])
+        p = parents[order[a]] if b > a else -1
+        while p >= 0:  # the first node's ancestor chain, fed again on this rank
+            nodes.add(p)
+            p = parents[p]
+        out.append((cols[r], tuple(sorted(nodes))))
+    return tuple(out)
 
 
 def tree_plan(num_pending: int, num_columns: int, num_levels: int, parents: Sequence[int],
-              world: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
-    """Each rank's (window columns, candidate node indices ascending, ancestor-closed) from ``shard_plan``
-    over the tree's ``split_units``; a node of a duplicated chain is on several ranks (the merge takes the
-    output of the last of them, the same on every rank)."""
-    units = split_units(parents, world, step_tokens(num_columns, num_levels))
-    plan = shard_plan(num_pending, num_columns, num_levels, tuple(u[2] for u in units), world)
-    out = []
-    for cols, idx in plan:
-        nodes: set[int] = set()
-        for u in idx:
-            nodes.update(units[u][0])
-            nodes.update(_descendants(parents, units[u][1]))
-        out.append((cols, tuple(sorted(nodes))))
-    return tuple(out)
+              world: int) -> tuple[Plan, ...]:
+    """Each rank's (window columns, candidate node indices ascending, ancestor-closed) for one step, balanced
+    on input tokens (paper section 3.4: the step's work split over the LP ranks; issue 18: trees of K x 80 nodes).
+
+    A rank computing columns C feeds the pending tokens (the same on every rank, so they do not affect the
+    balance), row 0 columns 1..max(C) (row 0 is causal), ``num_levels`` tokens per column and its tree nodes.
+    The tree is cut into contiguous runs of its depth-first ``preorder``; a rank holding the run ``order[a:b]``
+    also feeds the ancestor chain of ``order[a]`` again (the merge takes a repeated node's output from the last
+    rank holding it, the same on every rank). So a deep, wide subtree (a successor table's first child holds
+    most of its tree) is split wherever the balance needs, at the price of one chain per cut. The plan minimises
+    (over a simple family) the busiest rank's tokens T: columns go in contiguous blocks to ranks 0, 1, ...,
+    each block as long as it fits in T (later blocks pay for a longer row-0 prefix), then the runs, the
+    least-loaded rank first, each as long as fits in T with its chain. T is the smallest value for which this
+    fits, from the bound max(one column block, total / world). Without columns the runs are the best contiguous
+    cut (a run's cost, length + chain, only shrinks as its start moves right), so the busiest rank's nodes
+    never decrease as nodes are added to the tree in best-first order. Pure, deterministic (cached);
+    ``num_pending`` is accepted for the interface only.
+
+    Worked example: W = 6 columns, L = 2 levels, three chains of 3 nodes, world = 3::
+
+        >>> tree_plan(1, 6, 2, [-1, 0, 1, -1, 3, 4, -1, 6, 7], 3)
+        (((0, 1, 2, 3), ()), ((4, 5), ()), ((), (0, 1, 2, 3, 4, 5, 6, 7, 8)))
+
+    Besides the pending tokens, rank 0 feeds row 0 columns 1..3 (3) + 2 levels x 4 columns (8) = 11 tokens;
+    rank 1: row 0 columns 1..5 (5) + 2 x 2 = 9; rank 2: the 9 nodes. One process feeds 5 + 12 + 9 = 26.
+
+    ``ValueError`` for negative counts, ``world`` < 1 or a parent that does not precede its child.
+    """
+    if min(num_pending, num_columns, num_levels) < 0 or world < 1:
+        raise ValueError(f"tree_plan(num_pending={num_pending}, num_columns={num_columns}, num_levels={num_levels}, "
+                         f"world={world}): counts must be >= 0 and world >= 1")
+    return _tree_plan(int(num_columns), int(num_levels), tuple(int(p) for p in parents), int(world))
 
 
 def max_rank_tokens(num_pending: int, num_columns: int, num_levels: int, parents: Sequence[int],

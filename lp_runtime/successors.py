@@ -280,6 +280,10 @@ class SuccessorProposer:
         prefill: also fill the token table's EMPTY rows from the prompt's rows at prefill (``prefill_topk`` = k:
             the decoder's prefill keeps the top-k of the prompt's last ``step.PREFILL_ROWS`` rows and calls
             ``observe_prefill``); a row already computed (in an answer) is never replaced.
+        lp_size, rank_budget: under LP with ``lp_size`` ranks, the most tree nodes any rank feeds under
+            ``parallel.tree_plan`` (repeated ancestor chains included; None = no cap): the grown tree is cut to
+            its longest best-first prefix within it (``cap_ranks``), so a rank feeds no more than one process
+            with a ``rank_budget``-node tree would (issue 18: per-rank tokens within 1.25x of the K = 1 step).
 
     Each step: ``propose`` grows the tree from ``c`` (the newest accepted token); ``observe`` gets the accepted
     tokens and the step's rows (``step.StepRows``: c, the window columns, the fed nodes, every LP rank's, so every
@@ -290,10 +294,13 @@ class SuccessorProposer:
     """
 
     def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = 16,
-                 width: int = 8, context: int = 1, table_when_sampling: bool = False, prefill: bool = False) -> None:
-        if budget < 0 or context not in (1, 2):
-            raise ValueError(f"SuccessorProposer(budget={budget}, context={context}): need a node budget >= 0 "
-                             "and context 1 or 2")
+                 width: int = 8, context: int = 1, table_when_sampling: bool = False, prefill: bool = False,
+                 lp_size: int = 1, rank_budget: Optional[int] = None) -> None:
+        if budget < 0 or context not in (1, 2) or lp_size < 1 or (rank_budget is not None and rank_budget < 1):
+            raise ValueError(f"SuccessorProposer(budget={budget}, context={context}, lp_size={lp_size}, "
+                             f"rank_budget={rank_budget}): need a node budget >= 0, context 1 or 2, lp_size >= 1 "
+                             "and rank_budget None or >= 1")
+        self.lp_size, self.rank_budget = int(lp_size), rank_budget
         self.vocab_size, self.k, self.context = int(vocab_size), int(k), int(context)
         self.table, self.pair = self._new_tables()
         self.budget, self.suffix, self.width = int(budget), suffix, int(width)
@@ -326,6 +333,8 @@ class SuccessorProposer:
         self._last = grow_tree(self._root, suffix, self._table, self.budget, suffix_cal=self.suffix_cal,
                                succ_cal=self.succ_cal, max_depth=self.max_depth, width=self.width, pair=self._pair,
                                root_prev=self._prev)
+        if self.lp_size > 1 and self.rank_budget is not None:
+            self._last = cap_ranks(self._last, self.lp_size, self.rank_budget)
         return self._last.tree
 
     def observe(self, accepted: Sequence[int], ngrams: Sequence[Sequence[int]], rows=None) -> None:
@@ -378,6 +387,37 @@ class SuccessorProposer:
     def state(self) -> tuple:
         return (self.suffix.state() if self.suffix is not None else None, self._table.state(),
                 self._pair.state() if self._pair is not None else None, tuple(sorted(self.succ_cal.trials.items())))
+
+
+def cap_ranks(grown: GrownTree, lp_size: int, rank_budget: int) -> GrownTree:
+    """The longest best-first prefix of ``grown`` whose busiest LP rank feeds at most ``rank_budget`` tree nodes
+    under ``parallel.tree_plan`` over ``lp_size`` ranks (no window columns; repeated ancestor chains counted).
+
+    ``grow_tree`` emits nodes best first with parents before children, so every prefix is a tree; without
+    columns the plan's busiest rank never shrinks as nodes are added, so a binary search over the prefix length
+    finds it (O(log n) plans). Every rank cuts the same tree the same way (a pure function of the tree).
+
+        >>> g = grow_tree(5, None, None, 0)
+        >>> g.tree.tokens, g.tree.parents, g.tree.prob = [1, 2, 3, 4, 6], [-1, -1, 0, 1, 0], [.9] * 5
+        >>> g.suffix_raw, g.succ_rank, g.pair_rank = [None] * 5, [0] * 5, [None] * 5
+        >>> cap_ranks(g, 2, 2).tree.parents   # 1 -> 3 and 2 -> 4 on one rank each; 1 -> 6 would make a rank 3
+        [-1, -1, 0, 1]
+    """
+    from .parallel import max_rank_tokens  # torch: only under LP
+
+    parents = grown.tree.parents
+    lo, hi = 0, len(parents)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if max_rank_tokens(0, 0, 0, parents[:mid], lp_size) <= rank_budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo == len(parents):
+        return grown
+    t = grown.tree
+    return GrownTree(CandidateTree(t.tokens[:lo], t.parents[:lo], t.prob[:lo]), grown.suffix_raw[:lo],
+                     grown.succ_rank[:lo], grown.pair_rank[:lo])
 
 
 def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:

@@ -8,9 +8,10 @@ proposes the same tree from the same state, computes its share and the merge rea
 table's rows travel in the step's one all-gather; tests/test_successors.py checks K real ranks against one
 process). So S(K) is measured here in ONE process: a ``Decoder`` with re-feed commit (what LP runs) and a
 ``successors.SuccessorProposer`` (suffix lookup + answer store + the table) whose node budget is K x
-(``--budget`` - 1), the window K x ``--window`` columns, and a ``LocalGroup`` that records, for every step, the
-tokens each of K ranks would feed under ``parallel.tree_plan`` (pending + row 0 prefix + levels x columns + nodes,
-an ancestor chain counted on every rank that repeats it).
+(``--budget`` - 1), cut so that no rank feeds more than ``--rank-cap`` nodes (default ``--budget`` - 1, what one
+process feeds; ``SuccessorProposer(lp_size=K, rank_budget=...)``), the window K x ``--window`` columns, and a
+``LocalGroup`` that records, for every step, the tokens each of K ranks would feed under ``parallel.tree_plan``
+(pending + row 0 prefix + levels x columns + nodes, an ancestor chain counted on every rank that repeats it).
 
 ``--prompts``: a question file in the Spec-Bench / FastChat format (``{"question_id", "category", "turns"}``
 per line); first turns, chat template (``data.build_prompt``); SmolLM2-135M float32 greedy. Every output is
@@ -50,22 +51,26 @@ from s_table import hf_greedy  # noqa: E402
 class RankProbe(LocalGroup):
     """One process that records, per step, each of K ranks' input tokens and kept rows under ``tree_plan``."""
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, trees=None) -> None:
         super().__init__()
-        self.k, self.rank_tokens, self.rank_rows = k, [], []
+        self.k, self.rank_tokens, self.rank_rows, self.trees = k, [], [], trees
 
     def plan(self, num_pending, num_columns, num_levels, parents):
         plans = tree_plan(num_pending, num_columns, num_levels, parents, self.k)
+        if self.trees is not None:  # each step's shape, to price other plans offline
+            self.trees.write(json.dumps([num_pending, num_columns, num_levels, list(parents)]) + "\n")
         self.rank_tokens.append([num_pending + (max(c) if c else 0) + num_levels * len(c) + len(n) for c, n in plans])
         self.rank_rows.append(max(1 + len(c) + len(n) for c, n in plans))
         return super().plan(num_pending, num_columns, num_levels, parents)
 
 
 def run_k(model, tok, eos, questions, refs, k, args):
-    probe = RankProbe(k)
+    probe = RankProbe(k, open(Path(args.out) / f"trees_k{k}.jsonl", "w") if args.trees else None)
     suffix = SuffixProposer(args.ngram, args.guess * k, store=AnswerStore())
+    cap = args.budget - 1 if args.rank_cap is None else args.rank_cap
     prop = SuccessorProposer(vocab_size(model), k * (args.budget - 1), suffix=suffix, context=args.context,
-                             k=args.topk, max_depth=args.max_depth, width=args.width or args.topk)
+                             k=args.topk, max_depth=args.max_depth, width=args.width or args.topk,
+                             lp_size=k, rank_budget=cap or None)
     dec = Decoder(model, DecodingConfig(method="lookahead", window_size=args.window * k, ngram_size=args.ngram,
                                         guess_set_size=max(args.guess * k, 1), max_depth=10),
                   eos_token_ids=eos, tokenizer=tok, lp=probe, proposers=[prop], copy_kv=False)
@@ -109,6 +114,10 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=None, help="successors of a row tried per tree node (default: "
                     "--topk)")
     ap.add_argument("--max-depth", type=int, default=16, help="deepest tree node")
+    ap.add_argument("--rank-cap", type=int, default=None, help="most tree nodes a rank feeds (repeated ancestor "
+                    "chains included; SuccessorProposer(rank_budget=...)); default --budget - 1, 0 = no cap")
+    ap.add_argument("--trees", action="store_true", help="write every step's (pending, columns, levels, parents) "
+                    "to OUT/trees_kK.jsonl")
     ap.add_argument("--out", default="results/lp_scaling")
     args = ap.parse_args()
     if min(args.ks) < 1 or args.budget < 2 or args.max_new_tokens < 1:
@@ -137,7 +146,8 @@ def main() -> None:
         results.append({**summary(rows, k), "groups": groups, "budget_per_rank": args.budget,
                         "window_per_rank": args.window, "ngram": args.ngram, "guess_per_rank": args.guess,
                         "context": args.context, "topk": args.topk, "width": args.width or args.topk,
-                        "max_depth": args.max_depth,
+                        "max_depth": args.max_depth, "rank_cap": args.budget - 1 if args.rank_cap is None
+                        else args.rank_cap,
                         "max_new_tokens": args.max_new_tokens, "prompts_file": args.prompts,
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows})
         (out / "lp_scaling.json").write_text(json.dumps(results, indent=1) + "\n")

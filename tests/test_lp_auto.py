@@ -51,7 +51,7 @@ def test_max_rank_tokens():
     assert max_rank_tokens(1, 0, 0, chains, 1) == 7     # one process: 1 pending + 6 nodes
     assert max_rank_tokens(1, 0, 0, chains, 2) == 4     # a chain per rank
     assert max_rank_tokens(2, 0, 0, chains, 3) == 5     # a third rank idles; pending fed on every rank
-    # W = 6, 2 levels over 3 ranks (parallel.shard_plan's worked example) + the chains
+    # W = 6, 2 levels over 3 ranks (parallel.tree_plan's worked example) + the chains
     assert max_rank_tokens(1, 6, 2, [], 1) == 1 + 5 + 12
     assert max_rank_tokens(1, 6, 2, chains, 3) == 1 + 11
 

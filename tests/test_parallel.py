@@ -13,6 +13,7 @@ resuming re-run.
 from __future__ import annotations
 
 import itertools
+import random
 import json
 import os
 import re
@@ -27,8 +28,8 @@ import torch
 
 from lp_runtime import distributed
 from lp_runtime.config import ConfigError, ParallelConfig
-from lp_runtime.parallel import (LocalGroup, rank_tokens, setup_parallel, shard_plan, shard_questions,
-                                 split_outputs, state_hash, tree_plan)
+from lp_runtime.parallel import (LocalGroup, preorder, rank_tokens, setup_parallel, shard_questions, split_outputs,
+                                 state_hash, tree_plan)
 from lp_runtime.tree import reindex, subtrees
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
 sys.path.insert(0, str(Path(__file__).parent))
 import lp_driver  # noqa: E402
 
-# ------------------------------------------------------------------------------------------ shard plan
+# ------------------------------------------------------------------------------------------ tree plan
 SHAPES = [  # (num_columns, num_levels, num_candidates, cand_len, world)
     (w, l, g, c, k)
     for w, l, g, c, k in itertools.product([0, 1, 2, 4, 6], [0, 1, 3], [0, 1, 3], [1, 2, 4], [1, 2, 3, 4])
@@ -45,7 +46,7 @@ SHAPES = [  # (num_columns, num_levels, num_candidates, cand_len, world)
 
 
 def _brute_force_best(num_columns, num_levels, sizes, world) -> int:
-    """Smallest possible largest-rank load over contiguous column blocks and any subtree placement."""
+    """Smallest possible largest-rank load over contiguous column blocks and any whole-subtree placement."""
     splits = [[]] if num_columns == 0 else [
         [tuple(range(x, y)) for x, y in zip((0, *cuts), (*cuts, num_columns))]
         for nb in range(1, min(world, num_columns) + 1)
@@ -62,52 +63,74 @@ def _brute_force_best(num_columns, num_levels, sizes, world) -> int:
     return best
 
 
+def _best_cut(parents, world) -> int:
+    """Smallest busiest-rank node count over every cut of the preorder into ``world`` runs (chains repeated)."""
+    order, depth = preorder(parents)
+    best = len(parents)
+    for cuts in itertools.combinations(range(1, len(order)), min(world, len(order)) - 1):
+        bounds = list(zip((0, *cuts), (*cuts, len(order))))
+        best = min(best, max(b - a + depth[order[a]] for a, b in bounds))
+    return best
+
+
+def _chains(num, length):
+    return [-1 if j == 0 else i * length + j - 1 for i in range(num) for j in range(length)]
+
+
+def _random_tree(n, seed):
+    rng = random.Random(seed)
+    return [rng.randrange(-1, i) if rng.random() < 0.3 else (i - 1 if i else -1) for i in range(n)]
+
+
 @pytest.mark.parametrize("shape", SHAPES)
-def test_shard_plan_covers_everything_once_and_balances(shape):
+def test_tree_plan_covers_everything_and_balances(shape):
     w, l, g, c, k = shape
-    for sizes in ((c,) * g, tuple(range(c + g - 1, c - 1, -1))[:g][::-1]):  # uniform chains; uneven subtrees
-        plan = shard_plan(1, w, l, sizes, k)
+    for parents in (_chains(g, c), _random_tree(g * c, g + c + k)):
+        plan = tree_plan(1, w, l, parents, k)
         assert len(plan) == k
-        cols = sorted(j for p in plan for j in p[0])
-        trees = sorted(i for p in plan for i in p[1])
-        assert cols == list(range(w)) and trees == list(range(g))
-        for p in plan:  # contiguous, ascending blocks
-            assert list(p[0]) == list(range(p[0][0], p[0][0] + len(p[0]))) if p[0] else not p[0]
-        worst = max(rank_tokens(p, 0, l, sizes) for p in plan)
-        # Within one level's (or one subtree's) worth of the best contiguous plan.
-        assert worst <= _brute_force_best(w, l, sizes, k) + max(l, *sizes, 0)
-        assert shard_plan(1, w, l, sizes, k) == plan  # deterministic
+        assert sorted(j for p in plan for j in p[0]) == list(range(w))
+        assert sorted(set().union(*(p[1] for p in plan))) == list(range(len(parents)))
+        for cols, nodes in plan:
+            assert list(cols) == list(range(cols[0], cols[0] + len(cols))) if cols else not cols  # contiguous
+            assert all(parents[n] < 0 or parents[n] in nodes for n in nodes)  # ancestor-closed
+        worst = max(rank_tokens(p, 0, l) for p in plan)
+        if w == 0:  # the best contiguous cut of the preorder
+            assert worst == _best_cut(parents, k)
+        else:  # within one level's (or one subtree's) worth of the best plan that keeps subtrees whole
+            sizes = [len(t) for t in subtrees(parents)]
+            assert worst <= _brute_force_best(w, l, sizes, k) + max(l, *sizes, 0)
+        assert tree_plan(1, w, l, parents, k) == plan  # deterministic
 
 
-def test_shard_plan_examples():
-    assert shard_plan(1, 6, 2, (3, 3, 3), 3) == (((0, 1, 2, 3), ()), ((4, 5), ()), ((), (0, 1, 2)))
-    # C5: more ranks than columns; every rank gets at most one item, idle ranks are fine.
-    plan = shard_plan(1, 2, 1, (2,), 4)
-    assert sorted(j for p in plan for j in p[0]) == [0, 1] and sum(len(p[1]) for p in plan) == 1
-    assert [rank_tokens(p, 1, 1, (2,)) for p in plan] == [2, 3, 3, 1]  # 1 pending + (col 0) | (row0 1 + col 1) | cand
-    # Pool-only (W = 0): candidates spread one per rank, extra ranks idle.
-    assert shard_plan(2, 0, 0, (4, 4), 3) == (((), (0,)), ((), (1,)), ((), ()))
+def test_tree_plan_examples():
+    assert tree_plan(1, 6, 2, _chains(3, 3), 3) == (((0, 1, 2, 3), ()), ((4, 5), ()), ((), tuple(range(9))))
+    # More ranks than columns; idle ranks are fine.
+    plan = tree_plan(1, 2, 1, [-1, 0], 4)
+    assert plan == (((0,), ()), ((1,), ()), ((), (0, 1)), ((), ()))
+    assert [rank_tokens(p, 1, 1) for p in plan] == [2, 3, 3, 1]  # 1 pending + (col 0) | (row0 1 + col 1) | nodes
+    # Pool-only (W = 0): one chain per rank, extra ranks idle.
+    assert tree_plan(2, 0, 0, _chains(2, 4), 3) == (((), (0, 1, 2, 3)), ((), (4, 5, 6, 7)), ((), ()))
     # One rank: everything, like LocalGroup.
-    assert shard_plan(1, 5, 2, (2, 2, 2), 1) == ((tuple(range(5)), (0, 1, 2)),)
+    assert tree_plan(1, 5, 2, _chains(3, 2), 1) == ((tuple(range(5)), tuple(range(6))),)
     # Later column blocks are shorter: they pay for the longer row-0 prefix.
-    sizes = [len(p[0]) for p in shard_plan(1, 16, 1, (), 4) if p[0]]
+    sizes = [len(p[0]) for p in tree_plan(1, 16, 1, [], 4) if p[0]]
     assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
-    # Uneven subtrees: largest first to the least-loaded rank; a subtree is never split.
-    assert shard_plan(1, 0, 0, (1, 5, 2, 2), 2) == (((), (1,)), ((), (0, 2, 3)))
-    with pytest.raises(ValueError, match="counts must be >= 0"):
-        shard_plan(1, -1, 0, (), 2)
-    with pytest.raises(ValueError, match="subtrees >= 1 node"):
-        shard_plan(1, 1, 0, (0,), 2)
+    with pytest.raises(ValueError, match="counts must be >= 0 and world >= 1"):
+        tree_plan(1, -1, 0, [], 2)
+    with pytest.raises(ValueError, match="node 1 has parent 1; a parent must be -1"):
+        tree_plan(1, 1, 0, [-1, 1], 2)
 
 
-def test_tree_plan_keeps_subtrees_whole():
+def test_tree_plan_cuts_the_preorder_repeating_ancestor_chains():
     parents = [-1, 0, 0, -1, 3, -1, 1]  # subtrees {0, 1, 2, 6}, {3, 4}, {5}
-    assert subtrees(parents) == [[0, 1, 2, 6], [3, 4], [5]]
+    assert preorder(parents) == ([0, 1, 6, 2, 3, 4, 5], [0, 1, 1, 0, 1, 0, 2])  # depth by node
     plan = tree_plan(1, 0, 0, parents, 2)
     assert plan == (((), (0, 1, 2, 6)), ((), (3, 4, 5)))
     assert reindex(parents, plan[0][1]) == (-1, 0, 0, 1)
     assert reindex(parents, plan[1][1]) == (-1, 0, -1)
     assert tree_plan(1, 3, 1, parents, 1) == (((0, 1, 2), tuple(range(7))),)
+    # over 3 ranks, 3 nodes each: runs [0, 1, 6], [2, 3] (feeding 2's parent 0 again), [4, 5] (4's parent 3)
+    assert tree_plan(1, 0, 0, parents, 3) == (((), (0, 1, 6)), ((), (0, 2, 3)), ((), (3, 4, 5)))
 
 
 def test_local_group_and_split_outputs():
@@ -254,9 +277,10 @@ KNEE = {1: 0.010, 4: 0.010, 8: 0.020, 64: 0.160}
 AUTO_CONFIGS = [{"W": 0, "N": 4, "G": 3, "curve": KNEE, "price_lp": 2},
                 {"W": 2, "N": 3, "G": 2, "curve": KNEE, "price_lp": 2}]
 # The successor-table proposer (issue 18) under LP, K = 3 and K = 2: with the debug consistency check on, every rank
-# holds the same table each step, and the top-k rows travel in the step's one all-gather (the first config also
-# fills the table from the prompt's rows at prefill, which every rank computes alike).
-SUCC_CONFIGS = [{"W": 0, "N": 4, "G": 2, "succ": 12, "prefill": True},
+# holds the same table each step, and the top-k rows travel in the step's one all-gather. The first one fills the
+# table from the prompt's rows at prefill (which every rank computes alike) and cuts its tree so no rank of 3 feeds
+# more than 5 nodes (the same cut on every rank, whatever the real LP degree).
+SUCC_CONFIGS = [{"W": 0, "N": 4, "G": 2, "succ": 12, "prefill": True, "rank_cap": [3, 5]},
                 {"W": 2, "N": 3, "G": 2, "succ": 30, "context": 2}]
 LP3_CONFIGS = CONFIGS + SUCC_CONFIGS
 DP2_CONFIGS = CONFIGS + AUTO_CONFIGS + SUCC_CONFIGS

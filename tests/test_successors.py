@@ -225,11 +225,34 @@ def test_proposer_prefill_rows_fill_only_empty_rows():
     assert prop._table.successors(4) == [5, 6] and prop.table.successors(4) == [9, 1]
 
 
-@pytest.mark.parametrize("budget, context", [(-3, 1), (4, 3)])
-def test_proposer_refuses_bad_arguments(budget, context):
-    with pytest.raises(ValueError, match=rf"SuccessorProposer\(budget={budget}, context={context}\): need a node "
-                       "budget >= 0 and context 1 or 2"):
-        SuccessorProposer(10, budget, context=context)
+@pytest.mark.parametrize("budget, context, lp, cap", [(-3, 1, 1, None), (4, 3, 1, None), (4, 1, 0, None),
+                                                      (4, 1, 2, 0)])
+def test_proposer_refuses_bad_arguments(budget, context, lp, cap):
+    with pytest.raises(ValueError, match=rf"SuccessorProposer\(budget={budget}, context={context}, lp_size={lp}, "
+                       rf"rank_budget={cap}\): need a node budget >= 0, context 1 or 2, lp_size >= 1 and "
+                       "rank_budget None or >= 1"):
+        SuccessorProposer(10, budget, context=context, lp_size=lp, rank_budget=cap)
+
+
+def test_rank_cap_keeps_the_longest_prefix_within_every_ranks_budget():
+    from lp_runtime.parallel import max_rank_tokens
+
+    table = SuccessorTable(10, k=3)
+    table.update(range(10), [[(t + 1) % 10, (t + 2) % 10, (t + 3) % 10] for t in range(10)])
+    full = SuccessorProposer(10, 40, width=3)
+    full.table = full._table = table
+    full.begin([0], do_sample=False)
+    tree = full.propose()
+    assert len(tree) == 40 and max_rank_tokens(0, 0, 0, tree.parents, 4) == 12
+    for cap, kept in ((12, 40), (10, 35), (4, 12)):
+        capped = SuccessorProposer(10, 40, width=3, lp_size=4, rank_budget=cap)
+        capped.table = capped._table = table
+        capped.begin([0], do_sample=False)
+        got = capped.propose()
+        assert got.parents == tree.parents[:kept] and got.tokens == tree.tokens[:kept]
+        assert max_rank_tokens(0, 0, 0, got.parents, 4) <= cap
+        assert kept == 40 or max_rank_tokens(0, 0, 0, tree.parents[:kept + 1], 4) > cap  # the longest such prefix
+        assert len(capped._last.succ_rank) == kept  # what observe learns from is cut the same way
 
 
 # ------------------------------------------------------------------------------------------------ the decoder
@@ -330,24 +353,23 @@ def test_sampling_law_is_exact_on_trees_with_successor_nodes():
 
 # ------------------------------------------------------------------------------------------------ LP plan
 def test_tree_plan_splits_a_heavy_subtree_repeating_its_ancestor_chain():
-    from lp_runtime.parallel import _global_topk, max_rank_tokens, split_units, tree_plan
+    from lp_runtime.parallel import _global_topk, max_rank_tokens, tree_plan
 
     parents = [-1, 0, 1, 1, -1]  # 0 -> 1 -> {2, 3}; 4
-    assert split_units(parents, 2) == [((0, 1), 2, 3), ((0, 1), 3, 3), ((), 4, 1)]
-    assert split_units(parents, 1) == [((), 0, 4), ((), 4, 1)]  # one rank: nothing to split
-    assert tree_plan(1, 0, 0, parents, 2) == (((), (0, 1, 2, 4)), ((), (0, 1, 3)))
-    assert max_rank_tokens(1, 0, 0, parents, 2) == 5  # without the split: 1 + 4 on one rank
+    assert tree_plan(1, 0, 0, parents, 2) == (((), (0, 1, 2, 3)), ((), (4,)))
+    assert tree_plan(1, 0, 0, parents, 3) == (((), (0, 1, 2)), ((), (0, 1, 3)), ((), (4,)))  # 0 -> 1 fed twice
+    assert max_rank_tokens(1, 0, 0, parents, 3) == 4  # subtrees whole: 1 + 4 on one rank
     # a successor-table tree: one deep first child holding most nodes, over 4 ranks
     table_tree = [-1, 0, 0, 0, 0, 1, 1, 2, 2, 3, 4, -1]
     plan = tree_plan(1, 0, 0, table_tree, 4)
-    assert max(1 + len(n) for _, n in plan) == 6 and sorted(set().union(*(n for _, n in plan))) == list(range(12))
-    assert max_rank_tokens(1, 0, 0, table_tree, 4) == 6  # root subtrees whole: 1 + 11 on one rank
+    assert plan == (((), (0, 1, 5, 6)), ((), (0, 2, 7, 8)), ((), (0, 3, 4, 9)), ((), (0, 4, 10, 11)))
+    assert max_rank_tokens(1, 0, 0, table_tree, 4) == 5  # root subtrees whole: 1 + 11 on one rank
     # the top-k rows of a duplicated node come from the last rank that holds it; c from rank 0
-    plans = tree_plan(1, 0, 0, parents, 2)
-    gathered = torch.zeros(2, 5, 3, dtype=torch.int64)
+    plans = tree_plan(1, 0, 0, parents, 3)
+    gathered = torch.zeros(3, 4, 3, dtype=torch.int64)
     for r, (_, nodes) in enumerate(plans):
         gathered[r, 0, 1:] = 100 + r
         for i, n in enumerate(nodes):
             gathered[r, 1 + i, 1:] = 10 * n + r
     assert _global_topk(gathered, plans, 0, 5, torch.zeros(1)).tolist() == [
-        [100, 100], [1, 1], [11, 11], [20, 20], [31, 31], [40, 40]]
+        [100, 100], [1, 1], [11, 11], [20, 20], [31, 31], [42, 42]]
