@@ -24,7 +24,7 @@ OUTLIER_RATIO = 1.5  # rounds disagree when a q's slowest round took this many t
 RECHECK_QS = (1, 8)  # what a cached profile is re-timed at on start-up
 RECHECK_RATIO = 1.5  # ... and replaced when a q now takes this many times more, or less, than cached
 DTYPE_MARGIN = 1.2  # model.dtype=auto keeps float32 unless another dtype's greedy step is this many times faster
-MEASURE_BUDGET_S = 60.0  # no part of a round starts after this many seconds of measuring (measure_rounds)
+MEASURE_BUDGET_S = 60.0  # no round starts after this many seconds of measuring (the first always runs)
 VARIANTS = ("dynamic", "static_mask", "compile")
 DEFAULT_VARIANT = "static_mask"
 PROFILE_VERSION = 5  # 5: keyed by models.model_id_of; re-measured when rounds disagree (4: robust_curve)
@@ -105,37 +105,16 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
                         dynamic_mask=variant == "dynamic", clock=clock)
 
 
-def spread_parts(qs: Sequence[int]) -> list[tuple[int, ...]]:
-    """``qs`` in the parts ``measure_rounds`` times one by one: first the smallest, the largest and the start-up
-    re-check's (``RECHECK_QS``), so a curve stopped after it still spans every q, then the rest in two interleaved
-    halves.
-
-    >>> spread_parts(LATENCY_QS)
-    [(1, 8, 64), (2, 4, 12, 24, 48), (3, 6, 16, 32)]
-    """
-    ordered = sorted(set(qs))
-    first = tuple(q for q in ordered if q in (ordered[0], ordered[-1], *RECHECK_QS))
-    rest = [q for q in ordered if q not in first]
-    return [first] + [tuple(part) for part in (rest[0::2], rest[1::2]) if part]
-
-
 def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: int = ROUNDS, reps: int = REPS,
                    budget_s: float = MEASURE_BUDGET_S, first_warmup: int = 1,
                    clock: Callable[[], float] = time.monotonic) -> list[dict[int, float]]:
-    """Up to ``rounds`` curves over ``qs``, each ``measure(part, reps=reps, warmup=...)`` per part of
-    ``spread_parts(qs)`` (warm-up in the first round only). After ``budget_s`` seconds of ``clock`` no part
-    starts but the first round's first one, so a busy machine ends the measurement with a round cut short
-    (``robust_curve`` takes the rounds' q as they are)."""
+    """Up to ``rounds`` curves ``measure(qs, reps=reps, warmup=...)`` (warm-up in the first round only); no round
+    but the first starts after ``budget_s`` seconds of ``clock``."""
     start, out = clock(), []
     for r in range(rounds):
-        curve: dict[int, float] = {}
-        for i, part in enumerate(spread_parts(qs)):
-            if (r or i) and clock() - start > budget_s:
-                break
-            times = measure(part, reps=reps, warmup=first_warmup if r == 0 else 0)
-            curve.update({int(q): float(t) for q, t in times.items()})
-        if curve:
-            out.append(curve)
+        if r and clock() - start > budget_s:
+            break
+        out.append({int(q): float(t) for q, t in measure(qs, reps=reps, warmup=first_warmup if r == 0 else 0).items()})
     return out
 
 
@@ -293,8 +272,8 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
         return cached
     why = f"the cached profile no longer matches this machine ({stale})" if stale else "once"
     log(f"measuring this machine's step latency for decoding=auto, {why}: {model_id}, {dtype} on {device}, "
-        f"{ROUNDS} rounds x {len(qs)} step sizes, none started after ~{budget_s:.0f} s (a busy machine cuts the rounds "
-        f"short); cached in {path}")
+        f"{ROUNDS} rounds x {len(qs)} step sizes, no round started after ~{budget_s:.0f} s (a round takes longer while "
+        f"other processes hold the cores); cached in {path}")
     t0 = clock()
     rounds = _measure_robust(measure, log, budget_s, clock, qs)
     profile = latency_profile(model_id, device, dtype, root=root, retune=True, measure=lambda: robust_curve(rounds),
