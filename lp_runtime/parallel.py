@@ -30,7 +30,7 @@ import torch
 
 from . import distributed
 from .config import ParallelConfig
-from .tree import reindex
+from .tree import path, preorder, reindex
 from .window import levels_of, step_tokens
 
 Plan = tuple[tuple[int, ...], tuple[int, ...]]
@@ -73,31 +73,6 @@ def _pack_columns(num_columns: int, num_levels: int, world: int, limit: int) -> 
     return ends
 
 
-def preorder(parents: Sequence[int]) -> tuple[list[int], list[int]]:
-    """The tree's nodes in depth-first preorder (children in index order) and each node's depth (its number of
-    ancestors: a child of ``c`` has depth 0). A contiguous run ``order[a:b]`` plus the ancestors of its first node
-    ``order[a]`` is ancestor-closed (an ancestor of a later node of the run that precedes the run also precedes
-    ``order[a]`` and holds it in its subtree), so a rank that feeds the run feeds ``b - a + depth[order[a]]`` nodes.
-    ``ValueError`` when a parent does not precede its child.
-
-        >>> preorder([-1, 0, -1, 1, 0])
-        ([0, 1, 3, 4, 2], [0, 1, 0, 2, 1])
-    """
-    kids: dict[int, list[int]] = {}
-    for i, p in enumerate(parents):
-        if not -1 <= p < i:
-            raise ValueError(f"preorder: node {i} has parent {p}; a parent must be -1 (c) or an earlier node")
-        kids.setdefault(int(p), []).append(i)
-    order, depth, stack = [], [0] * len(parents), list(reversed(kids.get(-1, [])))
-    while stack:
-        n = stack.pop()
-        order.append(n)
-        for ch in reversed(kids.get(n, ())):
-            depth[ch] = depth[n] + 1
-            stack.append(ch)
-    return order, depth
-
-
 def _fill_runs(order: Sequence[int], depth: Sequence[int], loads: Sequence[int],
                limit: int) -> Optional[list[tuple[int, int]]]:
     """Cut ``order`` into contiguous runs, one per rank, least-loaded rank first (lower rank on ties), each as
@@ -131,12 +106,8 @@ def _tree_plan(num_columns: int, num_levels: int, parents: tuple[int, ...], worl
     cols = [tuple(range(s, e)) for s, e in zip(starts, ends)] + [()] * (world - len(ends))
     out = []
     for r, (a, b) in enumerate(runs):
-        nodes = set(order[a:b])
-        p = parents[order[a]] if b > a else -1
-        while p >= 0:  # the first node's ancestor chain, fed again on this rank
-            nodes.add(p)
-            p = parents[p]
-        out.append((cols[r], tuple(sorted(nodes))))
+        chain = path(parents, order[a])[:-1] if b > a else []  # the first node's ancestors, fed again on this rank
+        out.append((cols[r], tuple(sorted({*order[a:b], *chain}))))
     return tuple(out)
 
 

@@ -57,6 +57,30 @@ def children(parents: Sequence[int]) -> dict[int, list[int]]:
     return out
 
 
+def preorder(parents: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The tree's nodes in depth-first preorder (children in index order) and each node's depth (its number of
+    ancestors: a child of ``c`` has depth 0). A contiguous run ``order[a:b]`` plus the ancestors of its first node
+    ``order[a]`` is ancestor-closed (an ancestor of a later node of the run that precedes the run also precedes
+    ``order[a]`` and holds it in its subtree), so a rank that feeds the run feeds ``b - a + depth[order[a]]`` nodes.
+    ``ValueError`` when a parent does not precede its child.
+
+        >>> preorder([-1, 0, -1, 1, 0])
+        ([0, 1, 3, 4, 2], [0, 1, 0, 2, 1])
+    """
+    for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"preorder: node {i} has parent {p}; a parent must be -1 (c) or an earlier node")
+    kids = children(parents)
+    order, depth, stack = [], [0] * len(parents), list(reversed(kids.get(-1, [])))
+    while stack:
+        n = stack.pop()
+        order.append(n)
+        for ch in reversed(kids.get(n, ())):
+            depth[ch] = depth[n] + 1
+            stack.append(ch)
+    return order, depth
+
+
 def child_tokens(tokens: Sequence[int], parents: Sequence[int], node: int) -> list[int]:
     """The distinct tokens of ``node``'s children in tree order (-1 = the root): the drafts sampling
     verification tries there; [] for a leaf.

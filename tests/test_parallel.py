@@ -28,9 +28,9 @@ import torch
 
 from lp_runtime import distributed
 from lp_runtime.config import ConfigError, ParallelConfig
-from lp_runtime.parallel import (LocalGroup, preorder, rank_tokens, setup_parallel, shard_questions, split_outputs,
+from lp_runtime.parallel import (LocalGroup, rank_tokens, setup_parallel, shard_questions, split_outputs,
                                  state_hash, tree_plan)
-from lp_runtime.tree import reindex, subtrees
+from lp_runtime.tree import preorder, reindex, subtrees
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
