@@ -222,7 +222,7 @@ class Sampler:
         scores = self.process(logits_RV, history, suffixes)
         if not self.do_sample:
             return scores.argmax(dim=-1).tolist()
-        probs = torch.softmax(scores.double(), dim=-1)
+        probs = torch.softmax(scores.double(), dim=-1).cpu()  # one copy to the host; node_outcome reads rows as numpy
         out = []
         for r, kids in enumerate(children):
             u = uniforms(self.cfg.seed, len(history) + len(suffixes[r]), len(kids) + 1)
