@@ -34,10 +34,12 @@ def auto_policy(model, *, model_id: Optional[str] = None, root: Optional[str] = 
 
 def step_timing(step, measure=None) -> dict[str, Any]:
     """``latency.model_profile``'s timing arguments for a decoder's ``step``: a captured step's own
-    ``measure_latency``, ``latency_qs`` and ``latency_variant``; none for an eager step. ``measure`` wins."""
+    ``measure_latency``, ``latency_qs``, ``latency_variant`` and ``buckets``; none for an eager step. ``measure``
+    wins."""
     if step is None or not hasattr(step, "latency_qs"):
         return {} if measure is None else {"measure": measure}
-    return {"measure": measure or step.measure_latency, "qs": step.latency_qs(), "variant": step.latency_variant}
+    return {"measure": measure or step.measure_latency, "qs": step.latency_qs(), "variant": step.latency_variant,
+            "buckets": step.buckets}
 
 
 def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: float = 1.5,

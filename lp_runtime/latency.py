@@ -6,6 +6,7 @@ disagree; a cached profile is re-checked at start-up (``recheck``)."""
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import statistics
 import time
@@ -24,7 +25,8 @@ OUTLIER_RATIO = 1.5  # rounds disagree when a q's slowest round took this many t
 RECHECK_QS = (1, 8)  # what a cached profile is re-timed at on start-up
 RECHECK_RATIO = 1.5  # ... and replaced when a q now takes this many times more, or less, than cached
 DTYPE_MARGIN = 1.2  # model.dtype=auto keeps float32 unless another dtype's greedy step is this many times faster
-MEASURE_BUDGET_S = 60.0  # no round starts after this many seconds of measuring (the first always runs)
+MEASURE_BUDGET_S = 60.0  # no part of a round starts after this many seconds of measuring (the first always runs)
+PARTS = 3  # a round times its q in this many parts (round_parts), the budget checked before each
 VARIANTS = ("dynamic", "static_mask", "compile")
 DEFAULT_VARIANT = "static_mask"
 PROFILE_VERSION = 5  # 5: keyed by models.model_id_of; re-measured when rounds disagree (4: robust_curve)
@@ -105,16 +107,41 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
                         dynamic_mask=variant == "dynamic", clock=clock)
 
 
+def round_parts(qs: Sequence[int], buckets: Sequence[int] = ()) -> list[tuple[int, ...]]:
+    """``qs`` in the parts ``measure_rounds`` times one by one. A q runs as one shape: the smallest of ``buckets``
+    >= q (a captured step's, ``compiled.CapturedStep``), or itself past them and without buckets (the eager step,
+    where every q is its own shape). A shape's q stay in one part, so every round, even one cut short, times a
+    shape once for all its q and the captured curve stays a step function over the buckets. First come the
+    shapes of the smallest and largest q and of ``RECHECK_QS`` (a round stopped after it still spans every q),
+    then the other shapes in ``PARTS - 1`` interleaved parts.
+
+    >>> round_parts(LATENCY_QS)
+    [(1, 8, 64), (2, 4, 12, 24, 48), (3, 6, 16, 32)]
+    >>> round_parts((1, 2, 4, 5, 8), buckets=(1, 4, 8))    # q = 2 runs as bucket 4, q = 5 as bucket 8
+    [(1, 5, 8), (2, 4)]
+    """
+    shape = {q: min((b for b in buckets if b >= q), default=q) for q in sorted(set(qs))}
+    ends = {shape[q] for q in shape if q in (min(shape), max(shape), *RECHECK_QS)}
+    rest = sorted(set(shape.values()) - ends)
+    groups = [ends] + [set(rest[i :: PARTS - 1]) for i in range(PARTS - 1)]
+    return [tuple(q for q in shape if shape[q] in g) for g in groups if g]
+
+
 def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: int = ROUNDS, reps: int = REPS,
-                   budget_s: float = MEASURE_BUDGET_S, first_warmup: int = 1,
+                   budget_s: float = MEASURE_BUDGET_S, first_warmup: int = 1, buckets: Sequence[int] = (),
                    clock: Callable[[], float] = time.monotonic) -> list[dict[int, float]]:
-    """Up to ``rounds`` curves ``measure(qs, reps=reps, warmup=...)`` (warm-up in the first round only); no round
-    but the first starts after ``budget_s`` seconds of ``clock``."""
-    start, out = clock(), []
-    for r in range(rounds):
-        if r and clock() - start > budget_s:
+    """Up to ``rounds`` curves over ``qs``, each timed part by part (``round_parts(qs, buckets)``) as
+    ``measure(part, reps=reps, warmup=...)``, warm-up passes in the first round only. No part but the first
+    round's first starts after ``budget_s`` seconds of ``clock``: a busy machine ends with its last round cut
+    short (``robust_curve`` takes each round's q as they are), and the part under way runs past the budget."""
+    parts, start, out = round_parts(qs, buckets), clock(), []
+    for r, i in itertools.product(range(rounds), range(len(parts))):
+        if (r or i) and clock() - start > budget_s:
             break
-        out.append({int(q): float(t) for q, t in measure(qs, reps=reps, warmup=first_warmup if r == 0 else 0).items()})
+        times = measure(parts[i], reps=reps, warmup=first_warmup if r == 0 else 0)
+        if i == 0:
+            out.append({})
+        out[-1].update({int(q): float(t) for q, t in times.items()})
     return out
 
 
@@ -234,16 +261,17 @@ def recheck(curve: Mapping[int, float], measure: Measure, qs: Sequence[int] = RE
 
 
 def _measure_robust(measure: Measure, log: Callable[[str], None], budget_s: float,
-                    clock: Callable[[], float], qs: Sequence[int] = LATENCY_QS) -> list[dict[int, float]]:
+                    clock: Callable[[], float], qs: Sequence[int] = LATENCY_QS,
+                    buckets: Sequence[int] = ()) -> list[dict[int, float]]:
     """``measure_rounds`` at ``qs``, and once more within the budget left when its rounds disagree."""
     start = clock()
-    rounds = measure_rounds(measure, qs, budget_s=budget_s, clock=clock)
+    rounds = measure_rounds(measure, qs, budget_s=budget_s, clock=clock, buckets=buckets)
     q, ratio = disagreement(rounds)
     left = budget_s - (clock() - start)
     if ratio > OUTLIER_RATIO and left > 0:
         log(f"the latency rounds disagree (q={q}: slowest {ratio:.1f}x the fastest; the machine was busy?): "
             "measuring once more")
-        again = measure_rounds(measure, qs, budget_s=left, clock=clock, first_warmup=0)
+        again = measure_rounds(measure, qs, budget_s=left, clock=clock, first_warmup=0, buckets=buckets)
         rounds = again if disagreement(again)[1] <= OUTLIER_RATIO else rounds + again
     return rounds
 
@@ -251,11 +279,13 @@ def _measure_robust(measure: Measure, log: Callable[[str], None], budget_s: floa
 def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, retune: Optional[bool] = None,
                   root: Optional[str] = None, log: Callable[[str], None] = print,
                   budget_s: float = MEASURE_BUDGET_S, clock: Callable[[], float] = time.monotonic,
-                  qs: Sequence[int] = LATENCY_QS, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
+                  qs: Sequence[int] = LATENCY_QS, variant: str = DEFAULT_VARIANT,
+                  buckets: Sequence[int] = ()) -> dict[str, Any]:
     """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype): measured on first use
     (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale. ``measure``
     defaults to ``measure_latency``, ``retune`` to ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line when it measures.
-    A captured step passes its ``measure``, ``qs`` and ``variant``, which keys its own profile."""
+    A captured step passes its ``measure``, ``qs``, ``variant`` (which keys its own profile) and ``buckets``
+    (``round_parts``)."""
     measure = measure or functools.partial(measure_latency, model)
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     device, dtype = device_key(model), dtype_name(model)
@@ -272,10 +302,10 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
         return cached
     why = f"the cached profile no longer matches this machine ({stale})" if stale else "once"
     log(f"measuring this machine's step latency for decoding=auto, {why}: {model_id}, {dtype} on {device}, "
-        f"{ROUNDS} rounds x {len(qs)} step sizes, no round started after ~{budget_s:.0f} s (a round takes longer while "
-        f"other processes hold the cores); cached in {path}")
+        f"{ROUNDS} rounds x {len(qs)} step sizes in parts, no part started after ~{budget_s:.0f} s (a busy machine "
+        f"measures fewer rounds, and the part under way finishes); cached in {path}")
     t0 = clock()
-    rounds = _measure_robust(measure, log, budget_s, clock, qs)
+    rounds = _measure_robust(measure, log, budget_s, clock, qs, buckets)
     profile = latency_profile(model_id, device, dtype, root=root, retune=True, measure=lambda: robust_curve(rounds),
                               variant=variant, qs=qs)
     profile["rounds_s"] = [{str(q): t for q, t in sorted(r.items())} for r in rounds]

@@ -24,14 +24,18 @@ def tiny_llama():
 
 
 class Rounds:
-    """A fake ``measure(qs, reps=, warmup=)``: the next of ``curves`` (the last repeats), every call recorded."""
+    """A fake ``measure(qs, reps=, warmup=)``: a call holding q = 1 (a round's first part, ``round_parts``, or the
+    start-up re-check) takes the next of ``curves`` (the last repeats), a round's other parts the same one; every
+    call recorded in ``calls``, those holding q = 1 in ``starts``."""
 
     def __init__(self, *curves):
-        self.curves, self.calls = list(curves), []
+        self.curves, self.calls, self.starts = list(curves), [], []
 
     def __call__(self, qs, reps, warmup):
         self.calls.append((tuple(qs), reps, warmup))
-        curve = self.curves[min(len(self.calls), len(self.curves)) - 1]
+        if 1 in qs:
+            self.starts.append(self.calls[-1])
+        curve = self.curves[min(max(len(self.starts), 1), len(self.curves)) - 1]
         return {q: curve[q] for q in qs if q in curve}
 
 
@@ -45,6 +49,27 @@ def test_measure_latency_times_each_variant_with_the_clock_given(tiny_llama):
         assert curve == {1: 1, 3: 1}
     with pytest.raises(ValueError, match="variant='static' is not allowed; use one of dynamic, static_mask, compile"):
         latency.measure_latency(tiny_llama, (1,), variant="static")
+
+
+def test_measure_rounds_stops_within_a_round_after_the_budget():
+    """A busy machine (50 s a part; the fresh-clone demo of 2026-12-02 took 259 s for one round of 12 q under a
+    60 s budget): the first round stops after two of its parts, whose q still span 1..64; nothing more starts."""
+    now, calls = [0.0], []
+
+    def busy(qs, reps, warmup):
+        calls.append(qs)
+        now[0] += 50.0
+        return {q: 0.001 * q for q in qs}
+
+    rounds = latency.measure_rounds(busy, latency.LATENCY_QS, budget_s=60.0, clock=lambda: now[0])
+    assert calls == [(1, 8, 64), (2, 4, 12, 24, 48)] and now[0] == 100.0
+    assert rounds == [{q: 0.001 * q for q in (1, 8, 64, 2, 4, 12, 24, 48)}]
+    # a captured step's buckets (1, 4, 8): q = 2 runs as bucket 4 and q = 5 as bucket 8, each timed in one part
+    now[0], calls[:] = 0.0, []
+    rounds = latency.measure_rounds(busy, (1, 2, 4, 5, 8), buckets=(1, 4, 8), budget_s=60.0, clock=lambda: now[0])
+    assert calls == [(1, 5, 8), (2, 4)] and len(rounds) == 1
+    assert latency.round_parts((1, 2, 3, 4, 5, 8, 9, 16), buckets=(1, 2, 4, 8, 16)) == [(1, 5, 8, 9, 16), (2,),
+                                                                                         (3, 4)]
 
 
 def test_measure_rounds_stops_starting_rounds_after_the_budget():
@@ -125,18 +150,19 @@ def test_model_profile_measures_once_says_so_and_keeps_the_rounds(tiny_llama, tm
     lines = []
     p = latency.model_profile(tiny_llama, "tiny-1234abcd", measure=noisy, root=str(tmp_path), retune=False,
                               log=lines.append)
-    assert [c[2] for c in noisy.calls] == [1, 0, 0] and {c[1] for c in noisy.calls} == {latency.REPS}
+    assert [c[2] for c in noisy.starts] == [1, 0, 0] and {c[1] for c in noisy.calls} == {latency.REPS}
+    assert [c[0] for c in noisy.calls] == [(1, 8, 64), (2, 4, 12, 24, 48), (3, 6, 16, 32)] * 3  # round_parts
     assert latency.curve_of(p) == {1: 0.021, 8: 0.021}  # fastest round per q, then monotone
     device = f"cpu-{torch.get_num_threads()}t"
     assert lines == [f"measuring this machine's step latency for decoding=auto, once: tiny-1234abcd, float32 on "
-                     f"{device}, 3 rounds x 12 step sizes, no round started after ~60 s (a round takes longer while other "
-                     f"processes hold the cores); cached in {p['path']}"]
+                     f"{device}, 3 rounds x 12 step sizes in parts, no part started after ~60 s (a busy machine measures "
+                     f"fewer rounds, and the part under way finishes); cached in {p['path']}"]
     assert p["path"].endswith(f"tiny-1234abcd__{device}__float32.json")
     saved = json.loads(Path(p["path"]).read_text())
     assert saved["rounds_s"] == [{"1": 0.030, "8": 0.020}, {"1": 0.021, "8": 0.022}, {"1": 0.022, "8": 0.021}]
     # reused: re-checked at q = 1 and 8 only (within 1.5x of the cached 21 ms), nothing said
     again = latency.model_profile(tiny_llama, "tiny-1234abcd", measure=noisy, root=str(tmp_path), log=lines.append)
-    assert again["reused"] and noisy.calls[3] == ((1, 8), latency.REPS, 1) and len(noisy.calls) == 4
+    assert again["reused"] and noisy.calls[9] == ((1, 8), latency.REPS, 1) and len(noisy.calls) == 10
     assert len(lines) == 1
 
 
@@ -147,7 +173,7 @@ def test_rounds_that_disagree_are_measured_again(tiny_llama, tmp_path):
     p = latency.model_profile(tiny_llama, "m-1", measure=busy, root=str(tmp_path), retune=True, log=lines.append)
     assert lines[1] == ("the latency rounds disagree (q=8: slowest 6.4x the fastest; the machine was busy?): "
                         "measuring once more")
-    assert len(busy.calls) == 6 and [c[2] for c in busy.calls[3:]] == [0, 0, 0]
+    assert len(busy.starts) == 6 and [c[2] for c in busy.starts[3:]] == [0, 0, 0]
     assert p["rounds_s"] == [{"1": 0.10, "8": 0.11}] * 3  # the agreeing re-measurement replaces them
     # a second input of the kind: the re-measurement disagrees too -> every round kept, fastest per q
     busy = Rounds({1: 0.10, 8: 0.70}, {1: 0.10, 8: 0.11}, {1: 0.10, 8: 0.11},
@@ -157,15 +183,15 @@ def test_rounds_that_disagree_are_measured_again(tiny_llama, tmp_path):
     # no time left in the budget: no second measurement, the rounds kept as they are
     now = [0.0]
 
-    def slow(qs, reps, warmup):  # 40 s a round on the fake clock
-        now[0] += 40.0
+    def slow(qs, reps, warmup):  # 40 s a round (of 3 parts) on the fake clock
+        now[0] += 40.0 / 3
         return busy(qs, reps=reps, warmup=warmup)
 
     busy = Rounds({1: 0.10, 8: 0.70}, {1: 0.10, 8: 0.11}, {1: 0.10, 8: 0.11})
     p = latency.model_profile(tiny_llama, "m-5", measure=slow, root=str(tmp_path), retune=True, log=lines.append,
-                              clock=lambda: now[0])  # rounds at 0 and 40 s; none at 80 s; nothing left
-    assert len(busy.calls) == 2 and len(p["rounds_s"]) == 2 and latency.curve_of(p) == {1: 0.10, 8: 0.11}
-    assert p["measure_seconds"] == 80.0 and lines[-1].startswith("measuring this machine")  # said nothing more
+                              clock=lambda: now[0])  # round 2's parts at 40 and 53 s, none at 67 s; nothing left
+    assert len(busy.calls) == 5 and len(p["rounds_s"]) == 2 and latency.curve_of(p) == {1: 0.10, 8: 0.11}
+    assert p["measure_seconds"] == pytest.approx(200 / 3) and lines[-1].startswith("measuring this machine")
 
 
 def test_a_cached_profile_that_no_longer_matches_the_machine_is_replaced(tiny_llama, tmp_path):
