@@ -7,6 +7,8 @@ import time
 from dataclasses import asdict, replace
 from typing import Any, Callable, Optional, Sequence
 
+from tqdm import tqdm
+
 from . import data
 from .config import DatasetConfig, DecodingConfig
 from .latency import curve_of, dtype_name, model_profile, save_profile
@@ -108,18 +110,23 @@ def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int =
 
 def calibrate(decoder, prompts: Sequence[Sequence[int]], curve: dict[int, float], *,
               max_new_tokens: int = CALIBRATION_TOKENS, warm: int = WARM_PROMPTS,
-              budget_s: float = CALIBRATION_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+              budget_s: float = CALIBRATION_BUDGET_S, clock: Callable[[], float] = time.monotonic,
+              progress: bool = False) -> dict[str, Any]:
     """The expected speedup of ``decoder`` on ``curve`` from decoding ``prompts`` as a run would (one decoder, a
     run's ``max_new_tokens``, the first ``warm`` not counted, no prompt started after ``budget_s`` once two are
-    counted). Returns {tokens, steps, mean_step_tokens, expected_speedup, low, high, prompts, max_new_tokens}."""
+    counted); with ``progress`` a bar on stderr, one tick a prompt (a busy machine takes minutes). Returns
+    {tokens, steps, mean_step_tokens, expected_speedup, low, high, prompts, max_new_tokens}."""
     warm = min(warm, max(len(prompts) - 1, 0))
     start, counted = clock(), []
-    for i, prompt in enumerate(prompts):
-        if len(counted) >= 2 and clock() - start > budget_s:
-            break
-        out = decoder.generate(list(prompt), max_new_tokens=max_new_tokens)
-        if i >= warm:
-            counted.append((len(out.output_ids), list(out.step_tokens)))
+    with tqdm(total=len(prompts), desc="decoding=auto calibration", unit="prompt", mininterval=0, leave=False,
+              disable=not progress) as bar:  # every tick shown: a tick is a whole prompt
+        for i, prompt in enumerate(prompts):
+            if len(counted) >= 2 and clock() - start > budget_s:
+                break
+            out = decoder.generate(list(prompt), max_new_tokens=max_new_tokens)
+            if i >= warm:
+                counted.append((len(out.output_ids), list(out.step_tokens)))
+            bar.update(1)
     tokens = sum(t for t, _ in counted)
     steps = [q for _, s in counted for q in s]
     per_prompt = [expected_speedup(curve, t, s) for t, s in counted]
@@ -132,12 +139,13 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
                  make_decoder: Callable[[DecodingConfig, CostPolicy], Any], model_name: Optional[str] = None,
                  fallback_questions: Sequence[Any] = (), max_new_tokens: int = CALIBRATION_TOKENS,
                  retune: Optional[bool] = None, root: Optional[str] = None, lp_size: int = 1, measure=None,
-                 step=None, clock: Callable[[], float] = time.monotonic) -> tuple[DecodingConfig, dict[str, Any]]:
+                 step=None, clock: Callable[[], float] = time.monotonic,
+                 progress: bool = True) -> tuple[DecodingConfig, dict[str, Any]]:
     """``decoding=auto`` for a loaded model: (the setting for ``lp_size`` ranks, a summary entry), after
     printing ONE line with the setting and the expected speedup over greedy. The profile is
     ``latency.model_profile`` (``measure``: its timing; ``step``: the decoder's step, see ``auto_policy``); the
     speedup is ``calibrate`` of ``make_decoder(setting, CostPolicy(curve))``, once per profile and setting, kept
-    in the profile."""
+    in the profile, with its progress bar unless ``progress`` is off (call on rank 0 only)."""
     limits = limits or DecodingConfig(method="auto")
     profile = model_profile(model, model_id_of(model), retune=retune, root=root,
                             log=lambda line: print(line, flush=True), **step_timing(step, measure))
@@ -148,7 +156,7 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
     if calib is None:
         prompts = calibration_prompts(tokenizer, fallback_questions)
         calib = calibrate(make_decoder(decoding, CostPolicy(curve)), prompts, curve, max_new_tokens=max_new_tokens,
-                          clock=clock)
+                          clock=clock, progress=progress)
         profile.setdefault("calibration", {})[key] = calib
         save_profile(profile["path"], profile)
     print(_start_line(model_name or model_id_of(model), decoding, dtype_name(model), profile, calib), flush=True)

@@ -66,10 +66,11 @@ AUTO_WAIT_S = 1800.0  # how long other ranks wait while rank 0 measures the mach
 
 
 def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list, todo: list, is_main: bool,
-                  timeout_s: float, lp_size: int, step: Any) -> tuple[Any, dict, Any]:
+                  timeout_s: float, lp_size: int, step: Any, progress: bool) -> tuple[Any, dict, Any]:
     """``decoding=auto``: rank 0 reads (or measures) the latency profile and prints the start-up line
-    (``auto.resolve_auto``); every rank takes rank 0's setting and curve. Returns (setting, summary entry,
-    ``policy.CostPolicy``). ``step``: the decoders' step (None = eager; a captured one is timed per bucket)."""
+    (``auto.resolve_auto``, its calibration bar with ``progress``); every rank takes rank 0's setting and curve.
+    Returns (setting, summary entry, ``policy.CostPolicy``). ``step``: the decoders' step (None = eager; a
+    captured one is timed per bucket)."""
     from lp_runtime import auto, distributed, latency
     from lp_runtime.decoder import Decoder
     from lp_runtime.policy import CostPolicy
@@ -78,8 +79,8 @@ def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list
     if is_main:
         resolved = auto.resolve_auto(
             model, tokenizer, limits, model_name=label, fallback_questions=todo, lp_size=lp_size, step=step,
-            make_decoder=lambda d, p: Decoder(model, d, eos_token_ids=eos, tokenizer=tokenizer, step_policy=p,
-                                              step=step))
+            progress=progress, make_decoder=lambda d, p: Decoder(model, d, eos_token_ids=eos, tokenizer=tokenizer,
+                                                                 step_policy=p, step=step))
     if distributed.is_initialized():
         resolved = distributed.broadcast_object(resolved, timeout_s=max(timeout_s, AUTO_WAIT_S))
     decoding, entry = resolved
@@ -145,7 +146,7 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     if decoding.method == "auto":
         decoding, extra["auto_decoding"], policy = _resolve_auto(model, tokenizer, label, decoding, eos, todo,
                                                                  is_main, cfg.parallel.timeout_s, ctx.lp_group.size,
-                                                                 step)
+                                                                 step, cfg.progress)
     decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
                       sampling=cfg.sampling, step_policy=policy, step=step)
     return decoder, tokenizer, cfg.model_id or (cfg.model.name if cfg.model.name else label), extra

@@ -4,6 +4,7 @@ achieves (on a synthetic curve: the step time is the curve's, no wall clock)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,20 @@ def test_calibrate_skips_the_warm_prompt_and_reports_the_spread():
     assert len(dec.calls) == 3 and c["prompts"] == 2  # 0 s, 50 s, 100 s: then over budget
 
 
+def test_calibrate_ticks_a_bar_on_stderr_a_prompt_only_with_progress(capsys):
+    """The calibration of a fresh demo on a busy machine took minutes with nothing printed (2026-12-02): with
+    ``progress`` each prompt ticks a bar on stderr (stdout keeps the one start-up line); without, nothing."""
+    flat = {1: 1.0, 64: 1.0}
+    c = auto.calibrate(Scripted([(2, [1, 1])] * 3), [[1], [2], [3]], flat, progress=True)
+    out, err = capsys.readouterr()
+    assert out == "" and c["prompts"] == 2
+    shown = [line for line in err.split("\r") if line.strip()]  # tqdm redraws its line with "\r"
+    assert [line.rsplit("| ", 1)[1].split(" [")[0] for line in shown] == ["0/3", "1/3", "2/3", "3/3"]
+    assert {line.split(":")[0] for line in shown} == {"decoding=auto calibration"} and err.endswith(" \r")  # cleared
+    auto.calibrate(Scripted([(2, [1, 1])] * 3), [[1], [2], [3]], flat)
+    assert capsys.readouterr() == ("", "")
+
+
 def test_expected_speedup_is_within_25_percent_of_what_the_policy_then_achieves(tiny):
     """The start-up line's estimate (calibrate) against a 'bench' on other prompts with a fresh policy, as the run
     decodes: the step time is the synthetic curve's (so speedup = tokens x latency(1) / sum latency(fed))."""
@@ -120,8 +135,10 @@ def test_resolve_auto_prints_one_line_and_reuses_the_calibration(tiny_model_dir,
 
     d1, e1 = auto.resolve_auto(model, tok, limits, model_name="tiny", make_decoder=make_decoder,
                                fallback_questions=fallback, max_new_tokens=4)
-    lines = capsys.readouterr().out.strip().splitlines()
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("decoding=auto: tiny, cost policy, (W, N, G) <= (15, 4, 2)")
+    assert "decoding=auto calibration:" in err  # its bar (progress defaults to on)
     c = e1["calibration"]
     assert (f"expected speedup over greedy {c['expected_speedup']:.2f}x (per prompt {c['low']:.2f}-{c['high']:.2f}x;"
             in lines[0]) and f"over {c['prompts']} calibration prompts of up to 4 tokens)" in lines[0]
@@ -134,7 +151,12 @@ def test_resolve_auto_prints_one_line_and_reuses_the_calibration(tiny_model_dir,
     d2, e2 = auto.resolve_auto(model, tok, limits, make_decoder=lambda *a: pytest.fail("calibrated again"),
                                fallback_questions=fallback, max_new_tokens=4)
     assert d2 == d1 and e2["calibration"] == c
-    assert capsys.readouterr().out.startswith(f"decoding=auto: {models.model_id_of(model)}, cost policy")
+    out, err = capsys.readouterr()
+    assert out.startswith(f"decoding=auto: {models.model_id_of(model)}, cost policy") and err == ""
+    # another setting is calibrated, with progress off (the job's `progress=false`): no bar
+    auto.resolve_auto(model, tok, replace(limits, guess_set_size=3), make_decoder=make_decoder,
+                      fallback_questions=fallback, max_new_tokens=4, progress=False)
+    assert len(made) == 2 and capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("speedup, advice", [(0.9659862992215469, True), (0.994, True), (0.996, False), (1.34, False)])
