@@ -165,6 +165,21 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
     return decoding, entry
 
 
+def shown_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """``resolve_auto``'s summary entry as the run prints it: the latency curve (``latency_s``, a dozen or more
+    step sizes) as one string of its q range and end points; the summary file keeps the whole curve.
+
+    >>> shown_entry({"expected_speedup": 1.2, "latency_s": {"1": 0.0385, "8": 0.0592, "64": 0.1428}})["latency"]
+    '3 step sizes, q=1: 38.5 ms .. q=64: 142.8 ms (the whole curve: the summary file)'
+    """
+    curve = curve_of(entry)
+    lo, hi = min(curve), max(curve)
+    shown = {k: v for k, v in entry.items() if k != "latency_s"}
+    shown["latency"] = (f"{len(curve)} step sizes, q={lo}: {1e3 * curve[lo]:.1f} ms .. q={hi}: {1e3 * curve[hi]:.1f} "
+                        "ms (the whole curve: the summary file)")
+    return shown
+
+
 SLOWER_ADVICE = ("; below 1x, lookahead is not expected to pay here: decoding=greedy is as fast, or, if the machine "
                  "was busy while its profile was measured, LP_RUNTIME_RETUNE=1 measures it again")
 

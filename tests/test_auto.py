@@ -175,3 +175,21 @@ def test_start_line_advises_when_auto_is_expected_to_be_slower(speedup, advice):
                         "; below 1x, lookahead is not expected to pay here: decoding=greedy is as fast, or, if the "
                         "machine was busy while its profile was measured, LP_RUNTIME_RETUNE=1 measures it again"
                         if advice else ""))
+
+
+def test_the_run_prints_the_latency_curve_short_and_keeps_it_whole_in_the_summary_file(tmp_path, capsys):
+    """The printed run summary showed every point of the curve (cosmetic, issue 20): it shows the q range and
+    the end points; the summary file, which a later run's policy can read, keeps every point."""
+    from lp_runtime import generate
+    from lp_runtime.config import OutputConfig, RunConfig
+
+    curve = {str(q): 0.001 * q for q in latency.LATENCY_QS}
+    entry = {"expected_speedup": 1.2, "profile": "/c/p.json", "latency_s": curve}
+    cfg = RunConfig(output=OutputConfig(path=str(tmp_path / "answers.jsonl")), progress=False)
+    generate._report(cfg, {"num_questions": 0, "auto_decoding": entry}, [], [], True, answered_now=True)
+    out = capsys.readouterr().out
+    assert json.loads(out[: out.rindex("}") + 1]) == {"num_questions": 0, "auto_decoding": {
+        "expected_speedup": 1.2, "profile": "/c/p.json",
+        "latency": "12 step sizes, q=1: 1.0 ms .. q=64: 64.0 ms (the whole curve: the summary file)"}}
+    assert out.endswith(f"summary: {cfg.output.resolved_summary_path}\n")
+    assert json.loads(Path(cfg.output.resolved_summary_path).read_text())["auto_decoding"] == entry
