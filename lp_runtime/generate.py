@@ -134,6 +134,7 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     from lp_runtime import compiled, models
     from lp_runtime.decoder import Decoder
 
+    _weight_bars_off(downloads=cfg.progress and is_main)
     model, tokenizer = models.load_model(cfg.model)
     # Named by what was loaded (a fingerprint of its files), not by a preset name: see models.model_label.
     current["model.fingerprint"] = fingerprint = models.model_fingerprint(cfg.model)  # a download may fill it
@@ -150,6 +151,19 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
                       sampling=cfg.sampling, step_policy=policy, step=step)
     return decoder, tokenizer, cfg.model_id or (cfg.model.name if cfg.model.name else label), extra
+
+
+def _weight_bars_off(downloads: bool) -> None:
+    """transformers' own bars off for the job ("Loading weights": a per-tensor count every rank printed among the
+    job's start-up lines); the HuggingFace hub's download bars, which transformers' switch turns off too, back on
+    when ``downloads`` (``progress`` on rank 0: a download can take minutes) and the environment allows them."""
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as hf_logging
+
+    downloads = downloads and not hub.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()
+    if downloads:
+        hub.enable_progress_bars()
 
 
 def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: int) -> None:

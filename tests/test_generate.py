@@ -143,3 +143,27 @@ def test_greedy_and_lookahead_answers_match(tiny_model_dir, tmp_path):
     run(_run_config(tiny_model_dir, tmp_path / "l", method="lookahead"))
     ids = [[r["choices"][0]["output_ids"] for r in _lines(tmp_path / d / "out" / "answers.jsonl")] for d in "gl"]
     assert ids[0] == ids[1]
+
+
+def test_a_run_prints_no_loading_weights_bar(tiny_model_dir, tmp_path, capsys):
+    """transformers' "Loading weights" bar appeared in every job's output (cosmetic, issue 20): the job turns
+    transformers' bars off, while the hub's download bars stay on where the job shows bars (``progress``)."""
+    from huggingface_hub.utils import are_progress_bars_disabled
+    from transformers.utils import logging as hf_logging
+
+    from lp_runtime import models
+    from lp_runtime.generate import run
+
+    hf_logging.enable_progress_bar()  # as a new process starts
+    models.load_model(ModelConfig(path=str(tiny_model_dir)))
+    assert "Loading weights" in capsys.readouterr().err  # what a job printed before
+    cfg = _run_config(tiny_model_dir, tmp_path, method="greedy")
+    cfg.progress = True
+    run(cfg)
+    err = capsys.readouterr().err
+    assert "Loading weights" not in err and "questions: 100%" in err
+    assert not hf_logging.is_progress_bar_enabled() and not are_progress_bars_disabled()
+    cfg.progress, cfg.output.path = False, str(tmp_path / "quiet" / "answers.jsonl")
+    run(cfg)
+    assert "Loading weights" not in capsys.readouterr().err and are_progress_bars_disabled()
+    hf_logging.enable_progress_bar()  # as it was
