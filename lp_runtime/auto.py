@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from . import data
 from .config import DatasetConfig, DecodingConfig
-from .latency import curve_of, dtype_name, model_profile, save_profile
+from .latency import ROUNDS, curve_of, dtype_name, model_profile, save_profile
 from .models import model_id_of
 from .policy import WINDOW_GAIN_PRIOR, CostPolicy, LatencyCurve
 from .window import step_tokens
@@ -185,9 +185,12 @@ SLOWER_ADVICE = ("; below 1x, lookahead is not expected to pay here: decoding=gr
 
 
 def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: dict) -> str:
-    """``resolve_auto``'s line; an expected speedup that shows as below 1.00x ends with ``SLOWER_ADVICE``."""
+    """``resolve_auto``'s line; it names a provisional profile, and an expected speedup that shows as below 1.00x
+    ends with ``SLOWER_ADVICE``."""
     lat = LatencyCurve(curve_of(profile))
     how = "cached" if profile["reused"] else f"measured now in {profile.get('measure_seconds', 0.0):.0f} s"
+    if profile.get("provisional"):  # latency.model_profile: the budget stopped a busy machine's measuring
+        how += f"; provisional, {len(profile.get('rounds_s', ()))} of {ROUNDS} rounds: more at the next start"
     return (f"decoding=auto: {name}, cost policy, (W, N, G) <= ({d.window_size}, {d.ngram_size}, {d.guess_set_size}),"
             f" {dtype} on {profile['device']}, step latency {1e3 * lat(1):.1f} ms (q=1) / {1e3 * lat(8):.1f} ms "
             f"(q=8); expected speedup over greedy {calib['expected_speedup']:.2f}x (per prompt {calib['low']:.2f}-"

@@ -2,7 +2,8 @@
 profile under ``models.model_id_of``, ``device_key`` and dtype (docs/benchmarks.md "First-run cost");
 ``policy.CostPolicy`` prices steps on it. ``LP_RUNTIME_RETUNE=1`` measures again. A shared machine adds noise, never
 removes it: ``ROUNDS`` interleaved rounds over all q combined by ``robust_curve``, measured once more when rounds
-disagree; a cached profile is re-checked at start-up (``recheck``)."""
+disagree, in parts under a time budget (``round_parts``; a profile it cut short is provisional and measured again at
+the next start); a cached profile is re-checked at start-up (``recheck``)."""
 from __future__ import annotations
 
 import functools
@@ -282,37 +283,55 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
                   qs: Sequence[int] = LATENCY_QS, variant: str = DEFAULT_VARIANT,
                   buckets: Sequence[int] = ()) -> dict[str, Any]:
     """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype): measured on first use
-    (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale. ``measure``
-    defaults to ``measure_latency``, ``retune`` to ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line when it measures.
-    A captured step passes its ``measure``, ``qs``, ``variant`` (which keys its own profile) and ``buckets``
-    (``round_parts``)."""
+    (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale. A profile
+    of fewer than ``ROUNDS`` rounds (the budget stopped a busy machine) is saved ``provisional`` and measured
+    again at the next start, its rounds kept. ``measure`` defaults to ``measure_latency``, ``retune`` to
+    ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line when it measures. A captured step passes its ``measure``,
+    ``qs``, ``variant`` (which keys its own profile) and ``buckets`` (``round_parts``)."""
     measure = measure or functools.partial(measure_latency, model)
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     device, dtype = device_key(model), dtype_name(model)
     device = device if variant == DEFAULT_VARIANT else f"{device}+{variant}"
     path = profile_path(model_id, device, dtype, root)
     cached = None if retune else load_profile(path, _fingerprint(variant, qs, CACHE_TOKENS))
-    measured_here = cached is not None and cached.get("source") == "measured"  # a given profile is kept as is
-    verdict, reason = recheck(curve_of(cached), measure) if measured_here else ("ok", "")
-    if verdict == "busy":
-        log(f"this machine is busier than when its latency profile was measured ({reason}): decoding=auto keeps "
-            f"the cached profile ({path}); LP_RUNTIME_RETUNE=1 measures again")
-    stale = reason if verdict == "stale" else None
-    if cached and not stale:
+    why, earlier = _why_measure(cached, measure, log)
+    if why is None:
         return cached
-    why = f"the cached profile no longer matches this machine ({stale})" if stale else "once"
     log(f"measuring this machine's step latency for decoding=auto, {why}: {model_id}, {dtype} on {device}, "
         f"{ROUNDS} rounds x {len(qs)} step sizes in parts, no part started after ~{budget_s:.0f} s (a busy machine "
         f"measures fewer rounds, and the part under way finishes); cached in {path}")
     t0 = clock()
-    rounds = _measure_robust(measure, log, budget_s, clock, qs, buckets)
+    rounds = earlier + _measure_robust(measure, log, budget_s, clock, qs, buckets)
     profile = latency_profile(model_id, device, dtype, root=root, retune=True, measure=lambda: robust_curve(rounds),
                               variant=variant, qs=qs)
     profile["rounds_s"] = [{str(q): t for q, t in sorted(r.items())} for r in rounds]
     profile["source"] = "measured"
+    profile["provisional"] = len(rounds) < ROUNDS
     profile["measure_seconds"] = clock() - t0
     save_profile(path, profile)
     return profile
+
+
+def _why_measure(cached: Optional[dict], measure: Measure,
+                 log: Callable[[str], None]) -> tuple[Optional[str], list[dict[int, float]]]:
+    """(why ``model_profile`` measures, None to keep ``cached``; the saved rounds the new ones join): a cached
+    profile measured here is measured again when provisional, else re-checked (``recheck``), and replaced when
+    stale; a busy machine keeps it with a line to ``log``. A profile given, not measured, is kept as is."""
+    if cached is None:
+        return "once", []
+    if cached.get("source") != "measured":
+        return None, []
+    if cached.get("provisional"):
+        earlier = [{int(q): float(t) for q, t in r.items()} for r in cached.get("rounds_s", [])]
+        return (f"again (its cached profile holds {len(earlier)} of {ROUNDS} rounds: the budget stopped a busy "
+                "machine; the rounds are kept and more added)"), earlier
+    verdict, reason = recheck(curve_of(cached), measure)
+    if verdict == "busy":
+        log(f"this machine is busier than when its latency profile was measured ({reason}): decoding=auto keeps "
+            f"the cached profile ({cached['path']}); LP_RUNTIME_RETUNE=1 measures again")
+    if verdict == "stale":
+        return f"the cached profile no longer matches this machine ({reason})", []
+    return None, []
 
 
 def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, float]], *,

@@ -193,3 +193,17 @@ def test_the_run_prints_the_latency_curve_short_and_keeps_it_whole_in_the_summar
         "latency": "12 step sizes, q=1: 1.0 ms .. q=64: 64.0 ms (the whole curve: the summary file)"}}
     assert out.endswith(f"summary: {cfg.output.resolved_summary_path}\n")
     assert json.loads(Path(cfg.output.resolved_summary_path).read_text())["auto_decoding"] == entry
+
+
+def test_start_line_names_a_provisional_profile():
+    """A profile the measuring budget cut short (latency.model_profile) is measured again at the next start:
+    the line says so, with the rounds it holds."""
+    profile = {"latency_s": {"1": 0.05, "8": 0.06}, "device": "cpu-2t", "path": "/c/p.json", "reused": False,
+               "measure_seconds": 101.0, "provisional": True, "rounds_s": [{"1": 0.05, "8": 0.06}]}
+    calib = {"expected_speedup": 1.2, "low": 1.1, "high": 1.3, "tokens": 120, "steps": 100,
+             "mean_step_tokens": 3.0, "prompts": 2, "max_new_tokens": 128}
+    line = auto._start_line("m", DecodingConfig(method="auto"), "float32", profile, calib)
+    assert line.endswith("profile /c/p.json (measured now in 101 s; provisional, 1 of 3 rounds: more at the next "
+                         "start)")
+    assert auto._start_line("m", DecodingConfig(method="auto"), "float32", {**profile, "provisional": False},
+                            calib).endswith("profile /c/p.json (measured now in 101 s)")

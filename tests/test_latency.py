@@ -194,6 +194,33 @@ def test_rounds_that_disagree_are_measured_again(tiny_llama, tmp_path):
     assert p["measure_seconds"] == pytest.approx(200 / 3) and lines[-1].startswith("measuring this machine")
 
 
+def test_a_profile_the_budget_cut_short_is_provisional_and_measured_again_at_the_next_start(tiny_llama, tmp_path):
+    """One round on a busy machine (50 s a part: the budget stops it after two parts) keeps its dips, which only
+    other rounds can lift: the profile is saved provisional, and the next start measures again, joining its
+    rounds to the saved one, until the profile holds ``ROUNDS`` rounds."""
+    now, busy = [0.0], Rounds({1: 0.10, 8: 0.05})  # q = 8 below q = 1: a dip one busy round saw
+
+    def slow(qs, reps, warmup):
+        now[0] += 50.0
+        return busy(qs, reps=reps, warmup=warmup)
+
+    p = latency.model_profile(tiny_llama, "m-6", measure=slow, root=str(tmp_path), retune=True,
+                              log=lambda _: None, clock=lambda: now[0])
+    assert p["provisional"] and p["rounds_s"] == [{"1": 0.10, "8": 0.05}] and latency.curve_of(p) == {1: 0.10, 8: 0.05}
+    quiet, lines = Rounds({1: 0.10, 8: 0.11}), []
+    again = latency.model_profile(tiny_llama, "m-6", measure=quiet, root=str(tmp_path), log=lines.append)
+    assert not again["reused"] and not again["provisional"] and quiet.calls[0][0] == (1, 8, 64)  # no re-check
+    assert again["rounds_s"] == [{"1": 0.10, "8": 0.05}] + [{"1": 0.10, "8": 0.11}] * 3
+    assert latency.curve_of(again) == {1: 0.10, 8: 0.10}  # the dip lifted: the quiet rounds did not see it
+    assert lines == [f"measuring this machine's step latency for decoding=auto, again (its cached profile holds 1 "
+                     f"of 3 rounds: the budget stopped a busy machine; the rounds are kept and more added): m-6, "
+                     f"float32 on {latency.device_key(tiny_llama)}, 3 rounds x 12 step sizes in parts, no part "
+                     f"started after ~60 s (a busy machine measures fewer rounds, and the part under way finishes); "
+                     f"cached in {p['path']}"]
+    third = latency.model_profile(tiny_llama, "m-6", measure=quiet, root=str(tmp_path), log=lines.append)
+    assert third["reused"] and quiet.calls[-1] == ((1, 8), latency.REPS, 1) and len(lines) == 1  # re-checked only
+
+
 def test_a_cached_profile_that_no_longer_matches_the_machine_is_replaced(tiny_llama, tmp_path):
     slow = Rounds({1: 0.70, 8: 0.80})  # measured while another process held the cores
     latency.model_profile(tiny_llama, "m-3", measure=slow, root=str(tmp_path), retune=True, log=lambda _: None)
