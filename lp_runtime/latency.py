@@ -110,11 +110,11 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
 
 def round_parts(qs: Sequence[int], buckets: Sequence[int] = ()) -> list[tuple[int, ...]]:
     """``qs`` in the parts ``measure_rounds`` times one by one. A q runs as one shape: the smallest of ``buckets``
-    >= q (a captured step's, ``compiled.CapturedStep``), or itself past them and without buckets (the eager step,
-    where every q is its own shape). A shape's q stay in one part, so every round, even one cut short, times a
-    shape once for all its q and the captured curve stays a step function over the buckets. First come the
-    shapes of the smallest and largest q and of ``RECHECK_QS`` (a round stopped after it still spans every q),
-    then the other shapes in ``PARTS - 1`` interleaved parts.
+    >= q (a captured step's, ``compiled.CapturedStep``), else q itself (past the largest bucket, and on the eager
+    step, which has no buckets: every q its own shape). A shape's q stay in one part, so every round, even one cut
+    short, times a shape once for all its q and the captured curve stays a step function over the buckets. First
+    come the shapes of the smallest and largest q and of ``RECHECK_QS`` (a round stopped after it still spans
+    every q), then the other shapes in ``PARTS - 1`` interleaved parts.
 
     >>> round_parts(LATENCY_QS)
     [(1, 8, 64), (2, 4, 12, 24, 48), (3, 6, 16, 32)]
