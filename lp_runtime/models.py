@@ -6,11 +6,9 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
-from transformers import (AttentionInterface, AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel,
-                          PreTrainedTokenizerBase)
 
 from lp_runtime.bundled import (  # noqa: F401  (ModelLoadError, cache_root: re-exported)
     BUNDLED_PREFIX, ModelLoadError, bundled_cache, bundled_gguf, cache_root,
@@ -19,6 +17,10 @@ from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, Mod
 from lp_runtime import distributed, latency
 from lp_runtime.checks import check_device, context_length, vocab_size
 from lp_runtime.window import step_tokens
+
+if TYPE_CHECKING:  # transformers' model classes are imported where a model is loaded or inspected: a run that
+    # refuses, or finds every question answered, never pays for their import (~5 s of CPU, torch._dynamo included)
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 _ALLOWED = "Use a local folder, a HuggingFace id, or bundled:smollm2"
 
@@ -55,6 +57,8 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     problem = fit_problem(cfg, device, cfg.dtype, free_bytes)
     if problem:
         raise ModelLoadError(problem)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     kwargs = dict(dtype=resolve_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation,
                   trust_remote_code=cfg.trust_remote_code)
     if cfg.path.startswith(BUNDLED_PREFIX):
@@ -72,6 +76,8 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
 def check_attn_implementation(name: str) -> None:
     """``ConfigError`` unless ``name`` is an attention implementation transformers knows ("eager" or one of its
     ``AttentionInterface``) or a hub kernel ("org/repo"); checked before the model loads."""
+    from transformers import AttentionInterface
+
     known = ["eager", *AttentionInterface().valid_keys()]
     if name not in known and "/" not in name:
         raise ConfigError(f"model.attn_implementation={name!r} is not allowed; use one of {', '.join(known)} "
@@ -107,6 +113,8 @@ def weight_bytes(cfg: ModelConfig, dtype: str) -> Optional[tuple[int, int]]:
     for the bundled model, a GGUF file, or a config that cannot be read."""
     if cfg.path.startswith(BUNDLED_PREFIX) or cfg.gguf_file:
         return None
+    from transformers import AutoConfig, AutoModelForCausalLM
+
     try:
         config = AutoConfig.from_pretrained(os.path.expanduser(cfg.path), trust_remote_code=cfg.trust_remote_code)
         with torch.device("meta"):
@@ -317,6 +325,8 @@ def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
     local = os.path.expanduser(path)
     if looks_local and not os.path.isdir(local):
         raise ModelLoadError(f"model.path={path!r} is not an existing folder. {_ALLOWED}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(local, trust_remote_code=kwargs["trust_remote_code"], **extra)
