@@ -60,7 +60,8 @@ def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=Non
             if lp is None:
                 policy.price_lp(c.get("price_lp", 1), c["W"])
         dec = Decoder(model, DecodingConfig(method="auto" if policy else "lookahead", window_size=c["W"],
-                                            ngram_size=c["N"], guess_set_size=c["G"], max_depth=10),
+                                            ngram_size=c["N"], guess_set_size=c["G"], max_depth=10,
+                                            successors="false"),  # the grid: no table unless "succ" gives one
                       lp=lp, step_policy=policy, copy_kv=False, proposers=_succ(model, c))
         for pi in (prompt_ids if prompt_ids is not None else range(len(prompts))):
             g = dec.generate(prompts[pi], max_new_tokens=max_new_tokens)
