@@ -458,13 +458,14 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
             scripts/lp_scaling.py); None = as ``decoding.successors_on(lp_size)`` says (what ``Decoder`` builds
             when given no proposers); False = never.
         levers: ``SuccessorProposer`` arguments replacing the product's (measurements): the product's are
-            ``context`` = 2, ``k`` = 16, ``width`` = 16 when K > 1 else 8, ``lp_size`` = K, ``rank_budget`` =
+            ``context`` = 2, ``k`` = 16 (the vocabulary's size if smaller), ``width`` = 16 when K > 1 else 8,
+            ``lp_size`` = K, ``rank_budget`` =
             ``budget`` and ``prefill`` = False.
 
     ``decoding=paper`` and plain greedy keep their proposers (the paper's pool; none), as does G = 0 (no suffix
     proposer to join). Every LP rank builds the same proposer from the same arguments, so every rank grows the same
-    tree and holds the same table (its rows travel in the step's one all-gather). ``ValueError`` (from
-    ``SuccessorProposer``) for a vocabulary, budget or lever it refuses.
+    tree and holds the same table (its rows travel in the step's one all-gather). ``ValueError`` when the table is
+    on and ``vocab_size`` is None, or (from ``SuccessorProposer``) for a budget or lever it refuses.
 
         >>> from lp_runtime.config import DecodingConfig
         >>> look = DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10)
@@ -479,8 +480,12 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
     out = []
     for p in proposers_for(decoding):
         if on and isinstance(p, SuffixProposer):
+            if vocab_size is None:
+                raise ValueError("successor_proposers: the successor table needs the model's vocabulary size "
+                                 "(checks.vocab_size(model) gave None)")
             per_rank = p.max_nodes + 1 if budget is None else budget
-            product = dict(context=TABLE_CONTEXT, k=TABLE_TOPK, lp_size=lp_size, rank_budget=per_rank, prefill=False,
+            product = dict(context=TABLE_CONTEXT, k=min(TABLE_TOPK, vocab_size), lp_size=lp_size,
+                           rank_budget=per_rank, prefill=False,
                            width=TABLE_WIDTH if lp_size > 1 else TABLE_WIDTH_ONE_PROCESS)
             p = SuccessorProposer(vocab_size, lp_size * per_rank, suffix=p, **{**product, **levers})
         out.append(p)

@@ -94,8 +94,8 @@ def decode_seeds(model, spec, lp=None, seeds=None):
     from lp_runtime.config import SamplingConfig
     from lp_runtime.decoder import Decoder
 
-    dec = Decoder(model, lookahead(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"]), lp=lp,
-                  copy_kv=False)  # LP re-feeds; one process must match it
+    dec = Decoder(model, lookahead(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"],
+                                   successors="false"), lp=lp, copy_kv=False)  # LP re-feeds; one process must match it
     out = {}
     for s in spec["seeds"] if seeds is None else seeds:
         before = lp.stats.collectives if lp is not None else 0
@@ -106,7 +106,8 @@ def decode_seeds(model, spec, lp=None, seeds=None):
     return out
 
 
-COMPILED_DECODING = dict(window_size=2, ngram_size=3, guess_set_size=1, max_depth=2)  # steps of <= 8 tokens a rank
+COMPILED_DECODING = dict(window_size=2, ngram_size=3, guess_set_size=1, max_depth=2,  # steps of <= 8 tokens a rank
+                         successors="false")
 COMPILED_SAMPLING = dict(temperature=0.8, seed=3)
 
 

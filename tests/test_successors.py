@@ -307,6 +307,10 @@ def test_product_table_levers_and_greedy():
     (p,) = successor_proposers(look, 96, lp_size=8, budget=79, width=8, rank_budget=None)
     assert (p.budget, p.rank_budget, p.width, p.suffix.num_leaves, p.suffix.max_depth) == (632, None, 8, 15, 10)
     assert successor_proposers(DecodingConfig(method="greedy", successors=True), 96, lp_size=8) == []
+    assert successor_proposers(look, 8, lp_size=2)[0].k == 8  # a vocabulary smaller than the top-16
+    with pytest.raises(ValueError, match=r"^successor_proposers: the successor table needs the model's vocabulary "
+                                         r"size \(checks.vocab_size\(model\) gave None\)$"):
+        successor_proposers(look, None)
 
 
 # ------------------------------------------------------------------------------------------------ the decoder
