@@ -165,7 +165,9 @@ class SamplingConfig:
     Like transformers' ``generate``: ``repetition_penalty`` (> 0, 1 = off) applies in greedy and sampling;
     ``temperature`` (>= 0; 0 = greedy, > 0 = sample), ``top_k`` (>= 0, 0 = off), ``top_p`` (0 < p <= 1,
     1 = off) and ``min_p`` (0 <= p < 1, 0 = off) apply when sampling. ``seed``: every random draw is a
-    function of (seed, token position), so a run is reproducible and independent of the LP degree.
+    function of (seed, token position), so a run is reproducible, and independent of the LP degree for a fixed
+    setting with ``decoding.successors`` false (the successor table, on under LP by default, grows the drafts with
+    K, and which token a seed draws depends on the drafts; README's ``sampling.seed``).
     ``category_temperature``: optional per-question-category temperature (MT-Bench's judge settings),
     used by the generate entry point in place of ``temperature`` for a listed category.
     ``suppress_tokens``: token ids never chosen (greedy and sampling). ``from_model``: take the sampling fields
