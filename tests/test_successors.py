@@ -299,6 +299,15 @@ def test_decoder_builds_the_table_as_decoding_successors_says(setting, lp, expec
         assert _table_of(successor_proposers(cfg, 96, lp_size=lp))[0] == "SuccessorProposer"
 
 
+def test_docstring_examples():
+    import doctest
+
+    import lp_runtime.successors
+
+    result = doctest.testmod(lp_runtime.successors)
+    assert result.failed == 0 and result.attempted >= 18
+
+
 def test_product_table_levers_and_greedy():
     from lp_runtime.config import DecodingConfig
     from lp_runtime.successors import successor_proposers
