@@ -459,8 +459,7 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
             when given no proposers); False = never.
         levers: ``SuccessorProposer`` arguments replacing the product's (measurements): the product's are
             ``context`` = 2, ``k`` = 16 (the vocabulary's size if smaller), ``width`` = 16 when K > 1 else 8,
-            ``lp_size`` = K, ``rank_budget`` =
-            ``budget`` and ``prefill`` = False.
+            ``lp_size`` = K, ``rank_budget`` = ``budget`` and ``prefill`` = False.
 
     ``decoding=paper`` and plain greedy keep their proposers (the paper's pool; none), as does G = 0 (no suffix
     proposer to join). Every LP rank builds the same proposer from the same arguments, so every rank grows the same
