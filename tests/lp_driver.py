@@ -27,6 +27,8 @@ import argparse
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 import time
 
@@ -39,6 +41,22 @@ from lp_runtime.config import ParallelConfig  # noqa: E402
 from lp_runtime.parallel import setup_parallel, shard_questions, state_hash  # noqa: E402
 
 from fakes import build_tiny8, lookahead, tiny_model  # noqa: E402  (the suite's models, defined once)
+
+
+def local_slurm(script: str, args: list, cwd, run_dir, env: dict, nproc: int = 2) -> subprocess.CompletedProcess:
+    """Run launch/``script`` as sbatch would on one local node of ``nproc`` ranks (srun left out; the c10d
+    rendezvous on a port free on this machine now: tests run in parallel, a fixed port could be taken), in ``cwd``
+    with ``env``, torchrun's per-rank logs under ``run_dir``."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(env, SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost", HEAD_NODE="127.0.0.1",
+               MASTER_PORT=str(port), NPROC_PER_NODE=str(nproc), LP_RUNTIME_TORCHRUN=os.path.join(
+                   root, ".venv", "bin", "torchrun"), LP_RUNTIME_SRUN="", LP_RUNTIME_ROOT=root, RUN_DIR=str(run_dir),
+               HF_HUB_OFFLINE="1")
+    return subprocess.run(["bash", os.path.join(root, "launch", script), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=240)
 
 
 def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=None):

@@ -1,15 +1,15 @@
 """decoding=auto under lookahead parallelism: steps priced by the busiest rank's tokens (the shard plan), the same
 choice on every rank, and K ranks identical in tokens AND steps to one process (re-feed commit, same pricing).
 
-Multi-rank tests run ``torchrun --standalone`` (gloo, one thread per rank) on tests/lp_driver.py and on
-``python -m lp_runtime.generate``; every latency curve is synthetic or seeded into a temporary profile folder, so
-nothing measures the machine.
+The main job under LP runs ``python -m lp_runtime.generate`` through launch/slurm_multi_node.sbatch on this
+machine (torchrun's c10d rendezvous, 2 ranks, gloo, one thread per rank): that one launch is also the test of the
+multi-node script (test_parallel.py runs the single-node one); every latency curve is synthetic or seeded into a
+temporary profile folder, so nothing measures the machine.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +17,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
 
 import lp_driver  # noqa: E402
 
@@ -96,7 +95,7 @@ def test_decoder_prices_lp_steps_and_refuses_auto_without_a_shared_curve():
                             "DecodingConfig(method='lookahead', ...) for a fixed W, N, G")
 
 
-# ------------------------------------------------------------------------------------------ torchrun
+# ------------------------------------------------------------------------------------------ torchrun (Slurm script)
 # The K = 2 equality of decoding=auto (tokens and steps) and broadcast_object across ranks are checked in
 # tests/test_parallel.py's dp2 x lp2 launch (AUTO_CONFIGS), so they cost no torchrun launch of their own.
 def test_broadcast_object_in_one_process_is_the_object():
@@ -131,7 +130,9 @@ def _job_in_one_process(model_dir, questions, summary, table):
 
 def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     """The main job with decoding=auto and parallel=lp2: rank 0 reads the (seeded) profile and prints one line,
-    both ranks decode on its curve, the answers equal plain greedy's, and the summary records the choice. With the
+    both ranks decode on its curve, the answers equal plain greedy's, and the summary records the choice. Launched
+    by the multi-node Slurm script: its default parallel=lp2 (2 ranks a node) over the c10d rendezvous answers every
+    question once and leaves torchrun's per-rank logs. With the
     default decoding.successors=auto the successor table is on at K = 2 (issue 18): the same tokens and steps as
     one process with the same total budget and pricing, steps that the table changed."""
     from lp_runtime import auto, latency, models
@@ -160,12 +161,12 @@ def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     common = [f"model.path={model_dir}", "model.dtype=float32", "dataset=jsonl", f"dataset.path={questions}",
               "generation.max_new_tokens=12", "decoding.ngram_size=4", "decoding.guess_set_size=3",
               "parallel.backend=gloo", "progress=false"]
-    env = dict(_env(), LP_RUNTIME_CACHE=str(cache))
     out = tmp_path / "lp" / "answers.jsonl"
-    proc = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "lp_runtime.generate", *common,
-                           "decoding=auto", "parallel=lp2", f"output.path={out}", f"hydra.run.dir={tmp_path / 'h'}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # launch/slurm_multi_node.sbatch on one local node of 2 ranks: its default parallel=lp2 over the c10d rendezvous
+    proc = lp_driver.local_slurm("slurm_multi_node.sbatch", [*common, "decoding=auto", f"output.path={out}"],
+                                 tmp_path, tmp_path / "run", dict(_env(), LP_RUNTIME_CACHE=str(cache)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert list((tmp_path / "run").rglob("*.log")), "torchrun per-rank logs missing"
     assert proc.stdout.count("decoding=auto: ") == 1 and "measuring" not in proc.stdout  # rank 0, cached profile
     summary = json.loads(out.with_name("answers.summary.json").read_text())
     assert summary["auto_decoding"]["reused_profile"] is True and summary["auto_decoding"]["profile"] == path
@@ -181,6 +182,7 @@ def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
         cfg = compose("generate", overrides=[*common, "decoding=greedy", "parallel=lp1", f"output.path={ref}"])
     run(OmegaConf.to_object(cfg))  # greedy: no profile, so the cache folder does not matter here
     rows = [[json.loads(x)["choices"][0] for x in p.read_text().splitlines()] for p in (out, ref)]
+    assert [json.loads(x)["question_id"] for x in out.read_text().splitlines()] == [0, 1]  # each question once
     assert [c["output_ids"] for c in rows[0]] == [c["output_ids"] for c in rows[1]]
     assert sum(sum(c["decoding_steps"]) for c in rows[0]) < sum(sum(c["decoding_steps"]) for c in rows[1])
     assert DecodingConfig(**summary["auto_decoding"]["chosen"]).method == "auto"

@@ -6,9 +6,9 @@ single-process Decoder run here (same tokens, same number of steps, same accepte
 proposer (both launches) and decoding=auto's cost policy (dp2 x lp2) among the settings, the sampling seeds
 (dp2 x lp2) and the teardown's thread count (lp3). Each failure mode needs a launch of its own (the job ends).
 
-The Slurm-script tests drive ``python -m lp_runtime.generate`` through launch/*.sbatch on this machine: the
-multi-node script with its default parallel=lp2, the single-node one with parallel=lp1 (dp2 over 2 ranks) and a
-resuming re-run.
+The Slurm-script test drives ``python -m lp_runtime.generate`` through launch/slurm_single_node.sbatch on this
+machine with parallel=lp1 (dp2 over 2 ranks) and a resuming re-run. The multi-node script (its default parallel=lp2
+over the c10d rendezvous, same tokens as one process) runs in tests/test_lp_auto.py's decoding=auto job: one launch.
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import random
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -462,40 +461,9 @@ def single_process_answers(tmp_path_factory, tiny_model_dir, questions_file):
     return ref_out
 
 
-def _answers(path):
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return {r["question_id"]: r["choices"][0]["output_ids"] for r in rows}, len(rows)
-
-
-def _free_port() -> int:
-    """A TCP port free on this machine now (tests run in parallel: a fixed or derived port could be taken)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _script(tmp_path, script, *args):
-    """Run launch/<script> as sbatch would on one local node (2 tasks' worth of ranks, srun left out)."""
-    env = dict(_env(), SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost",
-               HEAD_NODE="127.0.0.1", MASTER_PORT=str(_free_port()), NPROC_PER_NODE="2",
-               LP_RUNTIME_TORCHRUN=TORCHRUN, LP_RUNTIME_SRUN="", LP_RUNTIME_ROOT=str(ROOT),
-               RUN_DIR=str(tmp_path / "run"), HF_HUB_OFFLINE="1")
-    return subprocess.run(["bash", str(ROOT / "launch" / script), *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=240)
-
-
-def test_slurm_multi_node_script_runs_locally(tmp_path, tiny_model_dir, questions_file, single_process_answers):
-    """parallel=lp2 (the script's default for 2 ranks a node) over the c10d rendezvous answers every question
-    once, with the same tokens as one process. (LP through torchrun --standalone: the submitit sweep in
-    test_sweeps.py; the single-node script: the dp2 test below.)"""
-    out = tmp_path / "answers.jsonl"
-    proc = _script(tmp_path, "slurm_multi_node.sbatch", *_generate_args(tiny_model_dir, questions_file, out))
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    got, lines = _answers(out)
-    want, _ = _answers(single_process_answers)
-    assert lines == 3 and got == want  # every question exactly once, token-identical to one process
-    assert list((tmp_path / "run").rglob("*.log")), "torchrun per-rank logs missing"
-    assert json.loads(out.with_suffix(".summary.json").read_text())["lp_communication"]["lp_degree"] == 2
+    """Run launch/<script> as sbatch would on one local node (2 ranks, srun left out)."""
+    return lp_driver.local_slurm(script, list(args), tmp_path, tmp_path / "run", _env())
 
 
 def test_slurm_single_node_script_dp2_writes_one_ordered_file_and_resumes(tmp_path, tiny_model_dir, questions_file,
