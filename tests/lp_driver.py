@@ -1,9 +1,12 @@
 """Multi-rank driver for tests/test_parallel.py: greedy grid, sampling seeds and teardown under LP, one launch.
 
-Run under torchrun (gloo on CPU, one thread per rank)::
+Run under torchrun (gloo on CPU, one thread per rank), or as ranks forked from one preloaded process
+(``fork_ranks``)::
 
     OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 tests/lp_driver.py --lp 2 \\
         --spec spec.json --out result.json
+    OMP_NUM_THREADS=1 python tests/lp_driver.py --ranks 3 --lp 3 --spec spec.json --out result.json
+    OMP_NUM_THREADS=1 python tests/lp_driver.py --ranks-preloaded 4 --lp 2 --spec spec.json --out result.json
 
 ``spec.json``: {"configs": [{"W": 2, "N": 3, "G": 1}, ...] (optionally with "curve" for decoding=auto, "succ": a node
 budget for the successor-table proposer, "context": its table context, 1 or 2, "prefill": its prefill rows,
@@ -218,6 +221,46 @@ def _work(ctx, spec, args) -> dict:
     return {"results": results, "sampling": sampling, "stats": stats, "compiled": compiled}
 
 
+def fork_ranks(nproc: int, preload: bool) -> int:
+    """``--ranks N``: run the N ranks as children forked from this process, which has imported torch and
+    lp_runtime's parallel layer (each fresh process under torchrun pays ~3 s of CPU for them, ~8 s with
+    transformers' model code), each with the environment torchrun gives (RANK, WORLD_SIZE, LOCAL_RANK,
+    MASTER_ADDR/PORT). ``preload`` (``--ranks-preloaded N``): transformers' Llama, torch._dynamo and the Decoder are
+    imported before the fork too, so the process group then exists after transformers' model code, the reverse of
+    a run's order (the teardown test's launch must not preload). This process starts no thread and no OpenMP pool
+    (OMP_NUM_THREADS=1, one torch thread) before the fork. A rank leaves through the interpreter's normal exit (an
+    exception: its traceback and status 1), so a thread left for finalization fails it as under torchrun. When a
+    rank fails the others are killed, as torchrun does; the exit status is the first failure's, else 0."""
+    torch.set_num_threads(1)
+    if preload:
+        import transformers.models.llama.modeling_llama  # noqa: F401
+        from lp_runtime import compiled, decoder  # noqa: F401
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sys.stdout.flush(), sys.stderr.flush()
+    pids = []
+    for rank in range(nproc):
+        pid = os.fork()
+        if pid == 0:  # the rank: main(), then out of this function and the interpreter as a torchrun rank exits
+            os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
+                              MASTER_PORT=str(port))
+            main()
+            return 0
+        pids.append(pid)
+    status = 0
+    while pids:
+        pid, raw = os.wait()
+        pids.remove(pid)
+        code = os.waitstatus_to_exitcode(raw)
+        if code and not status:
+            status = code if code > 0 else 128 - code
+            for other in pids:
+                os.kill(other, signal.SIGKILL)
+    return status
+
+
 @distributed.record
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -256,4 +299,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] in (["--ranks"], ["--ranks-preloaded"]):  # lp_driver.py --ranks N --lp ...: fork_ranks
+        preloaded, n = sys.argv[1] == "--ranks-preloaded", int(sys.argv[2])
+        del sys.argv[1:3]
+        sys.exit(fork_ranks(n, preloaded))
     main()

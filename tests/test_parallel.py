@@ -216,13 +216,17 @@ def _env():
     return env
 
 
-def _launch(tmp_path, nproc, lp, *extra, timeout=240, sampling=(), configs=CONFIGS, compiled=False):
+def _launch(tmp_path, nproc, lp, *extra, timeout=240, sampling=(), configs=CONFIGS, compiled=False, fork=None):
+    """tests/lp_driver.py on ``nproc`` ranks: under ``torchrun --standalone``, or forked from one process
+    (lp_driver.fork_ranks) that imported torch once (``fork="ranks"``) or transformers' model code too
+    (``fork="ranks-preloaded"``)."""
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"configs": configs, "prompts": PROMPTS, "max_new_tokens": MAX_NEW,
                                 "sampling": list(sampling), "compiled": compiled}))
     out = tmp_path / "out.json"
-    cmd = [TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", str(ROOT / "tests" / "lp_driver.py"),
-           "--lp", str(lp), "--spec", str(spec), "--out", str(out), *extra]
+    launcher = ([sys.executable, str(ROOT / "tests" / "lp_driver.py"), f"--{fork}", str(nproc)] if fork else
+                [TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", str(ROOT / "tests" / "lp_driver.py")])
+    cmd = [*launcher, "--lp", str(lp), "--spec", str(spec), "--out", str(out), *extra]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     return proc, out, time.monotonic() - start
@@ -260,13 +264,13 @@ def sampling_specs():
 # without processes.
 @pytest.fixture(scope="module")
 def launch_lp3(tmp_path_factory):
-    return _launch(tmp_path_factory.mktemp("lp3"), 3, 3, configs=LP3_CONFIGS)
+    return _launch(tmp_path_factory.mktemp("lp3"), 3, 3, configs=LP3_CONFIGS, fork="ranks")
 
 
 @pytest.fixture(scope="module")
 def launch_dp2xlp2(tmp_path_factory, sampling_specs):
     return _launch(tmp_path_factory.mktemp("dp2xlp2"), 4, 2, sampling=sampling_specs, timeout=300,
-                   configs=DP2_CONFIGS, compiled=True)
+                   configs=DP2_CONFIGS, compiled=True, fork="ranks-preloaded")
 
 
 # decoding=auto under LP (K = 2, in the dp2 x lp2 launch): every rank decodes with one CostPolicy on rank 0's curve,
