@@ -77,10 +77,13 @@ def test_lock_names_its_holder_and_is_released(tmp_path):
         pass
 
 
-def test_second_run_on_the_same_output_is_refused(tmp_path, tiny_model_dir):
+def test_second_run_is_refused_and_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, capsys):
+    """A run holding its answers file: a second run on the same output is refused in one line; SIGTERM then stops
+    the first with exit 143 and one line of its own (not on the progress bar's), every line it wrote complete; the
+    same command resumes, and a re-run shows the answers already there. (One run for both checks.)"""
     questions = _questions(tmp_path, 40)
     out = tmp_path / "out" / "answers.jsonl"
-    args = _args(tiny_model_dir, questions, out, "progress=false")
+    args = _args(tiny_model_dir, questions, out, "progress=true")
     first = subprocess.Popen([sys.executable, "-m", "lp_runtime.generate", *args], cwd=tmp_path, env=ENV,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -97,12 +100,22 @@ def test_second_run_on_the_same_output_is_refused(tmp_path, tiny_model_dir):
         f"error: output path {out} is in use by another run (pid {first.pid} on host {socket.gethostname()}); "
         "wait for it to finish or choose another output.path"]
     assert first.returncode == 143, err[-3000:]
+    assert err.endswith("\ninterrupted; the answers written so far are complete: re-run the same command to "
+                        "resume\n")  # on a line of its own, not on the progress bar's
+    assert "questions:" in err and "Traceback" not in err  # the bar was there
     done = _ids(out)
-    assert done == list(range(len(done))) and done  # each answer once, in order: the second run wrote nothing
+    assert done == list(range(len(done))) and 1 <= len(done) < 40  # each answer once, in order; stopped part-way
     assert not (tmp_path / "out" / "answers.lock").exists()  # released by the interrupted run
-    # The file is free again: a third run resumes it, and every answer is still there once.
+    # The file is free again: the same command resumes it, and every answer is still there once (the interrupted
+    # run's lines were complete).
     run_config([*args, f"dataset.limit={len(done) + 2}"])
     assert _ids(out) == list(range(len(done) + 2))
+    capsys.readouterr()
+    run_config([*args, "dataset.limit=1"])
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == f"already answered in {out}:" and shown[1].startswith("[0] ")  # the answer in the file
+    assert shown[2:] == [f"all 1 questions asked (dataset.limit=1) are already in {out}; nothing to do "
+                         f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})"]
 
 
 # ------------------------------------------------------------------------------ Ctrl-C
@@ -234,39 +247,6 @@ def test_report_lists_jobs_without_answers(tmp_path):
 
 
 # ------------------------------------------------------------------------------ SIGTERM like Ctrl-C; resume; the count
-def test_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, capsys):
-    questions = tmp_path / "q.jsonl"
-    questions.write_text("".join(json.dumps({"question_id": i, "turns": [f"Count to {i}."]}) + "\n"
-                                 for i in range(8)))
-    out = tmp_path / "out" / "answers.jsonl"
-    args = [f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
-            f"dataset.path={questions}", "generation.max_new_tokens=48", f"output.path={out}", "progress=true"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([PY, "-m", "lp_runtime.generate", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (out.exists() and out.read_bytes().count(b"\n") >= 1) and time.time() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err[-2000:]
-    assert err.endswith("\ninterrupted; the answers written so far are complete: re-run the same command to "
-                        "resume\n")  # on a line of its own, not on the progress bar's
-    assert "questions:" in err  # the bar was there
-    assert "Traceback" not in err
-    done = len(out.read_bytes().split(b"\n")[:-1])
-    assert 1 <= done < 8  # stopped part-way
-    run_config(args)  # the same config as the command line's; resumes
-    ids = [json.loads(line)["question_id"] for line in out.read_text().splitlines()]
-    assert ids == list(range(8))  # each once, in order: the interrupted run's lines were complete
-    capsys.readouterr()
-    run_config([*args, "dataset.limit=1"])
-    shown = capsys.readouterr().out.splitlines()
-    assert shown[0] == f"already answered in {out}:" and shown[1].startswith("[0] ")  # the answer in the file
-    assert shown[2:] == [f"all 1 questions asked (dataset.limit=1) are already in {out}; nothing to do "
-                         f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})"]
-
-
 def test_runs_that_answer_nothing_leave_no_run_folder(tmp_path, tiny_model_dir):
     """Ctrl-C before the first answer (here while torch is imported, the run folder made) and a re-run that finds
     every question answered leave no outputs/hydra/<time>/ behind; the run that answered keeps its own."""
@@ -470,7 +450,7 @@ def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     return out
 
 
-DECODING_KEYS = "guess_set_size, max_depth, method, ngram_size, pool_from_prompt, seed, window_size"
+DECODING_KEYS = "guess_set_size, max_depth, method, ngram_size, pool_from_prompt, seed, successors, window_size"
 
 
 def _own_folder_cases(tmp: Path) -> list:
