@@ -413,7 +413,9 @@ def test_rank_stuck_outside_collective_times_out(tmp_path):
 
 
 def test_debug_check_names_diverged_rank(tmp_path):
-    proc, _, secs = _launch(tmp_path, 3, 3, "--timeout", "10", "--fail", "corrupt", "--fail-rank", "2", timeout=120)
+    # the product's own message (how torchrun ends a job whose rank failed: the three tests above), forked ranks
+    proc, _, secs = _launch(tmp_path, 3, 3, "--timeout", "10", "--fail", "corrupt", "--fail-rank", "2", timeout=120,
+                            fork="ranks")
     assert proc.returncode != 0
     assert "rank(s) [2] hold a different decoding state" in proc.stderr
 
