@@ -3,7 +3,8 @@ file (one run at a time, resume, a re-run that shows the answers), prompts check
 Ctrl-C and SIGTERM (plain and under torchrun), sweeps and torchrun, the launch scripts, the report over a sweep.
 
 The refusals run as command lines in ONE fresh interpreter (tests/cli_batch.py): each fails before a model loads,
-so a process apiece would spend its time importing torch. The rest are real processes on the tiny model.
+so a process apiece would spend its time importing torch; a --multirun sweep (Hydra's own launcher, two jobs on the
+tiny model) is that batch's last command line. The rest are real processes on the tiny model.
 """
 from __future__ import annotations
 
@@ -495,12 +496,21 @@ def _own_folder_cases(tmp: Path) -> list:
 
 
 @pytest.fixture(scope="module")
-def bad_input(tmp_path_factory):
-    """case -> (the case's folder, the CLI's result, the expected one-line error)."""
+def bad_input(tmp_path_factory, tiny_model_dir):
+    """case -> (the case's folder, the CLI's result, the expected one-line error). The batch's last command line is
+    a good one (case "sweep", no error): a two-job --multirun sweep on the tiny model with Hydra's own launcher,
+    which then pays no interpreter start-up of its own."""
     from cli_batch import run_cli
 
     tmp = tmp_path_factory.mktemp("cli")
     cases = _bad_input_cases(tmp)
+    d = _folder(tmp, "sweep")
+    (d / "q.jsonl").write_text(json.dumps({"question_id": 81, "category": "writing",
+                                           "turns": ["Write a haiku about the sea, 0."]}) + "\n")
+    cases[d.name] = (Call(["--multirun", "decoding=greedy,lookahead", "decoding.window_size=2",
+                           f"model.path={tiny_model_dir}", "model.dtype=float32", "dataset=jsonl",
+                           f"dataset.path={d / 'q.jsonl'}", "generation.max_new_tokens=16", "progress=false",
+                           f"hydra.sweep.dir={d / 'sweep'}"]), None)
     calls = []
     for name, (overrides, _) in cases.items():
         if isinstance(overrides, Call):
@@ -605,3 +615,37 @@ def test_refusal_keeps_folders_that_were_there(bad_input):
 def test_report_on_a_question_file(bad_input):
     folder = _check(bad_input, "report_on_a_question_file")
     assert _tree(folder) == ["q.jsonl"]  # no report.csv
+
+
+def test_sweep_writes_one_answers_file_per_job_and_the_report_has_both_rows(bad_input):
+    from lp_runtime.report import report
+
+    folder, res, _ = bad_input["sweep"]
+    assert res.returncode == 0, res.stderr[-3000:]
+    for job in ("0", "1"):
+        job_folder = folder / "sweep" / job
+        answers = [json.loads(x) for x in (job_folder / "answers.jsonl").read_text().splitlines()]
+        assert [a["question_id"] for a in answers] == [81]
+        summary = json.loads((job_folder / "answers.summary.json").read_text())
+        assert summary["num_questions"] == 1 and summary["answers"] == str(job_folder / "answers.jsonl")
+        assert (job_folder / "answers.settings.json").is_file()
+
+    out = report([str(folder / "sweep")], figure=False)
+    rows = out["rows"]
+    assert out["keys"] == ["decoding.method"]
+    assert [(r["run"], r["decoding.method"], r["baseline"]) for r in rows] == [("0", "greedy", True),
+                                                                              ("1", "lookahead", False)]
+    greedy, lookahead = rows
+    assert greedy["step_compression"] == 1.0 and greedy["speedup"] == 1.0
+    assert lookahead["step_compression"] >= 1.0
+    assert lookahead["speedup"] == pytest.approx(lookahead["tokens_per_s"] / greedy["tokens_per_s"])
+    assert (lookahead["identical"], lookahead["compared"]) == (1, 1)  # float32 greedy: token-identical
+    lines = out["text"].splitlines()
+    assert lines[0].split() == ["run", "decoding.method", "questions", "turns", "S", "acc/step", "tok/s", "ms/step",
+                                "speedup", "identical"]
+    assert lines[2].split()[:5] == ["0", "(baseline)", "greedy", "1", "1"]
+    assert lines[3].split()[:4] == ["1", "lookahead", "1", "1"]
+    assert lines[3].split()[4] == f"{lookahead['step_compression']:.3f}"
+    for name in ("report.csv", "report.json", "report.md"):
+        assert (folder / "sweep" / name).is_file()
+    assert (folder / "sweep" / "report.csv").read_text().splitlines()[0].startswith("run,decoding.method,questions")

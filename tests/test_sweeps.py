@@ -39,39 +39,7 @@ def _sweep_args(tiny_model_dir: Path, tmp: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------------ sweep + report
 
-def test_sweep_writes_one_answers_file_per_job_and_the_report_has_both_rows(tiny_model_dir, tmp_path):
-    from lp_runtime.report import report
-
-    res = _cli(tmp_path, "--multirun", "decoding=greedy,lookahead", "decoding.window_size=2",
-               *_sweep_args(tiny_model_dir, tmp_path))
-    assert res.returncode == 0, res.stderr[-3000:]
-    for job in ("0", "1"):
-        folder = tmp_path / "sweep" / job
-        answers = [json.loads(x) for x in (folder / "answers.jsonl").read_text().splitlines()]
-        assert [a["question_id"] for a in answers] == [81]
-        summary = json.loads((folder / "answers.summary.json").read_text())
-        assert summary["num_questions"] == 1 and summary["answers"] == str(folder / "answers.jsonl")
-        assert (folder / "answers.settings.json").is_file()
-
-    out = report([str(tmp_path / "sweep")], figure=False)
-    rows = out["rows"]
-    assert out["keys"] == ["decoding.method"]
-    assert [(r["run"], r["decoding.method"], r["baseline"]) for r in rows] == [("0", "greedy", True),
-                                                                              ("1", "lookahead", False)]
-    greedy, lookahead = rows
-    assert greedy["step_compression"] == 1.0 and greedy["speedup"] == 1.0
-    assert lookahead["step_compression"] >= 1.0
-    assert lookahead["speedup"] == pytest.approx(lookahead["tokens_per_s"] / greedy["tokens_per_s"])
-    assert (lookahead["identical"], lookahead["compared"]) == (1, 1)  # float32 greedy: token-identical
-    lines = out["text"].splitlines()
-    assert lines[0].split() == ["run", "decoding.method", "questions", "turns", "S", "acc/step", "tok/s", "ms/step",
-                                "speedup", "identical"]
-    assert lines[2].split()[:5] == ["0", "(baseline)", "greedy", "1", "1"]
-    assert lines[3].split()[:4] == ["1", "lookahead", "1", "1"]
-    assert lines[3].split()[4] == f"{lookahead['step_compression']:.3f}"
-    for name in ("report.csv", "report.json", "report.md"):
-        assert (tmp_path / "sweep" / name).is_file()
-    assert (tmp_path / "sweep" / "report.csv").read_text().splitlines()[0].startswith("run,decoding.method,questions")
+# A --multirun sweep with Hydra's own launcher and the report over it: tests/test_cli.py (its batch of command lines).
 
 
 def test_report_baseline_by_flag_and_errors(tmp_path):
