@@ -248,7 +248,10 @@ def test_report_lists_jobs_without_answers(tmp_path):
 
 
 # ------------------------------------------------------------------------------ SIGTERM like Ctrl-C; resume; the count
-def test_runs_that_answer_nothing_leave_no_run_folder(tmp_path, tiny_model_dir):
+RUN_FOLDER_CASES = ["run_folders", "run_folders_own"]  # in the bad-input batch, in this order
+
+
+def test_runs_that_answer_nothing_leave_no_run_folder(tmp_path, tiny_model_dir, bad_input):
     """Ctrl-C before the first answer (here while torch is imported, the run folder made) and a re-run that finds
     every question answered leave no outputs/hydra/<time>/ behind; the run that answered keeps its own."""
     (tmp_path / "q.jsonl").write_text('{"question_id": 1, "turns": ["Count to 3."]}\n')
@@ -269,15 +272,21 @@ def test_runs_that_answer_nothing_leave_no_run_folder(tmp_path, tiny_model_dir):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err.splitlines()[-1] == INTERRUPTED, err[-2000:]
     assert not out.exists() and not (tmp_path / "outputs").exists()  # nothing answered: no folder left
-    # Answers the question in a fixed run folder, then finds it answered there (an earlier run's folder: kept),
-    # then in a run folder of its own (removed).
-    for run_dir in ["hydra.run.dir=outputs/hydra/fixed", "hydra.run.dir=outputs/hydra/fixed", None]:
-        done = subprocess.run(cmd + [run_dir] * bool(run_dir), cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=300)
+    # The same command answers the question in a fixed run folder (kept), finds it answered in a run folder of its
+    # own (removed): two command lines of the bad-input batch, in its folder run_folders, where a process apiece
+    # would pay its start-up; then here, in a process of its own (a run keeps a folder made before it started),
+    # finds it answered in the fixed folder (an earlier run's: kept).
+    folder = bad_input["run_folders"][0]
+    out = folder / "out" / "answers.jsonl"
+    again = subprocess.run(cmd[:-2] + [f"output.path={out}", "progress=false", "hydra.run.dir=outputs/hydra/fixed"],
+                           cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    for done in [bad_input[case][1] for case in RUN_FOLDER_CASES] + [again]:
         assert done.returncode == 0, done.stderr[-2000:]
-        assert [p.name for p in (tmp_path / "outputs" / "hydra").iterdir()] == ["fixed"]
-        assert (tmp_path / "outputs" / "hydra" / "fixed" / ".hydra" / "config.yaml").is_file()
-    assert done.stdout.splitlines()[0] == f"already answered in {out}:" and len(out.read_text().splitlines()) == 1
+    assert [p.name for p in (folder / "outputs" / "hydra").iterdir()] == ["fixed"]
+    assert (folder / "outputs" / "hydra" / "fixed" / ".hydra" / "config.yaml").is_file()
+    for done in (bad_input[RUN_FOLDER_CASES[1]][1], again):
+        assert done.stdout.splitlines()[0] == f"already answered in {out}:"
+    assert len(out.read_text().splitlines()) == 1
 
 
 def test_ctrl_c_under_torchrun_shows_only_rank0s_line():
@@ -497,9 +506,9 @@ def _own_folder_cases(tmp: Path) -> list:
 
 @pytest.fixture(scope="module")
 def bad_input(tmp_path_factory, tiny_model_dir):
-    """case -> (the case's folder, the CLI's result, the expected one-line error). The batch's last command line is
-    a good one (case "sweep", no error): a two-job --multirun sweep on the tiny model with Hydra's own launcher,
-    which then pays no interpreter start-up of its own."""
+    """case -> (the case's folder, the CLI's result, the expected one-line error). The batch's last command lines
+    are good ones (no error): a two-job --multirun sweep on the tiny model with Hydra's own launcher (case "sweep")
+    and the two runs of RUN_FOLDER_CASES, which then pay no interpreter start-up of their own."""
     from cli_batch import run_cli
 
     tmp = tmp_path_factory.mktemp("cli")
@@ -511,6 +520,13 @@ def bad_input(tmp_path_factory, tiny_model_dir):
                            f"model.path={tiny_model_dir}", "model.dtype=float32", "dataset=jsonl",
                            f"dataset.path={d / 'q.jsonl'}", "generation.max_new_tokens=16", "progress=false",
                            f"hydra.sweep.dir={d / 'sweep'}"]), None)
+    d = _folder(tmp, RUN_FOLDER_CASES[0])  # two runs of test_runs_that_answer_nothing_leave_no_run_folder
+    (d / "q.jsonl").write_text('{"question_id": 1, "turns": ["Count to 3."]}\n')
+    run = [f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
+           "dataset.path=q.jsonl", "generation.max_new_tokens=4", f"output.path={d / 'out' / 'answers.jsonl'}",
+           "progress=false"]
+    for case, run_dir in zip(RUN_FOLDER_CASES, ["hydra.run.dir=outputs/hydra/fixed", None]):
+        cases[case] = (Call(run + [run_dir] * bool(run_dir), cwd=str(d)), None)
     calls = []
     for name, (overrides, _) in cases.items():
         if isinstance(overrides, Call):
