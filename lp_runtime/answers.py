@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lp_runtime import data
-from lp_runtime.config import DecodingConfig, RunConfig, jsonl_base
+from lp_runtime.config import PRESETS, DecodingConfig, RunConfig, jsonl_base
 
 
 class OutputError(ValueError):
@@ -238,9 +238,13 @@ GREEDY_IGNORES = tuple(f"decoding.{f.name}" for f in dataclasses.fields(Decoding
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, recorded, current)`` for every compared key that differs; a key absent from ``recorded`` counts
-    as its default, a ``RETIRED`` key absent from ``current`` as its retired value. Between two greedy runs the
-    lookahead parameters (``GREEDY_IGNORES``) are not compared: greedy decoding does not read them."""
-    defaults = flatten(dataclasses.asdict(RunConfig()))
+    as its default (a decoding key: the recorded method's, ``DecodingConfig(method=...)``; e.g. a file written
+    before ``decoding.successors`` existed), a ``RETIRED`` key absent from ``current`` as its retired value. Between
+    two greedy runs the lookahead parameters (``GREEDY_IGNORES``) are not compared: greedy decoding does not read
+    them."""
+    method = recorded.get("decoding.method")
+    decoding = DecodingConfig(method=method) if method in PRESETS else DecodingConfig()
+    defaults = flatten(dataclasses.asdict(RunConfig(decoding=decoding)))
     missing = object()
     greedy = recorded.get("decoding.method") == current.get("decoding.method") == "greedy"
     out = []

@@ -31,6 +31,7 @@ def _check(cond: bool, msg: str) -> None:
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: lp_runtime.models.resolve_dtype
 METHODS = ("greedy", "lookahead", "auto", "paper")  # auto: lookahead with policy.CostPolicy on the measured curve
+SUCCESSORS = ("auto", "true", "false")  # DecodingConfig.successors
 
 
 @dataclass
@@ -69,10 +70,12 @@ class ModelConfig:
 
 # Each method's defaults, in one place (conf/decoding/<method>.yaml holds the same values; tests/test_config.py).
 PRESETS = {
-    "auto": dict(window_size=0, ngram_size=6, guess_set_size=4, max_depth=24),
-    "lookahead": dict(window_size=0, ngram_size=4, guess_set_size=2, max_depth=10),  # fastest fixed on the 2-core CPU
-    "paper": dict(window_size=15, ngram_size=5, guess_set_size=15, max_depth=10),  # the paper's 7B setting
-    "greedy": dict(window_size=0, ngram_size=4, guess_set_size=2, max_depth=10),  # unused: recorded in settings
+    "auto": dict(window_size=0, ngram_size=6, guess_set_size=4, max_depth=24, successors="auto"),
+    # fastest fixed on the 2-core CPU
+    "lookahead": dict(window_size=0, ngram_size=4, guess_set_size=2, max_depth=10, successors="auto"),
+    # the paper's 7B setting; the published algorithm has no successor table
+    "paper": dict(window_size=15, ngram_size=5, guess_set_size=15, max_depth=10, successors="false"),
+    "greedy": dict(window_size=0, ngram_size=4, guess_set_size=2, max_depth=10, successors="auto"),  # unused: recorded
 }
 
 
@@ -89,8 +92,15 @@ class DecodingConfig:
     from the prompt reproducibly), max_depth (longest candidate continuation after a long suffix match;
     "paper" proposes N-1 tokens).
 
-    W, N, G and max_depth left None take the method's ``PRESETS`` values (as conf/decoding/<method>.yaml); the
-    default is the main job's ``decoding=auto`` (W=0, N=6, G=4, max_depth=24); ``DecodingConfig(method="lookahead")`` is
+    ``successors``: the successor table of the model's own predictions (``successors.SuccessorProposer``, issue 18;
+    docs/benchmarks.md 6d) joins the suffix lookup in one tree: "true", "false", or "auto" = on when the LP degree
+    K (``parallel.lp``) is > 1, where K ranks verify K times the tree for one rank's tokens, and off in one process
+    (on a CPU it did not pay there). A YAML/CLI true/false is accepted. "paper" is "false" (the published
+    algorithm) and refuses "true"; greedy and G = 0 have no tree to join. ``successors_on(K)`` says which.
+
+    W, N, G, max_depth and successors left None take the method's ``PRESETS`` values (as
+    conf/decoding/<method>.yaml); the default is the main job's ``decoding=auto`` (W=0, N=6, G=4, max_depth=24,
+    successors auto); ``DecodingConfig(method="lookahead")`` is
     ``decoding=lookahead``'s W=0, N=4, G=2, max_depth=10.
     """
 
@@ -101,12 +111,19 @@ class DecodingConfig:
     pool_from_prompt: bool = True
     seed: int = 0
     max_depth: Optional[int] = None
+    successors: Optional[str] = None
 
     def __post_init__(self) -> None:
         _check(self.method in METHODS, f"decoding.method={self.method!r} is not allowed; use one of {', '.join(METHODS)}")
         for name, value in PRESETS[self.method].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
+        self.successors = str(self.successors).lower()  # YAML / the command line give true/false as booleans
+        _check(self.successors in SUCCESSORS,
+               f"decoding.successors={self.successors!r} is not allowed; use one of {', '.join(SUCCESSORS)}")
+        _check(self.method != "paper" or self.successors != "true",
+               "decoding.successors=true is not allowed with decoding=paper (the paper's algorithm as published has "
+               "no successor table); use decoding=lookahead or decoding=auto with it, or decoding.successors=false")
         _check(self.max_depth >= 1, f"decoding.max_depth={self.max_depth} is not allowed; it must be >= 1")
         _check(self.window_size >= 0, f"decoding.window_size={self.window_size} is negative; W must be >= 0")
         _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")
@@ -122,6 +139,13 @@ class DecodingConfig:
                 "decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty; "
                 "set W > 0 or pool_from_prompt=true",
             )
+
+    def successors_on(self, lp_size: int) -> bool:
+        """Whether the successor table joins the candidates at LP degree ``lp_size`` (``successors``: "true", or
+        "auto" and ``lp_size`` > 1; never for "paper" or "greedy")."""
+        if self.method in ("paper", "greedy"):
+            return False
+        return self.successors == "true" or (self.successors == "auto" and lp_size > 1)
 
     @property
     def candidate_depth(self) -> int:
@@ -141,7 +165,9 @@ class SamplingConfig:
     Like transformers' ``generate``: ``repetition_penalty`` (> 0, 1 = off) applies in greedy and sampling;
     ``temperature`` (>= 0; 0 = greedy, > 0 = sample), ``top_k`` (>= 0, 0 = off), ``top_p`` (0 < p <= 1,
     1 = off) and ``min_p`` (0 <= p < 1, 0 = off) apply when sampling. ``seed``: every random draw is a
-    function of (seed, token position), so a run is reproducible and independent of the LP degree.
+    function of (seed, token position), so a run is reproducible, and independent of the LP degree for a fixed
+    setting with ``decoding.successors`` false (the successor table, on under LP by default, grows the drafts with
+    K, and which token a seed draws depends on the drafts; README's ``sampling.seed``).
     ``category_temperature``: optional per-question-category temperature (MT-Bench's judge settings),
     used by the generate entry point in place of ``temperature`` for a listed category.
     ``suppress_tokens``: token ids never chosen (greedy and sampling). ``from_model``: take the sampling fields

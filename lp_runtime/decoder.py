@@ -36,7 +36,7 @@ from .config import ConfigError, DecodingConfig, SamplingConfig
 from .layout import LayoutCache, MaskBuffer
 from .parallel import LocalGroup, state_hash
 from .policy import FeedAll
-from .proposers import proposers_for
+from .successors import successor_proposers
 from .sampling import Sampler, check_processors, warn_model_defaults
 from .step import EagerStep, StepInputs, StepRows
 from .stopping import StopChecker
@@ -125,7 +125,9 @@ class Decoder:
         step_policy: what each step feeds (``policy.StepPolicy``); default ``policy.FeedAll``. ``method="auto"``
             needs one (``ConfigError`` otherwise; ``auto.auto_policy``). Under LP a ``CostPolicy`` priced for one
             process is priced by the busiest rank's tokens (``CostPolicy.price_lp``).
-        proposers: the candidate sources (``proposers.Proposer``); default ``proposers.proposers_for(decoding)``.
+        proposers: the candidate sources (``proposers.Proposer``); default the product's for ``decoding`` at this
+            LP degree (``successors.successor_proposers(..., table=None)``: ``proposers.proposers_for``'s, the
+            successor table joining the suffix lookup when ``decoding.successors_on(lp.size)``).
         step: the model step (``step.EagerStep``'s methods); default ``EagerStep(model)``.
         copy_kv: keep the accepted candidates' KV so the next step feeds one token (default: True except for
             ``method="paper"``, which re-feeds); LP always re-feeds (the KV lives on one rank).
@@ -151,7 +153,8 @@ class Decoder:
         self.step_policy = step_policy if step_policy is not None else FeedAll()
         self.window_size = decoding.window_size if decoding.method != "greedy" else 0
         self.ngram_size = decoding.ngram_size
-        self.proposers = list(proposers_for(decoding) if proposers is None else proposers)
+        self.proposers = list(successor_proposers(decoding, checks.vocab_size(model), lp_size=self.lp.size, table=None)
+                              if proposers is None else proposers)
         copy = decoding.method != "paper" if copy_kv is None else copy_kv
         self.copy_kv = copy and self.lp.size == 1
         if self.lp.size > 1 and getattr(self.step_policy, "lp_size", None) == 1:

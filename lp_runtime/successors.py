@@ -435,24 +435,57 @@ def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
     return path
 
 
-def successor_proposers(decoding, vocab_size: int, *, budget: Optional[int] = None, **levers) -> list:
-    """The product's proposers for ``decoding`` (``proposers.proposers_for``) with the suffix proposer wrapped in a
-    ``SuccessorProposer``: pass the result as ``Decoder(..., proposers=...)``.
+# The product's table (DecodingConfig.successors; docs/benchmarks.md 6d, the LP ratio blocks): the pair table
+# (context 2), the top 16 ids of every kept row, and the first 16 of a row tried per node under LP (K > 1) but 8 in
+# one process (at one process's budget wider rows crowd out deeper chains).
+TABLE_CONTEXT, TABLE_TOPK, TABLE_WIDTH, TABLE_WIDTH_ONE_PROCESS = 2, 16, 16, 8
 
-    ``budget`` (default: the suffix proposer's node cap + 1, i.e. 11 at (W, N, G) = (0, 4, 2), so a copy-KV step
-    feeds at most 12 tokens) bounds the grown tree; ``levers`` go to ``SuccessorProposer``. ``decoding=paper`` and
-    plain greedy keep their proposers unchanged (the paper's pool; none).
+
+def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1, budget: Optional[int] = None,
+                        table: Optional[bool] = True, **levers) -> list:
+    """The product's proposers for ``decoding`` at LP degree ``lp_size`` (K): ``proposers.proposers_for``'s, with
+    the suffix proposer (suffix lookup + answer store) wrapped in a ``SuccessorProposer`` when the table is on.
+
+    Args:
+        decoding: a ``DecodingConfig``.
+        vocab_size: the model's vocabulary (``checks.vocab_size``); the table's rows.
+        lp_size: K, the ranks that share a step (``parallel.lp``; 1 = one process, or one process simulating K).
+        budget: tree nodes ONE rank feeds (default: the suffix proposer's node cap + 1, i.e. 11 at (W, N, G) =
+            (0, 4, 2), so a one-process step feeds at most 12 tokens; 25 under ``decoding=auto``'s (0, 6, 4),
+            max_depth 24, where the cost policy feeds what pays of it). The tree holds up to K x ``budget`` nodes,
+            cut so that no rank under ``parallel.tree_plan`` feeds more than ``budget`` (``cap_ranks``).
+        table: True (default) = the table whatever ``decoding.successors`` says (the bench's ``+successors`` lever,
+            scripts/lp_scaling.py); None = as ``decoding.successors_on(lp_size)`` says (what ``Decoder`` builds
+            when given no proposers); False = never.
+        levers: ``SuccessorProposer`` arguments replacing the product's (measurements): the product's are
+            ``context`` = 2, ``k`` = 16 (the vocabulary's size if smaller), ``width`` = 16 when K > 1 else 8,
+            ``lp_size`` = K, ``rank_budget`` = ``budget`` and ``prefill`` = False.
+
+    ``decoding=paper`` and plain greedy keep their proposers (the paper's pool; none), as does G = 0 (no suffix
+    proposer to join). Every LP rank builds the same proposer from the same arguments, so every rank grows the same
+    tree and holds the same table (its rows travel in the step's one all-gather). ``ValueError`` when the table is
+    on and ``vocab_size`` is None, or (from ``SuccessorProposer``) for a budget or lever it refuses.
 
         >>> from lp_runtime.config import DecodingConfig
-        >>> [p.budget for p in successor_proposers(DecodingConfig(method="lookahead", window_size=0, ngram_size=4,
-        ...                                                    guess_set_size=2, max_depth=10), 96)]
-        [11]
+        >>> look = DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10)
+        >>> [(p.budget, p.rank_budget, p.width, p.context) for p in successor_proposers(look, 96, lp_size=8)]
+        [(88, 11, 16, 2)]
+        >>> successor_proposers(look, 96, table=None)[0].__class__.__name__   # successors "auto", one process: off
+        'SuffixProposer'
     """
     from .proposers import SuffixProposer, proposers_for
 
+    on = decoding.successors_on(lp_size) if table is None else table
     out = []
     for p in proposers_for(decoding):
-        if isinstance(p, SuffixProposer):
-            p = SuccessorProposer(vocab_size, p.max_nodes + 1 if budget is None else budget, suffix=p, **levers)
+        if on and isinstance(p, SuffixProposer):
+            if vocab_size is None:
+                raise ValueError("successor_proposers: the successor table needs the model's vocabulary size "
+                                 "(checks.vocab_size(model) gave None)")
+            per_rank = p.max_nodes + 1 if budget is None else budget
+            product = dict(context=TABLE_CONTEXT, k=min(TABLE_TOPK, vocab_size), lp_size=lp_size,
+                           rank_budget=per_rank, prefill=False,
+                           width=TABLE_WIDTH if lp_size > 1 else TABLE_WIDTH_ONE_PROCESS)
+            p = SuccessorProposer(vocab_size, lp_size * per_rank, suffix=p, **{**product, **levers})
         out.append(p)
     return out

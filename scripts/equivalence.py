@@ -57,6 +57,7 @@ def make_decoder(model, run: str, *, lp=None, price_lp: int = 1, eos=(), tokeniz
     from lp_runtime.policy import CostPolicy
 
     copy_kv = lp is None and price_lp == 1  # LP re-feeds; one process priced as LP re-feeds too
+    # successors=false: the lock's runs predate the successor table, which decoding.successors=auto adds under LP
     if run == "greedy":
         return Decoder(model, DecodingConfig(method="greedy"), eos_token_ids=eos, tokenizer=tokenizer, lp=lp)
     if run == "pool":  # the paper's candidates: single-key pool, newest first, separate chains, re-feed
@@ -66,10 +67,12 @@ def make_decoder(model, run: str, *, lp=None, price_lp: int = 1, eos=(), tokeniz
         policy = CostPolicy(CURVE)
         if lp is None and price_lp > 1:
             policy.price_lp(price_lp, 3)
-        cfg = DecodingConfig(method="auto", window_size=3, ngram_size=6, guess_set_size=4, max_depth=24)
+        cfg = DecodingConfig(method="auto", window_size=3, ngram_size=6, guess_set_size=4, max_depth=24,
+                             successors="false")
         return Decoder(model, cfg, eos_token_ids=eos, tokenizer=tokenizer, lp=lp, step_policy=policy, copy_kv=copy_kv)
     w, n, g = FIXED[run]
-    cfg = DecodingConfig(method="lookahead", window_size=w, ngram_size=n, guess_set_size=g, max_depth=10)
+    cfg = DecodingConfig(method="lookahead", window_size=w, ngram_size=n, guess_set_size=g, max_depth=10,
+                         successors="false")
     return Decoder(model, cfg, eos_token_ids=eos, tokenizer=tokenizer, lp=lp, copy_kv=copy_kv)
 
 

@@ -5,13 +5,16 @@
 
 An LP run of K ranks gives the same tokens and steps as one process with the same total budget (every rank
 proposes the same tree from the same state, computes its share and the merge reassembles the step; the successor
-table's rows travel in the step's one all-gather; tests/test_successors.py checks K real ranks against one
-process). So S(K) is measured here in ONE process: a ``Decoder`` with re-feed commit (what LP runs) and a
-``successors.SuccessorProposer`` (suffix lookup + answer store + the table) whose node budget is K x
-(``--budget`` - 1), cut so that no rank feeds more than ``--rank-cap`` nodes (default ``--budget`` - 1, what one
-process feeds; ``SuccessorProposer(lp_size=K, rank_budget=...)``), the window K x ``--window`` columns, and a
+table's rows travel in the step's one all-gather; tests/test_parallel.py checks K = 2 and 3 real ranks against one
+process, tests/test_lp_auto.py the lp2 job with the default decoding.successors=auto). So S(K) is measured here in ONE process: a ``Decoder`` with re-feed commit (what LP runs) and the proposer the
+product builds for K ranks (``successors.successor_proposers``, as ``Decoder`` does under ``parallel.lp=K`` with
+``decoding.successors=auto``; at K = 1 the table is on as with ``decoding.successors=true``): a
+``successors.SuccessorProposer`` (suffix lookup + answer store + the pair table, top-16 rows, 16 successors tried
+per node when K > 1 and 8 at K = 1) whose node budget is K x (``--budget`` - 1), cut so that no rank feeds more than
+``--budget`` - 1 nodes; the suffix lookup's G is K x ``--guess`` and the window K x ``--window`` columns; and a
 ``LocalGroup`` that records, for every step, the tokens each of K ranks would feed under ``parallel.tree_plan``
 (pending + row 0 prefix + levels x columns + nodes, an ancestor chain counted on every rank that repeats it).
+``--context``, ``--topk``, ``--width``, ``--max-depth`` and ``--rank-cap`` override the product's values.
 
 ``--prompts``: a question file in the Spec-Bench / FastChat format (``{"question_id", "category", "turns"}``
 per line); first turns, chat template (``data.build_prompt``); SmolLM2-135M float32 greedy. Every output is
@@ -43,8 +46,7 @@ from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
-from lp_runtime.proposers import AnswerStore, SuffixProposer  # noqa: E402
-from lp_runtime.successors import SuccessorProposer  # noqa: E402
+from lp_runtime.successors import successor_proposers  # noqa: E402
 from s_table import hf_greedy  # noqa: E402
 
 
@@ -64,16 +66,23 @@ class RankProbe(LocalGroup):
         return super().plan(num_pending, num_columns, num_levels, parents)
 
 
+def proposer_for(model, k, args):
+    """The product's proposer for K = ``k`` ranks at a per-rank budget of ``--budget`` - 1 nodes, the flags given
+    replacing its values (``successors.successor_proposers``)."""
+    decoding = DecodingConfig(method="lookahead", window_size=args.window * k, ngram_size=args.ngram,
+                              guess_set_size=args.guess * k, max_depth=10, successors="true")
+    levers = {name: value for name, value in (("context", args.context), ("k", args.topk), ("width", args.width),
+                                              ("max_depth", args.max_depth)) if value is not None}
+    if args.rank_cap is not None:
+        levers["rank_budget"] = args.rank_cap or None
+    (prop,) = successor_proposers(decoding, vocab_size(model), lp_size=k, budget=args.budget - 1, **levers)
+    return decoding, prop
+
+
 def run_k(model, tok, eos, questions, refs, k, args):
     probe = RankProbe(k, open(Path(args.out) / f"trees_k{k}.jsonl", "w") if args.trees else None)
-    suffix = SuffixProposer(args.ngram, args.guess * k, store=AnswerStore())
-    cap = args.budget - 1 if args.rank_cap is None else args.rank_cap
-    prop = SuccessorProposer(vocab_size(model), k * (args.budget - 1), suffix=suffix, context=args.context,
-                             k=args.topk, max_depth=args.max_depth, width=args.width or args.topk,
-                             lp_size=k, rank_budget=cap or None)
-    dec = Decoder(model, DecodingConfig(method="lookahead", window_size=args.window * k, ngram_size=args.ngram,
-                                        guess_set_size=max(args.guess * k, 1), max_depth=10),
-                  eos_token_ids=eos, tokenizer=tok, lp=probe, proposers=[prop], copy_kv=False)
+    decoding, prop = proposer_for(model, k, args)
+    dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=probe, proposers=[prop], copy_kv=False)
     rows = []
     for q, ref in zip(questions, refs):
         probe.rank_tokens, probe.rank_rows = [], []
@@ -86,7 +95,8 @@ def run_k(model, tok, eos, questions, refs, k, args):
         print(f"  K={k} {q.category} {q.question_id}: S {rows[-1]['new_tokens'] / rows[-1]['steps']:.2f} "
               f"steps {rows[-1]['steps']} identical {rows[-1]['identical']}", flush=True)
         (Path(args.out) / f"partial_k{k}.json").write_text(json.dumps(rows) + "\n")  # a stopped run keeps its rows
-    return rows
+    return rows, {"context": prop.context, "topk": prop.k, "width": prop.width, "max_depth": prop.max_depth,
+                  "rank_cap": prop.rank_budget or 0}
 
 
 def summary(rows, k):
@@ -108,20 +118,20 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=0, help="window columns per rank (W = K x window)")
     ap.add_argument("--ngram", type=int, default=5)
     ap.add_argument("--guess", type=int, default=15, help="suffix lookup leaves per rank (G = K x guess)")
-    ap.add_argument("--context", type=int, default=1, choices=(1, 2), help="successor table context: 1 = the token "
-                    "table (Token Recycling), 2 = also the pair table (successors.SuccessorTable(context=2))")
-    ap.add_argument("--topk", type=int, default=8, help="successors kept per table row")
-    ap.add_argument("--width", type=int, default=None, help="successors of a row tried per tree node (default: "
-                    "--topk)")
-    ap.add_argument("--max-depth", type=int, default=16, help="deepest tree node")
+    ap.add_argument("--context", type=int, default=None, choices=(1, 2), help="successor table context: 1 = the "
+                    "token table (Token Recycling), 2 = also the pair table (default: the product's, 2)")
+    ap.add_argument("--topk", type=int, default=None, help="successors kept per table row (default: the product's, 16)")
+    ap.add_argument("--width", type=int, default=None, help="successors of a row tried per tree node (default: the "
+                    "product's, 16 when K > 1, 8 at K = 1)")
+    ap.add_argument("--max-depth", type=int, default=None, help="deepest tree node (default: the product's, 16)")
     ap.add_argument("--rank-cap", type=int, default=None, help="most tree nodes a rank feeds (repeated ancestor "
                     "chains included; SuccessorProposer(rank_budget=...)); default --budget - 1, 0 = no cap")
     ap.add_argument("--trees", action="store_true", help="write every step's (pending, columns, levels, parents) "
                     "to OUT/trees_kK.jsonl")
     ap.add_argument("--out", default="results/lp_scaling")
     args = ap.parse_args()
-    if min(args.ks) < 1 or args.budget < 2 or args.max_new_tokens < 1:
-        ap.error("--ks >= 1, --budget >= 2 and --max-new-tokens >= 1")
+    if min(args.ks) < 1 or args.budget < 2 or args.max_new_tokens < 1 or args.guess < 1:
+        ap.error("--ks >= 1, --budget >= 2, --max-new-tokens >= 1 and --guess >= 1")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,17 +147,14 @@ def main() -> None:
     refs = cached[key]
     results = []
     for k in args.ks:
-        rows = run_k(model, tok, eos, questions, refs, k, args)
+        rows, table = run_k(model, tok, eos, questions, refs, k, args)
         groups = {}
         for name in ("mt_bench", "humaneval"):
             part = [r for r in rows if r["category"].startswith("humaneval") == (name == "humaneval")]
             if part:
                 groups[name] = summary(part, k)
         results.append({**summary(rows, k), "groups": groups, "budget_per_rank": args.budget,
-                        "window_per_rank": args.window, "ngram": args.ngram, "guess_per_rank": args.guess,
-                        "context": args.context, "topk": args.topk, "width": args.width or args.topk,
-                        "max_depth": args.max_depth, "rank_cap": args.budget - 1 if args.rank_cap is None
-                        else args.rank_cap,
+                        "window_per_rank": args.window, "ngram": args.ngram, "guess_per_rank": args.guess, **table,
                         "max_new_tokens": args.max_new_tokens, "prompts_file": args.prompts,
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows})
         (out / "lp_scaling.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -60,7 +60,8 @@ def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=Non
             if lp is None:
                 policy.price_lp(c.get("price_lp", 1), c["W"])
         dec = Decoder(model, DecodingConfig(method="auto" if policy else "lookahead", window_size=c["W"],
-                                            ngram_size=c["N"], guess_set_size=c["G"], max_depth=10),
+                                            ngram_size=c["N"], guess_set_size=c["G"], max_depth=10,
+                                            successors="false"),  # the grid: no table unless "succ" gives one
                       lp=lp, step_policy=policy, copy_kv=False, proposers=_succ(model, c))
         for pi in (prompt_ids if prompt_ids is not None else range(len(prompts))):
             g = dec.generate(prompts[pi], max_new_tokens=max_new_tokens)
@@ -93,8 +94,8 @@ def decode_seeds(model, spec, lp=None, seeds=None):
     from lp_runtime.config import SamplingConfig
     from lp_runtime.decoder import Decoder
 
-    dec = Decoder(model, lookahead(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"]), lp=lp,
-                  copy_kv=False)  # LP re-feeds; one process must match it
+    dec = Decoder(model, lookahead(window_size=spec["W"], ngram_size=spec["N"], guess_set_size=spec["G"],
+                                   successors="false"), lp=lp, copy_kv=False)  # LP re-feeds; one process must match it
     out = {}
     for s in spec["seeds"] if seeds is None else seeds:
         before = lp.stats.collectives if lp is not None else 0
@@ -105,7 +106,8 @@ def decode_seeds(model, spec, lp=None, seeds=None):
     return out
 
 
-COMPILED_DECODING = dict(window_size=2, ngram_size=3, guess_set_size=1, max_depth=2)  # steps of <= 8 tokens a rank
+COMPILED_DECODING = dict(window_size=2, ngram_size=3, guess_set_size=1, max_depth=2,  # steps of <= 8 tokens a rank
+                         successors="false")
 COMPILED_SAMPLING = dict(temperature=0.8, seed=3)
 
 

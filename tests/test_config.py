@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from fakes import lookahead
 from lp_runtime.cli import CONF_DIR
-from lp_runtime.config import PRESETS, DecodingConfig, RunConfig, register_configs
+from lp_runtime import answers
+from lp_runtime.config import PRESETS, ConfigError, DecodingConfig, RunConfig, register_configs
 
 
 def _composed(*overrides: str) -> RunConfig:
@@ -28,7 +29,7 @@ def test_decoding_default_is_the_composed_main_job_default():
     composed = _composed().decoding
     assert _fields(composed) == _fields(DecodingConfig())
     assert _fields(DecodingConfig()) == {"method": "auto", "window_size": 0, "ngram_size": 6, "guess_set_size": 4,
-                                         "pool_from_prompt": True, "seed": 0, "max_depth": 24}
+                                         "pool_from_prompt": True, "seed": 0, "max_depth": 24, "successors": "auto"}
     assert RunConfig().decoding == composed
 
 
@@ -46,6 +47,65 @@ def test_lookahead_preset_is_the_documented_fixed_setting():
     """The values DecodingConfig's docstring and README give for ``decoding=lookahead`` (and fakes.lookahead())."""
     assert _fields(DecodingConfig(method="lookahead")) == _fields(lookahead()) == {
         "method": "lookahead", "window_size": 0, "ngram_size": 4, "guess_set_size": 2, "pool_from_prompt": True,
-        "seed": 0, "max_depth": 10}
+        "seed": 0, "max_depth": 10, "successors": "auto"}
     assert ('``DecodingConfig(method="lookahead")`` is\n    ``decoding=lookahead``\'s W=0, N=4, G=2, max_depth=10'
             in DecodingConfig.__doc__)
+
+
+@pytest.mark.parametrize("given, expected", [(None, "auto"), ("auto", "auto"), (True, "true"), ("True", "true"),
+                                             (False, "false"), ("false", "false")])
+def test_successors_takes_yaml_and_cli_booleans(given, expected):
+    assert DecodingConfig(successors=given).successors == expected
+
+
+def test_successors_from_the_command_line_and_the_paper_preset():
+    assert _composed("decoding.successors=true").decoding.successors == "true"
+    assert _composed("decoding=lookahead", "decoding.successors=false").decoding.successors == "false"
+    assert _composed("decoding=paper").decoding.successors == "false"
+
+
+@pytest.mark.parametrize("setting, message", [
+    (dict(successors="yes"), "decoding.successors='yes' is not allowed; use one of auto, true, false"),
+    (dict(successors=2), "decoding.successors='2' is not allowed; use one of auto, true, false"),
+    (dict(method="paper", successors=True),
+     "decoding.successors=true is not allowed with decoding=paper (the paper's algorithm as published has no successor "
+     "table); use decoding=lookahead or decoding=auto with it, or decoding.successors=false"),
+])
+def test_successors_refuses_bad_values(setting, message):
+    with pytest.raises(ConfigError) as e:
+        DecodingConfig(**setting)
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize("method, successors, on_at_lp", [
+    ("auto", "auto", {1: False, 2: True, 8: True}),   # auto: on under LP only (docs/benchmarks.md 6d)
+    ("lookahead", "auto", {1: False, 2: True}),
+    ("lookahead", "true", {1: True, 2: True}),
+    ("auto", "false", {1: False, 8: False}),
+    ("paper", "auto", {1: False, 8: False}),          # the published algorithm: never
+    ("greedy", "true", {1: False, 8: False}),         # no candidate tree to join
+])
+def test_successors_on(method, successors, on_at_lp):
+    cfg = DecodingConfig(method=method, successors=successors)
+    assert {k: cfg.successors_on(k) for k in on_at_lp} == on_at_lp
+
+
+@pytest.mark.parametrize("method", ["auto", "lookahead", "paper"])
+def test_answers_written_before_successors_existed_still_resume(method):
+    """A settings record without ``decoding.successors`` (written before the key existed) reads as the recorded
+    method's default, so the run resumes with that default; another value is refused."""
+    cfg = RunConfig(decoding=DecodingConfig(method=method))
+    current = answers.run_settings(cfg, model_fingerprint="ab", world_size=2)
+    old = {k: v for k, v in current.items() if k != "decoding.successors"}
+    assert answers.differences(old, current) == []
+    changed = "true" if method != "paper" else "auto"
+    other = answers.run_settings(RunConfig(decoding=DecodingConfig(method=method, successors=changed)),
+                                 model_fingerprint="ab", world_size=2)
+    assert answers.differences(old, other) == [("decoding.successors", current["decoding.successors"], changed)]
+
+
+def test_greedy_runs_ignore_successors():
+    cfg = RunConfig(decoding=DecodingConfig(method="greedy"))
+    current = answers.run_settings(cfg, model_fingerprint="ab", world_size=1)
+    assert "decoding.successors" in answers.GREEDY_IGNORES and current["decoding.successors"] == "auto"
+    assert answers.differences({**current, "decoding.successors": "true"}, current) == []

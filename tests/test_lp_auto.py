@@ -105,9 +105,35 @@ def test_broadcast_object_in_one_process_is_the_object():
     assert distributed.broadcast_object("alone") == "alone"
 
 
+def _job_in_one_process(model_dir, questions, summary, table):
+    """The lp2 job's decodes in one process: its chosen setting on its curve priced for 2 ranks, re-feed, and the
+    product's proposers for K = 2 (``table``: None = as ``decoding.successors`` says, False = none), one decoder
+    over the questions in order. ([(output_ids, decoding_steps)] per question, transformers' greedy outputs)."""
+    from exactness import hf_greedy
+    from lp_runtime import data, latency, models
+    from lp_runtime.checks import vocab_size
+    from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.successors import successor_proposers
+
+    model, tok = models.load_model(ModelConfig(path=str(model_dir), device="cpu", dtype="float32"))
+    decoding = DecodingConfig(**summary["auto_decoding"]["chosen"])
+    policy = CostPolicy(latency.curve_of(summary["auto_decoding"]))
+    policy.price_lp(2, decoding.window_size)
+    eos = models.eos_token_ids(model, tok, None)
+    dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, step_policy=policy, copy_kv=False,
+                  proposers=successor_proposers(decoding, vocab_size(model), lp_size=2, table=table))
+    prompts = [data.build_prompt(tok, q, []) for q in data.load_questions(DatasetConfig(name="jsonl",
+                                                                                       path=str(questions)))]
+    outs = [dec.generate(p, max_new_tokens=12) for p in prompts]
+    return [(o.output_ids, o.decoding_steps) for o in outs], [hf_greedy(model, p, 12, eos) for p in prompts]
+
+
 def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     """The main job with decoding=auto and parallel=lp2: rank 0 reads the (seeded) profile and prints one line,
-    both ranks decode on its curve, the answers equal plain greedy's, and the summary records the choice."""
+    both ranks decode on its curve, the answers equal plain greedy's, and the summary records the choice. With the
+    default decoding.successors=auto the successor table is on at K = 2 (issue 18): the same tokens and steps as
+    one process with the same total budget and pricing, steps that the table changed."""
     from lp_runtime import auto, latency, models
     from lp_runtime.config import DecodingConfig, ModelConfig
 
@@ -158,6 +184,12 @@ def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     assert [c["output_ids"] for c in rows[0]] == [c["output_ids"] for c in rows[1]]
     assert sum(sum(c["decoding_steps"]) for c in rows[0]) < sum(sum(c["decoding_steps"]) for c in rows[1])
     assert DecodingConfig(**summary["auto_decoding"]["chosen"]).method == "auto"
+    assert summary["settings"]["decoding.successors"] == "auto"
+    lp_rows = [(c["output_ids"][0], c["decoding_steps"][0]) for c in rows[0]]
+    one_process, transformers_greedy = _job_in_one_process(model_dir, questions, summary, table=None)
+    assert lp_rows == one_process and [ids for ids, _ in lp_rows] == transformers_greedy
+    no_table, _ = _job_in_one_process(model_dir, questions, summary, table=False)
+    assert [s for _, s in lp_rows] != [s for _, s in no_table]  # the table took part
 
 
 def test_main_job_defaults_to_the_cost_policy_in_the_native_dtype():

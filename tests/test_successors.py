@@ -255,6 +255,73 @@ def test_rank_cap_keeps_the_longest_prefix_within_every_ranks_budget():
         assert len(capped._last.succ_rank) == kept  # what observe learns from is cut the same way
 
 
+# ------------------------------------------------------------------------------------------------ the product option
+class _Ranks:  # the LP degree, as Decoder.__init__ reads a group (the decodes under real ranks: test_lp_auto.py)
+    rank, debug = 0, False
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def _table_of(proposers) -> tuple:
+    """(class, budget, rank_budget, width, context, k, prefill_topk) of a decoder's single proposer."""
+    (p,) = proposers
+    if not isinstance(p, SuccessorProposer):
+        return (type(p).__name__,)
+    return type(p).__name__, p.budget, p.rank_budget, p.width, p.context, p.k, p.prefill_topk
+
+
+@pytest.mark.parametrize("setting, lp, expected", [
+    # decoding=lookahead (0, 4, 2): one rank feeds the suffix proposer's 10-node cap + 1 = 11 tree nodes
+    (dict(method="lookahead"), 1, ("SuffixProposer",)),                           # auto, one process: off
+    (dict(method="lookahead"), 2, ("SuccessorProposer", 22, 11, 16, 2, 16, 0)),   # auto under LP: K x 11 nodes
+    (dict(method="lookahead"), 8, ("SuccessorProposer", 88, 11, 16, 2, 16, 0)),
+    (dict(method="lookahead", successors=False), 8, ("SuffixProposer",)),
+    (dict(method="lookahead", successors=True), 1, ("SuccessorProposer", 11, 11, 8, 2, 16, 0)),  # width 8 alone
+    # decoding=auto (0, 6, 4), max_depth 24: 25 nodes a rank, the cost policy feeds what pays of them
+    (dict(method="auto", window_size=0), 4, ("SuccessorProposer", 100, 25, 16, 2, 16, 0)),
+    (dict(method="auto", window_size=0), 1, ("SuffixProposer",)),
+    (dict(method="paper"), 8, ("PoolProposer",)),                                 # the published algorithm
+])
+def test_decoder_builds_the_table_as_decoding_successors_says(setting, lp, expected):
+    from fakes import llama
+
+    from lp_runtime.config import DecodingConfig
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.policy import CostPolicy
+    from lp_runtime.successors import successor_proposers
+
+    cfg = DecodingConfig(**setting)
+    policy = CostPolicy({1: 1.0, 64: 1.0}) if cfg.method == "auto" else None
+    assert _table_of(Decoder(llama(), cfg, lp=_Ranks(lp), step_policy=policy).proposers) == expected
+    assert _table_of(successor_proposers(cfg, 96, lp_size=lp, table=None)) == expected  # a process simulating K
+    if expected[0] == "SuffixProposer":  # table=True (the bench's lever, lp_scaling.py): the product's values
+        assert _table_of(successor_proposers(cfg, 96, lp_size=lp))[0] == "SuccessorProposer"
+
+
+def test_docstring_examples():
+    import doctest
+
+    import lp_runtime.successors
+
+    result = doctest.testmod(lp_runtime.successors)
+    assert result.failed == 0 and result.attempted >= 18
+
+
+def test_product_table_levers_and_greedy():
+    from lp_runtime.config import DecodingConfig
+    from lp_runtime.successors import successor_proposers
+
+    look = DecodingConfig(method="lookahead", ngram_size=5, guess_set_size=15, max_depth=10, successors=True)
+    (p,) = successor_proposers(look, 96, lp_size=8, budget=79, width=8, rank_budget=None)
+    assert (p.budget, p.rank_budget, p.width, p.suffix.num_leaves, p.suffix.max_depth) == (632, None, 8, 15, 10)
+    assert successor_proposers(DecodingConfig(method="greedy", successors=True), 96, lp_size=8) == []
+    assert successor_proposers(look, 8, lp_size=2)[0].k == 8  # a vocabulary smaller than the top-16
+    with pytest.raises(ValueError, match=r"^successor_proposers: the successor table needs the model's vocabulary "
+                                         r"size \(checks.vocab_size\(model\) gave None\)$"):
+        successor_proposers(look, None)
+
+
 # ------------------------------------------------------------------------------------------------ the decoder
 @pytest.mark.parametrize("w, n, g, budget, context, prefill", [
     (0, 4, 2, 11, 1, False), (3, 4, 3, 20, 1, False), (0, 3, 0, 6, 1, False), (0, 4, 2, 11, 2, False),
