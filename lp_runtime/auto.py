@@ -151,7 +151,8 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
                             log=lambda line: print(line, flush=True), **step_timing(step, measure))
     curve = curve_of(profile)
     decoding = auto_decoding(curve, limits, lp_size)
-    key = f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size} T{max_new_tokens}"
+    key = (f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size} T{max_new_tokens}"
+           + (" succ" if decoding.successors_on(1) else ""))  # the calibration decodes in one process
     calib = (profile.get("calibration") or {}).get(key)
     if calib is None:
         prompts = calibration_prompts(tokenizer, fallback_questions)

@@ -107,6 +107,10 @@ class Proposer(Protocol):
     Attributes:
         topk: top-k token ids wanted from every kept logits row in ``observe`` (0 = none: no extra work).
         max_depth: the deepest node it ever proposes (bounds the size of a step).
+
+    Optional (read with ``getattr``, absent = 0 / never called): ``prefill_topk``, the top-k ids wanted from the
+    prompt's rows at prefill, and ``observe_prefill(rows)``, which gets them as ``step.StepRows``
+    (``successors.SuccessorProposer(prefill=True)``; ``decoder.Decoder.prefill``).
     """
 
     topk: int

@@ -52,7 +52,7 @@ def test_every_top_level_config_composes(name):
 
 
 # ------------------------------------------------------------------ 1b. a key no setting has (Hydra's +key=value)
-DECODING_KEYS = "guess_set_size, max_depth, method, ngram_size, pool_from_prompt, seed, window_size"
+DECODING_KEYS = "guess_set_size, max_depth, method, ngram_size, pool_from_prompt, seed, successors, window_size"
 
 
 @pytest.mark.parametrize("config_name,override,message", [
