@@ -46,13 +46,18 @@ from lp_runtime.parallel import setup_parallel, shard_questions, state_hash  # n
 from fakes import build_tiny8, lookahead, tiny_model  # noqa: E402  (the suite's models, defined once)
 
 
+def free_port() -> int:
+    """A TCP port free on this machine now (tests run in parallel: a fixed port could be taken)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def local_slurm(script: str, args: list, cwd, run_dir, env: dict, nproc: int = 2) -> subprocess.CompletedProcess:
     """Run launch/``script`` as sbatch would on one local node of ``nproc`` ranks (srun left out; the c10d
     rendezvous on a port free on this machine now: tests run in parallel, a fixed port could be taken), in ``cwd``
     with ``env``, torchrun's per-rank logs under ``run_dir``."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(env, SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost", HEAD_NODE="127.0.0.1",
                MASTER_PORT=str(port), NPROC_PER_NODE=str(nproc), LP_RUNTIME_TORCHRUN=os.path.join(
@@ -236,9 +241,7 @@ def fork_ranks(nproc: int, preload: bool) -> int:
         import transformers.models.llama.modeling_llama  # noqa: F401
         from lp_runtime import compiled, decoder  # noqa: F401
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     sys.stdout.flush(), sys.stderr.flush()
     pids = []
     for rank in range(nproc):
