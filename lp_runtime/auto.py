@@ -152,7 +152,7 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
     curve = curve_of(profile)
     decoding = auto_decoding(curve, limits, lp_size)
     key = (f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size} T{max_new_tokens}"
-           + (" succ" if decoding.successors_on(1) else ""))  # the calibration decodes in one process
+           + (" succ1" if decoding.successors_on(1) else ""))  # the calibration decodes in one process
     calib = (profile.get("calibration") or {}).get(key)
     if calib is None:
         prompts = calibration_prompts(tokenizer, fallback_questions)

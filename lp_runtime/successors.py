@@ -439,6 +439,11 @@ def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
 # (context 2), the top 16 ids of every kept row, and the first 16 of a row tried per node under LP (K > 1) but 8 in
 # one process (at one process's budget wider rows crowd out deeper chains).
 TABLE_CONTEXT, TABLE_TOPK, TABLE_WIDTH, TABLE_WIDTH_ONE_PROCESS = 2, 16, 16, 8
+# A small tree in one process (at most SMALL_TREE nodes, e.g. 11 under decoding=lookahead's (0, 4, 2)): the token
+# table (Token Recycling's), its top 8, and the prompt's rows at prefill in its empty rows (docs 6d, the <= 12-token
+# blocks: MT-Bench S 1.908 against 1.870 with the pair table's top 16 and the same prompt rows). Never under LP: a
+# rank's prefill rows do not travel in the step's all-gather, so only the decode rows are sure to match on every rank.
+SMALL_TREE, SMALL_TABLE = 32, dict(context=1, k=8, width=8, prefill=True)
 
 
 def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1, budget: Optional[int] = None,
@@ -459,7 +464,8 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
             when given no proposers); False = never.
         levers: ``SuccessorProposer`` arguments replacing the product's (measurements): the product's are
             ``context`` = 2, ``k`` = 16 (the vocabulary's size if smaller), ``width`` = 16 when K > 1 else 8,
-            ``lp_size`` = K, ``rank_budget`` = ``budget`` and ``prefill`` = False.
+            ``lp_size`` = K, ``rank_budget`` = ``budget`` and ``prefill`` = False; in one process with a budget of
+            at most ``SMALL_TREE`` nodes, ``context`` = 1, ``k`` = 8, ``width`` = 8 and ``prefill`` = True.
 
     ``decoding=paper`` and plain greedy keep their proposers (the paper's pool; none), as does G = 0 (no suffix
     proposer to join). Every LP rank builds the same proposer from the same arguments, so every rank grows the same
@@ -470,6 +476,8 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
         >>> look = DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10)
         >>> [(p.budget, p.rank_budget, p.width, p.context) for p in successor_proposers(look, 96, lp_size=8)]
         [(88, 11, 16, 2)]
+        >>> [(p.budget, p.k, p.context, p.prefill_topk) for p in successor_proposers(look, 96)]  # one process, 11 nodes
+        [(11, 8, 1, 8)]
         >>> successor_proposers(look, 96, table=None)[0].__class__.__name__   # successors "auto", one process: off
         'SuffixProposer'
     """
@@ -483,9 +491,11 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
                 raise ValueError("successor_proposers: the successor table needs the model's vocabulary size "
                                  "(checks.vocab_size(model) gave None)")
             per_rank = p.max_nodes + 1 if budget is None else budget
-            product = dict(context=TABLE_CONTEXT, k=min(TABLE_TOPK, vocab_size), lp_size=lp_size,
-                           rank_budget=per_rank, prefill=False,
+            product = dict(context=TABLE_CONTEXT, k=TABLE_TOPK, lp_size=lp_size, rank_budget=per_rank, prefill=False,
                            width=TABLE_WIDTH if lp_size > 1 else TABLE_WIDTH_ONE_PROCESS)
+            if lp_size == 1 and per_rank <= SMALL_TREE:
+                product.update(SMALL_TABLE)
+            product["k"] = min(product["k"], vocab_size)
             p = SuccessorProposer(vocab_size, lp_size * per_rank, suffix=p, **{**product, **levers})
         out.append(p)
     return out

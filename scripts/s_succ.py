@@ -44,7 +44,7 @@ from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
 from lp_runtime.policy import CostPolicy, LatencyCurve  # noqa: E402
 from lp_runtime.proposers import AnswerStore, SuffixProposer  # noqa: E402
-from lp_runtime.successors import SuccessorProposer  # noqa: E402
+from lp_runtime.successors import SuccessorProposer, successor_proposers  # noqa: E402
 from s_table import exactness, hf_greedy, prompt_set, summarize  # noqa: E402
 
 BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16, context=1,
@@ -56,6 +56,10 @@ VARIANTS = {
     "succ11": dict(),
     "succ11_pf": dict(prefill=True),  # + the prompt's rows at prefill, only into empty rows (2026-12-02)
     "pair11": dict(context=2),
+    "pair11_pf": dict(context=2, k=16, prefill=True),  # the pair table's top 16 + the prompt's rows (2026-12-03)
+    # decoding=lookahead decoding.successors=true in one process: the product's own proposer
+    # (successors.successor_proposers; the other options are ignored but W, N, G)
+    "product11": dict(product=True),
     "succ11_reset": dict(across=False),
     # ~80 tokens a step
     "table79": dict(budget=79, suffix=False),
@@ -92,16 +96,19 @@ def fixed_curve(path: str = CURVE) -> LatencyCurve:
 
 def make_decoder(model, eos, opt, lp_k, refeed):
     """A ``Decoder`` with one ``SuccessorProposer`` (over a suffix proposer with an answer store, or alone)."""
+    cfg = DecodingConfig(method="lookahead", window_size=opt["W"], ngram_size=opt["N"], guess_set_size=max(opt["G"], 1),
+                         max_depth=10, successors="true")
     suffix = SuffixProposer(opt["N"], opt["G"], store=AnswerStore(), max_depth=opt.get("suffix_depth", 10)) \
         if opt["suffix"] else None
-    prop = SuccessorProposer(vocab_size(model), opt["budget"] * lp_k, suffix=suffix, k=opt["k"],
-                             max_depth=opt["max_depth"], width=opt["width"],
-                             context=opt.get("context", 1), prefill=opt.get("prefill", False)) \
-        if opt.get("table", True) else suffix
+    if opt.get("product"):
+        (prop,) = successor_proposers(cfg, vocab_size(model), lp_size=lp_k)
+    else:
+        prop = SuccessorProposer(vocab_size(model), opt["budget"] * lp_k, suffix=suffix, k=opt["k"],
+                                 max_depth=opt["max_depth"], width=opt["width"],
+                                 context=opt.get("context", 1), prefill=opt.get("prefill", False)) \
+            if opt.get("table", True) else suffix
     probe = RankProbe(lp_k)
     policy = CostPolicy(fixed_curve(opt["curve"])) if opt["curve"] else None
-    cfg = DecodingConfig(method="lookahead", window_size=opt["W"], ngram_size=opt["N"], guess_set_size=max(opt["G"], 1),
-                         max_depth=10)
     dec = Decoder(model, cfg,
                   eos_token_ids=eos, lp=probe, proposers=[prop], copy_kv=not refeed, step_policy=policy)
     return dec, probe

@@ -277,7 +277,9 @@ def _table_of(proposers) -> tuple:
     (dict(method="lookahead"), 2, ("SuccessorProposer", 22, 11, 16, 2, 16, 0)),   # auto under LP: K x 11 nodes
     (dict(method="lookahead"), 8, ("SuccessorProposer", 88, 11, 16, 2, 16, 0)),
     (dict(method="lookahead", successors=False), 8, ("SuffixProposer",)),
-    (dict(method="lookahead", successors=True), 1, ("SuccessorProposer", 11, 11, 8, 2, 16, 0)),  # width 8 alone
+    # one process, a small tree: the token table, top 8, width 8, with the prompt's rows at prefill
+    (dict(method="lookahead", successors=True), 1, ("SuccessorProposer", 11, 11, 8, 1, 8, 8)),
+    (dict(method="auto", window_size=0, successors=True), 1, ("SuccessorProposer", 25, 25, 8, 1, 8, 8)),
     # decoding=auto (0, 6, 4), max_depth 24: 25 nodes a rank, the cost policy feeds what pays of them
     (dict(method="auto", window_size=0), 4, ("SuccessorProposer", 100, 25, 16, 2, 16, 0)),
     (dict(method="auto", window_size=0), 1, ("SuffixProposer",)),
