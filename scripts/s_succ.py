@@ -56,6 +56,7 @@ VARIANTS = {
     "succ11": dict(),
     "succ11_pf": dict(prefill=True),  # + the prompt's rows at prefill, only into empty rows (2026-12-02)
     "pair11": dict(context=2),
+    "pair11_top16": dict(context=2, k=16),  # the product's one-process table before 2026-12-02 11:30 UTC
     "pair11_pf": dict(context=2, k=16, prefill=True),  # the pair table's top 16 + the prompt's rows (2026-12-03)
     # decoding=lookahead decoding.successors=true in one process: the product's own proposer
     # (successors.successor_proposers; the other options are ignored but W, N, G)
