@@ -20,7 +20,6 @@ import torch.distributed as dist
 # imported later (transformers does, lazily) they keep the destroyed default group alive, so gloo's threads are
 # torn down at interpreter exit and sometimes abort a finished rank (SIGABRT).
 import torch.distributed.nn.functional  # noqa: F401,E402
-from torch.distributed.elastic.multiprocessing.errors import record  # noqa: F401  (entry points: @record)
 
 from .config import ConfigError
 

@@ -264,7 +264,9 @@ def fork_ranks(nproc: int, preload: bool) -> int:
     return status
 
 
-@distributed.record
+# No torch.distributed.elastic @record here, as in generate: a rank that writes torchrun's error file can be
+# terminated by torchrun mid-write (it stops the other ranks when one fails, then reads their files), and an empty
+# file crashes torchrun with a JSONDecodeError instead of its failure summary (a clean clone's suite, 2026-12-02).
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lp", type=int, required=True)
