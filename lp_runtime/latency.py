@@ -170,6 +170,16 @@ def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
     return out
 
 
+def complete_rounds(rounds: Sequence[Mapping[int, float]]) -> int:
+    """How many of ``rounds`` timed every q that any of them timed (the budget cuts a round short: fewer q).
+
+        >>> complete_rounds([{1: 0.1, 8: 0.2}, {1: 0.1, 8: 0.2}, {1: 0.1}])
+        2
+    """
+    full = max(map(len, rounds), default=0)
+    return sum(len(r) == full for r in rounds)
+
+
 def disagreement(rounds: Sequence[Mapping[int, float]]) -> tuple[int, float]:
     """(q, slowest / fastest round at q) for the q where the rounds disagree most; (0, 1.0) for < 2 rounds.
 
@@ -284,7 +294,7 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
                   buckets: Sequence[int] = ()) -> dict[str, Any]:
     """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype): measured on first use
     (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale. A profile
-    of fewer than ``ROUNDS`` rounds (the budget stopped a busy machine) is saved ``provisional`` and measured
+    of fewer than ``ROUNDS`` complete rounds (the budget stopped a busy machine) is saved ``provisional`` and measured
     again at the next start, its rounds kept. ``measure`` defaults to ``measure_latency``, ``retune`` to
     ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line when it measures. A captured step passes its ``measure``,
     ``qs``, ``variant`` (which keys its own profile) and ``buckets`` (``round_parts``)."""
@@ -306,7 +316,7 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
                               variant=variant, qs=qs)
     profile["rounds_s"] = [{str(q): t for q, t in sorted(r.items())} for r in rounds]
     profile["source"] = "measured"
-    profile["provisional"] = len(rounds) < ROUNDS
+    profile["provisional"] = complete_rounds(rounds) < ROUNDS
     profile["measure_seconds"] = clock() - t0
     save_profile(path, profile)
     return profile
@@ -323,8 +333,8 @@ def _why_measure(cached: Optional[dict], measure: Measure,
         return None, []
     if cached.get("provisional"):
         earlier = [{int(q): float(t) for q, t in r.items()} for r in cached.get("rounds_s", [])]
-        return (f"again (its cached profile holds {len(earlier)} of {ROUNDS} rounds: the budget stopped a busy "
-                "machine; the rounds are kept and more added)"), earlier
+        return (f"again (its cached profile holds {complete_rounds(earlier)} of {ROUNDS} rounds: the budget stopped "
+                "a busy machine; the rounds are kept and more added)"), earlier
     verdict, reason = recheck(curve_of(cached), measure)
     if verdict == "busy":
         log(f"this machine is busier than when its latency profile was measured ({reason}): decoding=auto keeps "

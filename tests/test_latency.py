@@ -325,3 +325,24 @@ def test_dtype_auto_takes_bfloat16_unmeasured_when_only_it_fits(tiny_model_dir, 
     model, _ = models.load_model(cfg, free_bytes=3 * params, step_seconds=lambda m: pytest.fail("measured"))
     assert model.dtype == torch.bfloat16
     assert capsys.readouterr().out == "model.dtype=auto: bfloat16, since the float32 weights would not fit\n"
+
+
+def test_a_round_the_budget_cut_short_does_not_count_as_a_round(tiny_llama, tmp_path):
+    """9 s a part, 3 parts a round: parts start at 0, 9, ..., 54 s and none after the ~60 s budget, so the third
+    round times only its first part. Two complete rounds of three: the profile stays provisional, and the next
+    start says it holds 2 of 3 rounds."""
+    now, busy = [0.0], Rounds({q: 0.10 for q in latency.LATENCY_QS})
+
+    def slow(qs, reps, warmup):
+        now[0] += 9.0
+        return busy(qs, reps=reps, warmup=warmup)
+
+    p = latency.model_profile(tiny_llama, "m-7", measure=slow, root=str(tmp_path), retune=True,
+                              log=lambda _: None, clock=lambda: now[0])
+    assert len(busy.calls) == 7 and len(p["rounds_s"]) == 3 and len(p["rounds_s"][2]) < len(latency.LATENCY_QS)
+    assert p["provisional"] and latency.complete_rounds(p["rounds_s"]) == 2
+    lines = []
+    latency.model_profile(tiny_llama, "m-7", measure=Rounds({q: 0.10 for q in latency.LATENCY_QS}),
+                          root=str(tmp_path), log=lines.append)
+    assert lines[0].startswith("measuring this machine's step latency for decoding=auto, again (its cached profile "
+                               "holds 2 of 3 rounds")
