@@ -1,8 +1,8 @@
 """The command-line frame shared by ``python -m lp_runtime.generate`` and ``scripts/bench.py``:
 ``hydra_app(config_name, job)`` composes ``conf/<config_name>.yaml`` with the overrides and calls ``job``;
 ``main(app, ...)`` runs it. Bad input (``is_bad_input``) prints ``error: <one line>`` and exits 2, removing the run
-folder Hydra made for it; Ctrl-C (130) and SIGTERM (143) print the ``interrupted`` line from rank 0; anything else
-is a bug: Python's traceback."""
+folder Hydra made for it; Ctrl-C (130) and SIGTERM (143) print the ``interrupted`` line from rank 0, as does any
+error raised after one of them (``interrupted``); anything else is a bug: Python's traceback."""
 from __future__ import annotations
 
 import os
@@ -115,7 +115,7 @@ def hydra_app(config_name: str, job: Callable[[DictConfig], None]) -> Callable[[
         try:
             job(dict_cfg)
         except Exception as e:
-            if not is_bad_input(e):
+            if not is_bad_input(e) or interrupted():
                 raise
             remove_refused_run_dir()  # README: a refused setting leaves no new file or folder
             fail(e)
@@ -127,15 +127,28 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, ``timeout``, Slurm at the time limit, torchrun stopping its workers), taken like Ctrl-C."""
 
 
-def _on_sigterm(signum, frame) -> NoReturn:
-    raise Terminated()
+_SIGNALS: list[int] = []  # SIGINT / SIGTERM this process received (``main``'s handlers)
+
+
+def _on_signal(signum, frame) -> NoReturn:
+    _SIGNALS.append(signum)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def interrupted() -> bool:
+    """True once Ctrl-C or SIGTERM reached this process. An error raised after it is taken as the interrupt's
+    doing: a library that catches the ``KeyboardInterrupt`` (transformers' lazy imports turn one raised mid-import
+    into ``ModuleNotFoundError``) must not turn a Ctrl-C into a traceback or an ``error:`` line."""
+    return bool(_SIGNALS)
 
 
 def main(app: Callable[[], None], *, interrupted: str,
          check_argv: Optional[Callable[[list[str]], None]] = None) -> None:
     """Run ``app`` (``hydra_app``) with the exits of the module docstring. ``check_argv(sys.argv[1:])`` runs
     first and may raise ``ConfigError`` (e.g. a sweep that torchrun cannot run)."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, _on_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with it ignored (`cmd &`)
+        signal.signal(signal.SIGINT, _on_signal)
     # Without HYDRA_FULL_ERROR, Hydra prints composition errors (a wrong type or an unknown key in an override)
     # itself and exits with 1; with it they reach us and are reported like every other bad input.
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -144,9 +157,11 @@ def main(app: Callable[[], None], *, interrupted: str,
         if check_argv is not None:
             check_argv(sys.argv[1:])
         app()
-    except (HydraException, OmegaConfBaseException, ConfigError) as e:
-        fail(e)
-    except KeyboardInterrupt as e:
-        if is_rank0():
-            print(interrupted, file=sys.stderr, flush=True)
-        sys.exit(143 if isinstance(e, Terminated) else 130)
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt) or (_SIGNALS and not isinstance(e, SystemExit)):
+            if is_rank0():
+                print(interrupted, file=sys.stderr, flush=True)
+            sys.exit(143 if isinstance(e, Terminated) or _SIGNALS[-1:] == [signal.SIGTERM] else 130)
+        if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)):
+            fail(e)
+        raise

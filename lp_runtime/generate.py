@@ -248,8 +248,9 @@ def _job(dict_cfg: DictConfig) -> None:
     before = _file_state(cfg.output.path)
     try:
         run(cfg)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM before the first answer: like a refusal, no run folder left
-        _remove_run_dir_if_idle(cfg.output.path, before)
+    except BaseException as e:  # Ctrl-C or SIGTERM before the first answer: like a refusal, no run folder left
+        if isinstance(e, KeyboardInterrupt) or cli.interrupted():
+            _remove_run_dir_if_idle(cfg.output.path, before)
         raise
     _remove_run_dir_if_idle(cfg.output.path, before)  # every question was answered already: nothing was done
 

@@ -665,3 +665,30 @@ def test_sweep_writes_one_answers_file_per_job_and_the_report_has_both_rows(bad_
     for name in ("report.csv", "report.json", "report.md"):
         assert (folder / "sweep" / name).is_file()
     assert (folder / "sweep" / "report.csv").read_text().splitlines()[0].startswith("run,decoding.method,questions")
+
+
+LIBRARY_CATCHES_THE_INTERRUPT = """
+import os, signal, sys, time
+from lp_runtime import cli
+
+def app():  # a library that catches the KeyboardInterrupt and raises its own error instead
+    try:
+        os.kill(os.getpid(), signal.SIG{sig})
+        time.sleep(30)
+    except KeyboardInterrupt as e:
+        raise {error}("Could not import module 'AttentionInterface'") from e
+
+cli.main(app, interrupted="interrupted; re-run to resume")
+"""
+
+
+@pytest.mark.parametrize("sig,error,code", [("INT", "ModuleNotFoundError", 130), ("TERM", "OSError", 143)])
+def test_an_interrupt_a_library_turns_into_another_error_still_ends_the_run_as_an_interrupt(sig, error, code):
+    """transformers' lazy imports turn a KeyboardInterrupt raised mid-import into ModuleNotFoundError (a clean
+    clone's suite, 2026-12-02: Ctrl-C while the job imported the model code gave that traceback and exit 1). After
+    Ctrl-C or SIGTERM, any error ends the run with the interrupted line and 130 / 143; OSError, a bad-input kind,
+    too (no "error:" line)."""
+    proc = subprocess.run([PY, "-c", LIBRARY_CATCHES_THE_INTERRUPT.format(sig=sig, error=error)], env=ENV,
+                          capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (proc.returncode, proc.stderr.splitlines()) == (code, ["interrupted; re-run to resume"]), proc.stderr
