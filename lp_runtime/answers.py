@@ -44,6 +44,9 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
     if path.is_dir():
         example = path / ("answers.jsonl" if key == "output.path" else "summary.json")
         raise OutputError(f"{name} is a folder; give a file path such as {example}")
+    if path.exists() and not path.is_file():  # a device such as /dev/null, a pipe, a socket: replaced or unwritable
+        raise OutputError(f"{name} is not a regular file (a device, pipe or socket); give a file path such as "
+                          f"{Path('outputs') / ('answers.jsonl' if key == 'output.path' else 'answers.summary.json')}")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():

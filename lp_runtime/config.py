@@ -8,6 +8,7 @@ objects with ``to_object`` so nothing past it sees OmegaConf.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
@@ -27,6 +28,16 @@ class ModelOutputError(RuntimeError):
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)
+
+
+def _check_types(section: str, obj: Any, ints: tuple = (), numbers: tuple = ()) -> None:
+    """``ConfigError`` naming the first of ``ints`` that is not an integer or of ``numbers`` that is not a finite
+    number (the Python API takes any value; the command line has Hydra's typed schema)."""
+    for name in ints + numbers:
+        v = getattr(obj, name)
+        ok = isinstance(v, int) if name in ints else isinstance(v, (int, float)) and math.isfinite(v)
+        _check(ok and not isinstance(v, bool), f"{section}.{name}={v!r} is not allowed; it must be "
+                                               f"{'an integer' if name in ints else 'a finite number'}")
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: lp_runtime.models.resolve_dtype
@@ -118,6 +129,7 @@ class DecodingConfig:
         for name, value in PRESETS[self.method].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
+        _check_types("decoding", self, ints=("window_size", "ngram_size", "guess_set_size", "max_depth", "seed"))
         self.successors = str(self.successors).lower()  # YAML / the command line give true/false as booleans
         _check(self.successors in SUCCESSORS,
                f"decoding.successors={self.successors!r} is not allowed; use one of {', '.join(SUCCESSORS)}")
@@ -185,6 +197,7 @@ class SamplingConfig:
     from_model: bool = False
 
     def __post_init__(self) -> None:
+        _check_types("sampling", self, ints=("top_k",), numbers=("temperature", "top_p", "min_p", "repetition_penalty"))
         _check(self.temperature >= 0, f"sampling.temperature={self.temperature} is not allowed; it must be >= 0 (0 = greedy)")
         _check(self.top_k >= 0, f"sampling.top_k={self.top_k} is not allowed; it must be >= 0 (0 = off)")
         _check(0 < self.top_p <= 1, f"sampling.top_p={self.top_p} is not allowed; it must be in (0, 1] (1 = off)")

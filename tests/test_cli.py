@@ -436,6 +436,19 @@ def _summary_path_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     out.append((d.name, [f"output.summary_path={d / 'notes.txt'}", "model.path=/nonexistent"],
                 f"output.summary_path={d / 'notes.txt'} exists and is not a run summary; the summary would overwrite "
                 f"it: give another file, e.g. output.summary_path={d / 'out' / 'answers.summary.json'}"))
+    # not a regular file: output.summary_path=/dev/null, renamed over, replaced the device (a new user's run as root,
+    # 2026-12-02); a FIFO here stands for every such file (the answers path's open() would wait on it for ever)
+    d = _folder(tmp, "summary_is_a_device")
+    os.mkfifo(d / "fifo")
+    out.append((d.name, [f"output.path={d / 'a.jsonl'}", f"output.summary_path={d / 'fifo'}",
+                         "model.path=/nonexistent"],
+                f"output.summary_path={d / 'fifo'} is not a regular file (a device, pipe or socket); give a file path "
+                "such as outputs/answers.summary.json"))
+    d = _folder(tmp, "answers_is_a_device")
+    os.mkfifo(d / "fifo")
+    out.append((d.name, [f"output.path={d / 'fifo'}", "model.path=/nonexistent"],
+                f"output path {d / 'fifo'} is not a regular file (a device, pipe or socket); give a file path such as "
+                "outputs/answers.jsonl"))
     return out
 
 
@@ -592,13 +605,16 @@ def test_dataset_path_is_a_folder(bad_input):
 
 
 @pytest.mark.parametrize("case", ["summary_is_the_answers_file", "summary_is_the_question_file",
-                                  "summary_is_another_file"])
+                                  "summary_is_another_file", "summary_is_a_device", "answers_is_a_device"])
 def test_summary_path_that_would_overwrite_another_file(bad_input, case):
     folder = _check(bad_input, case)
     assert {p.name: p.read_text() for p in folder.iterdir() if p.is_file()} == {
         "summary_is_the_answers_file": {},
         "summary_is_the_question_file": {"q.jsonl": '{"question_id": 1, "turns": ["hi"]}\n'},
-        "summary_is_another_file": {"notes.txt": "mine\n"}}[case]  # left as they were, nothing new
+        "summary_is_another_file": {"notes.txt": "mine\n"},
+        "summary_is_a_device": {}, "answers_is_a_device": {}}[case]  # left as they were, nothing new
+    if case.endswith("device"):
+        assert [p.name for p in folder.iterdir()] == ["fifo"] and (folder / "fifo").is_fifo()
 
 
 @pytest.mark.parametrize("case", ["auto_window", "auto_pool"])

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from fakes import lookahead
 from lp_runtime.cli import CONF_DIR
 from lp_runtime import answers
-from lp_runtime.config import PRESETS, ConfigError, DecodingConfig, RunConfig, register_configs
+from lp_runtime.config import PRESETS, ConfigError, DecodingConfig, RunConfig, SamplingConfig, register_configs
 
 
 def _composed(*overrides: str) -> RunConfig:
@@ -109,3 +109,20 @@ def test_greedy_runs_ignore_successors():
     current = answers.run_settings(cfg, model_fingerprint="ab", world_size=1)
     assert "decoding.successors" in answers.GREEDY_IGNORES and current["decoding.successors"] == "auto"
     assert answers.differences({**current, "decoding.successors": "true"}, current) == []
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: DecodingConfig(method="lookahead", window_size="3"),
+     "decoding.window_size='3' is not allowed; it must be an integer"),
+    (lambda: DecodingConfig(method="lookahead", max_depth=2.0), "decoding.max_depth=2.0 is not allowed; it must be an integer"),
+    (lambda: SamplingConfig(temperature=float("inf")), "sampling.temperature=inf is not allowed; it must be a finite number"),
+    (lambda: SamplingConfig(temperature="0.7"), "sampling.temperature='0.7' is not allowed; it must be a finite number"),
+    (lambda: SamplingConfig(top_k=2.5), "sampling.top_k=2.5 is not allowed; it must be an integer"),
+    (lambda: SamplingConfig(top_p=float("nan")), "sampling.top_p=nan is not allowed; it must be a finite number"),
+])
+def test_python_api_values_of_the_wrong_type_get_one_config_error(make, message):
+    """The Python API takes any value (the command line has Hydra's typed schema): a string W raised a bare
+    TypeError from a comparison, and temperature=inf sampled uniformly at random (a new user, 2026-12-02)."""
+    with pytest.raises(ConfigError) as e:
+        make()
+    assert str(e.value) == message and isinstance(e.value, ValueError)
