@@ -12,6 +12,7 @@ from typing import Any
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
@@ -110,17 +111,17 @@ def validate_sweep(config: Any) -> None:
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     try:
         for num, overrides in enumerate(jobs):
-            job_cfg = loader.load_sweep_config(config, overrides)
-            with open_dict(job_cfg):
-                job_cfg.hydra.job.num = num  # what ${hydra:job.num} in output.path resolves to
-            HydraConfig.instance().set_config(job_cfg)
-            task_cfg = job_cfg.copy()  # what the job function gets: the config without Hydra's node
-            with open_dict(task_cfg):
-                del task_cfg["hydra"]
             try:
+                job_cfg = loader.load_sweep_config(config, overrides)  # a value of the wrong type fails here
+                with open_dict(job_cfg):
+                    job_cfg.hydra.job.num = num  # what ${hydra:job.num} in output.path resolves to
+                HydraConfig.instance().set_config(job_cfg)
+                task_cfg = job_cfg.copy()  # what the job function gets: the config without Hydra's node
+                with open_dict(task_cfg):
+                    del task_cfg["hydra"]
                 check_job(task_cfg, {_key(o) for o in overrides})
             except Exception as e:
-                if not is_bad_input(e):
+                if not (is_bad_input(e) or isinstance(e, HydraException)):
                     raise
                 point = " ".join(o for o in overrides if _key(o) in swept)
                 raise ConfigError(f"sweep job {num} ({point}): {one_line(e)}; no job was run") from None

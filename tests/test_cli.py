@@ -466,6 +466,13 @@ def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("sweep_auto_key", ["decoding.window_size=0,3"],
          "sweep job 0 (decoding.window_size=0): decoding.window_size=0 is ignored under decoding=auto, which chooses "
          "W itself from this machine's latency curve; add decoding=lookahead to run decoding.window_size=0"),
+        # a value Hydra cannot compose for one job: was Hydra's callback warning, then job 0 ran (a new user)
+        ("sweep_wrong_type", ["decoding=lookahead", "decoding.guess_set_size=1,x"],
+         "sweep job 1 (decoding.guess_set_size=x): Error merging override decoding.guess_set_size=x: Value 'x' of "
+         "type 'str' could not be converted to Integer"),
+        ("sweep_unknown_option", ["decoding=lookahead,foo"],
+         "sweep job 1 (decoding=foo): In 'generate': Could not find 'decoding/foo' (Available options in "
+         "'decoding': auto, greedy, lookahead, paper)"),
     ]:
         d = _folder(tmp, name)
         out.append((name, ["-m", *sweep, f"hydra.sweep.dir={d / 'sweep'}", "model.path=/nonexistent",
@@ -622,7 +629,7 @@ def test_setting_that_auto_ignores_is_refused(bad_input, case):
     _check(bad_input, case)
 
 
-@pytest.mark.parametrize("case", ["sweep_bad_last_job", "sweep_auto_key"])
+@pytest.mark.parametrize("case", ["sweep_bad_last_job", "sweep_auto_key", "sweep_wrong_type", "sweep_unknown_option"])
 def test_sweep_checks_every_job_before_the_first(bad_input, case):
     folder = _check(bad_input, case)
     assert sorted(p.name for p in folder.iterdir()) == []  # no sweep folder, no job folder, no answers
