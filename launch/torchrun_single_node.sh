@@ -20,6 +20,8 @@ for arg in "$@"; do
     fi
 done
 export HYDRA_FULL_ERROR=1
+# torchrun's own default for > 1 rank a node, set here so it does not print its 4-line banner about it
+if [ "${NPROC:-1}" -gt 1 ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; fi
 RUN_DIR=${RUN_DIR:-outputs/hydra/torchrun_$(date +%Y-%m-%d_%H-%M-%S)}
 if [ -z "${TORCHRUN:-}" ]; then
     if [ -x "$ROOT/.venv/bin/torchrun" ]; then TORCHRUN=$ROOT/.venv/bin/torchrun; else TORCHRUN=torchrun; fi

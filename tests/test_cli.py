@@ -324,10 +324,16 @@ def test_bad_setting_under_the_torchrun_script_is_one_line_and_exit_2(tmp_path):
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
         "=" * 60, "lp_runtime.generate FAILED", "-" * 60, "Failures:", "[1]:", "  rank      : 1 (local_rank: 1)",
         "  exitcode  : 2 (pid: 12997) ", "=" * 60])
+    # torchrun prints a 4-line banner first when OMP_NUM_THREADS is unset and it starts > 1 rank (a new user saw it
+    # above the error line); the script sets it as torchrun would, so no banner
+    banner = "\n".join(["W1202 12:40:01.000000 1 torch/distributed/run.py:851] ", "*" * 60,
+                        "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, ...",
+                        "*" * 60])
     stub = tmp_path / "torchrun"
-    stub.write_text(f"#!/usr/bin/env bash\ncat >&2 <<'EOF'\n{printed}\nEOF\nexit 1\n")
+    stub.write_text(f"#!/usr/bin/env bash\n[ -n \"${{OMP_NUM_THREADS:-}}\" ] || cat >&2 <<'EOF'\n{banner}\nEOF\n"
+                    f"cat >&2 <<'EOF'\n{printed}\nEOF\nexit 1\n")
     stub.chmod(0o755)
-    env = {**os.environ, "TORCHRUN": str(stub), "NPROC": "2"}
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | {"TORCHRUN": str(stub), "NPROC": "2"}
     proc = subprocess.run(["bash", str(REPO / "launch" / "torchrun_single_node.sh"), "parallel.lp=3"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, error + "\n", "")
