@@ -156,8 +156,8 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
     """Answers already in ``path`` (empty if it does not exist).
 
     A final line without its newline (a killed run) is ignored, and with ``trim`` cut off the file. A line that is
-    not UTF-8, not JSON, or not an answer raises ``OutputError`` naming the file and line, then ``advice``; the file
-    is left as it was."""
+    not UTF-8, not JSON, not an answer, or a second answer to a question raises ``OutputError`` naming the file and
+    line, then ``advice``; the file is left as it was."""
     if not path.exists():
         return []
     raw = path.read_bytes()
@@ -173,8 +173,13 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
             records.append((where, json.loads(line)))
         except json.JSONDecodeError:
             raise OutputError(f"{where} is not JSON; {advice}") from None
+    first: dict[str, str] = {}
     for where, record in records:  # after every line decoded: a bad byte anywhere is named first
         _check_answer(record, where, path, advice)
+        qid = str(record["question_id"])
+        if first.setdefault(qid, where) != where:  # a run answers a question once: the file was changed elsewhere
+            raise OutputError(f"{where} answers question {record['question_id']!r} again ({first[qid]} did); "
+                              f"keep one of the two lines, or {advice}")
     if trim and len(complete) < len(raw):
         with open(path, "r+b") as f:
             f.truncate(len(complete))

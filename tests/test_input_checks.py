@@ -6,6 +6,7 @@ no model at all.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,17 @@ def test_answers_file_checks_name_the_answers_file(tmp_path):
     assert str(e.value) == (f"{a} line 2: byte 1 (b'\\xff') is not UTF-8; an answers file is written as UTF-8, so this "
                             "one was changed elsewhere; move the file away or choose another output.path")
     assert a.read_bytes() == b'{"question_id": 1}\n\xff\n'
+    # a question answered twice (a line appended by hand, or by an unlocked run of an older version): the re-run
+    # listed it twice as done and the report counted it twice (a new user, 2026-12-02); ids "7" and 7 are one id
+    line = {"choices": [{"output_ids": [], "new_tokens": 0, "decoding_steps": 0, "wall_time": 0, "accept_lengths": []}]}
+    for first, second in ((81, 81), ("7", 7)):
+        a.write_text("".join(json.dumps({"question_id": q, **line}) + "\n" for q in (first, 5, second)))
+        before = a.read_bytes()
+        with pytest.raises(OutputError) as e:
+            load_answers(a, trim=True)
+        assert str(e.value) == (f"{a} line 3 answers question {second!r} again ({a} line 1 did); keep one of the two "
+                                "lines, or move the file away or choose another output.path")
+        assert a.read_bytes() == before
 
 
 # ------------------------------------------------------------------ 5. dataset.path without dataset=jsonl
