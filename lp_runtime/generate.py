@@ -41,8 +41,11 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
                                    stop_strings=cfg.generation.stop_strings)
         except (ConfigError, ModelOutputError) as e:  # e.g. a prompt longer than the context: say which question
             # NaN/inf logits (ModelOutputError) stop the job too: no line for this question, earlier ones kept.
-            raise type(e)(f"question {question.question_id!r}, turn {turn + 1}: {e}; "
-                          "the answers written so far are kept (remove or shorten it, then re-run)") from None
+            why = (f"; this turn's prompt holds the earlier turns' answers: a smaller generation.max_new_tokens (now "
+                   f"{cfg.generation.max_new_tokens}) leaves it room" if turn and isinstance(e, ConfigError) else "")
+            raise type(e)(f"question {question.question_id!r}, turn {turn + 1}: {e}{why}; "
+                          "the answers written before this question are kept (remove or shorten it, then re-run)"
+                          ) from None
         outs.append(out)
         texts.append(tokenizer.decode(out.output_ids, skip_special_tokens=True))
     choice = {"index": 0, "turns": texts, "output_ids": [list(o.output_ids) for o in outs],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -721,3 +722,21 @@ def test_an_interrupt_a_library_turns_into_another_error_still_ends_the_run_as_a
                           capture_output=True, text=True, timeout=60,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert (proc.returncode, proc.stderr.splitlines()) == (code, ["interrupted; re-run to resume"]), proc.stderr
+
+
+def test_a_later_turn_that_the_earlier_answers_push_past_the_context_says_so(tmp_path, tiny_model_dir):
+    """Turn 1 answered with up to max_new_tokens fills the 1024-token context, so turn 2's prompt (which holds it)
+    does not fit: the message said "shorten it" of a prompt the user never wrote (a new user, 2026-12-02)."""
+    from lp_runtime.config import ConfigError
+
+    q = tmp_path / "q.jsonl"
+    # turn 1's answer, capped at the context, re-tokenized from its text, is ~950 tokens here: turn 2 adds 200 words
+    q.write_text(json.dumps({"question_id": 5, "turns": ["Count to 3.", "word " * 200]}) + "\n")
+    out = tmp_path / "answers.jsonl"
+    with pytest.raises(ConfigError) as e:
+        run_config(_args(tiny_model_dir, q, out, "progress=false", "generation.max_new_tokens=5000"))
+    assert re.fullmatch(r"question 5, turn 2: the prompt \(\d+ tokens\) fills the model's context of 1024 tokens; it "
+                        r"leaves no room for a new token: shorten it; this turn's prompt holds the earlier turns' "
+                        r"answers: a smaller generation.max_new_tokens \(now 5000\) leaves it room; the answers "
+                        r"written before this question are kept \(remove or shorten it, then re-run\)", str(e.value))
+    assert not out.exists()
