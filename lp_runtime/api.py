@@ -26,7 +26,7 @@ from .compiled import step_for
 from .decoder import Decoder, GenerationOutput
 from .models import check_limits, eos_token_ids, load_model
 from .auto import auto_policy
-from .checks import check_max_new_tokens, check_prompt_ids, vocab_size
+from .checks import check_arg, check_max_new_tokens, check_prompt_ids, vocab_size
 from .data import encode_messages
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
@@ -63,6 +63,10 @@ class LookaheadGenerator:
         self.model, self.tokenizer = model, tokenizer
         self.generation = generation or GenerationConfig()
         decoding = decoding or DecodingConfig()
+        for value, kind, what in ((decoding, DecodingConfig, "decoding"),
+                                  (self.generation, GenerationConfig, "generation"),
+                                  (sampling or SamplingConfig(), SamplingConfig, "sampling")):
+            check_arg(value, kind, what)
         check_limits(model, decoding, sampling, generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
         # decoding=auto: the cost policy on this machine's latency profile (measured once, then read from the cache)
@@ -76,15 +80,18 @@ class LookaheadGenerator:
                     sampling: Optional[SamplingConfig] = None) -> "LookaheadGenerator":
         """Load the model of ``model`` (default: the bundled SmolLM2) and build a generator."""
         model = model or ModelConfig()
+        check_arg(model, ModelConfig, "model")
         m, tok = load_model(model)
         return cls(m, tok, decoding, generation, step=step_for(m, model.compile), sampling=sampling)
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of ``prompt`` (see the module docstring). Raises ``ConfigError`` for an empty prompt, or for token
         ids that are not integers or lie outside the model's vocabulary (naming the id and the vocabulary size)."""
+        if getattr(prompt, "ndim", None) == 1 and hasattr(prompt, "tolist"):  # a 1-D tensor or array of ids
+            prompt = prompt.tolist()  # as Decoder.generate takes them
         if not isinstance(prompt, (str, list, tuple)):
             raise ConfigError(f"the prompt is {type(prompt).__name__}; give text (str), a list of messages "
-                              "({'role', 'content'} dicts) or a list of token ids")
+                              "({'role', 'content'} dicts) or a list (or 1-D tensor) of token ids")
         if isinstance(prompt, str):
             if not prompt:  # as an empty turn in a JSONL question file is refused
                 raise ConfigError("the prompt is empty text; give a non-empty user turn")
@@ -114,6 +121,7 @@ class LookaheadGenerator:
         if isinstance(stop_strings, str):
             stop_strings = [stop_strings]
         if sampling is not None:
+            check_arg(sampling, SamplingConfig, "sampling")
             check_limits(self.model, self.decoder.cfg, sampling)
         out = self.decoder.generate(self.encode(prompt), max_new_tokens=budget, streamer=streamer, sampling=sampling,
                                     stop_strings=self.generation.stop_strings if stop_strings is None else stop_strings)

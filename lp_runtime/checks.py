@@ -128,6 +128,40 @@ def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
     return ids
 
 
+def check_arg(value, kind: type, what: str) -> None:
+    """``ConfigError`` unless ``value`` is a ``kind`` (the Python API's config objects; ``what`` names the argument).
+
+        >>> check_arg({"temperature": 0.7}, dict, "sampling")
+        >>> check_arg([0.7], dict, "sampling")
+        Traceback (most recent call last):
+        lp_runtime.config.ConfigError: sampling is list; give a dict
+    """
+    if not isinstance(value, kind):
+        raise ConfigError(f"{what} is {type(value).__name__}; give a {kind.__name__}")
+
+
+def check_streamer(streamer) -> None:
+    """``ConfigError`` unless ``streamer`` is None or has ``put`` and ``end`` (transformers' ``TextStreamer``)."""
+    if streamer is not None and not all(callable(getattr(streamer, m, None)) for m in ("put", "end")):
+        raise ConfigError(f"streamer is {type(streamer).__name__}, without put() and end(); give a transformers "
+                          "TextStreamer or TextIteratorStreamer, or an object with those two methods")
+
+
+def check_eos_ids(eos_token_ids, vocab: Optional[int]) -> list[int]:
+    """``eos_token_ids`` (one id or a sequence of ids) as a list; ``ConfigError`` for a non-integer or an id outside
+    ``0..vocab-1``, as ``generation.eos_token_ids`` gets from the main job."""
+    one = _as_int(eos_token_ids)
+    raw = [one] if one is not None else list(eos_token_ids or [])
+    ids = [_as_int(t) for t in raw]
+    if None in ids:
+        raise ConfigError(f"eos_token_ids holds {raw[ids.index(None)]!r}; token ids must be integers")
+    for t in ids:
+        if vocab is not None and not 0 <= t < vocab:
+            raise ConfigError(f"eos_token_ids holds {t}, outside the model's vocabulary of {vocab} ids "
+                              f"(0..{vocab - 1})")
+    return ids
+
+
 def check_max_new_tokens(max_new_tokens) -> int:
     """``max_new_tokens`` as an int >= 1 (0 is refused like -3); ``ConfigError`` otherwise."""
     value = _as_int(max_new_tokens)

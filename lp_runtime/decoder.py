@@ -139,8 +139,11 @@ class Decoder:
                  tokenizer=None, lp=None, sampling: Optional[SamplingConfig] = None,
                  logits_processor: Sequence = (), step_policy=None, proposers: Optional[Sequence] = None,
                  step=None, copy_kv: Optional[bool] = None) -> None:
+        checks.check_arg(decoding, DecodingConfig, "decoding")
+        if sampling is not None:
+            checks.check_arg(sampling, SamplingConfig, "sampling")
         self.model, self.cfg, self.tokenizer = model, decoding, tokenizer
-        self.eos_token_ids = list(eos_token_ids or [])
+        self.eos_token_ids = checks.check_eos_ids(eos_token_ids, checks.vocab_size(model))
         self.lp = lp if lp is not None else LocalGroup()
         self.extra_processors = check_processors(logits_processor or ())
         self.sampler = Sampler(sampling, self.extra_processors, getattr(model, "generation_config", None))
@@ -194,6 +197,9 @@ class Decoder:
                 position); such rows at rejected candidates or window cells only reject or discard a guess.
         """
         start = time.perf_counter()
+        checks.check_streamer(streamer)
+        if sampling is not None:
+            checks.check_arg(sampling, SamplingConfig, "sampling")
         try:
             with self._lock:
                 state = self._start(prompt_ids, max_new_tokens, stop_strings, streamer, sampling)

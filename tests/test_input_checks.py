@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -261,7 +262,9 @@ def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
     with pytest.raises(ConfigError) as e:
         gen.generate(None, max_new_tokens=4)
     assert str(e.value) == ("the prompt is NoneType; give text (str), a list of messages ({'role', 'content'} dicts) "
-                            "or a list of token ids")
+                            "or a list (or 1-D tensor) of token ids")
+    ids = [1, 504, 3250]  # a 1-D tensor of ids, as Decoder.generate takes it (a new user found them refused here)
+    assert gen.generate(torch.tensor(ids), max_new_tokens=4).output_ids == gen.generate(ids, max_new_tokens=4).output_ids
     with pytest.raises(ConfigError) as e:
         gen.generate("", max_new_tokens=4)
     assert str(e.value) == "the prompt is empty text; give a non-empty user turn"
@@ -304,3 +307,35 @@ def test_api_samples_per_generator_and_per_call(tiny_model_dir):
         gen.generate(ids, sampling=SamplingConfig(suppress_tokens=[49152]))
     assert str(e.value) == ("sampling.suppress_tokens=[49152] is not allowed: token id 49152 is outside the model's "
                             "vocabulary of 49152 ids (0..49151)")
+
+
+def test_api_arguments_of_the_wrong_kind_get_one_config_error(tiny_model_dir):
+    """A new user's calls (2026-12-02), each a bare TypeError or AttributeError before: one ConfigError naming the
+    argument; an EOS id outside the vocabulary is refused as the main job refuses it."""
+    from lp_runtime.api import LookaheadGenerator
+    from lp_runtime.config import DecodingConfig, SamplingConfig
+    from lp_runtime.decoder import Decoder
+
+    gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"),
+                                         DecodingConfig(method="lookahead"))
+    model, vocab = gen.model, gen.model.config.vocab_size
+    for call, message in [
+        (lambda: Decoder(model, None), "decoding is NoneType; give a DecodingConfig"),
+        (lambda: Decoder(model, DecodingConfig(method="lookahead"), sampling={"temperature": 0.7}),
+         "sampling is dict; give a SamplingConfig"),
+        (lambda: Decoder(model, DecodingConfig(method="lookahead"), eos_token_ids=[-3]),
+         f"eos_token_ids holds -3, outside the model's vocabulary of {vocab} ids (0..{vocab - 1})"),
+        (lambda: Decoder(model, DecodingConfig(method="lookahead"), eos_token_ids=["2"]),
+         "eos_token_ids holds '2'; token ids must be integers"),
+        (lambda: gen.generate("Hi", sampling={"temperature": 0.7}), "sampling is dict; give a SamplingConfig"),
+        (lambda: gen.generate("Hi", streamer=object()),
+         "streamer is object, without put() and end(); give a transformers TextStreamer or TextIteratorStreamer, or "
+         "an object with those two methods"),
+        (lambda: LookaheadGenerator.from_config({"path": str(tiny_model_dir)}), "model is dict; give a ModelConfig"),
+        (lambda: LookaheadGenerator(model, gen.tokenizer, {"method": "lookahead"}), "decoding is dict; give a "
+                                                                                      "DecodingConfig"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert str(e.value) == message
+    assert Decoder(model, DecodingConfig(method="lookahead"), eos_token_ids=2).eos_token_ids == [2]  # one id: a list
