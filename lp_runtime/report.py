@@ -243,6 +243,11 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
             raise ReportError(f"{e}; jobs without answers: {'; '.join(missing)}") from None
         raise
     runs = [load_run(p) for p in found]
+    for run in runs:
+        if not run["records"]:  # an empty file (a run leaves none: a refused or interrupted run removes its own)
+            raise ReportError(f"{run['path']} holds no answers; give answers files of python -m lp_runtime.generate")
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ReportError(f"--out {out_dir} is a file; give a folder for report.csv/.json/.md/.png")
     rows, keys = build_table(runs, pick_baseline(runs, baseline))
     columns = table_columns(keys)
     text = format_table(rows, columns=columns, left=1 + len(keys))

@@ -248,6 +248,27 @@ def test_report_lists_jobs_without_answers(tmp_path):
                             "answers: 0 (decoding.guess_set_size=-1)")
 
 
+def test_report_refuses_an_empty_answers_file_and_a_file_for_out(tmp_path):
+    """A new user's finds (2026-12-02): an empty file became a "0 0 -" baseline row with the report written beside
+    it, and --out naming a file gave "[Errno 17] File exists"; neither may write anything."""
+    from lp_runtime.report import ReportError, report
+
+    _job(tmp_path / "0", ["decoding.guess_set_size=1"], answered=True)
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "afile").write_text("mine\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for paths, out, message in [
+        ([tmp_path / "empty.jsonl"], None,
+         f"{tmp_path / 'empty.jsonl'} holds no answers; give answers files of python -m lp_runtime.generate"),
+        ([tmp_path / "0"], tmp_path / "afile",
+         f"--out {tmp_path / 'afile'} is a file; give a folder for report.csv/.json/.md/.png"),
+    ]:
+        with pytest.raises(ReportError) as e:
+            report([str(p) for p in paths], out_dir=out and str(out), figure=False)
+        assert str(e.value) == message
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and (tmp_path / "afile").read_text() == "mine\n"
+
+
 # ------------------------------------------------------------------------------ SIGTERM like Ctrl-C; resume; the count
 RUN_FOLDER_CASES = ["run_folders", "run_folders_own"]  # in the bad-input batch, in this order
 
