@@ -7,6 +7,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any, Optional
@@ -80,11 +81,19 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
 
 
 def check_summary_path(cfg: RunConfig) -> None:
-    """``OutputError`` when ``output.summary_path`` would overwrite the answers, the question file, the
-    settings record or an existing file that is not a run summary."""
-    if not cfg.output.summary_path:
-        return
-    summary = Path(cfg.output.summary_path)
+    """``OutputError`` when the run's summary (``output.summary_path``, or the default beside the answers) would
+    overwrite the answers, the question file, the settings record or an existing file that is not a run summary,
+    or when the settings record or the lock beside the answers is an existing file that is not one (another run's
+    answers file named ``a.summary.json`` or ``a.lock``, or the user's own file: a new user's run replaced them)."""
+    base = Path(cfg.output.path)
+    for path, kind, looks_right in (
+            (Path(cfg.output.resolved_settings_path), "a settings record", lambda p: read_settings(p) is not None),
+            (beside(base, ".lock"), "a lock file", lambda p: re.fullmatch(r"(pid \d+ on host .*\n)?",
+                                                                         p.read_text(errors="replace")) is not None)):
+        if path.is_file() and not looks_right(path):
+            raise OutputError(f"{path}, which this run writes beside output path {base}, exists and is not {kind}; "
+                              f"move it away or choose another output.path")
+    summary = Path(cfg.output.resolved_summary_path)
     others = {"the answers file (output.path)": Path(cfg.output.path),
               "the settings record": Path(cfg.output.resolved_settings_path)}
     if cfg.dataset.name == "jsonl" and cfg.dataset.path:
@@ -95,6 +104,9 @@ def check_summary_path(cfg: RunConfig) -> None:
             raise OutputError(f"output.summary_path={summary} is {what}; the summary would overwrite it: {advice}")
     record = read_json(summary) if summary.is_file() else None
     if summary.is_file() and not (isinstance(record, dict) and {"answers", "num_questions"} <= record.keys()):
+        if not cfg.output.summary_path:
+            raise OutputError(f"{summary}, the summary this run writes beside output path {base}, exists and is not "
+                              "a run summary; move it away, choose another output.path, or give output.summary_path")
         raise OutputError(f"output.summary_path={summary} exists and is not a run summary; the summary would "
                           f"overwrite it: {advice}")
 

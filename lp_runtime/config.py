@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
@@ -315,6 +316,9 @@ class OutputConfig:
 
     def __post_init__(self) -> None:
         _check(bool(self.path), "output.path is empty; give a file path for the answers JSONL")
+        _check(not str(self.path).endswith(("/", os.sep)),  # a folder: it failed after loading, leaving a file
+               f"output.path={self.path!r} ends in a folder separator; give a file path such as "
+               f"{str(self.path).rstrip('/' + os.sep) or '.'}/answers.jsonl")
 
     @property
     def resolved_summary_path(self) -> str:

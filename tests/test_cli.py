@@ -472,6 +472,23 @@ def _summary_path_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
                          "model.path=/nonexistent"],
                 f"output.summary_path={d / 'fifo'} is not a regular file (a device, pipe or socket); give a file path "
                 "such as outputs/answers.summary.json"))
+    # the files a run writes beside its answers, already there and not its own kind (another run's answers named
+    # a.summary.json / a.lock, the user's notes): the run replaced them, exit 0 (a new user, 2026-12-02)
+    line = json.dumps(_answer(1)) + "\n"
+    for name, beside, content, kind in [("summary_beside_is_answers", "a.summary.json", line, None),
+                                        ("lock_beside_is_answers", "a.lock", line, "a lock file"),
+                                        ("settings_beside_is_notes", "a.settings.json", "notes\n", "a settings record")]:
+        d = _folder(tmp, name)
+        (d / beside).write_text(content)
+        a = d / "a.jsonl"
+        out.append((d.name, [f"output.path={a}", "model.path=/nonexistent"],
+                    f"{d / beside}, the summary this run writes beside output path {a}, exists and is not a run "
+                    "summary; move it away, choose another output.path, or give output.summary_path" if kind is None
+                    else f"{d / beside}, which this run writes beside output path {a}, exists and is not {kind}; move "
+                    "it away or choose another output.path"))
+    d = _folder(tmp, "answers_path_ends_in_slash")
+    out.append((d.name, [f"output.path={d}/x/", "model.path=/nonexistent"],
+                f"output.path='{d}/x/' ends in a folder separator; give a file path such as {d}/x/answers.jsonl"))
     d = _folder(tmp, "answers_is_a_device")
     os.mkfifo(d / "fifo")
     out.append((d.name, [f"output.path={d / 'fifo'}", "model.path=/nonexistent"],
@@ -640,14 +657,20 @@ def test_dataset_path_is_a_folder(bad_input):
 
 
 @pytest.mark.parametrize("case", ["summary_is_the_answers_file", "summary_is_the_question_file",
-                                  "summary_is_another_file", "summary_is_a_device", "answers_is_a_device"])
+                                  "summary_is_another_file", "summary_is_a_device", "answers_is_a_device",
+                                  "summary_beside_is_answers", "lock_beside_is_answers", "settings_beside_is_notes",
+                                  "answers_path_ends_in_slash"])
 def test_summary_path_that_would_overwrite_another_file(bad_input, case):
     folder = _check(bad_input, case)
+    line = json.dumps(_answer(1)) + "\n"
     assert {p.name: p.read_text() for p in folder.iterdir() if p.is_file()} == {
         "summary_is_the_answers_file": {},
         "summary_is_the_question_file": {"q.jsonl": '{"question_id": 1, "turns": ["hi"]}\n'},
         "summary_is_another_file": {"notes.txt": "mine\n"},
-        "summary_is_a_device": {}, "answers_is_a_device": {}}[case]  # left as they were, nothing new
+        "summary_is_a_device": {}, "answers_is_a_device": {}, "answers_path_ends_in_slash": {},
+        "summary_beside_is_answers": {"a.summary.json": line}, "lock_beside_is_answers": {"a.lock": line},
+        "settings_beside_is_notes": {"a.settings.json": "notes\n"}}[case]  # left as they were, nothing new
+    assert not any(p.is_dir() for p in folder.iterdir())
     if case.endswith("device"):
         assert [p.name for p in folder.iterdir()] == ["fifo"] and (folder / "fifo").is_fifo()
 
