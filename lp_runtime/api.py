@@ -80,7 +80,11 @@ class LookaheadGenerator:
                     sampling: Optional[SamplingConfig] = None) -> "LookaheadGenerator":
         """Load the model of ``model`` (default: the bundled SmolLM2) and build a generator."""
         model = model or ModelConfig()
-        check_arg(model, ModelConfig, "model")
+        for value, kind, what in ((model, ModelConfig, "model"), (decoding or DecodingConfig(), DecodingConfig,
+                                                                 "decoding"),
+                                  (generation or GenerationConfig(), GenerationConfig, "generation"),
+                                  (sampling or SamplingConfig(), SamplingConfig, "sampling")):
+            check_arg(value, kind, what)  # before the model loads
         m, tok = load_model(model)
         return cls(m, tok, decoding, generation, step=step_for(m, model.compile), sampling=sampling)
 

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
 import weakref
 from typing import Optional, Sequence
@@ -129,7 +130,8 @@ def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
 
 
 def check_arg(value, kind: type, what: str) -> None:
-    """``ConfigError`` unless ``value`` is a ``kind`` (the Python API's config objects; ``what`` names the argument).
+    """``ConfigError`` unless ``value`` is a ``kind`` (the Python API's config objects; ``what`` names the argument)
+    and, for a config dataclass, its fields still pass its checks (one may be set after construction).
 
         >>> check_arg({"temperature": 0.7}, dict, "sampling")
         >>> check_arg([0.7], dict, "sampling")
@@ -138,6 +140,8 @@ def check_arg(value, kind: type, what: str) -> None:
     """
     if not isinstance(value, kind):
         raise ConfigError(f"{what} is {type(value).__name__}; give a {kind.__name__}")
+    if dataclasses.is_dataclass(value):  # checked again: a field set after construction skipped its checks
+        dataclasses.replace(value)
 
 
 def check_streamer(streamer) -> None:

@@ -334,8 +334,26 @@ def test_api_arguments_of_the_wrong_kind_get_one_config_error(tiny_model_dir):
         (lambda: LookaheadGenerator.from_config({"path": str(tiny_model_dir)}), "model is dict; give a ModelConfig"),
         (lambda: LookaheadGenerator(model, gen.tokenizer, {"method": "lookahead"}), "decoding is dict; give a "
                                                                                       "DecodingConfig"),
+        (lambda: Decoder("gpt2", DecodingConfig(method="lookahead")), "model is str; give a Module"),
+        (lambda: ModelConfig(path=5), "model.path=5 is not allowed; give a HuggingFace id, a local folder or "
+                                      "'bundled:smollm2'"),
+        # refused before the model loads (a nonexistent path would fail the load first)
+        (lambda: LookaheadGenerator.from_config(ModelConfig(path="/nonexistent"), {"method": "lookahead"}),
+         "decoding is dict; give a DecodingConfig"),
+        # a field set after construction is checked when the object is used (a new user's second pass)
+        (lambda: gen.generate("Hi", sampling=_set(SamplingConfig(temperature=0.7), temperature=float("inf"))),
+         "sampling.temperature=inf is not allowed; it must be a finite number"),
+        (lambda: Decoder(model, _set(DecodingConfig(method="lookahead"), window_size="3")),
+         "decoding.window_size='3' is not allowed; it must be an integer"),
     ]:
         with pytest.raises(ConfigError) as e:
             call()
         assert str(e.value) == message
     assert Decoder(model, DecodingConfig(method="lookahead"), eos_token_ids=2).eos_token_ids == [2]  # one id: a list
+
+
+def _set(obj, **fields):
+    """``obj`` with ``fields`` assigned after construction (its checks skipped), as a user may do."""
+    for k, v in fields.items():
+        setattr(obj, k, v)
+    return obj
