@@ -40,9 +40,15 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
             found.append(Path(str(p)[: -len(".summary.json")] + ".jsonl"))
         elif p.is_file():
             found.append(p)
+        elif not p.exists():
+            raise ReportError(f"{p} does not exist; give answers files of python -m lp_runtime.generate, or a folder "
+                              "holding them")
         else:
             raise ReportError(f"{p} is neither an answers file nor a folder")
-    return list(dict.fromkeys(found))
+    seen: dict[Path, Path] = {}
+    for f in found:  # one row per file however it was named (b.jsonl, ./b.jsonl, an absolute path)
+        seen.setdefault(f.resolve(), f)
+    return list(seen.values())
 
 
 def jobs_without_answers(paths: Sequence[str]) -> list[str]:
@@ -246,8 +252,10 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
     for run in runs:
         if not run["records"]:  # an empty file (a run leaves none: a refused or interrupted run removes its own)
             raise ReportError(f"{run['path']} holds no answers; give answers files of python -m lp_runtime.generate")
-    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
-        raise ReportError(f"--out {out_dir} is a file; give a folder for report.csv/.json/.md/.png")
+    if out_dir is not None:
+        blocked = next((p for p in (Path(out_dir), *Path(out_dir).parents) if p.exists() and not p.is_dir()), None)
+        if blocked is not None:  # --out file or --out file/sub: an OS error otherwise
+            raise ReportError(f"--out {out_dir}: {blocked} is a file; give a folder for report.csv/.json/.md/.png")
     rows, keys = build_table(runs, pick_baseline(runs, baseline))
     columns = table_columns(keys)
     text = format_table(rows, columns=columns, left=1 + len(keys))

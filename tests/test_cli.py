@@ -261,12 +261,21 @@ def test_report_refuses_an_empty_answers_file_and_a_file_for_out(tmp_path):
         ([tmp_path / "empty.jsonl"], None,
          f"{tmp_path / 'empty.jsonl'} holds no answers; give answers files of python -m lp_runtime.generate"),
         ([tmp_path / "0"], tmp_path / "afile",
-         f"--out {tmp_path / 'afile'} is a file; give a folder for report.csv/.json/.md/.png"),
+         f"--out {tmp_path / 'afile'}: {tmp_path / 'afile'} is a file; give a folder for report.csv/.json/.md/.png"),
+        ([tmp_path / "0"], tmp_path / "afile" / "sub",
+         f"--out {tmp_path / 'afile' / 'sub'}: {tmp_path / 'afile'} is a file; give a folder for "
+         "report.csv/.json/.md/.png"),
+        ([tmp_path / "nosuch.jsonl"], None, f"{tmp_path / 'nosuch.jsonl'} does not exist; give answers files of "
+                                            "python -m lp_runtime.generate, or a folder holding them"),
     ]:
         with pytest.raises(ReportError) as e:
             report([str(p) for p in paths], out_dir=out and str(out), figure=False)
         assert str(e.value) == message
     assert sorted(p.name for p in tmp_path.iterdir()) == before and (tmp_path / "afile").read_text() == "mine\n"
+    # one file named two ways is one run (it made two rows)
+    a = tmp_path / "0" / "answers.jsonl"
+    rows = report([str(a), os.path.relpath(a)], out_dir=str(tmp_path / "r"), figure=False)["rows"]
+    assert len(rows) == 1
 
 
 # ------------------------------------------------------------------------------ SIGTERM like Ctrl-C; resume; the count
