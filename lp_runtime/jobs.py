@@ -119,7 +119,11 @@ def validate_sweep(config: Any) -> None:
                 task_cfg = job_cfg.copy()  # what the job function gets: the config without Hydra's node
                 with open_dict(task_cfg):
                     del task_cfg["hydra"]
-                check_job(task_cfg, {_key(o) for o in overrides})
+                from lp_runtime.models import check_local_path, check_model_files  # torch: the jobs import it too
+
+                model = check_job(task_cfg, {_key(o) for o in overrides}).model
+                check_local_path(model.path)  # a missing model folder (was found only when its job loaded)
+                check_model_files(model)
             except Exception as e:
                 if not (is_bad_input(e) or isinstance(e, HydraException)):
                     raise

@@ -319,12 +319,17 @@ def check_model_files(cfg: ModelConfig) -> None:
                              "HuggingFace id, or bundled:smollm2")
 
 
-def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
-    # A HuggingFace id is "name" or "namespace/name"; anything else can only be a local path.
+def check_local_path(path: str) -> None:
+    """``ModelLoadError`` for a ``model.path`` that can only be a local folder (a HuggingFace id is "name" or
+    "namespace/name") and is not one; a sweep checks every job's with it before job 0 runs."""
     looks_local = path.startswith(("/", ".", "~")) or path.count("/") > 1 or (os.sep != "/" and os.sep in path)
-    local = os.path.expanduser(path)
-    if looks_local and not os.path.isdir(local):
+    if looks_local and not os.path.isdir(os.path.expanduser(path)):
         raise ModelLoadError(f"model.path={path!r} is not an existing folder. {_ALLOWED}")
+
+
+def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
+    check_local_path(path)
+    local = os.path.expanduser(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     extra = {"gguf_file": gguf_file} if gguf_file else {}

@@ -527,9 +527,15 @@ def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("sweep_unknown_option", ["decoding=lookahead,foo"],
          "sweep job 1 (decoding=foo): In 'generate': Could not find 'decoding/foo' (Available options in "
          "'decoding': auto, greedy, lookahead, paper)"),
+        # a model folder that does not exist: job 0 ran first (a new user's second pass); job 0 loads nothing here
+        ("sweep_missing_model", ["model.path=bundled:smollm2,/nonexistent"],
+         "sweep job 1 (model.path=/nonexistent): model.path='/nonexistent' is not an existing folder. Use a local "
+         "folder, a HuggingFace id, or bundled:smollm2"),
     ]:
         d = _folder(tmp, name)
-        out.append((name, ["-m", *sweep, f"hydra.sweep.dir={d / 'sweep'}", "model.path=/nonexistent",
+        # a model no job can load (offline hub id), yet one the sweep's checks pass: job 0 would fail at once
+        model = [] if any(o.startswith("model.path=") for o in sweep) else ["model.path=nosuchorg/nosuchmodel"]
+        out.append((name, ["-m", *sweep, f"hydra.sweep.dir={d / 'sweep'}", *model,
                            f"output.path={d}/${{hydra:job.num}}/answers.jsonl"], message + "; no job was run"))
     return out
 
@@ -689,7 +695,8 @@ def test_setting_that_auto_ignores_is_refused(bad_input, case):
     _check(bad_input, case)
 
 
-@pytest.mark.parametrize("case", ["sweep_bad_last_job", "sweep_auto_key", "sweep_wrong_type", "sweep_unknown_option"])
+@pytest.mark.parametrize("case", ["sweep_bad_last_job", "sweep_auto_key", "sweep_wrong_type", "sweep_unknown_option",
+                                  "sweep_missing_model"])
 def test_sweep_checks_every_job_before_the_first(bad_input, case):
     folder = _check(bad_input, case)
     assert sorted(p.name for p in folder.iterdir()) == []  # no sweep folder, no job folder, no answers
