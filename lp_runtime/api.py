@@ -39,6 +39,14 @@ class TextOutput(GenerationOutput):
     text: str = ""
 
 
+def _check_configs(decoding, generation, sampling) -> None:
+    """``checks.check_arg`` on each config argument given (None: the default)."""
+    for value, kind, what in ((decoding, DecodingConfig, "decoding"), (generation, GenerationConfig, "generation"),
+                              (sampling, SamplingConfig, "sampling")):
+        if value is not None:
+            check_arg(value, kind, what)
+
+
 class LookaheadGenerator:
     """A loaded model + tokenizer and one decoding setting, reused across calls.
 
@@ -63,10 +71,7 @@ class LookaheadGenerator:
         self.model, self.tokenizer = model, tokenizer
         self.generation = generation or GenerationConfig()
         decoding = decoding or DecodingConfig()
-        for value, kind, what in ((decoding, DecodingConfig, "decoding"),
-                                  (self.generation, GenerationConfig, "generation"),
-                                  (sampling or SamplingConfig(), SamplingConfig, "sampling")):
-            check_arg(value, kind, what)
+        _check_configs(decoding, self.generation, sampling)
         check_limits(model, decoding, sampling, generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
         # decoding=auto: the cost policy on this machine's latency profile (measured once, then read from the cache)
@@ -80,11 +85,8 @@ class LookaheadGenerator:
                     sampling: Optional[SamplingConfig] = None) -> "LookaheadGenerator":
         """Load the model of ``model`` (default: the bundled SmolLM2) and build a generator."""
         model = model or ModelConfig()
-        for value, kind, what in ((model, ModelConfig, "model"), (decoding or DecodingConfig(), DecodingConfig,
-                                                                 "decoding"),
-                                  (generation or GenerationConfig(), GenerationConfig, "generation"),
-                                  (sampling or SamplingConfig(), SamplingConfig, "sampling")):
-            check_arg(value, kind, what)  # before the model loads
+        check_arg(model, ModelConfig, "model")
+        _check_configs(decoding, generation, sampling)  # before the model loads
         m, tok = load_model(model)
         return cls(m, tok, decoding, generation, step=step_for(m, model.compile), sampling=sampling)
 

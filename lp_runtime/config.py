@@ -72,10 +72,9 @@ class ModelConfig:
         self.compile = str(self.compile).lower()  # YAML / the command line give true/false as booleans
         _check(self.compile in ("auto", "true", "false"),
                f"model.compile={self.compile!r} is not allowed; use one of auto, true, false")
-        _check(isinstance(self.path, str) and bool(self.path),
-               f"model.path={self.path!r} is not allowed; give a HuggingFace id, a local folder or 'bundled:smollm2'"
-               if not isinstance(self.path, str) else
-               "model.path is empty; give a HuggingFace id, a local folder or 'bundled:smollm2'")
+        _check(isinstance(self.path, str),
+               f"model.path={self.path!r} is not allowed; give a HuggingFace id, a local folder or 'bundled:smollm2'")
+        _check(bool(self.path), "model.path is empty; give a HuggingFace id, a local folder or 'bundled:smollm2'")
         _check(self.dtype in DTYPES, f"model.dtype={self.dtype!r} is not allowed; use one of {', '.join(DTYPES)}")
         _check(
             self.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", str(self.device)) is not None,

@@ -107,6 +107,8 @@ def _key(override: str) -> str:
 def validate_sweep(config: Any) -> None:
     """``check_job`` every job of the sweep ``config`` describes; the first bad job raises ``ConfigError``
     naming its number and overrides, before any job runs."""
+    from lp_runtime.models import check_local_path, check_model_files  # torch: the sweep's jobs import it too
+
     loader = GlobalHydra.instance().config_loader()
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     try:
@@ -119,8 +121,6 @@ def validate_sweep(config: Any) -> None:
                 task_cfg = job_cfg.copy()  # what the job function gets: the config without Hydra's node
                 with open_dict(task_cfg):
                     del task_cfg["hydra"]
-                from lp_runtime.models import check_local_path, check_model_files  # torch: the jobs import it too
-
                 model = check_job(task_cfg, {_key(o) for o in overrides}).model
                 check_local_path(model.path)  # a missing model folder (was found only when its job loaded)
                 check_model_files(model)
