@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import atexit
 import os
+import pickle
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -186,16 +187,29 @@ def gather_objects_to_rank0(obj: Any, group=None) -> Optional[list[Any]]:
     return out
 
 
-def broadcast_object(obj: Any, *, timeout_s: Optional[float] = None) -> Any:
-    """Global rank 0's picklable ``obj`` on every rank (one process: ``obj``); every rank must call. For start-up
-    decisions, never inside a decode step. ``timeout_s``: how long the others may wait for rank 0 (a temporary
-    group). ``RuntimeError`` naming this rank when it fails or times out."""
+def from_rank0(compute: Callable[[], Any], *, timeout_s: Optional[float] = None) -> Any:
+    """``compute()`` run on global rank 0 only, its picklable result on every rank (one process: ``compute()``);
+    every rank must call. For start-up decisions, never inside a decode step. When ``compute`` raises on rank 0,
+    every rank raises that error (rank 0 sends it instead of a result), so no rank waits for a result that never
+    comes. ``timeout_s``: how long the others may wait for rank 0 (a temporary group). ``RuntimeError`` naming
+    this rank when the collective fails or times out."""
     if not is_initialized():
-        return obj
+        return compute()
+    box: list[Any] = [None]
+    err: Optional[Exception] = None
+    if dist.get_rank() == 0:
+        try:
+            box = [(True, compute())]
+        except Exception as e:  # sent to the others, then raised here too
+            err = e
+            try:
+                pickle.dumps(e)
+                box = [(False, e)]
+            except Exception:  # an error that does not pickle travels as its type and message
+                box = [(False, RuntimeError(f"rank 0: {type(e).__name__}: {e}"))]
     group = None
     if timeout_s is not None:
         group = dist.new_group(list(range(dist.get_world_size())), timeout=timedelta(seconds=timeout_s))
-    box = [obj if dist.get_rank() == 0 else None]
     start = time.perf_counter()
     try:
         dist.broadcast_object_list(box, src=0, group=group)
@@ -204,7 +218,10 @@ def broadcast_object(obj: Any, *, timeout_s: Optional[float] = None) -> Any:
     finally:
         if group is not None:
             dist.destroy_process_group(group)
-    return box[0]
+    ok, value = box[0]
+    if not ok:
+        raise err if err is not None else value
+    return value
 
 
 def group_ranks(group=None) -> list[int]:

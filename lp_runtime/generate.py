@@ -68,7 +68,7 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
 AUTO_WAIT_S = 1800.0  # how long other ranks wait while rank 0 measures the machine (decoding=auto's first run)
 
 
-def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list, todo: list, is_main: bool,
+def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list, todo: list,
                   timeout_s: float, lp_size: int, step: Any, progress: bool) -> tuple[Any, dict, Any]:
     """``decoding=auto``: rank 0 reads (or measures) the latency profile and prints the start-up line
     (``auto.resolve_auto``, its calibration bar with ``progress``); every rank takes rank 0's setting and curve.
@@ -78,15 +78,11 @@ def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list
     from lp_runtime.decoder import Decoder
     from lp_runtime.policy import CostPolicy
 
-    resolved = None
-    if is_main:
-        resolved = auto.resolve_auto(
-            model, tokenizer, limits, model_name=label, fallback_questions=todo, lp_size=lp_size, step=step,
-            progress=progress, make_decoder=lambda d, p: Decoder(model, d, eos_token_ids=eos, tokenizer=tokenizer,
-                                                                 step_policy=p, step=step))
-    if distributed.is_initialized():
-        resolved = distributed.broadcast_object(resolved, timeout_s=max(timeout_s, AUTO_WAIT_S))
-    decoding, entry = resolved
+    decoding, entry = distributed.from_rank0(lambda: auto.resolve_auto(
+        model, tokenizer, limits, model_name=label, fallback_questions=todo, lp_size=lp_size, step=step,
+        progress=progress, make_decoder=lambda d, p: Decoder(model, d, eos_token_ids=eos, tokenizer=tokenizer,
+                                                             step_policy=p, step=step)),
+        timeout_s=max(timeout_s, AUTO_WAIT_S))
     return decoding, entry, CostPolicy(latency.curve_of(entry))
 
 
@@ -149,8 +145,8 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     step = compiled.step_for(model, cfg.model.compile, log=print if is_main else lambda line: None)
     if decoding.method == "auto":
         decoding, extra["auto_decoding"], policy = _resolve_auto(model, tokenizer, label, decoding, eos, todo,
-                                                                 is_main, cfg.parallel.timeout_s, ctx.lp_group.size,
-                                                                 step, cfg.progress)
+                                                                 cfg.parallel.timeout_s, ctx.lp_group.size, step,
+                                                                 cfg.progress)
     decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
                       sampling=cfg.sampling, step_policy=policy, step=step)
     return decoder, tokenizer, cfg.model_id or (cfg.model.name if cfg.model.name else label), extra

@@ -99,9 +99,8 @@ def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[C
         out["bfloat16"] = timer(model.to(torch.bfloat16))
         return out
 
-    main = not distributed.is_initialized() or torch.distributed.get_rank() == 0
-    best = latency.choose_dtype(model_id(cfg), latency.device_key(device), timings) if main else None
-    return distributed.broadcast_object(best, timeout_s=1800.0)
+    return distributed.from_rank0(lambda: latency.choose_dtype(model_id(cfg), latency.device_key(device), timings),
+                                  timeout_s=1800.0)
 
 
 _GB = 1e9
@@ -336,8 +335,11 @@ def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
     try:
         tokenizer = AutoTokenizer.from_pretrained(local, trust_remote_code=kwargs["trust_remote_code"], **extra)
         model = AutoModelForCausalLM.from_pretrained(local, **kwargs, **extra)
-    except OSError as e:
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
+    except Exception as e:  # noqa: BLE001 - a local folder's files fail in many ways (ValueError, SafetensorError)
+        if not (isinstance(e, OSError) or os.path.isdir(local)):
+            raise
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
+        reason = (" ".join(lines)[:400] if lines[0].endswith(":") else lines[0]).rstrip(".")  # "one of:" + a list
         what = f"model.path={path!r}" + (f" with model.gguf_file={gguf_file!r}" if gguf_file else "")
         if os.path.isdir(local):
             raise ModelLoadError(f"{what} is a local folder but could not be loaded: {reason}. {_ALLOWED}") from e

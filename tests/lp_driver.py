@@ -267,6 +267,10 @@ def fork_ranks(nproc: int, preload: bool) -> int:
 # No torch.distributed.elastic @record here, as in generate: a rank that writes torchrun's error file can be
 # terminated by torchrun mid-write (it stops the other ranks when one fails, then reads their files), and an empty
 # file crashes torchrun with a JSONDecodeError instead of its failure summary (a clean clone's suite, 2026-12-02).
+def _raise(err: Exception):
+    raise err
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lp", type=int, required=True)
@@ -284,8 +288,13 @@ def main() -> None:
 
     ctx = setup_parallel(ParallelConfig(lp=args.lp, backend="gloo", timeout_s=args.timeout, debug_check=True))
     # decoding=auto under LP: every rank takes global rank 0's object (its latency profile); recorded per rank
-    broadcast = distributed.broadcast_object(["from rank", ctx.rank], timeout_s=args.timeout)
-    gathered = distributed.gather_objects_to_rank0(dict(_work(ctx, spec, args), broadcast=broadcast))  # the model and Decoders die here
+    broadcast = distributed.from_rank0(lambda: ["from rank", ctx.rank], timeout_s=args.timeout)
+    try:  # an error on rank 0 is every rank's error (the others would otherwise wait for its result)
+        distributed.from_rank0(lambda: _raise(ValueError(f"bad files, seen by rank {ctx.rank}")))
+        raised = None
+    except ValueError as e:
+        raised = str(e)
+    gathered = distributed.gather_objects_to_rank0(dict(_work(ctx, spec, args), broadcast=broadcast, raised=raised))  # the model and Decoders die here
     if ctx.is_writer:
         merged, sampling = {}, [{} for _ in spec.get("sampling") or []]
         for part in gathered:
@@ -296,6 +305,7 @@ def main() -> None:
             json.dump({"results": merged, "sampling": sampling, "stats": [p["stats"] for p in gathered],
                        "compiled": gathered[0]["compiled"],
                        "broadcast": [p["broadcast"] for p in gathered],
+                       "raised": [p["raised"] for p in gathered],
                        "world_size": ctx.world_size, "dp_size": ctx.dp_size}, f)
     rank = ctx.rank
     ctx.teardown()

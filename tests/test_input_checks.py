@@ -113,6 +113,33 @@ def test_model_folder_without_a_model(tmp_path):
     check_model_files(ModelConfig(path=str(empty), gguf_file="m.gguf"))  # there: loading decides
 
 
+@pytest.mark.parametrize("broken", ["weights", "tokenizer"])
+def test_model_folder_with_broken_files(tiny_model_dir, tmp_path, broken):
+    """A folder whose files transformers cannot read (a truncated download: not an OSError but a safetensors or a
+    tokenizer error) is a ModelLoadError naming the folder and the reason, not a traceback."""
+    import shutil
+
+    from lp_runtime.models import ModelLoadError, load_model
+
+    folder = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, folder)
+    if broken == "weights":
+        (folder / "model.safetensors").write_bytes(b"garbage")
+        reason = "Error while deserializing header: header too small"
+    else:
+        for f in folder.glob("tokenizer*"):
+            f.unlink()
+        (folder / "tokenizer.json").write_text("{")
+        reason = None
+    with pytest.raises(ModelLoadError) as e:
+        load_model(ModelConfig(path=str(folder), dtype="float32"))
+    head = f"model.path={str(folder)!r} is a local folder but could not be loaded: "
+    assert str(e.value).startswith(head) and str(e.value).endswith(". Use a local folder, a HuggingFace id, or "
+                                                                     "bundled:smollm2")
+    if reason is not None:
+        assert str(e.value) == f"{head}{reason}. Use a local folder, a HuggingFace id, or bundled:smollm2"
+
+
 def test_gguf_file_with_the_bundled_model():
     from lp_runtime.models import ModelLoadError, check_model_files
 

@@ -96,12 +96,14 @@ def test_decoder_prices_lp_steps_and_refuses_auto_without_a_shared_curve():
 
 
 # ------------------------------------------------------------------------------------------ torchrun (Slurm script)
-# The K = 2 equality of decoding=auto (tokens and steps) and broadcast_object across ranks are checked in
+# The K = 2 equality of decoding=auto (tokens and steps) and from_rank0 across ranks are checked in
 # tests/test_parallel.py's dp2 x lp2 launch (AUTO_CONFIGS), so they cost no torchrun launch of their own.
-def test_broadcast_object_in_one_process_is_the_object():
+def test_from_rank0_in_one_process_computes_and_raises_in_place():
     from lp_runtime import distributed
 
-    assert distributed.broadcast_object("alone") == "alone"
+    assert distributed.from_rank0(lambda: "alone") == "alone"
+    with pytest.raises(KeyError, match="no such"):
+        distributed.from_rank0(lambda: {}["no such"])
 
 
 def _job_in_one_process(model_dir, questions, summary, table):

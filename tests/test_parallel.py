@@ -332,7 +332,8 @@ def test_lp_matches_single_process(request, reference, reference_dp2, launch, np
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(out.read_text())
     assert got["world_size"] == nproc and got["dp_size"] == nproc // lp
-    assert got["broadcast"] == [["from rank", 0]] * nproc  # distributed.broadcast_object: rank 0's object everywhere
+    assert got["broadcast"] == [["from rank", 0]] * nproc  # distributed.from_rank0: rank 0's object everywhere
+    assert got["raised"] == ["bad files, seen by rank 0"] * nproc  # and rank 0's error, raised on every rank
     configs = DP2_CONFIGS if lp == 2 else LP3_CONFIGS
     reference = reference_dp2 if nproc // lp == 2 else reference["lp3"]
     assert set(got["results"]) == set(reference) and len(reference) == len(configs) * len(PROMPTS)
