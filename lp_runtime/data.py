@@ -158,11 +158,11 @@ def _parse_row(row: Any, where: str) -> Question:
     if not isinstance(category, str):
         raise DatasetError(f"{where}: field 'category' is {category!r}; it must be a string (or left out)")
     if "turns" not in row:
-        raise DatasetError(f"{where}: field 'turns' is missing; it must be a non-empty list of non-empty strings")
+        raise DatasetError(f"{where}: field 'turns' is missing; it must be a non-empty list of non-blank strings")
     turns = row["turns"]
-    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
         raise DatasetError(
-            f"{where}: field 'turns' is {_short(turns)}; it must be a non-empty list of non-empty strings"
+            f"{where}: field 'turns' is {_short(turns)}; it must be a non-empty list of non-blank strings"
         )
     return Question(question_id=qid, category=category, turns=list(turns), raw=False)
 

@@ -95,11 +95,13 @@ def test_jsonl_not_object(tmp_path):
     ({"question_id": True, "turns": ["a"]}, "field 'question_id' is True; it must be an int or a string"),
     ({"question_id": 1, "category": 3, "turns": ["a"]},
      "field 'category' is 3; it must be a string (or left out)"),
-    ({"question_id": 1}, "field 'turns' is missing; it must be a non-empty list of non-empty strings"),
-    ({"question_id": 1, "turns": "a"}, "field 'turns' is 'a'; it must be a non-empty list of non-empty strings"),
-    ({"question_id": 1, "turns": []}, "field 'turns' is []; it must be a non-empty list of non-empty strings"),
+    ({"question_id": 1}, "field 'turns' is missing; it must be a non-empty list of non-blank strings"),
+    ({"question_id": 1, "turns": "a"}, "field 'turns' is 'a'; it must be a non-empty list of non-blank strings"),
+    ({"question_id": 1, "turns": []}, "field 'turns' is []; it must be a non-empty list of non-blank strings"),
     ({"question_id": 1, "turns": ["a", ""]},
-     "field 'turns' is ['a', '']; it must be a non-empty list of non-empty strings"),
+     "field 'turns' is ['a', '']; it must be a non-empty list of non-blank strings"),
+    ({"question_id": 1, "turns": [" \n\t"]},
+     "field 'turns' is [' \\n\\t']; it must be a non-empty list of non-blank strings"),
 ])
 def test_jsonl_bad_field(tmp_path, row, message):
     path = _write(tmp_path, [json.dumps(row)])
