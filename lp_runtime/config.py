@@ -321,6 +321,9 @@ class OutputConfig:
         _check(not str(self.path).endswith(("/", os.sep)),  # a folder: it failed after loading, leaving a file
                f"output.path={self.path!r} ends in a folder separator; give a file path such as "
                f"{str(self.path).rstrip('/' + os.sep) or '.'}/answers.jsonl")
+        _check(os.path.basename(jsonl_base(str(self.path))) != "",  # ".jsonl": hidden .summary.json, .settings.json
+               f"output.path={self.path!r} has no name before .jsonl; give a file path such as "
+               f"{os.path.join(os.path.dirname(str(self.path)) or 'outputs', 'answers.jsonl')}")
 
     @property
     def resolved_summary_path(self) -> str:

@@ -498,6 +498,9 @@ def _summary_path_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     d = _folder(tmp, "answers_path_ends_in_slash")
     out.append((d.name, [f"output.path={d}/x/", "model.path=/nonexistent"],
                 f"output.path='{d}/x/' ends in a folder separator; give a file path such as {d}/x/answers.jsonl"))
+    d = _folder(tmp, "answers_path_has_no_name")  # its summary and settings would be hidden files
+    out.append((d.name, [f"output.path={d}/.jsonl", "model.path=/nonexistent"],
+                f"output.path='{d}/.jsonl' has no name before .jsonl; give a file path such as {d}/answers.jsonl"))
     d = _folder(tmp, "answers_is_a_device")
     os.mkfifo(d / "fifo")
     out.append((d.name, [f"output.path={d / 'fifo'}", "model.path=/nonexistent"],
@@ -674,7 +677,7 @@ def test_dataset_path_is_a_folder(bad_input):
 @pytest.mark.parametrize("case", ["summary_is_the_answers_file", "summary_is_the_question_file",
                                   "summary_is_another_file", "summary_is_a_device", "answers_is_a_device",
                                   "summary_beside_is_answers", "lock_beside_is_answers", "settings_beside_is_notes",
-                                  "answers_path_ends_in_slash"])
+                                  "answers_path_ends_in_slash", "answers_path_has_no_name"])
 def test_summary_path_that_would_overwrite_another_file(bad_input, case):
     folder = _check(bad_input, case)
     line = json.dumps(_answer(1)) + "\n"
@@ -683,6 +686,7 @@ def test_summary_path_that_would_overwrite_another_file(bad_input, case):
         "summary_is_the_question_file": {"q.jsonl": '{"question_id": 1, "turns": ["hi"]}\n'},
         "summary_is_another_file": {"notes.txt": "mine\n"},
         "summary_is_a_device": {}, "answers_is_a_device": {}, "answers_path_ends_in_slash": {},
+        "answers_path_has_no_name": {},
         "summary_beside_is_answers": {"a.summary.json": line}, "lock_beside_is_answers": {"a.lock": line},
         "settings_beside_is_notes": {"a.settings.json": "notes\n"}}[case]  # left as they were, nothing new
     assert not any(p.is_dir() for p in folder.iterdir())
