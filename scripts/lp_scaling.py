@@ -14,7 +14,9 @@ per node when K > 1 and 8 at K = 1) whose node budget is K x (``--budget`` - 1),
 ``--budget`` - 1 nodes; the suffix lookup's G is K x ``--guess`` and the window K x ``--window`` columns; and a
 ``LocalGroup`` that records, for every step, the tokens each of K ranks would feed under ``parallel.tree_plan``
 (pending + row 0 prefix + levels x columns + nodes, an ancestor chain counted on every rank that repeats it).
-``--context``, ``--topk``, ``--width``, ``--max-depth`` and ``--rank-cap`` override the product's values.
+``--context``, ``--topk``, ``--width``, ``--max-depth`` and ``--rank-cap`` override the product's values, ``--set``
+passes other ``SuccessorProposer`` arguments (JSON), and ``--stops`` records where each step's acceptance stopped
+(``StopProbe``; ``OUT/stops_k{K}.json``).
 
 ``--prompts``: a question file in the Spec-Bench / FastChat format (``{"question_id", "category", "turns"}``
 per line); first turns, chat template (``data.build_prompt``); SmolLM2-135M float32 greedy. Every output is
@@ -46,7 +48,7 @@ from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
-from lp_runtime.successors import successor_proposers  # noqa: E402
+from lp_runtime.successors import accepted_path, successor_proposers  # noqa: E402
 from s_table import hf_greedy  # noqa: E402
 
 
@@ -66,6 +68,61 @@ class RankProbe(LocalGroup):
         return super().plan(num_pending, num_columns, num_levels, parents)
 
 
+class StopProbe:
+    """Wraps the ``SuccessorProposer`` (``--stops``): before each ``observe``, where the step's acceptance stopped
+    and whether the bonus token was in a table row there: ``expected`` (the tree's expected accepted nodes under
+    its own estimates: the sum over nodes of the product of the estimates along the path), ``depth`` (accepted
+    tree nodes), ``kids`` (children the
+    stop node had in the tree), ``rank`` / ``pair_rank`` (the bonus token's rank in the stop node's token-table /
+    pair-table row, -1 when absent), ``rows`` (the two rows' lengths)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.stops = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def observe(self, accepted, ngrams, rows=None):
+        p = self.inner
+        tree = p._last.tree
+        path = accepted_path(tree, accepted)
+        m = path[-1] if path else -1
+        tok = tree.tokens[m] if m >= 0 else p._root
+        prev = (tree.tokens[tree.parents[m]] if tree.parents[m] >= 0 else p._root) if m >= 0 else p._prev
+        row = p._table.successors(tok)
+        pair = p._pair.successors(tok, prev) if p._pair is not None else []
+        b = int(accepted[-1])
+        path_p = []  # each node's estimated P(accepted) = the product of the estimates along its path
+        for q, est in zip(tree.parents, tree.prob):
+            path_p.append(est * (path_p[q] if q >= 0 else 1.0))
+        depth = []
+        for q in tree.parents:
+            depth.append(depth[q] + 1 if q >= 0 else 1)
+        by_depth = [0.0] * (max(depth, default=0) + 1)
+        for d, pp in zip(depth, path_p):
+            by_depth[d] += pp
+        g = p._last
+        roots = [[tree.prob[i], int(bool(path) and path[0] == i), g.suffix_raw[i] is not None,
+                  g.succ_rank[i], g.pair_rank[i]] for i, q in enumerate(tree.parents) if q < 0]
+        self.stops.append({"roots": roots, "expected": sum(path_p), "expected_by_depth": by_depth[1:], "depth": len(path), "kids": sum(1 for q in tree.parents if q == m),
+                           "rank": row.index(b) if b in row else -1, "pair_rank": pair.index(b) if b in pair else -1,
+                           "rows": [len(row), len(pair)]})
+        return p.observe(accepted, ngrams, rows)
+
+
+def stop_summary(stops: list) -> dict:
+    """Shares of the steps by why acceptance stopped (``StopProbe`` records)."""
+    n = max(len(stops), 1)
+    kinds = {"in_a_row_rank_0_7": 0, "in_a_row_rank_8_plus": 0, "no_row": 0, "not_in_the_rows": 0}
+    for x in stops:
+        ranks = [r for r in (x["rank"], x["pair_rank"]) if r >= 0]
+        kind = (("in_a_row_rank_0_7" if min(ranks) < 8 else "in_a_row_rank_8_plus") if ranks
+                else "no_row" if not any(x["rows"]) else "not_in_the_rows")
+        kinds[kind] += 1
+    return {"steps": len(stops), **{k: v / n for k, v in kinds.items()},
+            "stop_depth_mean": sum(x["depth"] for x in stops) / n, "expected_mean": sum(x["expected"] for x in stops) / n, "stop_kids_mean": sum(x["kids"] for x in stops) / n}
+
+
 def proposer_for(model, k, args):
     """The product's proposer for K = ``k`` ranks at a per-rank budget of ``--budget`` - 1 nodes, the flags given
     replacing its values (``successors.successor_proposers``)."""
@@ -75,6 +132,7 @@ def proposer_for(model, k, args):
                                               ("max_depth", args.max_depth)) if value is not None}
     if args.rank_cap is not None:
         levers["rank_budget"] = args.rank_cap or None
+    levers.update(json.loads(args.set))
     (prop,) = successor_proposers(decoding, vocab_size(model), lp_size=k, budget=args.budget - 1, **levers)
     return decoding, prop
 
@@ -82,6 +140,8 @@ def proposer_for(model, k, args):
 def run_k(model, tok, eos, questions, refs, k, args):
     probe = RankProbe(k, open(Path(args.out) / f"trees_k{k}.jsonl", "w") if args.trees else None)
     decoding, prop = proposer_for(model, k, args)
+    if args.stops:
+        prop = StopProbe(prop)
     dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=probe, proposers=[prop], copy_kv=False)
     rows = []
     for q, ref in zip(questions, refs):
@@ -95,6 +155,9 @@ def run_k(model, tok, eos, questions, refs, k, args):
         print(f"  K={k} {q.category} {q.question_id}: S {rows[-1]['new_tokens'] / rows[-1]['steps']:.2f} "
               f"steps {rows[-1]['steps']} identical {rows[-1]['identical']}", flush=True)
         (Path(args.out) / f"partial_k{k}.json").write_text(json.dumps(rows) + "\n")  # a stopped run keeps its rows
+    if args.stops:
+        (Path(args.out) / f"stops_k{k}.json").write_text(json.dumps({"summary": stop_summary(prop.stops),
+                                                                     "steps": prop.stops}) + "\n")
     return rows, {"context": prop.context, "topk": prop.k, "width": prop.width, "max_depth": prop.max_depth,
                   "rank_cap": prop.rank_budget or 0}
 
@@ -128,6 +191,9 @@ def main() -> None:
                     "chains included; SuccessorProposer(rank_budget=...)); default --budget - 1, 0 = no cap")
     ap.add_argument("--trees", action="store_true", help="write every step's (pending, columns, levels, parents) "
                     "to OUT/trees_kK.jsonl")
+    ap.add_argument("--stops", action="store_true", help="record where each step's acceptance stopped and whether "
+                    "the bonus token was in a table row there (OUT/stops_kK.json)")
+    ap.add_argument("--set", default="{}", help="other SuccessorProposer arguments as JSON (measurement levers)")
     ap.add_argument("--out", default="results/lp_scaling")
     args = ap.parse_args()
     if min(args.ks) < 1 or args.budget < 2 or args.max_new_tokens < 1 or args.guess < 1:
