@@ -14,7 +14,8 @@ Example::
     out = gen.generate("A limerick, please.", sampling=SamplingConfig(temperature=0.7, seed=1))  # this call samples
 
 A ``str`` prompt is a user message put through the model's chat template; a list of ``{"role", "content"}``
-dicts is a whole conversation; a list of ints is used as is.
+dicts is a whole conversation; token ids (a list of ints, a 1-D or (1, n) tensor or array, or a tokenizer's
+``BatchEncoding``) are used as they are.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from .decoder import Decoder, GenerationOutput
 from .models import check_limits, eos_token_ids, load_model
 from .auto import auto_policy
 from .checks import check_arg, check_max_new_tokens, check_prompt_ids, vocab_size
-from .data import encode_messages
+from .data import encode_messages, lone_surrogate
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
 
@@ -93,14 +94,22 @@ class LookaheadGenerator:
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of ``prompt`` (see the module docstring). Raises ``ConfigError`` for an empty prompt, or for token
         ids that are not integers or lie outside the model's vocabulary (naming the id and the vocabulary size)."""
+        if not isinstance(prompt, (str, list, tuple)) and hasattr(prompt, "keys") and "input_ids" in prompt.keys():
+            prompt = prompt["input_ids"]  # a tokenizer's BatchEncoding: tok(text, return_tensors="pt")
+        if getattr(prompt, "ndim", None) == 2 and hasattr(prompt, "tolist"):  # (batch, n): one row only
+            if prompt.shape[0] != 1:
+                raise ConfigError(f"the prompt is a batch of {prompt.shape[0]} sequences (shape "
+                                  f"{tuple(prompt.shape)}); give one: a (1, n) or 1-D tensor of token ids")
+            prompt = prompt[0]
         if getattr(prompt, "ndim", None) == 1 and hasattr(prompt, "tolist"):  # a 1-D tensor or array of ids
             prompt = prompt.tolist()  # as Decoder.generate takes them
         if not isinstance(prompt, (str, list, tuple)):
             raise ConfigError(f"the prompt is {type(prompt).__name__}; give text (str), a list of messages "
                               "({'role', 'content'} dicts) or a list (or 1-D tensor) of token ids")
         if isinstance(prompt, str):
-            if not prompt:  # as an empty turn in a JSONL question file is refused
-                raise ConfigError("the prompt is empty text; give a non-empty user turn")
+            if not prompt.strip():  # as an empty or blank turn in a JSONL question file is refused
+                raise ConfigError(f"the prompt is {'empty text' if not prompt else 'only whitespace'}; give a "
+                                  "non-empty user turn")
             prompt = [{"role": "user", "content": prompt}]
         if len(prompt) == 0:
             raise ConfigError("the prompt is empty; give text, messages or at least one token id")
@@ -110,6 +119,10 @@ class LookaheadGenerator:
                         and isinstance(message.get("content"), str)):
                     raise ConfigError(f"prompt message {i} is {message!r:.80}; every message must be a dict with a "
                                       "str 'role' and a str 'content', e.g. {'role': 'user', 'content': 'Hi'}")
+                bad = lone_surrogate(message["content"])
+                if bad is not None:  # the tokenizer's TypeError otherwise
+                    raise ConfigError(f"prompt message {i} holds a lone UTF-16 surrogate "
+                                      f"{message['content'][bad]!r} at character {bad}; give valid Unicode text")
             return encode_messages(self.tokenizer, list(prompt))
         return check_prompt_ids(prompt, vocab_size(self.model))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -31,14 +32,16 @@ def _check(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-def _check_types(section: str, obj: Any, ints: tuple = (), numbers: tuple = ()) -> None:
-    """``ConfigError`` naming the first of ``ints`` that is not an integer or of ``numbers`` that is not a finite
-    number (the Python API takes any value; the command line has Hydra's typed schema)."""
-    for name in ints + numbers:
+def _check_types(section: str, obj: Any, ints: tuple = (), reals: tuple = ()) -> None:
+    """``ConfigError`` naming the first of ``ints`` that is not an integer or of ``reals`` that is not a finite
+    number (the Python API takes any value; the command line has Hydra's typed schema); numpy's numbers become
+    Python's (``np.float32(0.5)`` is a finite number)."""
+    for name in ints + reals:
         v = getattr(obj, name)
-        ok = isinstance(v, int) if name in ints else isinstance(v, (int, float)) and math.isfinite(v)
+        ok = isinstance(v, numbers.Integral) if name in ints else isinstance(v, numbers.Real) and math.isfinite(v)
         _check(ok and not isinstance(v, bool), f"{section}.{name}={v!r} is not allowed; it must be "
                                                f"{'an integer' if name in ints else 'a finite number'}")
+        setattr(obj, name, int(v) if name in ints else v if isinstance(v, int) else float(v))  # numpy's: Python's
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: lp_runtime.models.resolve_dtype
@@ -200,7 +203,7 @@ class SamplingConfig:
     from_model: bool = False
 
     def __post_init__(self) -> None:
-        _check_types("sampling", self, ints=("top_k",), numbers=("temperature", "top_p", "min_p", "repetition_penalty"))
+        _check_types("sampling", self, ints=("top_k",), reals=("temperature", "top_p", "min_p", "repetition_penalty"))
         _check(self.temperature >= 0, f"sampling.temperature={self.temperature} is not allowed; it must be >= 0 (0 = greedy)")
         _check(self.top_k >= 0, f"sampling.top_k={self.top_k} is not allowed; it must be >= 0 (0 = off)")
         _check(0 < self.top_p <= 1, f"sampling.top_p={self.top_p} is not allowed; it must be in (0, 1] (1 = off)")
@@ -234,6 +237,20 @@ class SamplingConfig:
         return replace(self, temperature=float(table[category]))
 
 
+def check_stop_strings(value: Any, key: str = "generation.stop_strings") -> list[str]:
+    """``value`` as a list of non-empty strings (a single string is a one-element list); ``ConfigError`` naming
+    ``key`` otherwise (the config's key, or the Python API's ``stop_strings`` argument)."""
+    if isinstance(value, str):
+        value = [value]
+    cli = key.startswith("generation.")
+    _check(isinstance(value, (list, tuple)) and all(isinstance(s, str) for s in value),
+           f"{key}={value!r} is not allowed; give a list of strings, e.g. " + (
+               "generation.stop_strings=[hello] or '[\"\\n\\n\"]'; quote a number to make it a string: "
+               "generation.stop_strings='[\"10\"]'" if cli else "stop_strings=[\"\\n\\n\"]"))
+    _check(all(value), f"{key} contains an empty string")
+    return list(value)
+
+
 @dataclass
 class GenerationConfig:
     """When to stop: ``max_new_tokens`` (tokens, >= 1: 0 is refused like -3, everywhere), ``stop_strings``
@@ -250,14 +267,7 @@ class GenerationConfig:
             and self.max_new_tokens >= 1,
             f"generation.max_new_tokens={self.max_new_tokens!r} is not allowed; it must be an integer >= 1",
         )
-        if isinstance(self.stop_strings, str):
-            self.stop_strings = [self.stop_strings]
-        _check(isinstance(self.stop_strings, (list, tuple)) and all(isinstance(s, str) for s in self.stop_strings),
-               f"generation.stop_strings={self.stop_strings!r} is not allowed; give a list of strings, e.g. "
-               "generation.stop_strings=[hello] or '[\"\\n\\n\"]'; quote a number to make it a string: "
-               "generation.stop_strings='[\"10\"]'")
-        self.stop_strings = list(self.stop_strings)
-        _check(all(s for s in self.stop_strings), "generation.stop_strings contains an empty string")
+        self.stop_strings = check_stop_strings(self.stop_strings)
         if isinstance(self.eos_token_ids, int) and not isinstance(self.eos_token_ids, bool):
             self.eos_token_ids = [self.eos_token_ids]
         _check(self.eos_token_ids is None or (

@@ -164,7 +164,23 @@ def _parse_row(row: Any, where: str) -> Question:
         raise DatasetError(
             f"{where}: field 'turns' is {_short(turns)}; it must be a non-empty list of non-blank strings"
         )
+    for i, turn in enumerate(turns):
+        bad = lone_surrogate(turn)
+        if bad is not None:
+            raise DatasetError(f"{where}: turn {i + 1} holds a lone UTF-16 surrogate {turn[bad]!r} at character "
+                               f"{bad}; a turn must be valid Unicode text (a pair such as \\ud83d\\ude00 is one "
+                               "character and fine)")
     return Question(question_id=qid, category=category, turns=list(turns), raw=False)
+
+
+def lone_surrogate(text: str) -> Optional[int]:
+    """The index of the first character of ``text`` that UTF-8 cannot encode (a lone surrogate, which JSON's
+    ``\\ud800`` escapes can make), or None; tokenizers raise a ``TypeError`` on such text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -179,7 +179,8 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
                  generation: Optional[GenerationConfig] = None) -> None:
     """Refuse, after the model loads, settings only it can bound; ``ConfigError`` naming key, value and bound.
 
-    Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``; the largest
+    Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``, and
+    ``suppress_tokens`` must leave at least one id; the largest
     lookahead step, 1 + (W-1) + (N-2)*W window tokens + G candidates of ``candidate_depth`` tokens (W = 0 with
     ``decoding=auto``; docs/design.md section 1), must fit ``max_position_embeddings``."""
     vocab = vocab_size(model)
@@ -190,6 +191,10 @@ def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Opt
         if bad:
             raise ConfigError(f"{key}={list(ids)} is not allowed: token id {bad[0]} is outside the model's vocabulary "
                               f"of {vocab} ids (0..{vocab - 1})")
+    suppressed = set(lists["sampling.suppress_tokens"] or [])
+    if vocab is not None and len(suppressed) >= vocab:  # every logit -inf: token 0 came out every step
+        raise ConfigError(f"sampling.suppress_tokens suppresses all {vocab} token ids of the model's vocabulary; "
+                          "leave at least one")
     ctx = context_length(model)
     if ctx is None or decoding.method == "greedy":
         return

@@ -12,6 +12,8 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
+from .config import check_stop_strings
+
 
 @functools.lru_cache(maxsize=16)
 def _criteria(tokenizer, stop_strings: tuple[str, ...]):
@@ -31,15 +33,15 @@ class StopChecker:
     Args:
         max_new_tokens: budget in tokens (>= 1).
         eos_token_ids: ids that end generation (may be empty).
-        stop_strings: non-empty texts that end generation once the generated text contains them.
+        stop_strings: non-empty texts that end generation once the generated text contains them (a single string
+            is one; ``ConfigError`` for anything else, e.g. a number or an empty string).
         tokenizer: needed with stop strings (``ValueError`` if missing then)."""
 
     def __init__(self, max_new_tokens: int, eos_token_ids: Iterable[int] = (),
                  stop_strings: Sequence[str] = (), tokenizer=None) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens}; it must be >= 1")
-        if isinstance(stop_strings, str):
-            stop_strings = [stop_strings]
+        stop_strings = check_stop_strings(stop_strings, key="stop_strings")  # ConfigError: a number, an empty one
         if stop_strings and tokenizer is None:
             raise ValueError("stop strings need a tokenizer to decode the output")
         self.max_new_tokens = max_new_tokens

@@ -195,6 +195,68 @@ def test_bench_config_errors():
         BenchConfig(ablation=True, decoding=lookahead())
 
 
+NOTHING = ("methods=[], lookahead=[] and include_decoding=false: nothing to benchmark; give at least one of methods "
+           "(hf_greedy, hf_prompt_lookup, greedy), a lookahead [W, N, G] setting or include_decoding=true")
+
+
+def test_nothing_to_benchmark_is_refused():
+    from scripts.bench import BenchConfig
+    from lp_runtime.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        BenchConfig(methods=[], lookahead=[], include_decoding=False)
+    assert str(e.value) == NOTHING
+    for ok in (dict(methods=["greedy"]), dict(lookahead=[[0, 3, 1]]), dict(include_decoding=True)):  # one is enough
+        BenchConfig(**{**dict(methods=[], lookahead=[], include_decoding=False), **ok})
+
+
+def test_output_dir_on_a_file_is_refused(tmp_path):
+    from scripts.bench import BenchConfig
+    from lp_runtime.config import ConfigError
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(ConfigError) as e:
+        BenchConfig(output_dir=str(afile))
+    assert str(e.value) == f"output_dir={afile} is a file; give a folder path"
+    with pytest.raises(ConfigError) as e:
+        BenchConfig(output_dir=str(afile / "sub" / "deeper"))
+    assert str(e.value) == f"output_dir={afile / 'sub' / 'deeper'}: {afile} is a file; give a folder path"
+    assert afile.read_text() == "x"
+    BenchConfig(output_dir=str(tmp_path / "new" / "out"))  # a folder that does not exist yet: made by the run
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("per_category={mt_bench: 1}", {"mt_bench": 1}),  # conf/bench.yaml's documented form (its default is null)
+    ("+per_category={mt_bench: 1}", {"mt_bench": 1}),
+    ("+per_category.humaneval=2", {"humaneval": 2}),
+    ("per_category=null", {}),
+])
+def test_per_category_overrides(override, expected):
+    from hydra import compose, initialize_config_dir
+
+    from scripts.bench import register_schema
+    from lp_runtime.cli import CONF_DIR
+    from lp_runtime.config import to_object
+
+    register_schema()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        assert to_object(compose("bench", overrides=[override])).per_category == expected
+        issue9 = to_object(compose("bench_issue9", overrides=[override])).per_category  # {mt_bench: 3} there
+        assert issue9 == ({} if override.endswith("null") else {"mt_bench": 3, **expected})
+
+
+def test_per_category_of_the_wrong_type_is_refused():
+    from scripts.bench import BenchConfig
+    from lp_runtime.config import ConfigError
+
+    for bad, shown in ((3, "3"), ({"mt_bench": "x"}, "{'mt_bench': 'x'}"), ({"mt_bench": True}, "{'mt_bench': True}")):
+        with pytest.raises(ConfigError) as e:
+            BenchConfig(per_category=bad)
+        assert str(e.value) == (f"per_category={shown} is not allowed; give null or {{dataset: k}}, "
+                                "e.g. per_category='{mt_bench: 3}'")
+
+
 def test_run_two_dtypes_in_one_run(tiny_model_dir, tmp_path, monkeypatch):
     from scripts.bench import BenchConfig, run
     from lp_runtime.config import DatasetConfig, GenerationConfig, ModelConfig
@@ -257,6 +319,27 @@ def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsy
 
 
 # ---------------------------------------------------------------------------------------- CLI
+
+@pytest.mark.parametrize("case", ["nothing", "file", "under a file"])
+def test_bench_cli_refuses_before_loading(case, tmp_path):
+    """``error: <message>``, exit 2, no run folder left; model.path names no model, so a refusal that came after
+    loading would read differently."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    overrides, message = {
+        "nothing": (["methods=[]", "lookahead=[]", "include_decoding=false"], NOTHING),
+        "file": ([f"output_dir={afile}"], f"output_dir={afile} is a file; give a folder path"),
+        "under a file": ([f"output_dir={afile / 'sub'}"], f"output_dir={afile / 'sub'}: {afile} is a file; "
+                                                          "give a folder path"),
+    }[case]
+    args = [sys.executable, str(REPO / "scripts" / "bench.py"), f"hydra.run.dir={tmp_path / 'hydra'}",
+            f"model.path={tmp_path / 'no_model'}", *overrides]
+    res = subprocess.run(args, cwd=REPO, env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert res.stderr.strip().splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "hydra").exists() and afile.read_text() == "x"
+
 
 def test_bench_cli_smoke(tiny_model_dir, tmp_path):
     questions = tmp_path / "q.jsonl"

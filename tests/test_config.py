@@ -126,3 +126,19 @@ def test_python_api_values_of_the_wrong_type_get_one_config_error(make, message)
     with pytest.raises(ConfigError) as e:
         make()
     assert str(e.value) == message and isinstance(e.value, ValueError)
+
+
+def test_python_api_takes_numpy_numbers_as_python_ones():
+    """np.float32(0.5) was refused as "not a finite number" while np.int32 passed elsewhere (a new user,
+    2026-12-02); numpy scalars are numbers, stored as Python ones (settings records are JSON)."""
+    import numpy as np
+
+    s = SamplingConfig(temperature=np.float32(0.5), top_k=np.int64(5), top_p=np.float64(0.9))
+    assert (s.temperature, s.top_k, s.top_p) == (0.5, 5, 0.9)
+    assert [type(v) for v in (s.temperature, s.top_k, s.top_p)] == [float, int, float]
+    d = DecodingConfig(method="lookahead", window_size=np.int32(3))
+    assert d.window_size == 3 and type(d.window_size) is int
+    inf = np.float32("inf")
+    with pytest.raises(ConfigError) as e:
+        SamplingConfig(temperature=inf)
+    assert str(e.value) == f"sampling.temperature={inf!r} is not allowed; it must be a finite number"

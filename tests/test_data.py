@@ -100,6 +100,9 @@ def test_jsonl_not_object(tmp_path):
     ({"question_id": 1, "turns": []}, "field 'turns' is []; it must be a non-empty list of non-blank strings"),
     ({"question_id": 1, "turns": ["a", ""]},
      "field 'turns' is ['a', '']; it must be a non-empty list of non-blank strings"),
+    ({"question_id": 1, "turns": ["ok", "a\ud800b"]},  # valid JSON ("\\ud800"); the tokenizer raised a TypeError
+     "turn 2 holds a lone UTF-16 surrogate '\\ud800' at character 1; a turn must be valid Unicode text (a pair "
+     "such as \\ud83d\\ude00 is one character and fine)"),
     ({"question_id": 1, "turns": [" \n\t"]},
      "field 'turns' is [' \\n\\t']; it must be a non-empty list of non-blank strings"),
 ])

@@ -215,6 +215,12 @@ def test_token_ids_outside_the_vocabulary():
     assert str(e.value) == ("sampling.suppress_tokens=[96] is not allowed: token id 96 is outside the model's "
                             "vocabulary of 96 ids (0..95)")
     check_limits(model, lookahead(), SamplingConfig(suppress_tokens=[95]), GenerationConfig(eos_token_ids=[0]))
+    for every in (list(range(96)), list(range(96)) + [5]):  # every id suppressed: id 0 came out every step
+        with pytest.raises(ConfigError) as e:
+            check_limits(model, lookahead(), SamplingConfig(suppress_tokens=every))
+        assert str(e.value) == ("sampling.suppress_tokens suppresses all 96 token ids of the model's vocabulary; leave "
+                                "at least one")
+    check_limits(model, lookahead(), SamplingConfig(suppress_tokens=list(range(1, 96))))  # one left: decodable
 
 
 @pytest.mark.parametrize("over,step", [
@@ -291,10 +297,44 @@ def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
     assert str(e.value) == ("the prompt is NoneType; give text (str), a list of messages ({'role', 'content'} dicts) "
                             "or a list (or 1-D tensor) of token ids")
     ids = [1, 504, 3250]  # a 1-D tensor of ids, as Decoder.generate takes it (a new user found them refused here)
-    assert gen.generate(torch.tensor(ids), max_new_tokens=4).output_ids == gen.generate(ids, max_new_tokens=4).output_ids
+    want = gen.generate(ids, max_new_tokens=4).output_ids
+    assert gen.generate(torch.tensor(ids), max_new_tokens=4).output_ids == want
+    # what transformers' tutorials make: tok(text, return_tensors="pt") (a BatchEncoding of (1, n) tensors)
+    from transformers import BatchEncoding
+    assert gen.generate(torch.tensor([ids]), max_new_tokens=4).output_ids == want
+    assert gen.generate(BatchEncoding({"input_ids": torch.tensor([ids])}), max_new_tokens=4).output_ids == want
+    with pytest.raises(ConfigError) as e:
+        gen.generate(torch.tensor([ids, ids]), max_new_tokens=4)
+    assert str(e.value) == ("the prompt is a batch of 2 sequences (shape (2, 3)); give one: a (1, n) or 1-D tensor "
+                            "of token ids")
     with pytest.raises(ConfigError) as e:
         gen.generate("", max_new_tokens=4)
     assert str(e.value) == "the prompt is empty text; give a non-empty user turn"
+    with pytest.raises(ConfigError) as e:
+        gen.generate(" \n\t", max_new_tokens=4)  # as a blank turn in a question file
+    assert str(e.value) == "the prompt is only whitespace; give a non-empty user turn"
+    for prompt in ("\ud800", [{"role": "user", "content": "hi \udfff"}]):  # JSON's "\ud800" makes one; the
+        with pytest.raises(ConfigError) as e:                                 # tokenizer raised a TypeError
+            gen.generate(prompt, max_new_tokens=4)
+        bad, at = ("\ud800", 0) if isinstance(prompt, str) else ("\udfff", 3)
+        assert str(e.value) == f"prompt message 0 holds a lone UTF-16 surrogate {bad!r} at character {at}; give valid Unicode text"
+
+
+def test_api_stop_strings_are_checked_as_the_config_checks_them(tiny_model_dir):
+    """generate(stop_strings=[5]) raised AttributeError ('int' has no 'encode'), and [""] stopped after one
+    token; the config refused both. Decoder and the generator now check them in StopChecker."""
+    from lp_runtime.api import LookaheadGenerator
+
+    gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"))
+    for bad, message in [([5], "stop_strings=[5] is not allowed; give a list of strings, e.g. stop_strings=[\"\\n\\n\"]"),
+                         ([None], "stop_strings=[None] is not allowed; give a list of strings, e.g. "
+                                  "stop_strings=[\"\\n\\n\"]"),
+                         ("", "stop_strings contains an empty string"),
+                         (["a", ""], "stop_strings contains an empty string")]:
+        with pytest.raises(ConfigError) as e:
+            gen.generate("hi", max_new_tokens=4, stop_strings=bad)
+        assert str(e.value) == message
+    assert gen.generate("hi", max_new_tokens=4, stop_strings="zzzz").finish_reason == "length"
 
 
 
