@@ -55,12 +55,14 @@ FIXED_METHODS = (HF_GREEDY, HF_PROMPT_LOOKUP, GREEDY)
 class BenchConfig:
     """``conf/bench.yaml``. ``datasets``: prompt sets (``DatasetConfig`` each; categories are prefixed with the
     dataset's name); ``limit``: overrides every dataset's limit when set; ``per_category``: {dataset name: k}
-    takes the first k questions of EACH category of that dataset, in file order (before ``limit``);
+    takes the first k questions of EACH category of that dataset, in file order (before ``limit``; null: none);
     ``dtypes``: run every method in each of these dtypes in the same interleaved run (one model copy each),
     each compared with transformers' greedy in its own dtype (empty: ``model.dtype`` only); ``methods``: any of
     hf_greedy, hf_prompt_lookup, greedy; ``lookahead``: [W, N, G] settings of ours; ``include_decoding``: also
     the ``decoding`` group's setting (``decoding=auto``: the cost policy); ``ablation``: also decoding=auto with
-    each lever off in turn (``ABLATIONS``); ``levers``: only these ``ABLATIONS`` labels (e.g. ``[+successors]``)."""
+    each lever off in turn (``ABLATIONS``); ``levers``: only these ``ABLATIONS`` labels (e.g. ``[+successors]``).
+    At least one method must be left (``methods``, ``lookahead`` or ``include_decoding``); ``output_dir`` must be a
+    folder or a path that can become one (no file on it or above it): both are refused before the model loads."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     decoding: DecodingConfig = field(default_factory=lambda: DecodingConfig(  # conf/bench.yaml: decoding=lookahead
@@ -70,7 +72,7 @@ class BenchConfig:
     datasets: list[DatasetConfig] = field(default_factory=lambda: [
         DatasetConfig(name="mt_bench", limit=5, first_turn_only=True), DatasetConfig(name="humaneval", limit=5)])
     limit: Optional[int] = None
-    per_category: dict[str, int] = field(default_factory=dict)
+    per_category: Any = None  # Optional[dict[str, int]]; Any: an override into null must assign, not merge
     dtypes: list[str] = field(default_factory=list)
     ablation: bool = False
     levers: Optional[list[str]] = None
@@ -88,6 +90,10 @@ class BenchConfig:
         bad = [m for m in self.methods if m not in FIXED_METHODS]
         if bad:
             raise ConfigError(f"methods={bad} not allowed; use any of {', '.join(FIXED_METHODS)}")
+        if not self.methods and not self.lookahead and not self.include_decoding:
+            raise ConfigError("methods=[], lookahead=[] and include_decoding=false: nothing to benchmark; give at "
+                              f"least one of methods ({', '.join(FIXED_METHODS)}), a lookahead [W, N, G] setting "
+                              "or include_decoding=true")
         for s in self.lookahead:
             if len(s) != 3:
                 raise ConfigError(f"lookahead entry {list(s)} is not [W, N, G]")
@@ -96,6 +102,12 @@ class BenchConfig:
             raise ConfigError("datasets is empty; give at least one prompt set")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"limit={self.limit} is not allowed; it must be >= 1")
+        table = {} if self.per_category is None else self.per_category
+        if not (isinstance(table, dict) and all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                                for k, v in table.items())):
+            raise ConfigError(f"per_category={table!r} is not allowed; give null or {{dataset: k}}, "
+                              "e.g. per_category='{mt_bench: 3}'")
+        self.per_category = dict(table)
         bad = {k: v for k, v in self.per_category.items() if v < 1}
         if bad:
             raise ConfigError(f"per_category={bad} is not allowed; each count must be >= 1")
@@ -109,6 +121,12 @@ class BenchConfig:
             raise ConfigError(f"levers={bad} not allowed; use any of {', '.join(ABLATIONS)}")
         if self.prompt_lookup_num_tokens < 1:
             raise ConfigError(f"prompt_lookup_num_tokens={self.prompt_lookup_num_tokens} must be >= 1")
+        out = Path(self.output_dir)
+        blocked = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+        if blocked is not None:  # a file at output_dir or above it: an OS error after the model loaded otherwise
+            what = "a file" if blocked.is_file() else "not a folder"
+            where = f"output_dir={out} is" if blocked == out else f"output_dir={out}: {blocked} is"
+            raise ConfigError(f"{where} {what}; give a folder path")
 
 
 # ------------------------------------------------------------------------------------------ the harness
