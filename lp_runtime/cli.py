@@ -45,6 +45,9 @@ def one_line(e: BaseException) -> str:
         msg += f" ({lines[1]} {', '.join(options)})"
     if isinstance(e.__cause__, OmegaConfBaseException) and str(e.__cause__).strip():
         msg = msg.rstrip(".") + ": " + str(e.__cause__).strip().splitlines()[0]
+    if type(e).__name__ == "OverrideParseException":  # a value the shell split at a space, or a bracket in it
+        msg += (" (every override is key=value; quote one whose value holds spaces or brackets as a whole, e.g. "
+                "'output.path=my answers.jsonl' or 'model.name=\"a (b)\"')")
     return msg
 
 

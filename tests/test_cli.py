@@ -402,6 +402,8 @@ FORMAT = 'each line must be a JSON object {{"question_id": int or str, "category
 EMPTY_DATASET_MESSAGE = "dataset.path='{path}' holds no questions; " + FORMAT
 BAD_LINE_MESSAGE = "{path}, line 2: not valid JSON (Expecting property name enclosed in double quotes); " + FORMAT
 
+QUOTE_HINT = (" (every override is key=value; quote one whose value holds spaces or brackets as a whole, e.g. "
+              "'output.path=my answers.jsonl' or 'model.name=\"a (b)\"')")
 BAD_CONFIGS = [
     (["decoding.window_size=-1"], "decoding.window_size=-1 is negative; W must be >= 0"),
     (["decoding.ngram_size=1"], "decoding.ngram_size=1 is too small; N must be >= 2"),
@@ -410,6 +412,9 @@ BAD_CONFIGS = [
     (["decoding.windw_size=3"], "Could not override 'decoding.windw_size': "
                                 "Key 'windw_size' not in 'DecodingConfig'"),
     (["dataset=jsonl"], "dataset=jsonl needs dataset.path=<question file .jsonl>"),
+    # an unquoted space split one override in two, a bracket in a value: Hydra's parse error gets the way out
+    (["output.path=my", "answers.jsonl"], "Error parsing override 'answers.jsonl'" + QUOTE_HINT),
+    (["model.name=a (b)"], "Error parsing override 'model.name=a (b)'" + QUOTE_HINT),
 ]
 
 
