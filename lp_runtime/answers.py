@@ -167,7 +167,8 @@ OUTPUT_ADVICE = "move the file away or choose another output.path"
 def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list[dict]:
     """Answers already in ``path`` (empty if it does not exist).
 
-    A final line without its newline (a killed run) is ignored, and with ``trim`` cut off the file. A line that is
+    A final line without its newline (a killed run) is ignored, and with ``trim`` cut off the file, as are blank
+    lines (which strict JSONL readers such as FastChat's refuse). A line that is
     not UTF-8, not JSON, not an answer, or a second answer to a question raises ``OutputError`` naming the file and
     line, then ``advice``; the file is left as it was."""
     if not path.exists():
@@ -192,7 +193,12 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
         if first.setdefault(qid, where) != where:  # a run answers a question once: the file was changed elsewhere
             raise OutputError(f"{where} answers question {record['question_id']!r} again ({first[qid]} did); "
                               f"keep one of the two lines, or {advice}")
-    if trim and len(complete) < len(raw):
+    kept = [line for line in complete.splitlines(keepends=True) if line.strip()]
+    if trim and len(kept) < complete.count(b"\n"):  # blank lines (an edit by hand): strict JSONL readers refuse them
+        tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+        tmp.write_bytes(b"".join(kept))
+        os.replace(tmp, path)  # the answers as they were, without the blank lines (and a partial last line)
+    elif trim and len(complete) < len(raw):
         with open(path, "r+b") as f:
             f.truncate(len(complete))
             os.fsync(f.fileno())

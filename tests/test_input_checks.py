@@ -180,6 +180,22 @@ def test_answers_file_checks_name_the_answers_file(tmp_path):
         assert a.read_bytes() == before
 
 
+def test_blank_lines_in_an_answers_file_are_dropped_on_resume(tmp_path):
+    """A blank line added by hand was kept through every resume ({...}\n\n{...}\n), which strict JSONL readers
+    (FastChat's) refuse (a new user, 2026-12-02): the resuming rank drops blank lines (and a partial last line);
+    a read-only load leaves the file as it is."""
+    from lp_runtime.answers import load_answers
+
+    line = {"choices": [{"output_ids": [], "new_tokens": 0, "decoding_steps": 0, "wall_time": 0, "accept_lengths": []}]}
+    one, two = (json.dumps({"question_id": q, **line}) + "\n" for q in (1, 2))
+    a = tmp_path / "a.jsonl"
+    a.write_text(one + "\n  \n" + two + '{"question_id": 3, "cho')
+    before = a.read_bytes()
+    assert [r["question_id"] for r in load_answers(a, trim=False)] == [1, 2] and a.read_bytes() == before
+    assert [r["question_id"] for r in load_answers(a, trim=True)] == [1, 2]
+    assert a.read_text() == one + two and not list(tmp_path.glob("*.tmp*"))
+
+
 # ------------------------------------------------------------------ 5. dataset.path without dataset=jsonl
 @pytest.mark.parametrize("name", ["mt_bench", "humaneval"])
 def test_dataset_path_needs_jsonl(name):
