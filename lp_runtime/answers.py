@@ -302,12 +302,14 @@ def _new_path_hint(answers_path: Path) -> str:
     return f"output.path={base}-{n}.jsonl"
 
 
-def check_settings(answers_path: Path, settings_path: Path, current: dict[str, Any]) -> None:
+def check_settings(answers_path: Path, settings_path: Path, current: dict[str, Any],
+                   new_path_hint: Optional[str] = None) -> None:
     """``SettingsMismatchError`` (one line) unless the answers in ``answers_path`` were made with ``current``;
-    a file without answers passes. Reads only."""
+    a file without answers passes. Reads only. ``new_path_hint``: where to write instead (default: the next free
+    ``output.path=<name>-N.jsonl``; a sweep's job gives a new sweep folder)."""
     if not has_answers(answers_path):
         return
-    hint = _new_path_hint(answers_path)
+    hint = new_path_hint or _new_path_hint(answers_path)
     if not settings_path.is_file():
         raise SettingsMismatchError(
             f"{answers_path} holds answers but no record of the settings that made them ({settings_path} is "

@@ -145,6 +145,15 @@ def interrupted() -> bool:
     return bool(_SIGNALS)
 
 
+def _job_error_line(e: BaseException) -> Optional[str]:
+    """The ``error: ...`` line of a submitit job that failed on bad input (its stderr is in the launcher's
+    ``UncompletedJobError`` / ``FailedJobError``), without the prefix; None for anything else."""
+    if type(e).__name__ not in ("UncompletedJobError", "FailedJobError"):
+        return None
+    lines = [line[len("error: "):] for line in str(e).splitlines() if line.startswith("error: ")]
+    return lines[-1] if lines else None
+
+
 def main(app: Callable[[], None], *, interrupted: str,
          check_argv: Optional[Callable[[list[str]], None]] = None) -> None:
     """Run ``app`` (``hydra_app``) with the exits of the module docstring. ``check_argv(sys.argv[1:])`` runs
@@ -167,4 +176,8 @@ def main(app: Callable[[], None], *, interrupted: str,
             sys.exit(143 if isinstance(e, Terminated) or _SIGNALS[-1:] == [signal.SIGTERM] else 130)
         if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)):
             fail(e)
+        refused = _job_error_line(e)
+        if refused:  # a sweep job (submitit: lp_local, lp_slurm) refused its input: its line, not the launcher's trace
+            print(f"error: a sweep job stopped: {refused}", file=sys.stderr)
+            sys.exit(2)
         raise

@@ -17,7 +17,7 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import DictConfig
 from tqdm import tqdm
@@ -113,7 +113,7 @@ def _run_held(cfg: RunConfig, world_size: int, is_main: bool) -> dict:
     fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
     current = answers.run_settings(cfg, model_fingerprint=fingerprint, world_size=world_size)
     answers.load_answers(answers_path, trim=False)  # read only: a corrupt file is named before the settings check
-    answers.check_settings(answers_path, settings_path, current)  # before anything touches the file
+    answers.check_settings(answers_path, settings_path, current, _sweep_hint())  # before anything touches the file
     records = answers.load_answers(answers_path, trim=is_main)
     done = {str(r["question_id"]) for r in records}
     todo = [q for q in questions if str(q.question_id) not in done]
@@ -125,6 +125,21 @@ def _run_held(cfg: RunConfig, world_size: int, is_main: bool) -> dict:
     summary = metrics.run_summary(records, cfg, str(answers_path), settings=current)
     summary.update(extra)
     return _report(cfg, summary, records, questions, is_main, answered_now=bool(todo))
+
+
+def _sweep_hint() -> Optional[str]:
+    """In a job of a --multirun sweep, where to write instead of answers made with other settings: a new sweep
+    folder (a fixed output.path is refused for a sweep); None otherwise."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    folder = str(HydraConfig.get().sweep.dir).rstrip("/")
+    n = 2
+    while Path(f"{folder}-{n}").exists():
+        n += 1
+    return f"hydra.sweep.dir={folder}-{n}: each job of the sweep writes into its own folder there"
 
 
 def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) -> tuple[Any, Any, str, dict]:

@@ -111,6 +111,9 @@ def validate_sweep(config: Any) -> None:
 
     loader = GlobalHydra.instance().config_loader()
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+    launcher = config.hydra.get("launcher") or {}
+    nodes, tasks = launcher.get("nodes"), launcher.get("tasks_per_node")  # submitit's (lp_local, lp_slurm)
+    world = int(nodes) * int(tasks) if isinstance(nodes, int) and isinstance(tasks, int) else 1  # basic: in process
     try:
         for num, overrides in enumerate(jobs):
             try:
@@ -121,14 +124,22 @@ def validate_sweep(config: Any) -> None:
                 task_cfg = job_cfg.copy()  # what the job function gets: the config without Hydra's node
                 with open_dict(task_cfg):
                     del task_cfg["hydra"]
-                model = check_job(task_cfg, {_key(o) for o in overrides}).model
+                run_cfg = check_job(task_cfg, {_key(o) for o in overrides})
+                if world % run_cfg.parallel.lp:  # found when its job's ranks started (a submitit traceback)
+                    ranks = (f"hydra.launcher.nodes={nodes} x tasks_per_node={tasks}" if world > 1 or tasks else
+                             "this launcher runs each job in this one process")
+                    raise ConfigError(f"parallel.lp={run_cfg.parallel.lp} does not divide the {world} rank(s) of "
+                                      f"each job ({ranks}); set hydra.launcher.tasks_per_node (hydra/launcher="
+                                      "lp_local or lp_slurm) to a multiple of it")
+                model = run_cfg.model
                 check_local_path(model.path)  # a missing model folder (was found only when its job loaded)
                 check_model_files(model)
             except Exception as e:
                 if not (is_bad_input(e) or isinstance(e, HydraException)):
                     raise
                 point = " ".join(o for o in overrides if _key(o) in swept)
-                raise ConfigError(f"sweep job {num} ({point}): {one_line(e)}; no job was run") from None
+                raise ConfigError(f"sweep job {num}{f' ({point})' if point else ''}: {one_line(e)}; no job was "
+                                  "run") from None
     finally:
         HydraConfig.instance().set_config(config)
 

@@ -539,6 +539,12 @@ def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("sweep_missing_model", ["model.path=bundled:smollm2,/nonexistent"],
          "sweep job 1 (model.path=/nonexistent): model.path='/nonexistent' is not an existing folder. Use a local "
          "folder, a HuggingFace id, or bundled:smollm2"),
+        # LP degrees the launcher's ranks cannot hold: each job's ranks refused it, as a launcher traceback (a new
+        # user's third pass); here with Hydra's launcher, whose jobs run in this one process
+        ("sweep_lp_over_ranks", ["decoding=lookahead", "parallel.lp=1,2"],
+         "sweep job 1 (parallel.lp=2): parallel.lp=2 does not divide the 1 rank(s) of each job (this launcher runs "
+         "each job in this one process); set hydra.launcher.tasks_per_node (hydra/launcher=lp_local or lp_slurm) to "
+         "a multiple of it"),
     ]:
         d = _folder(tmp, name)
         # a model no job can load (offline hub id), yet one the sweep's checks pass: job 0 would fail at once
@@ -705,7 +711,7 @@ def test_setting_that_auto_ignores_is_refused(bad_input, case):
 
 
 @pytest.mark.parametrize("case", ["sweep_bad_last_job", "sweep_auto_key", "sweep_wrong_type", "sweep_unknown_option",
-                                  "sweep_missing_model"])
+                                  "sweep_missing_model", "sweep_lp_over_ranks"])
 def test_sweep_checks_every_job_before_the_first(bad_input, case):
     folder = _check(bad_input, case)
     assert sorted(p.name for p in folder.iterdir()) == []  # no sweep folder, no job folder, no answers

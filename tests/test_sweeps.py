@@ -214,6 +214,21 @@ def test_submitit_local_launcher_sweep_with_two_ranks_per_job(tiny_model_dir, tm
         (answer,) = [json.loads(x) for x in (folder / "answers.jsonl").read_text().splitlines()]
         outputs.append(answer["choices"][0]["output_ids"])
     assert outputs[0] == outputs[1]  # W = 0 and W = 2: the same greedy tokens
+    # the same sweep folder with another setting: job 0's ranks refuse its answers file; that job's one error line,
+    # exit 2, not the launcher's UncompletedJobError traceback (a new user's third pass); the answers stay
+    before = (tmp_path / "sweep" / "0" / "answers.jsonl").read_bytes()
+    res = _cli(tmp_path, "--multirun", "hydra/launcher=lp_local", "hydra.launcher.tasks_per_node=2",
+               "parallel=lp2", "parallel.backend=gloo", "parallel.timeout_s=60", "decoding=lookahead",
+               "decoding.window_size=0,2", *_sweep_args(tiny_model_dir, tmp_path), "generation.max_new_tokens=8",
+               timeout=420)
+    last = res.stderr.strip().splitlines()[-1]
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert last.startswith(f"error: a sweep job stopped: {tmp_path / 'sweep' / '0' / 'answers.jsonl'} was made with "
+                           "other settings") and "generation.max_new_tokens: 16 in the file, 8 now" in last, last
+    # where to write instead: a new sweep folder (the output.path=...-2.jsonl it advised is refused for a sweep)
+    assert last.endswith(f"or write to a new output path (hydra.sweep.dir={tmp_path / 'sweep'}-2: each job of the "
+                         "sweep writes into its own folder there)"), last
+    assert (tmp_path / "sweep" / "0" / "answers.jsonl").read_bytes() == before
 
 
 @pytest.mark.parametrize("executor", ["slurm", "local"])
