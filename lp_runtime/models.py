@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -84,6 +85,9 @@ def check_attn_implementation(name: str) -> None:
                           "(or a hub kernel 'org/repo')")
 
 
+DTYPE_ROUNDS = 3  # model.dtype=auto: float32 and bfloat16 timed in turn this many times
+
+
 def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[Callable],
                 free_bytes: Optional[int]) -> str:
     """``latency.choose_dtype`` from float32 and (converted in place) bfloat16 step times, cached per model and
@@ -92,11 +96,13 @@ def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[C
         print("model.dtype=auto: bfloat16, since the float32 weights would not fit", flush=True)
         return "bfloat16"
 
-    def timings():
+    def timings():  # interleaved rounds, the fastest of each dtype: a burst of load decides nothing alone
         timer = step_seconds or (lambda m: latency.measure_latency(m, (1,), reps=5, warmup=2)[1])
         model, _ = load_model(dataclasses.replace(cfg, dtype="float32"), free_bytes=free_bytes)
-        out = {"float32": timer(model)}
-        out["bfloat16"] = timer(model.to(torch.bfloat16))
+        out: dict[str, float] = {}
+        for _ in range(DTYPE_ROUNDS):  # this copy is only timed: bfloat16 -> float32 and back loses nothing needed
+            for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+                out[name] = min(out.get(name, math.inf), timer(model.to(dtype)))
         return out
 
     return distributed.from_rank0(lambda: latency.choose_dtype(model_id(cfg), latency.device_key(device), timings),
