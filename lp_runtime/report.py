@@ -4,7 +4,8 @@
     python -m lp_runtime.report outputs/a.jsonl outputs/b.jsonl --baseline outputs/a.jsonl --out outputs/report
 
 One row per run: the settings that differ between runs, S, accepted tokens per step, tok/s, ms/step, speedup over
-the baseline run (default the first greedy run) and, for greedy runs, how many answers are token-identical to it.
+the baseline run (default the greedy run that shares the most questions with the others) over the questions both
+answered from the same dataset, and, for greedy runs, how many answers are token-identical to it.
 Written to ``report.csv``, ``.json``, ``.md`` and (with matplotlib) ``.png`` in ``--out``."""
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def jobs_without_answers(paths: Sequence[str]) -> list[str]:
             continue
         jobs = [rec.parent.parent for rec in p.rglob(".hydra/overrides.yaml")]
         for job in sorted(jobs, key=lambda j: (len(str(j)), str(j))):
-            if any(answers.has_answers(a) for a in job.glob("*.jsonl")):
+            if any(answers.has_answers(a) for a in job.glob("*.jsonl")) or _answered_elsewhere(job):
                 continue
             try:
                 overrides = " ".join(OmegaConf.load(job / ".hydra" / "overrides.yaml") or []) or "no overrides"
@@ -70,6 +71,19 @@ def jobs_without_answers(paths: Sequence[str]) -> list[str]:
                 overrides = "overrides unreadable"
             out.append(f"{job.relative_to(p) if job != p else job} ({overrides})")
     return out
+
+
+def _answered_elsewhere(job: Path) -> bool:
+    """Whether a Hydra job folder's run wrote its answers outside it (a single run's ``output.path``, relative to
+    where it was started, which Hydra records): its answers file exists and holds answers."""
+    from omegaconf import OmegaConf
+
+    try:
+        path = OmegaConf.load(job / ".hydra" / "config.yaml").output.path
+        cwd = OmegaConf.load(job / ".hydra" / "hydra.yaml").hydra.runtime.cwd
+    except Exception:  # noqa: BLE001 - an unreadable or partial record: the folder is listed as before
+        return False
+    return isinstance(path, str) and "${" not in path and answers.has_answers(Path(cwd) / path)
 
 
 def load_run(path: Path) -> dict[str, Any]:
@@ -99,8 +113,8 @@ def differing_keys(runs: Sequence[dict]) -> list[str]:
 
 
 def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
-    """Index of the baseline run: ``choice`` as a row number or a path (suffix), else the first greedy run,
-    else 0."""
+    """Index of the baseline run: ``choice`` as a row number or a path (suffix), else the greedy run that shares
+    the most questions with the runs (``shared``; the first on ties), else 0."""
     if choice is not None:
         if choice.isdigit() and int(choice) < len(runs):
             return int(choice)
@@ -109,17 +123,35 @@ def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
             if str(r["path"]).endswith(want) or (r["path"].name == "answers.jsonl" and str(r["path"].parent).endswith(want)):
                 return i
         raise ReportError(f"--baseline {choice!r} is neither a row number below {len(runs)} nor one of the runs")
-    for i, r in enumerate(runs):
-        if r["settings"].get("decoding.method") == "greedy" and is_greedy(r):
-            return i
-    return 0
+    greedy = [i for i, r in enumerate(runs) if r["settings"].get("decoding.method") == "greedy" and is_greedy(r)]
+    # the greedy run that shares the most questions with the others (the same prompts), the first on ties
+    return max(greedy, key=lambda i: (sum(len(shared(runs[i], r)) for r in runs), -i), default=0)
+
+
+def _prompts(run: dict) -> tuple:
+    """What a run's question ids refer to: its dataset (name, file, first turns only); ids of two question files
+    (or of MT-Bench and a file) may coincide without naming the same prompts."""
+    s = run["settings"]
+    return s.get("dataset.name"), s.get("dataset.path"), s.get("dataset.first_turn_only")
+
+
+def shared(run: dict, base: dict) -> set[str]:
+    """The question ids both runs answered from the same prompts (none when their datasets differ)."""
+    if _prompts(run) != _prompts(base):
+        return set()
+    return {str(r["question_id"]) for r in run["records"]} & {str(r["question_id"]) for r in base["records"]}
+
+
+def _tokens_per_s(run: dict, ids: set[str]) -> Optional[float]:
+    return metrics.summarize([r for r in run["records"] if str(r["question_id"]) in ids])["tokens_per_s"]
 
 
 def identical(run: dict, base: dict) -> tuple[Optional[int], int]:
     """(questions with the same output ids in every turn, questions answered by both); (None, 0) if not greedy."""
     if not (is_greedy(run) and is_greedy(base)):
         return None, 0
-    ref = {str(r["question_id"]): r["choices"][0]["output_ids"] for r in base["records"]}
+    ids = shared(run, base)
+    ref = {str(r["question_id"]): r["choices"][0]["output_ids"] for r in base["records"] if str(r["question_id"]) in ids}
     pairs = [(r["choices"][0]["output_ids"], ref[str(r["question_id"])]) for r in run["records"]
              if str(r["question_id"]) in ref]
     return sum(a == b for a, b in pairs), len(pairs)
@@ -140,18 +172,19 @@ def build_table(runs: Sequence[dict], baseline: int) -> tuple[list[dict], list[s
     """One row per run (``keys`` = the differing settings, each a column) and those keys."""
     keys = differing_keys(runs)
     base = runs[baseline]
-    base_tps = base["metrics"]["tokens_per_s"]
     rows = []
     for label, run in zip(_labels(runs), runs):
         m = run["metrics"]
         same, compared = identical(run, base)
+        ids = shared(run, base)  # speedup over the questions both answered: other prompts are no comparison
+        tps, base_tps = (_tokens_per_s(run, ids), _tokens_per_s(base, ids)) if ids else (None, None)
         rows.append({
             "run": label, "baseline": run is base, **{k: run["settings"].get(k) for k in keys},
             "questions": m["num_questions"], "turns": m["num_turns"], "new_tokens": m["new_tokens"],
             "decoding_steps": m["decoding_steps"], "step_compression": m["step_compression"],
             "mean_accepted_tokens": m["mean_accepted_tokens"], "tokens_per_s": m["tokens_per_s"],
             "seconds_per_step": m["seconds_per_step"],
-            "speedup": m["tokens_per_s"] / base_tps if m["tokens_per_s"] and base_tps else None,
+            "speedup": tps / base_tps if tps and base_tps else None, "shared": len(ids),
             "identical": same, "compared": compared, "answers": str(run["path"]),
         })
     return rows, keys
@@ -259,6 +292,11 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
     rows, keys = build_table(runs, pick_baseline(runs, baseline))
     columns = table_columns(keys)
     text = format_table(rows, columns=columns, left=1 + len(keys))
+    base_row = next(r for r in rows if r["baseline"])
+    apart = [r["run"] for r in rows if not r["baseline"] and r["shared"] < r["questions"]]
+    if apart:  # a baseline of other prompts: speedups (and identical counts) over the shared questions only
+        text += (f"\nspeedup and identical count only the questions a run shares with the baseline {base_row['run']} "
+                 f"(the same dataset and question id): fewer than all for {', '.join(apart)}; none shared: '-'")
     if missing:
         text += "\njobs without answers (refused, failed or not run yet): " + "; ".join(missing)
     if out_dir is None:

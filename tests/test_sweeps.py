@@ -45,16 +45,66 @@ def _sweep_args(tiny_model_dir: Path, tmp: Path) -> list[str]:
 def test_report_baseline_by_flag_and_errors(tmp_path):
     from lp_runtime.report import ReportError, pick_baseline
 
-    runs = [{"path": Path("a.jsonl"), "settings": {"decoding.method": "lookahead", "sampling.temperature": 0.0}},
-            {"path": Path("b/answers.jsonl"), "settings": {"decoding.method": "greedy", "sampling.temperature": 0.7}},
-            {"path": Path("c/answers.jsonl"), "settings": {"decoding.method": "greedy", "sampling.temperature": 0.0}}]
+    mt, q = {"dataset.name": "mt_bench"}, {"dataset.name": "jsonl", "dataset.path": "q.jsonl"}
+    runs = [{"path": Path("a.jsonl"), "records": [{"question_id": 1}],
+             "settings": {"decoding.method": "lookahead", "sampling.temperature": 0.0, **mt}},
+            {"path": Path("b/answers.jsonl"), "records": [{"question_id": 1}],
+             "settings": {"decoding.method": "greedy", "sampling.temperature": 0.7, **mt}},
+            {"path": Path("c/answers.jsonl"), "records": [{"question_id": 1}],
+             "settings": {"decoding.method": "greedy", "sampling.temperature": 0.0, **mt}}]
     assert pick_baseline(runs, None) == 2  # the first greedy run with greedy tokens
+    # a greedy run of other prompts first (a question file whose ids coincide): the one on the others' prompts wins
+    runs.insert(0, {"path": Path("0/answers.jsonl"), "records": [{"question_id": 1}],
+                    "settings": {"decoding.method": "greedy", "sampling.temperature": 0.0, **q}})
+    assert pick_baseline(runs, None) == 3
+    runs.pop(0)
     assert pick_baseline(runs, "1") == 1 and pick_baseline(runs, "a.jsonl") == 0 and pick_baseline(runs, "b/") == 1
     with pytest.raises(ReportError, match="--baseline 'zz' is neither a row number below 3 nor one of the runs"):
         pick_baseline(runs, "zz")
     with pytest.raises(ReportError, match="holds no answers file"):
         from lp_runtime.report import find_runs
         find_runs([str(tmp_path)])
+
+
+def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
+    """A baseline on other prompts gave a speedup of 0.311 and "identical 0/0" without a word (a new user,
+    2026-12-02): speedups are taken over the questions both runs answered from the same dataset, '-' when none."""
+    from lp_runtime import metrics
+    from lp_runtime.report import build_table
+
+    def run(path, method, dataset, answers):  # answers: {question id: (new tokens, seconds)}
+        records = [{"question_id": q, "choices": [{"output_ids": [[7] * n], "new_tokens": [n], "decoding_steps": [n],
+                                                    "wall_time": [t], "accept_lengths": [[1] * n]}]}
+                   for q, (n, t) in answers.items()]
+        return {"path": Path(path), "records": records, "metrics": metrics.summarize(records),
+                "settings": {"decoding.method": method, "sampling.temperature": 0.0, "dataset.name": dataset}}
+
+    base = run("g/answers.jsonl", "greedy", "mt_bench", {81: (10, 1.0), 82: (10, 10.0)})
+    fast = run("l/answers.jsonl", "lookahead", "mt_bench", {81: (10, 0.5)})  # answered only 81, twice as fast there
+    other = run("o/answers.jsonl", "lookahead", "humaneval", {81: (10, 0.1)})  # an id that names another prompt
+    rows, _ = build_table([base, fast, other], 0)
+    assert [(r["speedup"], r["shared"], r["identical"], r["compared"]) for r in rows] == [
+        (1.0, 2, 2, 2), (2.0, 1, 1, 1), (None, 0, 0, 0)]  # over all of base: 20 tok / 11 s, "0.55x"
+
+
+def test_report_does_not_list_a_run_folder_whose_answers_went_elsewhere(tmp_path):
+    """A single run keeps its Hydra record in outputs/hydra/<time>/ and writes its answers to output.path: the
+    report over a folder holding both listed that record under "jobs without answers (refused, failed or not run
+    yet)" (a new user, 2026-12-02); a job folder whose recorded output.path holds answers is not listed."""
+    from lp_runtime.report import jobs_without_answers
+
+    job = tmp_path / "outputs" / "hydra" / "2026-12-02_14-58-27"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("- output.path=out/a.jsonl\n")
+    (job / ".hydra" / "config.yaml").write_text("output:\n  path: out/a.jsonl\n")
+    (job / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  runtime:\n    cwd: {tmp_path}\n")
+    listed = ["outputs/hydra/2026-12-02_14-58-27 (output.path=out/a.jsonl)"]
+    assert jobs_without_answers([str(tmp_path)]) == listed  # no answers there yet: refused, failed or not run
+    (tmp_path / "out").mkdir()
+    line = {"question_id": 1, "choices": [{"output_ids": [[1]], "new_tokens": [1], "decoding_steps": [1],
+                                           "wall_time": [0.1], "accept_lengths": [[1]]}]}
+    (tmp_path / "out" / "a.jsonl").write_text(json.dumps(line) + "\n")
+    assert jobs_without_answers([str(tmp_path)]) == []
 
 
 # ------------------------------------------------------------------------------ resume checks settings
