@@ -30,6 +30,7 @@ After every prompt the rows so far go to ``OUT/partial_k{K}.json`` (what a stopp
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from lp_runtime.checks import vocab_size  # noqa: E402
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
-from lp_runtime.data import build_prompt, load_questions  # noqa: E402
+from lp_runtime.data import DatasetError, build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
@@ -132,7 +133,7 @@ def proposer_for(model, k, args):
                                               ("max_depth", args.max_depth)) if value is not None}
     if args.rank_cap is not None:
         levers["rank_budget"] = args.rank_cap or None
-    levers.update(json.loads(args.set))
+    levers.update(args.levers)
     (prop,) = successor_proposers(decoding, vocab_size(model), lp_size=k, budget=args.budget - 1, **levers)
     return decoding, prop
 
@@ -198,16 +199,28 @@ def main() -> None:
     args = ap.parse_args()
     if min(args.ks) < 1 or args.budget < 2 or args.max_new_tokens < 1 or args.guess < 1:
         ap.error("--ks >= 1, --budget >= 2, --max-new-tokens >= 1 and --guess >= 1")
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    try:
+        levers = json.loads(args.set)
+        questions = load_questions(DatasetConfig(name="jsonl", path=args.prompts, first_turn_only=True))
+    except (ValueError, DatasetError) as e:  # a bad --set, a missing or malformed --prompts file
+        ap.error(f"--set {args.set!r} is not a JSON object" if isinstance(e, json.JSONDecodeError) else str(e))
+    if not isinstance(levers, dict):
+        ap.error(f"--set {args.set!r} is not a JSON object of SuccessorProposer arguments")
+    args.levers = levers
     out = Path(args.out)
+    blocked = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        ap.error(f"--out {args.out}: {blocked} is a file; give a folder")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out.mkdir(parents=True, exist_ok=True)
     model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
     eos = eos_token_ids(model, tok, None)
-    questions = load_questions(DatasetConfig(name="jsonl", path=args.prompts, first_turn_only=True))
     ref_path = out / "refs.json"
     cached = json.loads(ref_path.read_text()) if ref_path.exists() else {}
-    key = f"{Path(args.prompts).name}:{args.max_new_tokens}"
-    if key not in cached:
+    # the file's content in the key: another file of the same name, or this one edited, gets its own references
+    digest = hashlib.sha256(Path(args.prompts).read_bytes()).hexdigest()[:16]
+    key = f"{Path(args.prompts).name}:{digest}:{args.max_new_tokens}"
+    if len(cached.get(key, [])) != len(questions):
         cached[key] = [hf_greedy(model, build_prompt(tok, q, []), args.max_new_tokens, eos) for q in questions]
         ref_path.write_text(json.dumps(cached) + "\n")
     refs = cached[key]
