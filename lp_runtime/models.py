@@ -62,12 +62,19 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
 
     kwargs = dict(dtype=resolve_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation,
                   trust_remote_code=cfg.trust_remote_code)
-    if cfg.path.startswith(BUNDLED_PREFIX):
-        folder = bundled_cache(cfg.path[len(BUNDLED_PREFIX):])
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-    else:
-        tokenizer, model = _load_hf(cfg.path, cfg.gguf_file, kwargs)
+    try:
+        if cfg.path.startswith(BUNDLED_PREFIX):
+            folder = bundled_cache(cfg.path[len(BUNDLED_PREFIX):])
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        else:
+            tokenizer, model = _load_hf(cfg.path, cfg.gguf_file, kwargs)
+    except ImportError as e:  # flash_attention_2 or a hub kernel whose package is not installed here
+        if cfg.attn_implementation in ("sdpa", "eager"):
+            raise
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
+        raise ModelLoadError(f"model.attn_implementation={cfg.attn_implementation!r} cannot be loaded here: "
+                             f"{reason}; use sdpa (the default) or eager") from e
     model.to(device)
     model.eval()
     model.lp_model_id = model_id(cfg)
@@ -347,8 +354,8 @@ def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
         tokenizer = AutoTokenizer.from_pretrained(local, trust_remote_code=kwargs["trust_remote_code"], **extra)
         model = AutoModelForCausalLM.from_pretrained(local, **kwargs, **extra)
     except Exception as e:  # noqa: BLE001 - a local folder's files fail in many ways (ValueError, SafetensorError)
-        if not (isinstance(e, OSError) or os.path.isdir(local)):
-            raise
+        if isinstance(e, ImportError) or not (isinstance(e, OSError) or os.path.isdir(local)):
+            raise  # ImportError: a missing attention package, named by load_model
         lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
         reason = (" ".join(lines)[:400] if lines[0].endswith(":") else lines[0]).rstrip(".")  # "one of:" + a list
         what = f"model.path={path!r}" + (f" with model.gguf_file={gguf_file!r}" if gguf_file else "")

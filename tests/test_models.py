@@ -227,3 +227,18 @@ def test_unknown_attention_implementation_is_refused_before_loading():
     with pytest.raises(ConfigError, match=r"^model.attn_implementation='bogus' is not allowed; use one of eager, .*"
                                           r"sdpa.* \(or a hub kernel 'org/repo'\)$"):
         models.load_model(ModelConfig(path="/nonexistent", attn_implementation="bogus", device="cpu"))
+
+
+@pytest.mark.parametrize("attn", ["flash_attention_2", "kernels-community/flash-attn"])
+def test_an_attention_implementation_whose_package_is_missing_is_one_error(tiny_model_dir, attn):
+    """flash_attention_2 (no flash-attn here) and a hub kernel (no `kernels` package) passed the name check and
+    then ended in transformers' ImportError traceback (a new user, 2026-12-02)."""
+    import importlib.util
+
+    needed = "flash_attn" if attn == "flash_attention_2" else "kernels"
+    if importlib.util.find_spec(needed) is not None:
+        pytest.skip(f"{needed} is installed here")
+    with pytest.raises(ModelLoadError) as e:
+        load_model(ModelConfig(path=str(tiny_model_dir), dtype="float32", attn_implementation=attn))
+    assert str(e.value).startswith(f"model.attn_implementation={attn!r} cannot be loaded here: ")
+    assert str(e.value).endswith("; use sdpa (the default) or eager")
