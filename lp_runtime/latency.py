@@ -345,22 +345,26 @@ def _why_measure(cached: Optional[dict], measure: Measure,
 
 
 def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, float]], *,
-                 root: Optional[str] = None, retune: Optional[bool] = None, log: Callable[[str], None] = print) -> str:
+                 root: Optional[str] = None, retune: Optional[bool] = None, log: Callable[[str], None] = print,
+                 method: str = "") -> str:
     """``model.dtype=auto``: float32 (exact against transformers' float32 greedy) unless another dtype's greedy
     step is more than ``DTYPE_MARGIN`` times faster. ``timings()`` -> {dtype: seconds} runs once per (model,
-    device), cached beside the profiles. ``log`` gets one line naming the choice. ``ValueError`` for no timings."""
+    device), cached beside the profiles with ``method`` (how ``timings`` measures); a record of another method
+    (an older, less robust measurement) is measured again. ``log`` gets one line naming the choice. ``ValueError``
+    for no timings."""
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     path = profile_path(model_id, device, "dtype-auto", root)
     record = None if retune else read_json(Path(path))
     try:
-        saved = {str(k): float(v) for k, v in record["step_s"].items()}
+        saved = {str(k): float(v) for k, v in record["step_s"].items()} if record.get("method", "") == method else None
     except (ValueError, KeyError, TypeError, AttributeError):
         saved = None
     step_s = saved or {str(k): float(v) for k, v in timings().items()}
     if not step_s:
         raise ValueError("choose_dtype: timings() measured no dtype")
     if saved is None:
-        save_profile(path, {"model": model_id, "device": device, "step_s": step_s, "tstamp": time.time()})
+        save_profile(path, {"model": model_id, "device": device, "step_s": step_s, "method": method,
+                            "tstamp": time.time()})
     fastest = min(step_s, key=lambda d: (step_s[d], d))
     exact = step_s.get("float32")  # float32 output equals transformers' float32 greedy: kept unless clearly slower
     best = "float32" if exact is not None and exact <= step_s[fastest] * DTYPE_MARGIN else fastest

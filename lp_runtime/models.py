@@ -112,7 +112,8 @@ def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[C
                 out[name] = min(out.get(name, math.inf), timer(model.to(dtype)))
         return out
 
-    return distributed.from_rank0(lambda: latency.choose_dtype(model_id(cfg), latency.device_key(device), timings),
+    return distributed.from_rank0(lambda: latency.choose_dtype(model_id(cfg), latency.device_key(device), timings,
+                                                               method=f"interleaved-{DTYPE_ROUNDS}"),
                                   timeout_s=1800.0)
 
 

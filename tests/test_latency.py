@@ -264,6 +264,12 @@ def test_choose_dtype_takes_the_faster_greedy_step_and_says_why(tmp_path):
                      f"18.7 ms in float32; measured now, cached in {path})"]
     assert latency.choose_dtype("m-1", "cpu-16t", timings, **kw) == "bfloat16" and len(calls) == 1
     assert lines[1].endswith(f"18.7 ms in float32; cached in {path})")
+    # a record of another measurement method (one round, before interleaving: a new user's 1918.7 ms record was
+    # trusted for good) is measured again, and the new record replaces it
+    assert latency.choose_dtype("m-1", "cpu-16t", timings, method="interleaved-3", **kw) == "bfloat16"
+    assert len(calls) == 2 and lines.pop().endswith(f"measured now, cached in {path})")
+    assert latency.choose_dtype("m-1", "cpu-16t", timings, method="interleaved-3", **kw) == "bfloat16"
+    assert len(calls) == 2 and lines.pop().endswith(f"18.7 ms in float32; cached in {path})")
     # the other way round (a CPU that only emulates bfloat16)
     assert latency.choose_dtype("m-1", "cpu-2t", lambda: {"float32": 0.038, "bfloat16": 0.066}, **kw) == "float32"
     assert lines[2].startswith("model.dtype=auto: float32, whose greedy step is the fastest on cpu-2t (38.0 ms "
