@@ -19,6 +19,10 @@ for arg in "$@"; do
         exit 2
     fi
 done
+case "${NPROC:-1}" in
+    ''|*[!0-9]*|0|0[0-9]*) echo "error: NPROC=${NPROC:-} is not allowed; give the number of ranks, an integer >= 1" \
+        "(e.g. NPROC=2)" >&2; exit 2 ;;
+esac
 export HYDRA_FULL_ERROR=1
 # torchrun's own default for > 1 rank a node, set here so it does not print its 4-line banner about it
 if [ "${NPROC:-1}" -gt 1 ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; fi

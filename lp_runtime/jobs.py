@@ -44,8 +44,9 @@ def port_for_job(job_id: str, base: int = 20000, span: int = 20000) -> int:
 
 def submitit_rank_env() -> None:
     """Inside a submitit job, set what ``lp_runtime.distributed`` needs: ``MASTER_PORT`` (from the job id)
-    and ``LOCAL_RANK``, plus, under the local executor, ``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR``. A process
-    torchrun started (``RANK`` set) is left alone."""
+    and ``LOCAL_RANK``, plus, under the local executor, ``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR`` and, as torchrun
+    does for several ranks, one thread a rank unless ``OMP_NUM_THREADS`` says otherwise. A process torchrun
+    started (``RANK`` set) is left alone."""
     executor = os.environ.get("SUBMITIT_EXECUTOR")
     if not executor or "RANK" in os.environ:
         return
@@ -57,6 +58,10 @@ def submitit_rank_env() -> None:
     if executor == "local" and env.num_tasks > 1:
         os.environ.update(RANK=str(env.global_rank), WORLD_SIZE=str(env.num_tasks))
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if "OMP_NUM_THREADS" not in os.environ:  # torchrun's default for several ranks on one machine: each rank
+            import torch                         # on all cores ran 8x slower on a 2-core CPU (a new user)
+
+            torch.set_num_threads(1)
 
 
 # Settings decoding=auto chooses itself, so a value given for them would be shown by the report but not run.

@@ -148,6 +148,23 @@ def test_ctrl_c_under_torchrun_exits_130_with_one_line(tmp_path, tiny_model_dir)
     assert _ids(out) == list(range(len(_ids(out))))
 
 
+@pytest.mark.parametrize("script, var, value", [("torchrun_single_node.sh", "NPROC", "0"),
+                                               ("torchrun_single_node.sh", "NPROC", "abc"),
+                                               ("slurm_single_node.sbatch", "NPROC_PER_NODE", "two")])
+def test_a_rank_count_that_is_not_a_positive_integer_is_refused(tmp_path, script, var, value):
+    """NPROC=0 gave torchrun's AssertionError traceback, NPROC=abc its ValueError (a new user, 2026-12-02)."""
+    stub = tmp_path / "torchrun"  # never started
+    stub.write_text("#!/usr/bin/env bash\necho started > \"$(dirname \"$0\")/started\"\n")
+    stub.chmod(0o755)
+    env = {**ENV, var: value, "TORCHRUN": str(stub), "LP_RUNTIME_TORCHRUN": str(stub), "SLURM_JOB_ID": "t"}
+    proc = subprocess.run(["bash", str(REPO / "launch" / script), "dataset.limit=1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=30)
+    what = ("give the number of ranks, an integer >= 1 (e.g. NPROC=2)" if var == "NPROC" else
+            "give the ranks of this node, an integer >= 1")
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [f"error: {var}={value} is not allowed; {what}"]
+    assert not (tmp_path / "started").exists() and not (tmp_path / "outputs").exists()
+
+
 @pytest.mark.parametrize("flag", ["-m", "--multirun"])
 def test_sweep_under_torchrun_is_refused(tmp_path, flag):
     stub = tmp_path / "torchrun"  # never started

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from lp_runtime import answers, jobs, models
 from lp_runtime.config import (DatasetConfig, GenerationConfig, ModelConfig, OutputConfig,
@@ -301,7 +302,15 @@ def test_submitit_task_becomes_a_rank(monkeypatch, executor):
                          SUBMITIT_LOCAL_LOCALID="1", SUBMITIT_LOCAL_NODEID="0", SUBMITIT_LOCAL_JOB_NUM_NODES="1").items():
             monkeypatch.setenv(k, v)
         want = distributed.RankInfo(1, 2, 1, "torchrun")
-    jobs.submitit_rank_env()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        jobs.submitit_rank_env()
+        # local tasks share this machine: one thread each, as torchrun gives (all cores each ran 8x slower)
+        assert torch.get_num_threads() == (1 if executor == "local" else 2)
+    finally:
+        torch.set_num_threads(threads)
     assert distributed.detect() == want
     assert os.environ["MASTER_PORT"] == "24242" and os.environ["LOCAL_RANK"] == "1"
     assert executor == "slurm" or os.environ["MASTER_ADDR"] == "127.0.0.1"
