@@ -262,6 +262,14 @@ RETIRED = {"decoding.lookup": "suffix", "decoding.tree": True, "decoding.ranking
 GREEDY_IGNORES = tuple(f"decoding.{f.name}" for f in dataclasses.fields(DecodingConfig) if f.name != "method")
 
 
+SAME_FILE = ("dataset.path",)  # settings that name a file: compared as the file they name
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two spellings of a path (relative to this directory, ``./``, absolute, ``~``) name one file."""
+    return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
+
+
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, recorded, current)`` for every compared key that differs; a key absent from ``recorded`` counts
     as its default (a decoding key: the recorded method's, ``DecodingConfig(method=...)``; e.g. a file written
@@ -281,6 +289,8 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple
             continue
         old = recorded.get(key, defaults.get(key, missing))
         new = current.get(key, missing)
+        if key in SAME_FILE and isinstance(old, str) and isinstance(new, str) and same_file(old, new):
+            continue  # q.jsonl, ./q.jsonl and /abs/q.jsonl name one question file
         if old != new:
             out.append((key, None if old is missing else old, None if new is missing else new))
     return out

@@ -132,7 +132,9 @@ def _prompts(run: dict) -> tuple:
     """What a run's question ids refer to: its dataset (name, file, first turns only); ids of two question files
     (or of MT-Bench and a file) may coincide without naming the same prompts."""
     s = run["settings"]
-    return s.get("dataset.name"), s.get("dataset.path"), s.get("dataset.first_turn_only")
+    path = s.get("dataset.path")
+    file = os.path.realpath(os.path.expanduser(path)) if isinstance(path, str) and path else path  # one spelling
+    return s.get("dataset.name"), file, s.get("dataset.first_turn_only")
 
 
 def shared(run: dict, base: dict) -> set[str]:

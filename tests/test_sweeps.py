@@ -177,6 +177,23 @@ def test_settings_differences_cover_new_fields_and_skip_display_ones():
     assert answers.differences(old, current) == [("sampling.min_p", 0.1, 0.0)]
 
 
+def test_a_question_file_spelled_another_way_is_the_same_file(tmp_path, monkeypatch):
+    """dataset.path=./q.jsonl refused to resume answers made with q.jsonl (and the report found no shared
+    questions with the absolute spelling; a new user, 2026-12-02): paths are compared as the files they name."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q.jsonl").write_text("")
+    (tmp_path / "r.jsonl").write_text("")
+    base = {"decoding.method": "greedy", "dataset.name": "jsonl", "dataset.path": "q.jsonl"}
+    for same in ("./q.jsonl", str(tmp_path / "q.jsonl"), f"{tmp_path}/sub/../q.jsonl"):
+        assert answers.differences(base, {**base, "dataset.path": same}) == []
+    assert answers.differences(base, {**base, "dataset.path": "r.jsonl"}) == [("dataset.path", "q.jsonl", "r.jsonl")]
+    from lp_runtime.report import shared
+
+    runs = [{"settings": {**base, "dataset.path": p}, "records": [{"question_id": 1}]}
+            for p in ("q.jsonl", str(tmp_path / "q.jsonl"), "r.jsonl")]
+    assert [len(shared(r, runs[0])) for r in runs] == [1, 1, 0]
+
+
 def test_settings_of_retired_levers_resume_only_at_todays_behaviour():
     current = answers.run_settings(RunConfig(), model_fingerprint="ab", world_size=1)
     old = {**current, **{k: v for k, v in answers.RETIRED.items() if k not in current}}  # a record from before
