@@ -108,6 +108,11 @@ class BenchConfig:
             raise ConfigError(f"per_category={table!r} is not allowed; give null or {{dataset: k}}, "
                               "e.g. per_category='{mt_bench: 3}'")
         self.per_category = dict(table)
+        names = [d.name for d in self.datasets]
+        unknown = [k for k in self.per_category if k not in names]
+        if unknown:  # a name no prompt set has selected nothing, silently
+            raise ConfigError(f"per_category names {unknown}, which is not among datasets ({', '.join(names)}); "
+                              "give {dataset name: k} for one of them")
         bad = {k: v for k, v in self.per_category.items() if v < 1}
         if bad:
             raise ConfigError(f"per_category={bad} is not allowed; each count must be >= 1")
@@ -116,6 +121,9 @@ class BenchConfig:
                 raise ConfigError(f"dtypes entry {d!r} is not allowed; use any of float32, bfloat16, float16")
         if self.ablation and self.decoding.method != "auto":
             raise ConfigError("ablation=true switches decoding=auto's levers off one at a time; add decoding=auto")
+        if self.levers is not None and not self.ablation:  # they select ablation rows: none without it
+            raise ConfigError(f"levers={list(self.levers)} selects rows of the ablation, which is off; add "
+                              "ablation=true (with decoding=auto)")
         bad = [x for x in self.levers or [] if x not in ABLATIONS]
         if bad:
             raise ConfigError(f"levers={bad} not allowed; use any of {', '.join(ABLATIONS)}")

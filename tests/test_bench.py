@@ -257,6 +257,24 @@ def test_per_category_of_the_wrong_type_is_refused():
                                 "e.g. per_category='{mt_bench: 3}'")
 
 
+def test_settings_that_would_select_nothing_are_refused():
+    """per_category naming no prompt set, and levers without the ablation they select from, ran with no effect
+    and exit 0 (a new user, 2026-12-02)."""
+    from scripts.bench import BenchConfig
+    from lp_runtime.config import ConfigError, DecodingConfig
+
+    with pytest.raises(ConfigError) as e:
+        BenchConfig(per_category={"nope": 1})
+    assert str(e.value) == ("per_category names ['nope'], which is not among datasets (mt_bench, humaneval); give "
+                            "{dataset name: k} for one of them")
+    with pytest.raises(ConfigError) as e:
+        BenchConfig(levers=["+successors"])
+    assert str(e.value) == ("levers=['+successors'] selects rows of the ablation, which is off; add ablation=true "
+                            "(with decoding=auto)")
+    BenchConfig(per_category={"mt_bench": 1}, levers=["+successors"], ablation=True,
+                decoding=DecodingConfig(method="auto"))
+
+
 def test_run_two_dtypes_in_one_run(tiny_model_dir, tmp_path, monkeypatch):
     from scripts.bench import BenchConfig, run
     from lp_runtime.config import DatasetConfig, GenerationConfig, ModelConfig
