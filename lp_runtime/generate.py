@@ -109,6 +109,7 @@ def _run_held(cfg: RunConfig, world_size: int, is_main: bool) -> dict:
 
     answers_path, settings_path = Path(cfg.output.path), Path(cfg.output.resolved_settings_path)
     questions = data.load_questions(cfg.dataset)
+    check_category_keys(cfg.sampling.category_temperature, questions)
     models.check_model_files(cfg.model)  # an empty folder or a missing model.gguf_file: before the fingerprint
     fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
     current = answers.run_settings(cfg, model_fingerprint=fingerprint, world_size=world_size)
@@ -178,6 +179,18 @@ def _weight_bars_off(downloads: bool) -> None:
     hf_logging.disable_progress_bar()
     if downloads:
         hub.enable_progress_bars()
+
+
+def check_category_keys(table: Optional[dict], questions: list) -> None:
+    """``ConfigError`` for a ``sampling.category_temperature`` key that matches no question's category but would
+    with another case ("Writing" for writing: its questions were answered greedily without a word). A key that
+    matches nothing at all may name a category outside this run's questions (``dataset.limit``): allowed."""
+    categories = sorted({q.category for q in questions})
+    for key in table or {}:
+        near = [c for c in categories if c.lower() == key.lower() and c != key]
+        if key not in categories and near:
+            raise ConfigError(f"sampling.category_temperature key {key!r} matches no question's category (matched "
+                              f"exactly); did you mean {near[0]!r}? This run's categories: {', '.join(categories)}")
 
 
 def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: int) -> None:

@@ -196,6 +196,22 @@ def test_blank_lines_in_an_answers_file_are_dropped_on_resume(tmp_path):
     assert a.read_text() == one + two and not list(tmp_path.glob("*.tmp*"))
 
 
+def test_a_category_temperature_key_in_another_case_is_refused():
+    """sampling.category_temperature={Writing: 0.7} answered MT-Bench's writing questions greedily, exit 0 (a new
+    user, 2026-12-02); a key for a category this run does not reach (dataset.limit) stays allowed."""
+    from lp_runtime.data import Question
+    from lp_runtime.generate import check_category_keys
+
+    qs = [Question(question_id=81, category="writing", turns=["a"]), Question(question_id=91, category="roleplay",
+                                                                             turns=["b"])]
+    with pytest.raises(ConfigError) as e:
+        check_category_keys({"Writing": 0.7}, qs)
+    assert str(e.value) == ("sampling.category_temperature key 'Writing' matches no question's category (matched "
+                            "exactly); did you mean 'writing'? This run's categories: roleplay, writing")
+    check_category_keys({"writing": 0.7, "math": 0.0}, qs)  # math: past this run's questions, allowed
+    check_category_keys(None, qs)
+
+
 # ------------------------------------------------------------------ 5. dataset.path without dataset=jsonl
 @pytest.mark.parametrize("name", ["mt_bench", "humaneval"])
 def test_dataset_path_needs_jsonl(name):
