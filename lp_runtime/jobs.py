@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
@@ -117,6 +118,9 @@ def validate_sweep(config: Any) -> None:
     loader = GlobalHydra.instance().config_loader()
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     launcher = config.hydra.get("launcher") or {}
+    if str(launcher.get("_target_", "")).endswith("SlurmLauncher") and shutil.which("sbatch") is None:
+        raise ConfigError("hydra/launcher=lp_slurm submits each job with Slurm's sbatch, which this machine does not "
+                          "have; run the sweep on a Slurm login node, or try it here with hydra/launcher=lp_local")
     nodes, tasks = launcher.get("nodes"), launcher.get("tasks_per_node")  # submitit's (lp_local, lp_slurm)
     world = int(nodes) * int(tasks) if isinstance(nodes, int) and isinstance(tasks, int) else 1  # basic: in process
     try:

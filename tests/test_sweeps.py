@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -247,7 +248,9 @@ def test_no_schema_among_the_choices_and_the_slurm_preset_composes():
     from hydra.core.global_hydra import GlobalHydra
 
     from lp_runtime.cli import CONF_DIR
+    from lp_runtime.config import register_configs
 
+    register_configs()  # generate.yaml's schema (an earlier test of the module registered it: alone this failed)
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         loader = GlobalHydra.instance().config_loader()
         for group in ("model", "decoding", "sampling", "dataset", "parallel"):
@@ -297,6 +300,18 @@ def test_submitit_local_launcher_sweep_with_two_ranks_per_job(tiny_model_dir, tm
     assert last.endswith(f"or write to a new output path (hydra.sweep.dir={tmp_path / 'sweep'}-2: each job of the "
                          "sweep writes into its own folder there)"), last
     assert (tmp_path / "sweep" / "0" / "answers.jsonl").read_bytes() == before
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is not None, reason="this machine has Slurm")
+def test_slurm_launcher_without_slurm_is_one_line(tmp_path):
+    """-m hydra/launcher=lp_slurm on a machine without Slurm: submitit's 41-line traceback, exit 1, and a
+    multirun.yaml left behind (a new user, 2026-12-02)."""
+    res = _cli(tmp_path, "-m", "hydra/launcher=lp_slurm", "decoding=lookahead,greedy", "dataset.limit=1",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}", timeout=120)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "error: hydra/launcher=lp_slurm submits each job with Slurm's sbatch, which this machine does not have; run "
+        "the sweep on a Slurm login node, or try it here with hydra/launcher=lp_local"]
+    assert not (tmp_path / "sweep").exists()
 
 
 @pytest.mark.parametrize("executor", ["slurm", "local"])
