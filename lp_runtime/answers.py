@@ -193,7 +193,7 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
         if first.setdefault(qid, where) != where:  # a run answers a question once: the file was changed elsewhere
             raise OutputError(f"{where} answers question {record['question_id']!r} again ({first[qid]} did); "
                               f"keep one of the two lines, or {advice}")
-    kept = [line for line in complete.splitlines(keepends=True) if line.strip()]
+    kept = [line for line in complete.splitlines(keepends=True) if line.strip()] if trim else []
     if trim and len(kept) < complete.count(b"\n"):  # blank lines (an edit by hand): strict JSONL readers refuse them
         tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
         tmp.write_bytes(b"".join(kept))
@@ -265,9 +265,14 @@ GREEDY_IGNORES = tuple(f"decoding.{f.name}" for f in dataclasses.fields(Decoding
 SAME_FILE = ("dataset.path",)  # settings that name a file: compared as the file they name
 
 
+def real_path(path: str) -> str:
+    """One spelling of ``path`` (relative to this directory, ``./``, absolute, ``~``): the file it names."""
+    return os.path.realpath(os.path.expanduser(path))
+
+
 def same_file(a: str, b: str) -> bool:
-    """Whether two spellings of a path (relative to this directory, ``./``, absolute, ``~``) name one file."""
-    return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
+    """Whether two spellings of a path name one file."""
+    return real_path(a) == real_path(b)
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -304,12 +309,16 @@ def has_answers(answers_path: Path) -> bool:
         return any(line.endswith(b"\n") and line.strip() for line in f)
 
 
-def _new_path_hint(answers_path: Path) -> str:
-    base = jsonl_base(str(answers_path))
+def next_free(base: str, suffix: str = "") -> str:
+    """``<base>-N<suffix>`` for the smallest N >= 2 that names nothing yet (a new output path or sweep folder)."""
     n = 2
-    while Path(f"{base}-{n}.jsonl").exists():
+    while Path(f"{base}-{n}{suffix}").exists():
         n += 1
-    return f"output.path={base}-{n}.jsonl"
+    return f"{base}-{n}{suffix}"
+
+
+def _new_path_hint(answers_path: Path) -> str:
+    return f"output.path={next_free(jsonl_base(str(answers_path)), '.jsonl')}"
 
 
 def check_settings(answers_path: Path, settings_path: Path, current: dict[str, Any],

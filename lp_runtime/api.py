@@ -137,8 +137,6 @@ class LookaheadGenerator:
         vocabulary: ``ConfigError``).
         """
         budget = self.generation.max_new_tokens if max_new_tokens is None else check_max_new_tokens(max_new_tokens)
-        if isinstance(stop_strings, str):
-            stop_strings = [stop_strings]
         if sampling is not None:
             check_arg(sampling, SamplingConfig, "sampling")
             check_limits(self.model, self.decoder.cfg, sampling)

@@ -285,8 +285,8 @@ def check_attention(model) -> None:
             _PROBED[model] = problem
         except TypeError:
             pass
-    attn = getattr(model.config, "_attn_implementation", None)
-    if problem is not None and attn not in (None, "sdpa", "eager"):  # the attention kernel, not the model
+    attn = getattr(model.config, "_attn_implementation", None) if problem is not None else None
+    if attn not in (None, "sdpa", "eager"):  # the attention kernel failed the step, not the model
         raise ConfigError(f"model.attn_implementation={attn!r} cannot run a lookahead step of {_arch(model)}: "
                           f"{problem}. A step needs a float 4D attention mask: use sdpa (the default) or eager")
     if problem is not None:

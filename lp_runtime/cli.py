@@ -14,7 +14,7 @@ from typing import Callable, NoReturn, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException
+from hydra.errors import HydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -45,7 +45,7 @@ def one_line(e: BaseException) -> str:
         msg += f" ({lines[1]} {', '.join(options)})"
     if isinstance(e.__cause__, OmegaConfBaseException) and str(e.__cause__).strip():
         msg = msg.rstrip(".") + ": " + str(e.__cause__).strip().splitlines()[0]
-    if type(e).__name__ == "OverrideParseException":  # a value the shell split at a space, or a bracket in it
+    if isinstance(e, OverrideParseException):  # a value the shell split at a space, or a bracket in it
         msg += (" (every override is key=value; quote one whose value holds spaces or brackets as a whole, e.g. "
                 "'output.path=my answers.jsonl' or 'model.name=\"a (b)\"')")
     return msg

@@ -136,11 +136,8 @@ def _sweep_hint() -> Optional[str]:
 
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return None
-    folder = str(HydraConfig.get().sweep.dir).rstrip("/")
-    n = 2
-    while Path(f"{folder}-{n}").exists():
-        n += 1
-    return f"hydra.sweep.dir={folder}-{n}: each job of the sweep writes into its own folder there"
+    folder = answers.next_free(str(HydraConfig.get().sweep.dir).rstrip("/"))
+    return f"hydra.sweep.dir={folder}: each job of the sweep writes into its own folder there"
 
 
 def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) -> tuple[Any, Any, str, dict]:

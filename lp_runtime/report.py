@@ -133,7 +133,7 @@ def _prompts(run: dict) -> tuple:
     (or of MT-Bench and a file) may coincide without naming the same prompts."""
     s = run["settings"]
     path = s.get("dataset.path")
-    file = os.path.realpath(os.path.expanduser(path)) if isinstance(path, str) and path else path  # one spelling
+    file = answers.real_path(path) if isinstance(path, str) and path else path  # q.jsonl and ./q.jsonl are one
     return s.get("dataset.name"), file, s.get("dataset.first_turn_only")
 
 
