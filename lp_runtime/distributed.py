@@ -134,7 +134,7 @@ def world_size() -> int:
     return dist.get_world_size() if is_initialized() else detect().world_size
 
 
-def make_groups(lp: int, backend: str = "gloo"):
+def make_groups(lp: int):
     """Split the world into contiguous LP groups: ranks [i*lp, (i+1)*lp) form group i. Collective; ``lp`` must
     divide the world size (``validate``). Returns ``(lp_group, dp_rank, dp_size, lp_rank)`` (``lp_group`` None
     for one process)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence, TypeVar
 
 import torch
@@ -154,8 +154,8 @@ def max_rank_tokens(num_pending: int, num_columns: int, num_levels: int, parents
         >>> max_rank_tokens(1, 6, 2, [-1, 0, 1, -1, 3, 4, -1, 6, 7], 3), max_rank_tokens(1, 6, 2, [], 1)
         (12, 18)
     """
-    return max(num_pending + (max(cols) if cols else 0) + num_levels * len(cols) + len(nodes)
-               for cols, nodes in tree_plan(num_pending, num_columns, num_levels, parents, world))
+    return max(rank_tokens(plan, num_pending, num_levels)
+               for plan in tree_plan(num_pending, num_columns, num_levels, parents, world))
 
 
 def _global_topk(gathered: torch.Tensor, plans, num_columns: int, num_nodes: int,
@@ -199,8 +199,7 @@ class CommStats:
     debug_collectives: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"collectives": self.collectives, "bytes": self.bytes, "seconds": self.seconds,
-                "debug_collectives": self.debug_collectives}
+        return asdict(self)
 
 
 def state_hash(*parts: Any) -> int:
@@ -346,7 +345,7 @@ def setup_parallel(cfg: ParallelConfig) -> ParallelContext:
     num_gpus = torch.cuda.device_count() if backend == "nccl" else 0
     distributed.validate(info.world_size, cfg.lp, backend, info.local_rank, num_gpus)
     info = distributed.init(backend, cfg.timeout_s)
-    group, dp_rank, dp_size, _ = distributed.make_groups(cfg.lp, backend)
+    group, dp_rank, dp_size, _ = distributed.make_groups(cfg.lp)
     lp_group = LocalGroup() if cfg.lp == 1 else LPGroup(group, debug=cfg.debug_check)
     multi = distributed.is_initialized()
     device = torch.device("cuda", info.local_rank) if backend == "nccl" else torch.device("cpu")
