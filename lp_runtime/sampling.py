@@ -223,8 +223,5 @@ class Sampler:
         if not self.do_sample:
             return scores.argmax(dim=-1).tolist()
         probs = torch.softmax(scores.double(), dim=-1).cpu()  # one copy to the host; node_outcome reads rows as numpy
-        out = []
-        for r, kids in enumerate(children):
-            u = uniforms(self.cfg.seed, len(history) + len(suffixes[r]), len(kids) + 1)
-            out.append(node_outcome(probs[r], kids, u))
-        return out
+        return [node_outcome(probs[r], kids, uniforms(self.cfg.seed, len(history) + len(suffixes[r]), len(kids) + 1))
+                for r, kids in enumerate(children)]

@@ -88,11 +88,7 @@ def child_tokens(tokens: Sequence[int], parents: Sequence[int], node: int) -> li
         >>> child_tokens([7, 8, 3, 6, 8], [-1, 0, 0, -1, 0], -1), child_tokens([7, 8, 3, 6, 8], [-1, 0, 0, -1, 0], 0)
         ([7, 6], [8, 3])
     """
-    out: list[int] = []
-    for t, p in zip(tokens, parents):
-        if p == node and int(t) not in out:
-            out.append(int(t))
-    return out
+    return list(dict.fromkeys(int(t) for t, p in zip(tokens, parents) if p == node))
 
 
 def subtrees(parents: Sequence[int]) -> list[list[int]]:
