@@ -327,11 +327,8 @@ class SuffixProposer:
                 continue
             leaves += adds_leaf
             has_kids.add(parent_idx)
-            tree.tokens.append(node.token)
-            tree.parents.append(parent_idx)
-            tree.prob.append(p)
+            idx = tree.append(node.token, parent_idx, p)
             tree.from_window.append(not node.from_history)
-            idx = len(tree) - 1
             drafts.append((drafts[parent_idx] if parent_idx >= 0 else []) + [node.token])
             if len(drafts[idx]) >= self.max_depth:
                 continue
