@@ -34,10 +34,8 @@ class NGramPool:
             return
         key, value = int(ngram[0]), tuple(int(t) for t in ngram[1:])
         entries = self._pool.setdefault(key, OrderedDict())
-        if value in entries:
-            entries.move_to_end(value)
-            return
         entries[value] = None
+        entries.move_to_end(value)  # a re-added n-gram becomes the newest
         if len(entries) > self.capacity:
             entries.popitem(last=False)
 
