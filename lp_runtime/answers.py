@@ -270,11 +270,6 @@ def real_path(path: str) -> str:
     return os.path.realpath(os.path.expanduser(path))
 
 
-def same_file(a: str, b: str) -> bool:
-    """Whether two spellings of a path name one file."""
-    return real_path(a) == real_path(b)
-
-
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, recorded, current)`` for every compared key that differs; a key absent from ``recorded`` counts
     as its default (a decoding key: the recorded method's, ``DecodingConfig(method=...)``; e.g. a file written
@@ -294,7 +289,7 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple
             continue
         old = recorded.get(key, defaults.get(key, missing))
         new = current.get(key, missing)
-        if key in SAME_FILE and isinstance(old, str) and isinstance(new, str) and same_file(old, new):
+        if key in SAME_FILE and isinstance(old, str) and isinstance(new, str) and real_path(old) == real_path(new):
             continue  # q.jsonl, ./q.jsonl and /abs/q.jsonl name one question file
         if old != new:
             out.append((key, None if old is missing else old, None if new is missing else new))
@@ -317,10 +312,6 @@ def next_free(base: str, suffix: str = "") -> str:
     return f"{base}-{n}{suffix}"
 
 
-def _new_path_hint(answers_path: Path) -> str:
-    return f"output.path={next_free(jsonl_base(str(answers_path)), '.jsonl')}"
-
-
 def check_settings(answers_path: Path, settings_path: Path, current: dict[str, Any],
                    new_path_hint: Optional[str] = None) -> None:
     """``SettingsMismatchError`` (one line) unless the answers in ``answers_path`` were made with ``current``;
@@ -328,7 +319,7 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
     ``output.path=<name>-N.jsonl``; a sweep's job gives a new sweep folder)."""
     if not has_answers(answers_path):
         return
-    hint = new_path_hint or _new_path_hint(answers_path)
+    hint = new_path_hint or f"output.path={next_free(jsonl_base(str(answers_path)), '.jsonl')}"
     if not settings_path.is_file():
         raise SettingsMismatchError(
             f"{answers_path} holds answers but no record of the settings that made them ({settings_path} is "
