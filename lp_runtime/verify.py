@@ -34,11 +34,7 @@ def greedy_verify(next_token: int, tokens: Sequence[int], parents: Sequence[int]
     depth = [0] * len(tokens)  # 0 = not verified
     best, best_depth = -1, 0
     for i, (t, p) in enumerate(zip(tokens, parents)):
-        if p < 0:
-            ok = int(t) == int(next_token)
-        else:
-            ok = depth[p] > 0 and int(t) == int(node_argmax[p])
-        if ok:
+        if (p < 0 or depth[p] > 0) and int(t) == int(next_token if p < 0 else node_argmax[p]):
             depth[i] = 1 if p < 0 else depth[p] + 1
             if depth[i] > best_depth:
                 best, best_depth = i, depth[i]
