@@ -97,6 +97,8 @@ class LatencyCurve:
 
     def __init__(self, points: Mapping[int, float], max_q: int = 512) -> None:
         pts = {int(q): float(t) for q, t in points.items()}
+        if not pts:
+            raise ValueError("the latency curve is empty")
         bad = {q: t for q, t in pts.items() if q < 1 or not t > 0}
         if bad:
             raise ValueError(f"latency curve points {bad} are not allowed; q must be >= 1 and seconds > 0")
