@@ -75,13 +75,37 @@ class StopProbe:
     its own estimates: the sum over nodes of the product of the estimates along the path), ``depth`` (accepted
     tree nodes), ``kids`` (children the
     stop node had in the tree), ``rank`` / ``pair_rank`` (the bonus token's rank in the stop node's token-table /
-    pair-table row, -1 when absent), ``rows`` (the two rows' lengths)."""
+    pair-table row, -1 when absent), ``rows`` (the two rows' lengths); and whether the bonus was in a row the
+    tables no longer hold: ``older`` = (how many rows back, rank there) in the newest of the stop token's last 16
+    rows that holds it ((-1, -1): none), ``tri`` = whether it was in the newest row computed in the same 3-token
+    context."""
 
     def __init__(self, inner) -> None:
         self.inner, self.stops = inner, []
+        self.seq, self.older, self.tri = [], {}, {}  # the text; token -> its last 16 rows; 3 tokens -> newest row
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+    def begin(self, prompt, *, do_sample):
+        self.seq = [int(t) for t in prompt]
+        return self.inner.begin(prompt, do_sample=do_sample)
+
+    def _remember(self, rows) -> None:
+        """Every row of the step under its token, and c's and the fed nodes' rows under their 3-token context."""
+        tree, top = self.inner._last.tree, rows.topk.cpu().numpy().tolist()
+        fed = list(rows.nodes) if rows.nodes else list(range(len(tree)))
+        first = len(rows.tokens) - len(fed)
+        self.tri[tuple(self.seq[-3:])] = top[0]
+        for i, n in enumerate(fed):
+            path = []
+            while n >= 0:
+                path.append(tree.tokens[n])
+                n = tree.parents[n]
+            self.tri[tuple((self.seq + path[::-1])[-3:])] = top[first + i]
+        for t, row in zip(rows.tokens, top):
+            self.older.setdefault(int(t), []).append(row)
+            del self.older[int(t)][:-16]
 
     def observe(self, accepted, ngrams, rows=None):
         p = self.inner
@@ -105,7 +129,13 @@ class StopProbe:
         g = p._last
         roots = [[tree.prob[i], int(bool(path) and path[0] == i), g.suffix_raw[i] is not None,
                   g.succ_rank[i], g.pair_rank[i]] for i, q in enumerate(tree.parents) if q < 0]
-        self.stops.append({"roots": roots, "expected": sum(path_p), "expected_by_depth": by_depth[1:], "depth": len(path), "kids": sum(1 for q in tree.parents if q == m),
+        ctx = self.seq + [tree.tokens[n] for n in path]
+        older = next(((j, r.index(b)) for j, r in enumerate(reversed(self.older.get(tok, []))) if b in r), (-1, -1))
+        tri = b in self.tri.get(tuple(ctx[-3:]), ())
+        if rows is not None:
+            self._remember(rows)
+        self.seq += [int(t) for t in accepted]
+        self.stops.append({"older": older, "tri": tri, "roots": roots, "expected": sum(path_p), "expected_by_depth": by_depth[1:], "depth": len(path), "kids": sum(1 for q in tree.parents if q == m),
                            "rank": row.index(b) if b in row else -1, "pair_rank": pair.index(b) if b in pair else -1,
                            "rows": [len(row), len(pair)]})
         return p.observe(accepted, ngrams, rows)
@@ -120,6 +150,9 @@ def stop_summary(stops: list) -> dict:
         kind = (("in_a_row_rank_0_7" if min(ranks) < 8 else "in_a_row_rank_8_plus") if ranks
                 else "no_row" if not any(x["rows"]) else "not_in_the_rows")
         kinds[kind] += 1
+    miss = [x for x in stops if x["rank"] < 0 and x["pair_rank"] < 0 and any(x["rows"])]
+    kinds["not_in_the_rows_but_in_an_older_row"] = sum(x["older"][0] >= 0 for x in miss)
+    kinds["not_in_the_rows_but_in_the_3_token_row"] = sum(x["tri"] for x in miss)
     return {"steps": len(stops), **{k: v / n for k, v in kinds.items()},
             "stop_depth_mean": sum(x["depth"] for x in stops) / n, "expected_mean": sum(x["expected"] for x in stops) / n, "stop_kids_mean": sum(x["kids"] for x in stops) / n}
 
