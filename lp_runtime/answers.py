@@ -167,7 +167,8 @@ OUTPUT_ADVICE = "move the file away or choose another output.path"
 def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list[dict]:
     """Answers already in ``path`` (empty if it does not exist).
 
-    A final line without its newline (a killed run) is ignored, and with ``trim`` cut off the file, as are blank
+    A final line without its newline is kept (its newline added with ``trim``) when it is a whole answer (a file
+    edited by hand), else ignored (a killed run's partial line) and with ``trim`` cut off the file, as are blank
     lines (which strict JSONL readers such as FastChat's refuse). A line that is
     not UTF-8, not JSON, not an answer, or a second answer to a question raises ``OutputError`` naming the file and
     line, then ``advice``; the file is left as it was."""
@@ -175,6 +176,9 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
         return []
     raw = path.read_bytes()
     complete = raw[: raw.rfind(b"\n") + 1]
+    whole = bool(raw[len(complete):].strip()) and _whole_answer(raw[len(complete):])
+    if whole:  # a last answer without its newline: kept, the newline added below (trim)
+        complete = raw + b"\n"
     records: list = []
     for num, line_bytes in enumerate(complete.splitlines(), 1):
         where = f"{path} line {num}"
@@ -202,7 +206,19 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
         with open(path, "r+b") as f:
             f.truncate(len(complete))
             os.fsync(f.fileno())
+    elif trim and whole:
+        with open(path, "ab") as f:
+            f.write(b"\n")
+            os.fsync(f.fileno())
     return [record for _, record in records]
+
+
+def _whole_answer(line: bytes) -> bool:
+    try:
+        _check_answer(json.loads(line.decode("utf-8")), "", Path(), "")
+    except (UnicodeDecodeError, json.JSONDecodeError, OutputError):
+        return False
+    return True
 
 
 def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:

@@ -196,6 +196,24 @@ def test_blank_lines_in_an_answers_file_are_dropped_on_resume(tmp_path):
     assert a.read_text() == one + two and not list(tmp_path.glob("*.tmp*"))
 
 
+def test_a_whole_last_answer_without_its_newline_is_kept_on_resume(tmp_path):
+    """An answers file whose last line lost only its newline (an edit by hand): that answer was dropped and the
+    question answered again, without a word (a new user, 2026-12-02). Kept, the newline added by the resuming
+    rank; alone, and after blank lines (the file rewritten)."""
+    from lp_runtime.answers import load_answers
+
+    line = {"choices": [{"output_ids": [], "new_tokens": 0, "decoding_steps": 0, "wall_time": 0, "accept_lengths": []}]}
+    one, two = (json.dumps({"question_id": q, **line}) for q in (1, 2))
+    a = tmp_path / "a.jsonl"
+    for text in (f"{one}\n{two}", f"{one}\n\n{two}"):
+        a.write_text(text)
+        assert [r["question_id"] for r in load_answers(a, trim=False)] == [1, 2] and a.read_text() == text
+        assert [r["question_id"] for r in load_answers(a, trim=True)] == [1, 2]
+        assert a.read_text() == f"{one}\n{two}\n"
+    a.write_text(f"{one}\n{two[:-1]}")  # a partial line is still cut off
+    assert [r["question_id"] for r in load_answers(a, trim=True)] == [1] and a.read_text() == f"{one}\n"
+
+
 def test_a_category_temperature_key_in_another_case_is_refused():
     """sampling.category_temperature={Writing: 0.7} answered MT-Bench's writing questions greedily, exit 0 (a new
     user, 2026-12-02); a key for a category this run does not reach (dataset.limit) stays allowed."""
