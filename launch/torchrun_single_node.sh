@@ -6,7 +6,8 @@
 # location), else TORCHRUN, else torchrun on PATH.
 # Every rank runs @hydra.main, so all get the same hydra.run.dir, fixed here (${now:} would differ per rank).
 # A sweep (-m) is refused: every rank would run the whole sweep (sweep with hydra/launcher=lp_local instead).
-# Ctrl-C: torchrun passes it to the ranks, rank 0 prints one "interrupted; ..." line, exit 130; a bad setting:
+# Ctrl-C: torchrun passes it to the ranks, rank 0 prints one "interrupted; ..." line, exit 130 (SIGTERM to the
+# process group, e.g. timeout: the same line, exit 143; a SIGTERM to this script alone ends only it); a bad setting:
 # the first rank's "error: ..." line, exit 2. What torchrun prints then (its warnings, a traceback and a failure
 # report) and the other ranks' copies of the error line are dropped by launch/until_interrupted.py.
 set -euo pipefail
@@ -33,10 +34,11 @@ fi
 PY=python3
 if [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python; fi
 trap '' INT   # this script and the filter ignore Ctrl-C; torchrun installs its own handler and stops the ranks
+# (the filter also ignores SIGTERM: sent to the whole group, e.g. by timeout, it must outlive torchrun's ranks)
 set +e
 { "$TORCHRUN" --standalone --nproc-per-node="${NPROC:-1}" \
     -m lp_runtime.generate hydra.run.dir="$RUN_DIR" "$@" 2>&1 1>&3 3>&- \
-    | "$PY" "$ROOT/launch/until_interrupted.py" 3>&-; } 3>&1
+    | (trap '' TERM; exec "$PY" "$ROOT/launch/until_interrupted.py") 3>&-; } 3>&1
 codes=("${PIPESTATUS[@]}")
 if [ "${codes[1]}" = 130 ]; then exit 130; fi
 if [ "${codes[1]}" = 2 ] && [ "${codes[0]}" != 0 ]; then exit 2; fi   # a rank refused a setting

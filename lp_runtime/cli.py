@@ -48,6 +48,9 @@ def one_line(e: BaseException) -> str:
     if isinstance(e, OverrideParseException):  # a value the shell split at a space, or a bracket in it
         msg += (" (every override is key=value; quote one whose value holds spaces or brackets as a whole, e.g. "
                 "'output.path=my answers.jsonl' or 'model.name=\"a (b)\"')")
+        if "~" in str(e):  # Hydra's grammar takes no bare ~ in a value, and the shell expands none after '='
+            msg = msg[:-1] + "; a path starting with ~ too: 'output.path=\"~/answers.jsonl\"')"
+
     return msg
 
 
@@ -176,6 +179,10 @@ def main(app: Callable[[], None], *, interrupted: str,
             sys.exit(143 if isinstance(e, Terminated) or _SIGNALS[-1:] == [signal.SIGTERM] else 130)
         if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)):
             fail(e)
+        if isinstance(e, OSError) and e.filename is not None:  # the job's own are caught in hydra_app: Hydra's folders
+            print(f"error: cannot make the run folder {e.filename}: {e.strerror} (set by hydra.run.dir, or "
+                  "hydra.sweep.dir with -m; the launch scripts' RUN_DIR)", file=sys.stderr)
+            sys.exit(2)
         refused = _job_error_line(e)
         if refused:  # a sweep job (submitit: lp_local, lp_slurm) refused its input: its line, not the launcher's trace
             print(f"error: a sweep job stopped: {refused}", file=sys.stderr)

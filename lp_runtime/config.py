@@ -288,6 +288,7 @@ class DatasetConfig:
     first_turn_only: bool = False
 
     def __post_init__(self) -> None:
+        self.path = os.path.expanduser(self.path) if self.path else self.path
         allowed = ("mt_bench", "humaneval", "jsonl")
         _check(self.name in allowed, f"dataset.name={self.name!r} is not allowed; use one of {', '.join(allowed)}")
         _check(self.name != "jsonl" or bool(self.path), "dataset=jsonl needs dataset.path=<question file .jsonl>")
@@ -328,6 +329,12 @@ class OutputConfig:
 
     def __post_init__(self) -> None:
         _check(bool(self.path), "output.path is empty; give a file path for the answers JSONL")
+        self.path = os.path.expanduser(str(self.path))  # a quoted '~/a.jsonl' (the shell expands no ~ after '=')
+        self.summary_path = os.path.expanduser(self.summary_path) if self.summary_path else self.summary_path
+        for record in (".summary.json", ".settings.json"):  # one line 1 "is not JSON" was all it said (a new user)
+            _check(not str(self.path).endswith(record),
+                   f"output.path={self.path!r} names a run's {record[1:-5]} record (written beside its answers "
+                   f"file); give the answers file, e.g. output.path={str(self.path)[: -len(record)]}.jsonl")
         _check(not str(self.path).endswith(("/", os.sep)),  # a folder: it failed after loading, leaving a file
                f"output.path={self.path!r} ends in a folder separator; give a file path such as "
                f"{str(self.path).rstrip('/' + os.sep) or '.'}/answers.jsonl")

@@ -104,7 +104,8 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     if path and os.path.isdir(path):
         raise DatasetError(f"{name} is a folder; give a question file in JSONL format ({_FORMAT})")
     if not path or not os.path.isfile(path):
-        raise DatasetError(f"{name} does not exist; give a question file in JSONL format ({_FORMAT})")
+        what = "is not a regular file (a device, pipe or socket)" if path and os.path.exists(path) else "does not exist"
+        raise DatasetError(f"{name} {what}; give a question file in JSONL format ({_FORMAT})")
     questions: list[Question] = []
     first_line: dict[str, tuple[int, Union[int, str]]] = {}  # id as text -> (line, id)
     with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is reported with its number, not a traceback

@@ -122,6 +122,10 @@ def validate_sweep(config: Any) -> None:
         raise ConfigError("hydra/launcher=lp_slurm submits each job with Slurm's sbatch, which this machine does not "
                           "have; run the sweep on a Slurm login node, or try it here with hydra/launcher=lp_local")
     nodes, tasks = launcher.get("nodes"), launcher.get("tasks_per_node")  # submitit's (lp_local, lp_slurm)
+    for key, value in (("nodes", nodes), ("tasks_per_node", tasks)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"hydra.launcher.{key}={value!r} is not allowed; give an integer >= 1 (processes of "
+                              "each job: nodes x tasks_per_node, one rank each)")
     world = int(nodes) * int(tasks) if isinstance(nodes, int) and isinstance(tasks, int) else 1  # basic: in process
     try:
         for num, overrides in enumerate(jobs):

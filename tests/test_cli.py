@@ -387,6 +387,26 @@ def test_bad_setting_under_the_torchrun_script_is_one_line_and_exit_2(tmp_path):
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, error + "\n", "")
 
 
+def test_sigterm_to_the_torchrun_scripts_group_keeps_rank0s_line(tmp_path):
+    """SIGTERM to the launch script's whole process group (``timeout``; a new user, 2026-12-02): the script ends
+    at once (killed by it), the filter, which ignores SIGTERM, still passes rank 0's line and drops torchrun's
+    "closing signal SIGTERM" lines (it was killed with the rest, and the line was lost). A stub torchrun prints
+    what torchrun 2.13 printed then."""
+    stub = tmp_path / "torchrun"
+    stub.write_text("#!/usr/bin/env bash\n"
+                    "trap 'echo \"W1202 17:15:30.693000 1 api.py:1028] Sending process 2 closing signal SIGTERM\" >&2; "
+                    f"echo \"{INTERRUPTED}\" >&2; echo Traceback >&2; exit 1' TERM\n"
+                    "sleep 0.5\necho started\nsleep 60 & wait\n")  # torchrun's start-up takes seconds: the filter is up
+    stub.chmod(0o755)
+    proc = subprocess.Popen(["bash", str(REPO / "launch" / "torchrun_single_node.sh")], cwd=tmp_path,
+                            env={**os.environ, "TORCHRUN": str(stub)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline() == "started\n"
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err, out) == (-signal.SIGTERM, INTERRUPTED + "\n", "")
+
+
 # ------------------------------------------------------------------------------ launch scripts: paths are the caller's
 @pytest.mark.parametrize("script", ["torchrun_single_node.sh", "slurm_single_node.sbatch", "slurm_multi_node.sbatch"])
 def test_launch_scripts_keep_the_callers_directory(tmp_path, script):
@@ -432,6 +452,15 @@ BAD_CONFIGS = [
     # an unquoted space split one override in two, a bracket in a value: Hydra's parse error gets the way out
     (["output.path=my", "answers.jsonl"], "Error parsing override 'answers.jsonl'" + QUOTE_HINT),
     (["model.name=a (b)"], "Error parsing override 'model.name=a (b)'" + QUOTE_HINT),
+    # a new user, 2026-12-02: no word on ~ (which the shell does not expand after '='), a summary given as the
+    # answers file ("line 1 is not JSON"), and a device that "does not exist"
+    (["output.path=~/x.jsonl"], "LexerNoViableAltException: output.path=~/x.jsonl" + QUOTE_HINT[:-1]
+     + "; a path starting with ~ too: 'output.path=\"~/answers.jsonl\"')"),
+    (["output.path=a.summary.json"], "output.path='a.summary.json' names a run's summary record (written beside its "
+                                     "answers file); give the answers file, e.g. output.path=a.jsonl"),
+    (["dataset=jsonl", "dataset.path=/dev/null"], "dataset.path='/dev/null' is not a regular file (a device, pipe or "
+                                                  "socket); give a question file in JSONL format ("
+                                                  + FORMAT.format() + ")"),
 ]
 
 
@@ -605,6 +634,23 @@ def _own_folder_cases(tmp: Path) -> list:
                 "output_ids, new_tokens, decoding_steps, wall_time, accept_lengths), so "
                 f"{d / 'q.jsonl'} is not an answers file; give answers files of python -m lp_runtime.generate, or "
                 "a folder holding them"))
+    # Hydra makes the run / sweep folder before the job: a folder under a file was Hydra's traceback, exit 1
+    # (a new user, 2026-12-02); and a launcher of no processes (submitit's IndexError, a multirun.yaml left)
+    where = "(set by hydra.run.dir, or hydra.sweep.dir with -m; the launch scripts' RUN_DIR)"
+    for name, args, message in [
+        ("run_dir_under_a_file", ["hydra.run.dir=f.jsonl/run"],
+         f"cannot make the run folder f.jsonl/run: Not a directory {where}"),
+        ("sweep_dir_under_a_file", ["-m", "hydra.sweep.dir=f.jsonl/sweep"],
+         f"cannot make the run folder f.jsonl/sweep: Not a directory {where}"),
+        ("launcher_of_no_tasks", ["-m", "hydra/launcher=lp_local", "hydra.launcher.tasks_per_node=0"],
+         "hydra.launcher.tasks_per_node=0 is not allowed; give an integer >= 1 (processes of each job: nodes x "
+         "tasks_per_node, one rank each)"),
+        ("launcher_of_no_nodes", ["-m", "hydra/launcher=lp_local", "hydra.launcher.nodes=0"],
+         "hydra.launcher.nodes=0 is not allowed; give an integer >= 1 (processes of each job: nodes x "
+         "tasks_per_node, one rank each)")]:
+        d = _folder(tmp, name)
+        (d / "f.jsonl").write_text("")
+        out.append((name, Call([*args, "decoding=greedy", "dataset.limit=1"], cwd=str(d)), message))
     d = _folder(tmp, "sweep_with_one_output_file")
     out.append((d.name, Call(["-m", "decoding=lookahead", "decoding.window_size=0,3", "output.path=out/a.jsonl"],
                              cwd=str(d)),
@@ -736,6 +782,13 @@ def test_sweep_checks_every_job_before_the_first(bad_input, case):
 
 def _tree(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("case", ["run_dir_under_a_file", "sweep_dir_under_a_file", "launcher_of_no_tasks",
+                                  "launcher_of_no_nodes"])
+def test_hydra_folder_or_launcher_setting_that_cannot_work_is_one_line(bad_input, case):
+    folder = _check(bad_input, case)
+    assert sorted(p.name for p in folder.iterdir()) == ["f.jsonl"]
 
 
 @pytest.mark.parametrize("case", ["unknown_key", "refused_setting", "refused_bench", "sweep_with_one_output_file"])

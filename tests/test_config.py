@@ -3,6 +3,7 @@ composes (``decoding=auto``), and each preset file holds the values the code doc
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -142,3 +143,14 @@ def test_python_api_takes_numpy_numbers_as_python_ones():
     with pytest.raises(ConfigError) as e:
         SamplingConfig(temperature=inf)
     assert str(e.value) == f"sampling.temperature={inf!r} is not allowed; it must be a finite number"
+
+
+def test_a_quoted_home_path_is_expanded():
+    """'output.path="~/a.jsonl"' (the shell expands no ~ after '=') made a folder named ~ in the working directory;
+    output and question paths now expand it, as model.path does."""
+    from lp_runtime.config import DatasetConfig, OutputConfig
+
+    home = os.path.expanduser("~")
+    out = OutputConfig(path="~/a.jsonl", summary_path="~/s.json")
+    assert (out.path, out.summary_path) == (f"{home}/a.jsonl", f"{home}/s.json")
+    assert DatasetConfig(name="jsonl", path="~/q.jsonl").path == f"{home}/q.jsonl"
