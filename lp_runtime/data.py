@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -31,6 +32,12 @@ class Question:
     category: str
     turns: list[str]
     raw: bool = False
+
+
+def question_digest(question: Question) -> str:
+    """16 hex digits of what a question asks (its turns and whether they are raw): an answer records it, so a
+    resumed run can tell a question edited since it was answered."""
+    return hashlib.sha256(json.dumps([question.turns, question.raw]).encode("utf-8")).hexdigest()[:16]
 
 
 def load_questions(cfg: DatasetConfig) -> list[Question]:

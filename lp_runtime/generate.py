@@ -56,6 +56,7 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
     return {
         "question_id": question.question_id,
         "category": question.category,
+        "question_digest": data.question_digest(question),  # an edited question is not taken as answered
         # Deterministic: the same model and outputs give the same id.
         "answer_id": uuid.uuid5(uuid.NAMESPACE_OID, json.dumps([model_id, question.question_id,
                                                                 choice["output_ids"]])).hex,
@@ -113,8 +114,9 @@ def _run_held(cfg: RunConfig, world_size: int, is_main: bool) -> dict:
     models.check_model_files(cfg.model)  # an empty folder or a missing model.gguf_file: before the fingerprint
     fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
     current = answers.run_settings(cfg, model_fingerprint=fingerprint, world_size=world_size)
-    answers.load_answers(answers_path, trim=False)  # read only: a corrupt file is named before the settings check
+    recorded = answers.load_answers(answers_path, trim=False)  # read only: a corrupt file is named first
     answers.check_settings(answers_path, settings_path, current, _sweep_hint())  # before anything touches the file
+    check_unchanged(recorded, questions, answers_path, cfg)
     records = answers.load_answers(answers_path, trim=is_main)
     done = {str(r["question_id"]) for r in records}
     todo = [q for q in questions if str(q.question_id) not in done]
@@ -237,6 +239,21 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
     return extra
 
 
+def check_unchanged(records: list, questions: list, answers_path: Path, cfg: RunConfig) -> None:
+    """``OutputError`` when an answer's ``question_digest`` differs from its question's as the dataset reads now
+    (the question was edited since it was answered; answers written before the digest existed are not checked)."""
+    now = {str(q.question_id): data.question_digest(q) for q in questions}
+    for record in records:
+        digest = now.get(str(record["question_id"]))
+        if digest is not None and record.get("question_digest", digest) != digest:  # asked now, and edited
+            source = cfg.dataset.path if cfg.dataset.name == "jsonl" else f"dataset={cfg.dataset.name}"
+            new = answers.next_free(answers.jsonl_base(str(answers_path)), ".jsonl")
+            raise answers.OutputError(
+                f"{answers_path} answers question {record['question_id']!r} as it read then, and its text in "
+                f"{source} has changed since; remove that answer's line to answer the question as it reads now, or "
+                f"write to a new output path (output.path={new})")
+
+
 def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_main: bool, *,
             answered_now: bool) -> dict:
     """Write and print the summary (rank 0); when nothing was answered now, keep the summary on disk and show
@@ -251,7 +268,8 @@ def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_ma
             if str(record["question_id"]) in asked:
                 print(answers.first_line(record))
         which = "of the dataset" if cfg.dataset.limit is None else f"asked (dataset.limit={cfg.dataset.limit})"
-        print(f"all {len(questions)} questions {which} are already in {answers_path}; nothing to do "
+        every = "the 1 question {} is" if len(questions) == 1 else f"all {len(questions)} questions {{}} are"
+        print(f"{every.format(which)} already in {answers_path}; nothing to do "
               f"(summary kept: {summary_path})")
         return json.loads(summary_path.read_text(encoding="utf-8"))
     answers.write_json(summary_path, summary)

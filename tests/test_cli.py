@@ -116,7 +116,7 @@ def test_second_run_is_refused_and_sigterm_keeps_complete_lines_and_resumes(tmp_
     run_config([*args, "dataset.limit=1"])
     shown = capsys.readouterr().out.splitlines()
     assert shown[0] == f"already answered in {out}:" and shown[1].startswith("[0] ")  # the answer in the file
-    assert shown[2:] == [f"all 1 questions asked (dataset.limit=1) are already in {out}; nothing to do "
+    assert shown[2:] == [f"the 1 question asked (dataset.limit=1) is already in {out}; nothing to do "
                          f"(summary kept: {tmp_path / 'out' / 'answers.summary.json'})"]
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lp_runtime import metrics
+from lp_runtime.answers import OutputError
 from lp_runtime.config import (DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig, OutputConfig,
                                RunConfig)
 
@@ -94,7 +97,7 @@ def test_run_writes_answers_resumes_and_trims_a_partial_line(tiny_model_dir, tmp
     records = _lines(answers)
     assert [r["question_id"] for r in records] == [81, 82]
     for r, num_turns in zip(records, (2, 1)):
-        assert set(r) == {"question_id", "category", "answer_id", "model_id", "choices", "tstamp"}
+        assert set(r) == {"question_id", "category", "question_digest", "answer_id", "model_id", "choices", "tstamp"}
         assert r["model_id"] == "tiny-llama"
         (choice,) = r["choices"]
         assert set(choice) == CHOICE_KEYS and choice["index"] == 0
@@ -132,6 +135,22 @@ def test_run_writes_answers_resumes_and_trims_a_partial_line(tiny_model_dir, tmp
     assert records3[0] == records[0]
     assert records3[1]["choices"][0]["output_ids"] == records[1]["choices"][0]["output_ids"]
     assert third["new_tokens"] == summary["new_tokens"]
+
+    # A question edited since it was answered was taken as answered (its old answer kept; a new user): refused,
+    # the file untouched; an answer written before the digest existed is not checked.
+    rows = [json.loads(line) for line in Path(cfg.dataset.path).read_text().splitlines()]
+    rows[1]["turns"] = ["What is 2 + 4?"]
+    Path(cfg.dataset.path).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = answers.read_bytes()
+    with pytest.raises(OutputError) as e:
+        run(cfg)
+    assert str(e.value) == (f"{answers} answers question 82 as it read then, and its text in {cfg.dataset.path} has "
+                            "changed since; remove that answer's line to answer the question as it reads now, or "
+                            f"write to a new output path (output.path={answers.with_name('answers-2.jsonl')})")
+    assert answers.read_bytes() == before
+    answers.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "question_digest"}) + "\n"
+                               for r in records3))
+    assert run(cfg)["num_questions"] == 2 and [r["question_id"] for r in _lines(answers)] == [81, 82]
 
 
 def test_greedy_and_lookahead_answers_match(tiny_model_dir, tmp_path):
