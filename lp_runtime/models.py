@@ -361,7 +361,14 @@ def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
         reason = (" ".join(lines)[:400] if lines[0].endswith(":") else lines[0]).rstrip(".")  # "one of:" + a list
         what = f"model.path={path!r}" + (f" with model.gguf_file={gguf_file!r}" if gguf_file else "")
         if os.path.isdir(local):
-            raise ModelLoadError(f"{what} is a local folder but could not be loaded: {reason}. {_ALLOWED}") from e
+            bad_json = None if gguf_file else _unparsable_json(local)  # a GGUF load reads no JSON file of the folder
+            if bad_json:
+                name, error = bad_json
+                raise ModelLoadError(f"{what} is a local folder whose {name} is not valid JSON ({error}); replace "
+                                     "that file with the model's own (download or save_pretrained the model "
+                                     "again)") from e
+            raise ModelLoadError(f"{what} is a local folder but could not be loaded: {reason}; check that its files "
+                                 "are complete (download or save_pretrained the model again)") from e
         offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false", "no")
         hint = ("HF_HUB_OFFLINE is set, so nothing is downloaded: download the model where there is a network, or"
                 if offline else "Without a network, download the model where there is one, or")
@@ -370,3 +377,19 @@ def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
             f"downloaded: {reason}. {hint} use a local folder or bundled:smollm2"
         ) from e
     return tokenizer, model
+
+
+def _unparsable_json(folder: str) -> Optional[tuple[str, str]]:
+    """(name, parser error) of the first ``*.json`` file in ``folder`` that is not valid UTF-8 JSON (config and
+    tokenizer files first), or None. Asked only after a load failed: transformers' own error for such a file is
+    the parser's line and column, or a wrapper naming no file, depending on which file it is."""
+    names = sorted((n for n in os.listdir(folder) if n.endswith(".json")), key=lambda n: (n not in _CONFIG_FILES, n))
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                json.load(f)
+        except OSError:  # unreadable, or not a file: not the JSON this looks for
+            continue
+        except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
+            return name, str(e)
+    return None
