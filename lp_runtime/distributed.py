@@ -57,12 +57,15 @@ def resolve_backend(backend: str) -> str:
 
 def validate(world_size: int, lp: int, backend: str, local_rank: int, num_gpus: int) -> None:
     """``ConfigError`` naming the numbers unless ``lp`` divides ``world_size`` and, with ``nccl``, every local
-    rank has its own GPU."""
+    rank has its own GPU (``num_gpus``: the GPUs visible here; 0 is refused as such)."""
     if lp < 1:
         raise ConfigError(f"parallel.lp={lp} is not allowed; it must be >= 1")
     if world_size % lp != 0:
         raise ConfigError(f"parallel.lp={lp} does not divide the world size {world_size}; start a multiple of {lp} "
                           f"ranks (world = dp x lp) or choose parallel.lp among the divisors of {world_size}")
+    if backend == "nccl" and num_gpus == 0:
+        raise ConfigError("parallel.backend=nccl needs CUDA GPUs and none is visible on this machine; use "
+                          "parallel.backend=gloo (CPU)")
     if backend == "nccl" and local_rank >= num_gpus:
         raise ConfigError(f"parallel.backend=nccl needs one GPU per local rank: local rank {local_rank} but "
                           f"{num_gpus} GPUs; start at most {num_gpus} ranks per node or use parallel.backend=gloo")

@@ -146,6 +146,10 @@ def test_validate_messages():
         distributed.validate(4, 3, "gloo", 0, 0)
     with pytest.raises(ConfigError, match=r"parallel.backend=nccl needs one GPU per local rank: local rank 2 but 2 GPUs"):
         distributed.validate(4, 2, "nccl", 2, 2)
+    with pytest.raises(ConfigError) as e:
+        distributed.validate(1, 1, "nccl", 0, 0)
+    assert str(e.value) == ("parallel.backend=nccl needs CUDA GPUs and none is visible on this machine; use "
+                            "parallel.backend=gloo (CPU)")
     distributed.validate(4, 2, "gloo", 3, 0)
     distributed.validate(8, 8, "nccl", 7, 8)
 
