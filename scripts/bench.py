@@ -97,7 +97,10 @@ class BenchConfig:
         for s in self.lookahead:
             if len(s) != 3:
                 raise ConfigError(f"lookahead entry {list(s)} is not [W, N, G]")
-            DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2])
+            try:
+                DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2])
+            except ConfigError as e:  # its message names decoding.*, which the user did not set: name the triple
+                raise ConfigError(f"lookahead={[list(x) for x in self.lookahead]}: (W, N, G) = {tuple(s)}: {e}") from e
         if not self.datasets:
             raise ConfigError("datasets is empty; give at least one prompt set")
         if self.limit is not None and self.limit < 1:

@@ -210,6 +210,20 @@ def test_nothing_to_benchmark_is_refused():
         BenchConfig(**{**dict(methods=[], lookahead=[], include_decoding=False), **ok})
 
 
+BAD_TRIPLE = ("lookahead=[[0, 3, 1], [0, 1, 1]]: (W, N, G) = (0, 1, 1): decoding.ngram_size=1 is too small; N must "
+              "be >= 2")
+
+
+def test_bad_lookahead_triple_is_named():
+    """A lookahead entry DecodingConfig refuses is named by the bench setting and the triple, not decoding.*."""
+    from scripts.bench import BenchConfig
+    from lp_runtime.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        BenchConfig(lookahead=[[0, 3, 1], [0, 1, 1]])
+    assert str(e.value) == BAD_TRIPLE
+
+
 def test_output_dir_on_a_file_is_refused(tmp_path):
     from scripts.bench import BenchConfig
     from lp_runtime.config import ConfigError
@@ -338,7 +352,7 @@ def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsy
 
 # ---------------------------------------------------------------------------------------- CLI
 
-@pytest.mark.parametrize("case", ["nothing", "file", "under a file"])
+@pytest.mark.parametrize("case", ["nothing", "file", "under a file", "bad triple"])
 def test_bench_cli_refuses_before_loading(case, tmp_path):
     """``error: <message>``, exit 2, no run folder left; model.path names no model, so a refusal that came after
     loading would read differently."""
@@ -349,6 +363,7 @@ def test_bench_cli_refuses_before_loading(case, tmp_path):
         "file": ([f"output_dir={afile}"], f"output_dir={afile} is a file; give a folder path"),
         "under a file": ([f"output_dir={afile / 'sub'}"], f"output_dir={afile / 'sub'}: {afile} is a file; "
                                                           "give a folder path"),
+        "bad triple": (["lookahead=[[0,3,1],[0,1,1]]"], BAD_TRIPLE),
     }[case]
     args = [sys.executable, str(REPO / "scripts" / "bench.py"), f"hydra.run.dir={tmp_path / 'hydra'}",
             f"model.path={tmp_path / 'no_model'}", *overrides]
