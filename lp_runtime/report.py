@@ -301,16 +301,24 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
                  f"(the same dataset and question id): fewer than all for {', '.join(apart)}; none shared: '-'")
     if missing:
         text += "\njobs without answers (refused, failed or not run yet): " + "; ".join(missing)
+    where = f"--out {out_dir}"
     if out_dir is None:
         first = Path(paths[0])
         out_dir = str(first if first.is_dir() else first.parent)
-    files = write_results(out_dir, rows, [], {"differing_settings": keys, "jobs_without_answers": missing},
-                                columns=["run", *keys, *CSV_COLUMNS[1:]], name="report")
-    files["md"] = os.path.join(out_dir, "report.md")
-    Path(files["md"]).write_text(format_table(rows, columns=columns, left=1 + len(keys), markdown=True) + "\n",
-                                 encoding="utf-8")
-    if figure and (png := plot(rows, out_dir)):
-        files["png"] = png
+        where = f"{out_dir} (the first PATH's folder, where the report goes without --out)"
+    try:
+        files = write_results(out_dir, rows, [], {"differing_settings": keys, "jobs_without_answers": missing},
+                              columns=["run", *keys, *CSV_COLUMNS[1:]], name="report")
+        files["md"] = os.path.join(out_dir, "report.md")
+        Path(files["md"]).write_text(format_table(rows, columns=columns, left=1 + len(keys), markdown=True) + "\n",
+                                     encoding="utf-8")
+        if figure and (png := plot(rows, out_dir)):
+            files["png"] = png
+    except OSError as e:  # a folder that cannot be made or written (/proc/x, read-only): the OS error named no option
+        name = e.filename and os.path.dirname(os.path.abspath(e.filename)) == os.path.abspath(out_dir)
+        what = f" {os.path.basename(e.filename)}" if name else ""
+        raise ReportError(f"{where}: cannot write{what} there: {e.strerror or e}; give --out a folder you can "
+                          "write") from e
     return {"rows": rows, "keys": keys, "text": text, "files": files, "missing": missing}
 
 

@@ -295,6 +295,33 @@ def test_report_refuses_an_empty_answers_file_and_a_file_for_out(tmp_path):
     assert len(rows) == 1
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, where no folder can be made")
+def test_report_names_an_out_it_cannot_write(tmp_path, capsys):
+    """A new user's find (2026-12-02): --out /proc/foo gave "[Errno 2] No such file or directory: '/proc/foo'",
+    naming no option."""
+    from lp_runtime.report import main
+
+    _job(tmp_path / "0", ["decoding.guess_set_size=1"], answered=True)
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path / "0"), "--out", "/proc/lp_runtime_no_such_folder", "--no-figure"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == ("error: --out /proc/lp_runtime_no_such_folder: cannot write there: No such file "
+                                       "or directory; give --out a folder you can write\n")
+
+
+def test_report_names_the_default_folder_it_cannot_write(tmp_path):
+    """Without --out the report goes to the first PATH's folder: a file there that cannot be written (here a folder
+    named report.csv) is named, with that folder and how to write elsewhere."""
+    from lp_runtime.report import ReportError, report
+
+    _job(tmp_path / "0", ["decoding.guess_set_size=1"], answered=True)
+    (tmp_path / "0" / "report.csv").mkdir()
+    with pytest.raises(ReportError) as e:
+        report([str(tmp_path / "0")], figure=False)
+    assert str(e.value) == (f"{tmp_path / '0'} (the first PATH's folder, where the report goes without --out): cannot "
+                            "write report.csv there: Is a directory; give --out a folder you can write")
+
+
 # ------------------------------------------------------------------------------ SIGTERM like Ctrl-C; resume; the count
 RUN_FOLDER_CASES = ["run_folders", "run_folders_own"]  # in the bad-input batch, in this order
 
