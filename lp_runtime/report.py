@@ -129,12 +129,13 @@ def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
 
 
 def _prompts(run: dict) -> tuple:
-    """What a run's question ids refer to: its dataset (name, file, first turns only); ids of two question files
-    (or of MT-Bench and a file) may coincide without naming the same prompts."""
+    """What a run's question ids ask: its dataset (name, file, first turns only; ids of two question files, or of
+    MT-Bench and a file, may coincide without naming the same prompts) and how many tokens a turn may have
+    (answers of 16 and of 32 tokens are not the same request: their turns, speed and ids differ)."""
     s = run["settings"]
     path = s.get("dataset.path")
     file = answers.real_path(path) if isinstance(path, str) and path else path  # q.jsonl and ./q.jsonl are one
-    return s.get("dataset.name"), file, s.get("dataset.first_turn_only")
+    return s.get("dataset.name"), file, s.get("dataset.first_turn_only"), s.get("generation.max_new_tokens")
 
 
 def shared(run: dict, base: dict) -> set[str]:
@@ -298,7 +299,8 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
     apart = [r["run"] for r in rows if not r["baseline"] and r["shared"] < r["questions"]]
     if apart:  # a baseline of other prompts: speedups (and identical counts) over the shared questions only
         text += (f"\nspeedup and identical count only the questions a run shares with the baseline {base_row['run']} "
-                 f"(the same dataset and question id): fewer than all for {', '.join(apart)}; none shared: '-'")
+                 f"(the same dataset, question id and generation.max_new_tokens): fewer than all for "
+                 f"{', '.join(apart)}; none shared: '-'")
     if missing:
         text += "\njobs without answers (refused, failed or not run yet): " + "; ".join(missing)
     where = f"--out {out_dir}"

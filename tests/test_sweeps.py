@@ -74,19 +74,22 @@ def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
     from lp_runtime import metrics
     from lp_runtime.report import build_table
 
-    def run(path, method, dataset, answers):  # answers: {question id: (new tokens, seconds)}
+    def run(path, method, dataset, answers, tokens=16):  # answers: {question id: (new tokens, seconds)}
         records = [{"question_id": q, "choices": [{"output_ids": [[7] * n], "new_tokens": [n], "decoding_steps": [n],
                                                     "wall_time": [t], "accept_lengths": [[1] * n]}]}
                    for q, (n, t) in answers.items()]
         return {"path": Path(path), "records": records, "metrics": metrics.summarize(records),
-                "settings": {"decoding.method": method, "sampling.temperature": 0.0, "dataset.name": dataset}}
+                "settings": {"decoding.method": method, "sampling.temperature": 0.0, "dataset.name": dataset,
+                             "generation.max_new_tokens": tokens}}
 
     base = run("g/answers.jsonl", "greedy", "mt_bench", {81: (10, 1.0), 82: (10, 10.0)})
     fast = run("l/answers.jsonl", "lookahead", "mt_bench", {81: (10, 0.5)})  # answered only 81, twice as fast there
     other = run("o/answers.jsonl", "lookahead", "humaneval", {81: (10, 0.1)})  # an id that names another prompt
-    rows, _ = build_table([base, fast, other], 0)
+    # 32 new tokens against the 16 of the baseline: not the same request ("identical 0/2" before, a new user)
+    longer = run("m/answers.jsonl", "lookahead", "mt_bench", {81: (20, 0.5)}, tokens=32)
+    rows, _ = build_table([base, fast, other, longer], 0)
     assert [(r["speedup"], r["shared"], r["identical"], r["compared"]) for r in rows] == [
-        (1.0, 2, 2, 2), (2.0, 1, 1, 1), (None, 0, 0, 0)]  # over all of base: 20 tok / 11 s, "0.55x"
+        (1.0, 2, 2, 2), (2.0, 1, 1, 1), (None, 0, 0, 0), (None, 0, 0, 0)]  # over all of base: 20 tok / 11 s"
 
 
 def test_report_does_not_list_a_run_folder_whose_answers_went_elsewhere(tmp_path):
