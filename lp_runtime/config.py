@@ -176,12 +176,15 @@ class DecodingConfig:
         return num_pending + window_step_tokens(self.window_size, self.ngram_size - 2) + num_candidates * (self.ngram_size - 1)
 
 
+MIN_TEMPERATURE = 1e-6  # smallest positive sampling temperature (logits / t must stay finite in float32)
+
+
 @dataclass
 class SamplingConfig:
     """Logits processing and sampling, the same for plain and lookahead decoding (README, "Configuration").
 
     Like transformers' ``generate``: ``repetition_penalty`` (> 0, 1 = off) applies in greedy and sampling;
-    ``temperature`` (>= 0; 0 = greedy, > 0 = sample), ``top_k`` (>= 0, 0 = off), ``top_p`` (0 < p <= 1,
+    ``temperature`` (0 = greedy, >= ``MIN_TEMPERATURE`` = 1e-6 = sample), ``top_k`` (>= 0, 0 = off), ``top_p`` (0 < p <= 1,
     1 = off) and ``min_p`` (0 <= p < 1, 0 = off) apply when sampling. ``seed``: every random draw is a
     function of (seed, token position), so a run is reproducible, and independent of the LP degree for a fixed
     setting with ``decoding.successors`` false (the successor table, on under LP by default, grows the drafts with
@@ -205,6 +208,9 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         _check_types("sampling", self, ints=("top_k",), reals=("temperature", "top_p", "min_p", "repetition_penalty"))
         _check(self.temperature >= 0, f"sampling.temperature={self.temperature} is not allowed; it must be >= 0 (0 = greedy)")
+        _check(not 0 < self.temperature < MIN_TEMPERATURE,  # logits / t overflow float32 to inf: token 0 came out
+               f"sampling.temperature={self.temperature} is too small to sample with (logits / temperature overflow); "
+               f"give 0 for greedy decoding or a temperature >= {MIN_TEMPERATURE}")
         _check(self.top_k >= 0, f"sampling.top_k={self.top_k} is not allowed; it must be >= 0 (0 = off)")
         _check(0 < self.top_p <= 1, f"sampling.top_p={self.top_p} is not allowed; it must be in (0, 1] (1 = off)")
         _check(0 <= self.min_p < 1, f"sampling.min_p={self.min_p} is not allowed; it must be in [0, 1) (0 = off)")
@@ -218,7 +224,8 @@ class SamplingConfig:
             f"sampling.category_temperature={table!r} is not allowed; give null or {{category: temperature}}, "
             "e.g. sampling.category_temperature='{writing: 0.7, math: 0}'")
         for cat, t in (table or {}).items():
-            _check(t >= 0, f"sampling.category_temperature[{cat!r}]={t} is not allowed; it must be >= 0")
+            _check(t >= 0 and not 0 < t < MIN_TEMPERATURE, f"sampling.category_temperature[{cat!r}]={t} is not "
+                   f"allowed; it must be 0 (greedy) or >= {MIN_TEMPERATURE}")
         if table is not None:
             self.category_temperature = {c: float(t) for c, t in table.items()}
         _check(all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.suppress_tokens or []),
@@ -245,7 +252,8 @@ def check_stop_strings(value: Any, key: str = "generation.stop_strings") -> list
     cli = key.startswith("generation.")
     _check(isinstance(value, (list, tuple)) and all(isinstance(s, str) for s in value),
            f"{key}={value!r} is not allowed; give a list of strings, e.g. " + (
-               "generation.stop_strings=[hello] or '[\"\\n\\n\"]'; quote a number to make it a string: "
+               "generation.stop_strings=[hello] or, for a blank line, $'generation.stop_strings=[\"\\n\\n\"]' (bash's "
+               "$'...' makes \\n a newline; Hydra keeps a backslash as it is); quote a number to make it a string: "
                "generation.stop_strings='[\"10\"]'" if cli else "stop_strings=[\"\\n\\n\"]"))
     _check(all(value), f"{key} contains an empty string")
     return list(value)

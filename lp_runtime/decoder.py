@@ -199,6 +199,7 @@ class Decoder:
         """
         start = time.perf_counter()
         checks.check_streamer(streamer)
+        checks.check_arg(self.cfg, DecodingConfig, "decoding")  # again: a field may be set after construction
         if sampling is not None:
             checks.check_arg(sampling, SamplingConfig, "sampling")
         try:

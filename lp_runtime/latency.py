@@ -218,12 +218,20 @@ def _fingerprint(variant: str, qs: Sequence[int], cache_tokens: int) -> dict[str
 
 
 def load_profile(path: str, fingerprint: Optional[dict] = None) -> Optional[dict[str, Any]]:
-    """The profile at ``path`` (plus ``reused=True`` and ``path``), or None when absent, unreadable or taken
-    another way than ``fingerprint`` (default: the current way)."""
+    """The profile at ``path`` (plus ``reused=True`` and ``path``), or None when absent, unreadable, holding a
+    curve that is not {q >= 1: seconds > 0} (an edited file: measured again), or taken another way than
+    ``fingerprint`` (default: the current way)."""
     saved = read_json(Path(path))
     want = fingerprint or _fingerprint(DEFAULT_VARIANT, LATENCY_QS, CACHE_TOKENS)
-    ok = isinstance(saved, dict) and saved.get("fingerprint") == want and saved.get("latency_s")
+    ok = isinstance(saved, dict) and saved.get("fingerprint") == want and _valid_curve(saved.get("latency_s"))
     return {**saved, "reused": True, "path": path} if ok else None
+
+
+def _valid_curve(points: Any) -> bool:
+    try:
+        return bool(points) and all(int(q) >= 1 and float(t) > 0 for q, t in points.items())
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def latency_profile(model_id: str, device: str, dtype: str, *, measure: Callable[[], dict[int, float]],

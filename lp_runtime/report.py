@@ -244,7 +244,8 @@ def table_columns(keys: Sequence[str]) -> list:
                ("tok/s", lambda r: f(r["tokens_per_s"], ".2f")),
                ("ms/step", lambda r: f(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f")),
                ("speedup", lambda r: f(r["speedup"], ".3f")),
-               ("identical", lambda r: "-" if r["identical"] is None else f"{r['identical']}/{r['compared']}")])
+               ("identical", lambda r: "-" if r["identical"] is None or not r["compared"]  # none shared
+                else f"{r['identical']}/{r['compared']}")])
 
 
 CSV_COLUMNS = ("run", "questions", "turns", "new_tokens", "decoding_steps", "step_compression", "mean_accepted_tokens",

@@ -80,7 +80,7 @@ def test_category_temperature_override(sampling):
     cfg = _compose("generate", [f"sampling={sampling}", "sampling.category_temperature={writing: -1}"])
     with pytest.raises(ConfigError) as e:
         OmegaConf.to_object(cfg)
-    assert str(e.value) == "sampling.category_temperature['writing']=-1 is not allowed; it must be >= 0"
+    assert str(e.value) == "sampling.category_temperature['writing']=-1 is not allowed; it must be 0 (greedy) or >= 1e-06"
 
 
 def test_category_temperature_not_a_table():
@@ -348,7 +348,9 @@ def test_numeric_stop_string_says_how_to_quote():
     with pytest.raises(ConfigError) as e:
         GenerationConfig(stop_strings=10)
     assert str(e.value) == ("generation.stop_strings=10 is not allowed; give a list of strings, e.g. "
-                            "generation.stop_strings=[hello] or '[\"\\n\\n\"]'; quote a number to make it a string: "
+                            "generation.stop_strings=[hello] or, for a blank line, $'generation.stop_strings=[\"\\n\\n\"]' "
+                            "(bash's $'...' makes \\n a newline; Hydra keeps a backslash as it is); quote a number to "
+                            "make it a string: "
                             "generation.stop_strings='[\"10\"]'")
 
 
@@ -483,8 +485,49 @@ def test_api_arguments_of_the_wrong_kind_get_one_config_error(tiny_model_dir):
     assert Decoder(model, DecodingConfig(method="lookahead"), eos_token_ids=2).eos_token_ids == [2]  # one id: a list
 
 
+def test_a_decoding_field_set_after_the_generator_was_built_is_checked_at_the_next_call(tiny_model_dir):
+    """README: config fields set after construction are checked again when used; a DecodingConfig changed after
+    the generator was built was not (window_size="3" and a step far past the context decoded; a new user)."""
+    from lp_runtime.api import LookaheadGenerator
+    from lp_runtime.config import DecodingConfig
+
+    dc = DecodingConfig(method="lookahead")
+    gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"), dc)
+    dc.window_size = "3"
+    with pytest.raises(ConfigError) as e:
+        gen.generate("Hi", max_new_tokens=2)
+    assert str(e.value) == "decoding.window_size='3' is not allowed; it must be an integer"
+    with pytest.raises(ConfigError) as e:
+        gen.decoder.generate([1, 2, 3], max_new_tokens=2)
+    assert str(e.value) == "decoding.window_size='3' is not allowed; it must be an integer"
+    ctx = gen.model.config.max_position_embeddings
+    dc.window_size = ctx
+    with pytest.raises(ConfigError) as e:
+        gen.generate("Hi", max_new_tokens=2)
+    assert str(e.value).startswith(f"decoding.window_size={ctx}, decoding.ngram_size=4, decoding.guess_set_size=2")
+    assert str(e.value).endswith(f"more than the model's context of {ctx} tokens (max_position_embeddings); lower "
+                                 "them so that a step fits")
+
+
 def _set(obj, **fields):
     """``obj`` with ``fields`` assigned after construction (its checks skipped), as a user may do."""
     for k, v in fields.items():
         setattr(obj, k, v)
     return obj
+
+
+def test_a_temperature_too_small_to_sample_with_is_refused():
+    """sampling.temperature=1e-300 (any t <= 1e-38) overflowed logits / t to inf and emitted token 0 every step,
+    exit 0 (a new user, 2026-12-02): a positive temperature below 1e-6 is refused; 0 is greedy."""
+    from lp_runtime.config import SamplingConfig
+
+    for t in (1e-300, 1e-38, 5e-7):
+        with pytest.raises(ConfigError) as e:
+            SamplingConfig(temperature=t)
+        assert str(e.value) == (f"sampling.temperature={t} is too small to sample with (logits / temperature "
+                                "overflow); give 0 for greedy decoding or a temperature >= 1e-06")
+    with pytest.raises(ConfigError) as e:
+        SamplingConfig(category_temperature={"writing": 1e-9})
+    assert str(e.value) == ("sampling.category_temperature['writing']=1e-09 is not allowed; it must be 0 (greedy) "
+                            "or >= 1e-06")
+    assert SamplingConfig(temperature=1e-6).temperature == 1e-6 and SamplingConfig(temperature=0.0).temperature == 0

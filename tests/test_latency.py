@@ -143,6 +143,11 @@ def test_profile_saved_and_reused(tmp_path):
                         (("m/x", "cpu", "float32"), {"variant": "dynamic"}), (("m/x", "cpu", "float32"), {"retune": True})):
         latency.latency_profile(*args, **extra, **kw)  # another dtype, device or variant, or retune: measured
     assert len(calls) == 5
+    # a cached curve edited into values no curve has (a new user: a traceback in the job, exit 1): measured again
+    for bad in ({"1": -1.0, "4": 0.04}, {"1": 0.03, "8": 0.0}, {"1": "fast"}, {"0": 0.03}, ["x"]):
+        Path(path).write_text(json.dumps({**saved, "latency_s": bad}))
+        assert latency.latency_profile("m/x", "cpu", "float32", **kw)["reused"] is False
+    assert len(calls) == 10
 
 
 def test_model_profile_measures_once_says_so_and_keeps_the_rounds(tiny_llama, tmp_path):

@@ -72,7 +72,7 @@ def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
     """A baseline on other prompts gave a speedup of 0.311 and "identical 0/0" without a word (a new user,
     2026-12-02): speedups are taken over the questions both runs answered from the same dataset, '-' when none."""
     from lp_runtime import metrics
-    from lp_runtime.report import build_table
+    from lp_runtime.report import build_table, table_columns
 
     def run(path, method, dataset, answers, tokens=16):  # answers: {question id: (new tokens, seconds)}
         records = [{"question_id": q, "choices": [{"output_ids": [[7] * n], "new_tokens": [n], "decoding_steps": [n],
@@ -87,7 +87,9 @@ def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
     other = run("o/answers.jsonl", "lookahead", "humaneval", {81: (10, 0.1)})  # an id that names another prompt
     # 32 new tokens against the 16 of the baseline: not the same request ("identical 0/2" before, a new user)
     longer = run("m/answers.jsonl", "lookahead", "mt_bench", {81: (20, 0.5)}, tokens=32)
-    rows, _ = build_table([base, fast, other, longer], 0)
+    rows, keys = build_table([base, fast, other, longer], 0)
+    identical_cell = dict(table_columns(keys))["identical"]
+    assert [identical_cell(r) for r in rows] == ["2/2", "1/1", "-", "-"]  # none compared: '-', not "0/0"
     assert [(r["speedup"], r["shared"], r["identical"], r["compared"]) for r in rows] == [
         (1.0, 2, 2, 2), (2.0, 1, 1, 1), (None, 0, 0, 0), (None, 0, 0, 0)]  # over all of base: 20 tok / 11 s"
 
