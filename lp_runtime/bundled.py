@@ -31,8 +31,19 @@ class ModelLoadError(ValueError):
 
 def cache_root() -> str:
     """Folder holding lp_runtime's converted models and latency profiles: ``$LP_RUNTIME_CACHE`` or
-    ``~/.cache/lp_runtime``."""
-    return os.environ.get("LP_RUNTIME_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lp_runtime")
+    ``~/.cache/lp_runtime``. ``ConfigError`` when it, or a folder above it, is a file (an OS error naming neither
+    the variable nor the problem, "File exists", came later)."""
+    root = os.environ.get("LP_RUNTIME_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lp_runtime")
+    path = os.path.abspath(os.path.expanduser(root))
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        from .config import ConfigError
+
+        name = f"LP_RUNTIME_CACHE={root}" if os.environ.get("LP_RUNTIME_CACHE") else f"the cache folder {root}"
+        raise ConfigError(f"{name}: {path} is a file; give LP_RUNTIME_CACHE a folder (lp_runtime keeps the "
+                          "converted bundled model and the latency profiles there)")
+    return root
 
 
 def bundled_gguf(name: str, table: Optional[dict] = None) -> tuple[str, str, str]:

@@ -531,3 +531,19 @@ def test_a_temperature_too_small_to_sample_with_is_refused():
     assert str(e.value) == ("sampling.category_temperature['writing']=1e-09 is not allowed; it must be 0 (greedy) "
                             "or >= 1e-06")
     assert SamplingConfig(temperature=1e-6).temperature == 1e-6 and SamplingConfig(temperature=0.0).temperature == 0
+
+
+def test_a_cache_folder_under_a_file_is_named(tmp_path, monkeypatch):
+    """LP_RUNTIME_CACHE naming a file said "[Errno 17] File exists" (a new user, 2026-12-02): one ConfigError
+    naming the variable and the file."""
+    from lp_runtime.bundled import cache_root
+
+    (tmp_path / "f").write_text("")
+    for value in (tmp_path / "f", tmp_path / "f" / "sub"):
+        monkeypatch.setenv("LP_RUNTIME_CACHE", str(value))
+        with pytest.raises(ConfigError) as e:
+            cache_root()
+        assert str(e.value) == (f"LP_RUNTIME_CACHE={value}: {tmp_path / 'f'} is a file; give LP_RUNTIME_CACHE a "
+                                "folder (lp_runtime keeps the converted bundled model and the latency profiles there)")
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path / "new" / "cache"))
+    assert cache_root() == str(tmp_path / "new" / "cache")
