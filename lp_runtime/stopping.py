@@ -12,7 +12,7 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
-from .config import check_stop_strings
+from .config import ConfigError, check_stop_strings
 
 
 @functools.lru_cache(maxsize=16)
@@ -35,7 +35,7 @@ class StopChecker:
         eos_token_ids: ids that end generation (may be empty).
         stop_strings: non-empty texts that end generation once the generated text contains them (a single string
             is one; ``ConfigError`` for anything else, e.g. a number or an empty string).
-        tokenizer: needed with stop strings (``ValueError`` if missing then)."""
+        tokenizer: needed with stop strings (``ConfigError``, a ``ValueError``, if missing then)."""
 
     def __init__(self, max_new_tokens: int, eos_token_ids: Iterable[int] = (),
                  stop_strings: Sequence[str] = (), tokenizer=None) -> None:
@@ -43,7 +43,8 @@ class StopChecker:
             raise ValueError(f"max_new_tokens={max_new_tokens}; it must be >= 1")
         stop_strings = check_stop_strings(stop_strings, key="stop_strings")  # ConfigError: a number, an empty one
         if stop_strings and tokenizer is None:
-            raise ValueError("stop strings need a tokenizer to decode the output")
+            raise ConfigError(f"stop_strings={list(stop_strings)} need a tokenizer to decode the output; give "
+                              "Decoder(..., tokenizer=...) or no stop strings")
         self.max_new_tokens = max_new_tokens
         self.eos = frozenset(int(t) for t in eos_token_ids if t is not None)
         self.stop_strings = tuple(stop_strings)

@@ -48,3 +48,15 @@ def test_a_decoder_with_a_word_level_tokenizer_stops_at_the_string():
     word = tok.decode(free[2:3])  # stop at the word the model emits third
     out = dec.generate([1, 2], max_new_tokens=12, stop_strings=[word])
     assert out.finish_reason == "stop" and out.output_ids == free[: free.index(free[2]) + 1]
+
+
+def test_stop_strings_without_a_tokenizer_are_a_config_error():
+    """Decoder(..., no tokenizer).generate(ids, stop_strings=["sea"]) raised a plain ValueError (a new user,
+    2026-12-02): a ConfigError, as every bad API argument."""
+    from lp_runtime.config import ConfigError
+    from lp_runtime.stopping import StopChecker
+
+    with pytest.raises(ConfigError) as e:
+        StopChecker(8, stop_strings=["sea"])
+    assert str(e.value) == ("stop_strings=['sea'] need a tokenizer to decode the output; give Decoder(..., "
+                            "tokenizer=...) or no stop strings")
