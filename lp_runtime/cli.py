@@ -50,7 +50,6 @@ def one_line(e: BaseException) -> str:
                 "'output.path=my answers.jsonl' or 'model.name=\"a (b)\"')")
         if "~" in str(e):  # Hydra's grammar takes no bare ~ in a value, and the shell expands none after '='
             msg = msg[:-1] + "; a path starting with ~ too: 'output.path=\"~/answers.jsonl\"')"
-
     return msg
 
 

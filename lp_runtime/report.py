@@ -139,7 +139,8 @@ def _prompts(run: dict) -> tuple:
 
 
 def shared(run: dict, base: dict) -> set[str]:
-    """The question ids both runs answered from the same prompts (none when their datasets differ)."""
+    """The question ids both runs answered from the same prompts (none when ``_prompts`` differ: another
+    dataset, or another ``generation.max_new_tokens``)."""
     if _prompts(run) != _prompts(base):
         return set()
     return {str(r["question_id"]) for r in run["records"]} & {str(r["question_id"]) for r in base["records"]}
@@ -149,11 +150,11 @@ def _tokens_per_s(run: dict, ids: set[str]) -> Optional[float]:
     return metrics.summarize([r for r in run["records"] if str(r["question_id"]) in ids])["tokens_per_s"]
 
 
-def identical(run: dict, base: dict) -> tuple[Optional[int], int]:
-    """(questions with the same output ids in every turn, questions answered by both); (None, 0) if not greedy."""
+def identical(run: dict, base: dict, ids: set[str]) -> tuple[Optional[int], int]:
+    """(questions among ``ids``, the ``shared`` ones, with the same output ids in every turn, how many of them were
+    compared); (None, 0) if not greedy."""
     if not (is_greedy(run) and is_greedy(base)):
         return None, 0
-    ids = shared(run, base)
     ref = {str(r["question_id"]): r["choices"][0]["output_ids"] for r in base["records"] if str(r["question_id"]) in ids}
     pairs = [(r["choices"][0]["output_ids"], ref[str(r["question_id"])]) for r in run["records"]
              if str(r["question_id"]) in ref]
@@ -178,8 +179,8 @@ def build_table(runs: Sequence[dict], baseline: int) -> tuple[list[dict], list[s
     rows = []
     for label, run in zip(_labels(runs), runs):
         m = run["metrics"]
-        same, compared = identical(run, base)
         ids = shared(run, base)  # speedup over the questions both answered: other prompts are no comparison
+        same, compared = identical(run, base, ids)
         tps, base_tps = (_tokens_per_s(run, ids), _tokens_per_s(base, ids)) if ids else (None, None)
         rows.append({
             "run": label, "baseline": run is base, **{k: run["settings"].get(k) for k in keys},
