@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from . import data
 from .config import DatasetConfig, DecodingConfig
-from .latency import ROUNDS, curve_of, dtype_name, model_profile, save_profile
+from .latency import ROUNDS, check_profile_folder, curve_of, dtype_name, model_profile, save_profile
 from .models import model_id_of
 from .policy import WINDOW_GAIN_PRIOR, CostPolicy, LatencyCurve
 from .window import step_tokens
@@ -145,7 +145,8 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
     printing ONE line with the setting and the expected speedup over greedy. The profile is
     ``latency.model_profile`` (``measure``: its timing; ``step``: the decoder's step, see ``auto_policy``); the
     speedup is ``calibrate`` of ``make_decoder(setting, CostPolicy(curve))``, once per profile and setting, kept
-    in the profile, with its progress bar unless ``progress`` is off (call on rank 0 only)."""
+    in the profile, with its progress bar unless ``progress`` is off (call on rank 0 only). ``ConfigError`` before
+    measuring or calibrating when the profile's folder cannot be written (``latency.check_profile_folder``)."""
     limits = limits or DecodingConfig(method="auto")
     profile = model_profile(model, model_id_of(model), retune=retune, root=root,
                             log=lambda line: print(line, flush=True), **step_timing(step, measure))
@@ -155,6 +156,7 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
            + (" succ1" if decoding.successors_on(1) else ""))  # the calibration decodes in one process
     calib = (profile.get("calibration") or {}).get(key)
     if calib is None:
+        check_profile_folder(profile["path"])  # a read-only cache, its profile reused: refused before calibrating
         prompts = calibration_prompts(tokenizer, fallback_questions)
         calib = calibrate(make_decoder(decoding, CostPolicy(curve)), prompts, curve, max_new_tokens=max_new_tokens,
                           clock=clock, progress=progress)

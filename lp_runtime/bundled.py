@@ -46,6 +46,23 @@ def cache_root() -> str:
     return root
 
 
+def check_writable(folder: str, use: str) -> None:
+    """``ConfigError`` unless ``folder`` (made when absent) takes a new file (a temporary one, removed at once):
+    checked before the work whose result lp_runtime keeps there, not after it. ``use`` completes "where ...";
+    the message names ``folder``, the operating system's reason and ``LP_RUNTIME_CACHE``."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        from .config import ConfigError
+
+        made = os.path.isdir(folder)  # else the folder, or one above it, could not be made: name that one
+        why = e.strerror or e
+        reason = f"cannot create a file in it: {why}" if made else f"cannot make {e.filename}: {why}"
+        raise ConfigError(f"the cache folder {folder}, where {use}, cannot be written ({reason}); set "
+                          "LP_RUNTIME_CACHE to a writable folder") from None
+
+
 def bundled_gguf(name: str, table: Optional[dict] = None) -> tuple[str, str, str]:
     """(folder, GGUF file name, cache folder name) of bundled model ``name`` in ``table`` (default ``BUNDLED``).
 
@@ -138,14 +155,15 @@ def check_copy(reference, out: str, ids) -> None:
 def bundled_cache(name: str, convert: Callable[[str, str, str], None] = convert_gguf) -> str:
     """Folder of the float32 safetensors copy of bundled model ``name``, made with ``convert(folder, gguf_file,
     out)`` on first use (and again when the copy is incomplete or its GGUF changed). Raises ``ModelLoadError``
-    as ``bundled_gguf``; whatever ``convert`` raises leaves no folder behind."""
+    as ``bundled_gguf``, ``ConfigError`` (``check_writable``) before converting when the cache folder cannot be
+    written; whatever ``convert`` raises leaves no folder behind."""
     src_folder, gguf_file, cache_name = bundled_gguf(name)
     stamp = _source_stamp(os.path.join(src_folder, gguf_file))
     root = cache_root()
     final = os.path.join(root, cache_name)
     if _cache_is_complete(final, stamp):
         return final
-    os.makedirs(root, exist_ok=True)
+    check_writable(root, f"lp_runtime keeps the float32 copy of bundled:{name}")
     tmp = tempfile.mkdtemp(prefix=f".{cache_name}.tmp-", dir=root)
     try:
         convert(src_folder, gguf_file, tmp)

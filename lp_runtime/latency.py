@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .answers import read_json, write_json
-from .bundled import cache_root
+from .bundled import cache_root, check_writable
 
 LATENCY_QS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CACHE_TOKENS = 200
@@ -213,6 +213,12 @@ def profile_path(model_id: str, device: str, dtype: str, root: Optional[str] = N
     return os.path.join(root or cache_root(), "tuner", safe + ".json")
 
 
+def check_profile_folder(path: str) -> None:
+    """``ConfigError`` (``bundled.check_writable``) unless the folder of profile ``path`` can be written: checked
+    before measuring (up to minutes), not when saving after it."""
+    check_writable(os.path.dirname(path), "decoding=auto keeps this machine's latency profiles")
+
+
 def _fingerprint(variant: str, qs: Sequence[int], cache_tokens: int) -> dict[str, Any]:
     return {"version": PROFILE_VERSION, "variant": variant, "qs": list(qs), "cache_tokens": cache_tokens}
 
@@ -240,12 +246,13 @@ def latency_profile(model_id: str, device: str, dtype: str, *, measure: Callable
                     retune: bool = False) -> dict[str, Any]:
     """The saved profile of (model, device, dtype) when taken the same way, else ``measure()``'s curve, saved
     atomically. Keys: model, device, dtype, fingerprint, ``latency_s`` ({q as str: seconds}), measure_seconds,
-    tstamp, reused, path."""
+    tstamp, reused, path. ``ConfigError`` before measuring when the profile's folder cannot be written."""
     path = profile_path(model_id, device, dtype, root)
     fingerprint = _fingerprint(variant, qs, cache_tokens)
     saved = None if retune else load_profile(path, fingerprint)
     if saved is not None:
         return saved
+    check_profile_folder(path)
     t0 = time.perf_counter()
     curve = {int(k): float(v) for k, v in measure().items()}
     profile = {"model": model_id, "device": device, "dtype": dtype, "fingerprint": fingerprint,
@@ -305,7 +312,8 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
     of fewer than ``ROUNDS`` complete rounds (the budget stopped a busy machine) is saved ``provisional`` and measured
     again at the next start, its rounds kept. ``measure`` defaults to ``measure_latency``, ``retune`` to
     ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line when it measures. A captured step passes its ``measure``,
-    ``qs``, ``variant`` (which keys its own profile) and ``buckets`` (``round_parts``)."""
+    ``qs``, ``variant`` (which keys its own profile) and ``buckets`` (``round_parts``). ``ConfigError`` before
+    measuring when the profile's folder cannot be written (``check_profile_folder``)."""
     measure = measure or functools.partial(measure_latency, model)
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     device, dtype = device_key(model), dtype_name(model)
@@ -315,6 +323,7 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
     why, earlier = _why_measure(cached, measure, log)
     if why is None:
         return cached
+    check_profile_folder(path)
     log(f"measuring this machine's step latency for decoding=auto, {why}: {model_id}, {dtype} on {device}, "
         f"{ROUNDS} rounds x {len(qs)} step sizes in parts, no part started after ~{budget_s:.0f} s (a busy machine "
         f"measures fewer rounds, and the part under way finishes); cached in {path}")
@@ -359,7 +368,7 @@ def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, 
     step is more than ``DTYPE_MARGIN`` times faster. ``timings()`` -> {dtype: seconds} runs once per (model,
     device), cached beside the profiles with ``method`` (how ``timings`` measures); a record of another method
     (an older, less robust measurement) is measured again. ``log`` gets one line naming the choice. ``ValueError``
-    for no timings."""
+    for no timings; ``ConfigError`` before timing when the record's folder cannot be written."""
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     path = profile_path(model_id, device, "dtype-auto", root)
     record = None if retune else read_json(Path(path))
@@ -367,6 +376,8 @@ def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, 
         saved = {str(k): float(v) for k, v in record["step_s"].items()} if record.get("method", "") == method else None
     except (ValueError, KeyError, TypeError, AttributeError):
         saved = None
+    if not saved:
+        check_writable(os.path.dirname(path), "model.dtype=auto keeps this machine's dtype timings")
     step_s = saved or {str(k): float(v) for k, v in timings().items()}
     if not step_s:
         raise ValueError("choose_dtype: timings() measured no dtype")

@@ -217,6 +217,22 @@ def test_over_long_prompt_is_found_before_the_first_question(tmp_path, tiny_mode
     assert _ids(out) == [0, 1]
 
 
+def test_decoding_auto_with_an_unwritable_cache_folder_is_one_line_before_measuring(tmp_path, tiny_model_dir):
+    """LP_RUNTIME_CACHE=/proc/... (no new folder there, even for root): decoding=auto measured the latency curve,
+    then saving it was a traceback (a new user). Now one line, exit 2, no answers file."""
+    out = tmp_path / "answers.jsonl"
+    args = [f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=auto", "dataset=jsonl",
+            f"dataset.path={_questions(tmp_path, 1)}", "generation.max_new_tokens=4", f"output.path={out}",
+            "progress=false"]
+    proc = subprocess.run([PY, "-m", "lp_runtime.generate", *args], cwd=tmp_path, capture_output=True, text=True,
+                          env={**ENV, "LP_RUNTIME_CACHE": "/proc/lp-runtime-test"}, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "error: the cache folder /proc/lp-runtime-test/tuner, where decoding=auto keeps this machine's latency "
+        "profiles, cannot be written (cannot make /proc/lp-runtime-test: No such file or directory); set "
+        "LP_RUNTIME_CACHE to a writable folder"], proc.stderr[-3000:]
+    assert "measuring" not in proc.stdout and not out.exists()
+
+
 # ------------------------------------------------------------------------------ a re-run shows the answers
 def test_rerun_shows_the_answers_already_there(tmp_path, tiny_model_dir, capsys):
     out = tmp_path / "answers.jsonl"

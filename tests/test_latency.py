@@ -253,6 +253,31 @@ def test_a_quiet_profile_is_kept_when_the_machine_is_busy_now(tiny_llama, tmp_pa
                      "measures again"]
 
 
+def test_an_unwritable_cache_folder_is_refused_before_measuring(tiny_llama):
+    """LP_RUNTIME_CACHE=/proc/... measured the curve for minutes, then saving it raised a raw OSError (a new user):
+    one ConfigError naming the folder, the reason and the way out, and nothing measured. /proc takes no new folder
+    or file, even for root."""
+    root = "/proc/lp-runtime-test"
+    want = (f"the cache folder {root}/tuner, where decoding=auto keeps this machine's latency profiles, cannot be "
+            f"written (cannot make {root}: No such file or directory); set LP_RUNTIME_CACHE to a writable folder")
+    never = Rounds()
+    for call in (lambda: latency.model_profile(tiny_llama, "m-8", measure=never, root=root, log=pytest.fail),
+                 lambda: latency.latency_profile("m-8", "cpu", "float32", measure=pytest.fail, root=root)):
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert str(e.value) == want
+    assert never.calls == []
+    with pytest.raises(ConfigError) as e:
+        latency.choose_dtype("m-8", "cpu-2t", lambda: pytest.fail("timed"), root=root, log=pytest.fail)
+    assert str(e.value) == want.replace("decoding=auto keeps this machine's latency profiles",
+                                        "model.dtype=auto keeps this machine's dtype timings")
+    with pytest.raises(ConfigError) as e:  # the folder is there, but takes no file
+        latency.check_profile_folder("/proc/m-8.json")
+    assert str(e.value) == ("the cache folder /proc, where decoding=auto keeps this machine's latency profiles, "
+                            "cannot be written (cannot create a file in it: No such file or directory); set "
+                            "LP_RUNTIME_CACHE to a writable folder")
+
+
 # ------------------------------------------------------------------------------------------ model.dtype=auto
 
 def test_choose_dtype_takes_the_faster_greedy_step_and_says_why(tmp_path):

@@ -97,6 +97,17 @@ def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
+def test_an_unwritable_cache_folder_is_refused_before_converting(monkeypatch):
+    """LP_RUNTIME_CACHE=/proc/... (no new folder there, even for root) raised a raw FileNotFoundError: one
+    ConfigError naming the folder, the reason and the way out, before the ~50 s conversion."""
+    monkeypatch.setenv("LP_RUNTIME_CACHE", "/proc/lp-runtime-test")
+    with pytest.raises(ConfigError) as e:
+        bundled.bundled_cache("smollm2", lambda *args: pytest.fail("converted"))
+    assert str(e.value) == ("the cache folder /proc/lp-runtime-test, where lp_runtime keeps the float32 copy of "
+                            "bundled:smollm2, cannot be written (cannot make /proc/lp-runtime-test: No such file or "
+                            "directory); set LP_RUNTIME_CACHE to a writable folder")
+
+
 def test_missing_local_path(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelLoadError) as e:
