@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 import statistics
 import time
@@ -225,17 +226,25 @@ def _fingerprint(variant: str, qs: Sequence[int], cache_tokens: int) -> dict[str
 
 def load_profile(path: str, fingerprint: Optional[dict] = None) -> Optional[dict[str, Any]]:
     """The profile at ``path`` (plus ``reused=True`` and ``path``), or None when absent, unreadable, holding a
-    curve that is not {q >= 1: seconds > 0} (an edited file: measured again), or taken another way than
-    ``fingerprint`` (default: the current way)."""
+    curve or round (``rounds_s``) that is not {q >= 1: finite seconds > 0} (an edited or corrupted file: NaN,
+    inf, 0 or negative times are measured again), or taken another way than ``fingerprint`` (default: the
+    current way)."""
     saved = read_json(Path(path))
     want = fingerprint or _fingerprint(DEFAULT_VARIANT, LATENCY_QS, CACHE_TOKENS)
-    ok = isinstance(saved, dict) and saved.get("fingerprint") == want and _valid_curve(saved.get("latency_s"))
+    rounds = saved.get("rounds_s", []) if isinstance(saved, dict) else None
+    ok = (isinstance(saved, dict) and saved.get("fingerprint") == want and _valid_curve(saved.get("latency_s"))
+          and isinstance(rounds, list) and all(map(_valid_curve, rounds)))
     return {**saved, "reused": True, "path": path} if ok else None
+
+
+def _valid_times(times: Any) -> bool:
+    """True when every value of the mapping ``times`` is finite seconds > 0 (not NaN, inf, 0 or negative)."""
+    return all(0 < float(t) < math.inf for t in times.values())
 
 
 def _valid_curve(points: Any) -> bool:
     try:
-        return bool(points) and all(int(q) >= 1 and float(t) > 0 for q, t in points.items())
+        return bool(points) and all(int(q) >= 1 for q in points) and _valid_times(points)
     except (AttributeError, TypeError, ValueError):
         return False
 
@@ -367,14 +376,17 @@ def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, 
     """``model.dtype=auto``: float32 (exact against transformers' float32 greedy) unless another dtype's greedy
     step is more than ``DTYPE_MARGIN`` times faster. ``timings()`` -> {dtype: seconds} runs once per (model,
     device), cached beside the profiles with ``method`` (how ``timings`` measures); a record of another method
-    (an older, less robust measurement) is measured again. ``log`` gets one line naming the choice. ``ValueError``
-    for no timings; ``ConfigError`` before timing when the record's folder cannot be written."""
+    (an older, less robust measurement), or holding a time that is not finite and > 0, is measured again. ``log``
+    gets one line naming the choice. ``ValueError`` for no timings; ``ConfigError`` before timing when the
+    record's folder cannot be written."""
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     path = profile_path(model_id, device, "dtype-auto", root)
     record = None if retune else read_json(Path(path))
     try:
         saved = {str(k): float(v) for k, v in record["step_s"].items()} if record.get("method", "") == method else None
     except (ValueError, KeyError, TypeError, AttributeError):
+        saved = None
+    if saved and not _valid_times(saved):  # NaN, inf, 0 or negative: an edited or corrupted record, timed again
         saved = None
     if not saved:
         check_writable(os.path.dirname(path), "model.dtype=auto keeps this machine's dtype timings")

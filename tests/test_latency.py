@@ -148,6 +148,12 @@ def test_profile_saved_and_reused(tmp_path):
         Path(path).write_text(json.dumps({**saved, "latency_s": bad}))
         assert latency.latency_profile("m/x", "cpu", "float32", **kw)["reused"] is False
     assert len(calls) == 10
+    # ... or corrupted into times no step takes: NaN, inf (JSON's NaN, Infinity, or as strings) are measured again
+    for bad in ({"1": float("nan"), "4": 0.04}, {"1": 0.03, "4": float("inf")}, {"1": "-inf"}, {"1": "nan"}):
+        Path(path).write_text(json.dumps({**saved, "latency_s": bad}))
+        assert latency.load_profile(path, saved["fingerprint"]) is None
+        assert latency.latency_profile("m/x", "cpu", "float32", **kw)["reused"] is False
+    assert len(calls) == 14 and latency.load_profile(path, saved["fingerprint"])["latency_s"] == saved["latency_s"]
 
 
 def test_model_profile_measures_once_says_so_and_keeps_the_rounds(tiny_llama, tmp_path):
@@ -224,6 +230,27 @@ def test_a_profile_the_budget_cut_short_is_provisional_and_measured_again_at_the
                      f"cached in {p['path']}"]
     third = latency.model_profile(tiny_llama, "m-6", measure=quiet, root=str(tmp_path), log=lines.append)
     assert third["reused"] and quiet.calls[-1] == ((1, 8), latency.REPS, 1) and len(lines) == 1  # re-checked only
+
+
+def test_a_provisional_profile_with_a_corrupted_round_is_measured_afresh(tiny_llama, tmp_path):
+    """A saved round holding NaN, inf, 0 or a negative time would join the new rounds (``robust_curve`` takes the
+    fastest): the profile is not used, and measured again from nothing, with no re-check."""
+    now, busy = [0.0], Rounds({1: 0.10, 8: 0.11})
+
+    def slow(qs, reps, warmup):  # 50 s a part: one round, cut short, provisional
+        now[0] += 50.0
+        return busy(qs, reps=reps, warmup=warmup)
+
+    p = latency.model_profile(tiny_llama, "m-9", measure=slow, root=str(tmp_path), retune=True,
+                              log=lambda _: None, clock=lambda: now[0])
+    assert p["provisional"]
+    saved = json.loads(Path(p["path"]).read_text())
+    for bad in (float("nan"), float("inf"), 0.0, -0.01):
+        Path(p["path"]).write_text(json.dumps({**saved, "rounds_s": [{"1": 0.10, "8": bad}]}))
+        quiet, lines = Rounds({1: 0.12, 8: 0.13}), []
+        again = latency.model_profile(tiny_llama, "m-9", measure=quiet, root=str(tmp_path), log=lines.append)
+        assert lines[0].startswith("measuring this machine's step latency for decoding=auto, once: m-9, ")
+        assert again["rounds_s"] == [{"1": 0.12, "8": 0.13}] * 3 and latency.curve_of(again) == {1: 0.12, 8: 0.13}
 
 
 def test_a_cached_profile_that_no_longer_matches_the_machine_is_replaced(tiny_llama, tmp_path):
@@ -308,6 +335,12 @@ def test_choose_dtype_takes_the_faster_greedy_step_and_says_why(tmp_path):
     assert latency.choose_dtype("m-1", "cpu-4t", lambda: {"float32": 0.0110, "bfloat16": 0.0100}, **kw) == "float32"
     assert lines[3].startswith("model.dtype=auto: float32, whose greedy step is within 1.20x of the fastest, and "
                                "exact on cpu-4t (11.0 ms against 10.0 ms in bfloat16;")
+    # a record corrupted into times no step takes (NaN, inf, 0, negative) is timed again, not chosen from
+    for bad in (float("nan"), float("inf"), 0.0, -1.0):
+        Path(path).write_text(json.dumps({"step_s": {"float32": 0.0187, "bfloat16": bad}, "method": ""}))
+        assert latency.choose_dtype("m-1", "cpu-16t", timings, **kw) == "bfloat16"
+        assert lines.pop().endswith(f"18.7 ms in float32; measured now, cached in {path})")
+    assert len(calls) == 6
 
 
 @pytest.mark.parametrize("faster", ["bfloat16", "float32"])
