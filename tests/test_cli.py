@@ -148,20 +148,56 @@ def test_ctrl_c_under_torchrun_exits_130_with_one_line(tmp_path, tiny_model_dir)
     assert _ids(out) == list(range(len(_ids(out))))
 
 
-@pytest.mark.parametrize("script, var, value", [("torchrun_single_node.sh", "NPROC", "0"),
-                                               ("torchrun_single_node.sh", "NPROC", "abc"),
-                                               ("slurm_single_node.sbatch", "NPROC_PER_NODE", "two")])
-def test_a_rank_count_that_is_not_a_positive_integer_is_refused(tmp_path, script, var, value):
-    """NPROC=0 gave torchrun's AssertionError traceback, NPROC=abc its ValueError (a new user, 2026-12-02)."""
-    stub = tmp_path / "torchrun"  # never started
+def _stub_torchrun(folder: Path) -> Path:
+    """A torchrun that is never to start: it leaves ``started`` beside itself if it does."""
+    stub = folder / "torchrun"
     stub.write_text("#!/usr/bin/env bash\necho started > \"$(dirname \"$0\")/started\"\n")
     stub.chmod(0o755)
-    env = {**ENV, var: value, "TORCHRUN": str(stub), "LP_RUNTIME_TORCHRUN": str(stub), "SLURM_JOB_ID": "t"}
+    return stub
+
+
+@pytest.mark.parametrize("script, var, value", [("torchrun_single_node.sh", "NPROC", "0"),
+                                               ("torchrun_single_node.sh", "NPROC", "abc"),
+                                               ("slurm_single_node.sbatch", "NPROC_PER_NODE", "two"),
+                                               ("slurm_multi_node.sbatch", "NPROC_PER_NODE", "0")])
+def test_a_rank_count_that_is_not_a_positive_integer_is_refused(tmp_path, script, var, value):
+    """NPROC=0 gave torchrun's AssertionError traceback, NPROC=abc its ValueError (a new user, 2026-12-02). The
+    Slurm scripts get Slurm's variables (their own check passes) and stop at the rank count."""
+    stub = _stub_torchrun(tmp_path)
+    env = {**ENV, var: value, "TORCHRUN": str(stub), "LP_RUNTIME_TORCHRUN": str(stub), "SLURM_JOB_ID": "t",
+           "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu[01-02]", "LP_RUNTIME_SRUN": ""}
     proc = subprocess.run(["bash", str(REPO / "launch" / script), "dataset.limit=1"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=30)
     what = ("give the number of ranks, an integer >= 1 (e.g. NPROC=2)" if var == "NPROC" else
-            "give the ranks of this node, an integer >= 1")
+            f"give the ranks of {'each' if 'multi' in script else 'this'} node, an integer >= 1")
     assert proc.returncode == 2 and proc.stderr.splitlines() == [f"error: {var}={value} is not allowed; {what}"]
+    assert not (tmp_path / "started").exists() and not (tmp_path / "outputs").exists()
+
+
+SINGLE_HINT = "(to run it here without Slurm: set SLURM_JOB_ID=local or RUN_DIR=<run folder>)"
+MULTI_HINT = ("(a one-node test here without Slurm: set SLURM_JOB_ID=local SLURM_NNODES=1 HEAD_NODE=127.0.0.1 "
+              "LP_RUNTIME_SRUN=)")
+
+
+@pytest.mark.parametrize("script, given, missing, hint", [
+    ("slurm_single_node.sbatch", {}, "SLURM_JOB_ID is", SINGLE_HINT),
+    ("slurm_multi_node.sbatch", {}, "SLURM_JOB_ID, SLURM_NNODES, SLURM_JOB_NODELIST are", MULTI_HINT),
+    ("slurm_multi_node.sbatch", {"HEAD_NODE": "node1"}, "SLURM_JOB_ID, SLURM_NNODES are", MULTI_HINT),
+    ("slurm_multi_node.sbatch", {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[01-02]"}, "SLURM_NNODES is",
+     MULTI_HINT)])
+def test_a_slurm_script_run_outside_slurm_is_one_line(tmp_path, script, given, missing, hint):
+    """`bash launch/slurm_*.sbatch` (not sbatch): bash's 'SLURM_JOB_ID: set SLURM_JOB_ID (sbatch does)', exit 1, after
+    the rank count was checked; now the missing variables and the sbatch command line, exit 2, nothing started."""
+    stub = _stub_torchrun(tmp_path)
+    env = {k: v for k, v in ENV.items() if not k.startswith(("SLURM_", "LP_RUNTIME_")) and k not in (
+        "RUN_DIR", "HEAD_NODE", "NPROC_PER_NODE")}
+    env.update(given, LP_RUNTIME_TORCHRUN=str(stub), NPROC_PER_NODE="none")  # the rank count is checked after
+    path = REPO / "launch" / script
+    proc = subprocess.run(["bash", str(path), "model=tiny", "model.name=a (b)"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"error: {missing} not set, so this is not a Slurm job; submit it with: sbatch {path} model=tiny "
+        rf"model.name=a\ \(b\) {hint}"], proc.stderr
     assert not (tmp_path / "started").exists() and not (tmp_path / "outputs").exists()
 
 
