@@ -270,6 +270,11 @@ def test_no_schema_among_the_choices_and_the_slurm_preset_composes():
         launcher = cfg.hydra.launcher
         assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
         assert (launcher.tasks_per_node, launcher.nodes, launcher.setup) == (4, 1, ["export HYDRA_FULL_ERROR=1"])
+        # lp_local's job logs: the sweep's .submitit, no %j (submitit's local controller made an empty '%j' folder)
+        cfg = compose("generate", overrides=["hydra/launcher=lp_local", "hydra.sweep.dir=/tmp/sweep"],
+                      return_hydra_config=True)
+        assert cfg.hydra.launcher._target_.endswith("submitit_launcher.LocalLauncher")
+        assert cfg.hydra.launcher.submitit_folder == "/tmp/sweep/.submitit"
 
 
 # ---------------------------------------------------------------------------- submitit launcher, locally
@@ -290,6 +295,8 @@ def test_submitit_local_launcher_sweep_with_two_ranks_per_job(tiny_model_dir, tm
         (answer,) = [json.loads(x) for x in (folder / "answers.jsonl").read_text().splitlines()]
         outputs.append(answer["choices"][0]["output_ids"])
     assert outputs[0] == outputs[1]  # W = 0 and W = 2: the same greedy tokens
+    logs = tmp_path / "sweep" / ".submitit"  # each job's two ranks' logs, no folder named '%j' beside them
+    assert len(list(logs.glob("*_[01]_log.out"))) == 4 and [p for p in logs.iterdir() if p.is_dir()] == []
     # the same sweep folder with another setting: job 0's ranks refuse its answers file; that job's one error line,
     # exit 2, not the launcher's UncompletedJobError traceback (a new user's third pass); the answers stay
     before = (tmp_path / "sweep" / "0" / "answers.jsonl").read_bytes()
