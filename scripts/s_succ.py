@@ -119,7 +119,7 @@ def run_variant(model, eos, prompts, refs, name, opt, max_new, out_dir, lp_k, re
     path = out_dir / "runs" / f"{name}.json"
     if path.exists():
         return json.loads(path.read_text())
-    rows, t0, group, dec, curve = [], time.time(), None, None, fixed_curve()
+    rows, t0, group, dec, curve = [], time.time(), None, None, fixed_curve(opt["curve"] or CURVE)
     for (grp, qid, prompt), ref in zip(prompts, refs):
         if grp != group or not opt["across"]:  # one decoder (table, store, policy) per prompt set, as one run holds
             dec, probe = make_decoder(model, eos, opt, lp_k, refeed)
@@ -141,12 +141,14 @@ def run_variant(model, eos, prompts, refs, name, opt, max_new, out_dir, lp_k, re
 
 
 def modeled_speedup(res, group: str) -> float:
-    """Greedy's modeled time over the run's on the fixed curve: new tokens x curve(1) / the sum over steps of
-    curve(tokens fed) (prefill left out; nan for runs recorded before ``modeled_s``)."""
+    """Greedy's modeled time over the run's on the run's fixed curve (its ``curve`` option, else ``CURVE``): new
+    tokens x curve(1) / the sum over steps of curve(tokens fed) (prefill left out; nan for runs recorded before
+    ``modeled_s``)."""
     rows = [r for r in res["rows"] if r["group"] == group]
     if not rows or any("modeled_s" not in r for r in rows):
         return float("nan")
-    return sum(r["new_tokens"] for r in rows) * fixed_curve()(1) / sum(r["modeled_s"] for r in rows)
+    curve = fixed_curve(res["options"].get("curve") or CURVE)
+    return sum(r["new_tokens"] for r in rows) * curve(1) / sum(r["modeled_s"] for r in rows)
 
 
 def main() -> None:
