@@ -21,6 +21,13 @@ CALIBRATION_TOKENS = 128  # new tokens per calibration prompt: a run's default b
 CALIBRATION_PROMPTS = (3, 3)  # MT-Bench first turns, HumanEval prompts: half each, as the benchmark
 WARM_PROMPTS = 1  # decoded first and not counted: the policy and the answer store warm up, as in a run
 CALIBRATION_BUDGET_S = 90.0  # no further prompt is started after this many seconds (two are always counted)
+# decoding.successors=auto in one process: the successor table is calibrated too when the policy without it fed at
+# least TABLE_MIN_STEP_TOKENS a step (a flat curve: a native-bf16 CPU, a GPU), and kept when its expected speedup
+# beats the setting without it by TABLE_MARGIN (its per-step work, tree growth and the rows' top-k, is not on the
+# curve). docs/benchmarks.md 6d: on a 2-core CPU's float32 curve the policy fed 2.3 tokens a step and the table
+# changed nothing (1.035x against 1.036x modeled); on its native-bf16 curve it fed 6.0, and the table 1.19x more.
+TABLE_MIN_STEP_TOKENS = 4.0
+TABLE_MARGIN = 1.03
 
 
 def auto_policy(model, *, model_id: Optional[str] = None, root: Optional[str] = None,
@@ -145,23 +152,36 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
     printing ONE line with the setting and the expected speedup over greedy. The profile is
     ``latency.model_profile`` (``measure``: its timing; ``step``: the decoder's step, see ``auto_policy``); the
     speedup is ``calibrate`` of ``make_decoder(setting, CostPolicy(curve))``, once per profile and setting, kept
-    in the profile, with its progress bar unless ``progress`` is off (call on rank 0 only). ``ConfigError`` before
-    measuring or calibrating when the profile's folder cannot be written (``latency.check_profile_folder``)."""
+    in the profile, with its progress bar unless ``progress`` is off (call on rank 0 only). In one process with
+    ``successors`` "auto", the setting with the successor table (``successors`` "true") is calibrated too when the
+    policy fed at least ``TABLE_MIN_STEP_TOKENS`` a step without it, and chosen when its expected speedup is at
+    least ``TABLE_MARGIN`` times the other's (docs/benchmarks.md 6d). ``ConfigError`` before measuring or
+    calibrating when the profile's folder cannot be written (``latency.check_profile_folder``)."""
     limits = limits or DecodingConfig(method="auto")
     profile = model_profile(model, model_id_of(model), retune=retune, root=root,
                             log=lambda line: print(line, flush=True), **step_timing(step, measure))
     curve = curve_of(profile)
     decoding = auto_decoding(curve, limits, lp_size)
-    key = (f"W{decoding.window_size} N{decoding.ngram_size} G{decoding.guess_set_size} T{max_new_tokens}"
-           + (" succ1" if decoding.successors_on(1) else ""))  # the calibration decodes in one process
-    calib = (profile.get("calibration") or {}).get(key)
-    if calib is None:
-        check_profile_folder(profile["path"])  # a read-only cache, its profile reused: refused before calibrating
-        prompts = calibration_prompts(tokenizer, fallback_questions)
-        calib = calibrate(make_decoder(decoding, CostPolicy(curve)), prompts, curve, max_new_tokens=max_new_tokens,
-                          clock=clock, progress=progress)
-        profile.setdefault("calibration", {})[key] = calib
-        save_profile(profile["path"], profile)
+
+    def calibrated(d: DecodingConfig) -> dict[str, Any]:
+        key = (f"W{d.window_size} N{d.ngram_size} G{d.guess_set_size} T{max_new_tokens}"
+               + (" succ1" if d.successors_on(1) else ""))  # the calibration decodes in one process
+        calib = (profile.get("calibration") or {}).get(key)
+        if calib is None:
+            check_profile_folder(profile["path"])  # a read-only cache, its profile reused: refused before calibrating
+            prompts = calibration_prompts(tokenizer, fallback_questions)
+            calib = calibrate(make_decoder(d, CostPolicy(curve)), prompts, curve, max_new_tokens=max_new_tokens,
+                              clock=clock, progress=progress)
+            profile.setdefault("calibration", {})[key] = calib
+            save_profile(profile["path"], profile)
+        return calib
+
+    calib = calibrated(decoding)
+    if lp_size == 1 and decoding.successors == "auto" and calib["mean_step_tokens"] >= TABLE_MIN_STEP_TOKENS:
+        table = replace(decoding, successors="true")
+        with_table = calibrated(table)
+        if with_table["expected_speedup"] >= TABLE_MARGIN * calib["expected_speedup"]:
+            decoding, calib = table, with_table
     print(_start_line(model_name or model_id_of(model), decoding, dtype_name(model), profile, calib), flush=True)
     entry = {"chosen": asdict(decoding), "expected_speedup": calib["expected_speedup"], "calibration": calib,
              "profile": profile["path"], "reused_profile": profile["reused"], "latency_s": profile["latency_s"]}
@@ -194,8 +214,10 @@ def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: 
     how = "cached" if profile["reused"] else f"measured now in {profile.get('measure_seconds', 0.0):.0f} s"
     if profile.get("provisional"):  # latency.model_profile: the budget stopped a busy machine's measuring
         how += f"; provisional, {len(profile.get('rounds_s', ()))} of {ROUNDS} rounds: more at the next start"
-    return (f"decoding=auto: {name}, cost policy, (W, N, G) <= ({d.window_size}, {d.ngram_size}, {d.guess_set_size}),"
-            f" {dtype} on {profile['device']}, step latency {1e3 * lat(1):.1f} ms (q=1) / {1e3 * lat(8):.1f} ms "
+    table = " + successor table" if d.successors_on(1) else ""
+    return (f"decoding=auto: {name}, cost policy{table}, (W, N, G) <= ({d.window_size}, {d.ngram_size}, "
+            f"{d.guess_set_size}), {dtype} on {profile['device']}, step latency {1e3 * lat(1):.1f} ms (q=1) / "
+            f"{1e3 * lat(8):.1f} ms "
             f"(q=8); expected speedup over greedy {calib['expected_speedup']:.2f}x (per prompt {calib['low']:.2f}-"
             f"{calib['high']:.2f}x; S {calib['tokens'] / max(calib['steps'], 1):.2f} at "
             f"{calib['mean_step_tokens']:.1f} tokens/step over {calib['prompts']} calibration prompts of up to "

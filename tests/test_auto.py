@@ -126,7 +126,7 @@ def test_resolve_auto_prints_one_line_and_reuses_the_calibration(tiny_model_dir,
     flat = {1: 0.01, 64: 0.01}
     latency.latency_profile(models.model_id_of(model), latency.device_key(model), "float32", measure=lambda: flat)
     fallback = [Question(1, "writing", ["Write a haiku about the sea."]), Question(2, "code", ["def f(x):"])]
-    limits = DecodingConfig(method="auto", ngram_size=4, guess_set_size=2)
+    limits = DecodingConfig(method="auto", ngram_size=4, guess_set_size=2, successors="false")  # one setting: below
     made = []
 
     def make_decoder(d, policy):
@@ -142,7 +142,7 @@ def test_resolve_auto_prints_one_line_and_reuses_the_calibration(tiny_model_dir,
     c = e1["calibration"]
     assert (f"expected speedup over greedy {c['expected_speedup']:.2f}x (per prompt {c['low']:.2f}-{c['high']:.2f}x;"
             in lines[0]) and f"over {c['prompts']} calibration prompts of up to 4 tokens)" in lines[0]
-    assert d1 == DecodingConfig(method="auto", window_size=15, ngram_size=4, guess_set_size=2)
+    assert d1 == DecodingConfig(method="auto", window_size=15, ngram_size=4, guess_set_size=2, successors="false")
     assert made[0][0] == d1 and isinstance(made[0][1], CostPolicy) and made[0][1].curve(64) == 0.01
     # MT-Bench and HumanEval prompts (the fallback where those packages are missing), the first only warming up
     n = len(auto.calibration_prompts(tok, fallback))
@@ -162,6 +162,57 @@ def test_resolve_auto_prints_one_line_and_reuses_the_calibration(tiny_model_dir,
                       fallback_questions=fallback, max_new_tokens=4, progress=False)
     assert len(made) == 3 and made[2][0].successors == "true"
     assert "W15 N4 G2 T4 succ1" in json.loads(Path(e1["profile"]).read_text())["calibration"]
+
+
+class StepsDecoder:
+    """A decoder that makes 4 tokens in steps of the given sizes, whatever the prompt (for ``auto.calibrate``)."""
+
+    def __init__(self, step_tokens):
+        self.step_tokens = list(step_tokens)
+
+    def generate(self, prompt, max_new_tokens):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(output_ids=[7] * 4, step_tokens=self.step_tokens)
+
+
+@pytest.mark.parametrize("plain, table, calibrated, chosen", [
+    ([6, 6, 6, 6], [8, 8], ["auto", "true"], "true"),           # 6 tokens a step: the table is tried, 2x: kept
+    ([6, 6, 6, 6], [8, 8, 8, 8], ["auto", "true"], "auto"),     # tried, no faster (below TABLE_MARGIN): not kept
+    ([6, 6, 6, 6], [5, 5, 5], ["auto", "true"], "true"),        # 4/3 x: kept
+    ([2, 2, 2, 2], [8, 8], ["auto"], "auto"),                   # 2 tokens a step (a steep curve): not tried
+])
+def test_auto_tries_the_successor_table_in_one_process_and_keeps_it_when_faster(
+        tiny_model_dir, tmp_path, monkeypatch, capsys, plain, table, calibrated, chosen):
+    from transformers import AutoTokenizer
+
+    from lp_runtime.data import Question
+
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    model, _ = models.load_model(ModelConfig(name="tiny", path=str(tiny_model_dir), device="cpu"))
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    latency.latency_profile(models.model_id_of(model), latency.device_key(model), "float32",
+                            measure=lambda: {1: 0.01, 64: 0.01})
+    made = []
+
+    def make_decoder(d, policy):
+        made.append(d.successors)
+        return StepsDecoder(table if d.successors == "true" else plain)
+
+    fallback = [Question(1, "writing", ["Write a haiku."]), Question(2, "code", ["def f(x):"]),
+                Question(3, "math", ["1 + 1?"])]
+    limits = DecodingConfig(method="auto", ngram_size=4, guess_set_size=2)
+    d, entry = auto.resolve_auto(model, tok, limits, make_decoder=make_decoder, fallback_questions=fallback,
+                                 max_new_tokens=4, progress=False)
+    assert made == calibrated and d.successors == chosen
+    assert entry["chosen"]["successors"] == chosen and entry["calibration"]["mean_step_tokens"] == (
+        sum(table) / len(table) if chosen == "true" else 6.0 if plain[0] == 6 else 2.0)
+    assert (" + successor table, (W, N, G)" in capsys.readouterr().out) == (chosen == "true")
+    # under LP the table is on anyway (successors "auto"): one calibration, in one process without it
+    made.clear()
+    d, _ = auto.resolve_auto(model, tok, limits, make_decoder=make_decoder, fallback_questions=fallback,
+                             max_new_tokens=4, progress=False, lp_size=2)
+    assert made == [] and d.successors == "auto" and d.successors_on(2)  # the first call's calibration is reused
 
 
 @pytest.mark.parametrize("speedup, advice", [(0.9659862992215469, True), (0.994, True), (0.996, False), (1.34, False)])
