@@ -58,15 +58,12 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     problem = fit_problem(cfg, device, cfg.dtype, free_bytes)
     if problem:
         raise ModelLoadError(problem)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs = dict(dtype=resolve_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation,
                   trust_remote_code=cfg.trust_remote_code)
     try:
         if cfg.path.startswith(BUNDLED_PREFIX):
-            folder = bundled_cache(cfg.path[len(BUNDLED_PREFIX):])
-            tokenizer = AutoTokenizer.from_pretrained(folder)
-            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+            tokenizer, model = _load_bundled(cfg.path[len(BUNDLED_PREFIX):], kwargs)
         else:
             tokenizer, model = _load_hf(cfg.path, cfg.gguf_file, kwargs)
     except ImportError as e:  # flash_attention_2 or a hub kernel whose package is not installed here
@@ -343,6 +340,24 @@ def check_local_path(path: str) -> None:
     looks_local = path.startswith(("/", ".", "~")) or path.count("/") > 1 or (os.sep != "/" and os.sep in path)
     if looks_local and not os.path.isdir(os.path.expanduser(path)):
         raise ModelLoadError(f"model.path={path!r} is not an existing folder. {_ALLOWED}")
+
+
+def _load_bundled(name: str, kwargs: dict):
+    """(tokenizer, model) from the cached float32 copy of bundled model ``name`` (``bundled.bundled_cache``). A copy
+    whose files were damaged after their check (same sizes, other bytes) raises ``ModelLoadError`` naming the
+    folder and the way out (delete it: the next run converts the GGUF again); an ``ImportError`` (an attention
+    package) passes through."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = bundled_cache(name)
+    try:
+        return AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    except ImportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - damaged files fail in many ways (SafetensorError, JSONDecodeError)
+        reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise ModelLoadError(f"the cached copy of bundled:{name} in {folder} could not be loaded ({reason.rstrip('.')}"
+                             f"); delete that folder and run again: it is converted again from the bundled GGUF") from e
 
 
 def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):

@@ -97,6 +97,29 @@ def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("damaged", ["tokenizer.json", "model.safetensors"])
+def test_a_cached_copy_damaged_in_place_is_one_error_naming_the_folder(smollm2, tmp_path, monkeypatch, damaged):
+    """A new user overwrote the first bytes of the cached copy's files (same sizes, so the cache looked complete):
+    a SafetensorError / JSONDecodeError traceback, exit 1. Now one ModelLoadError naming the folder and the way out."""
+    real = os.path.join(bundled.cache_root(), bundled.BUNDLED["smollm2"][2])
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    copy = tmp_path / bundled.BUNDLED["smollm2"][2]
+    copy.mkdir()
+    for name in os.listdir(real):  # links to the real files, but the damaged one: a copy with other first bytes
+        if name == damaged:
+            data = bytearray(open(os.path.join(real, name), "rb").read())
+            data[:14] = b"GARBAGEGARBAGE"
+            (copy / name).write_bytes(bytes(data))
+        else:
+            os.symlink(os.path.join(real, name), copy / name)
+    assert bundled.bundled_cache("smollm2", lambda *a: pytest.fail("converted")) == str(copy)  # looks complete
+    with pytest.raises(ModelLoadError) as e:
+        load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
+    reason = "Error while deserializing header: header too large" if damaged == "model.safetensors" else ""
+    assert str(e.value).startswith(f"the cached copy of bundled:smollm2 in {copy} could not be loaded ({reason}")
+    assert str(e.value).endswith("); delete that folder and run again: it is converted again from the bundled GGUF")
+
+
 def test_an_unwritable_cache_folder_is_refused_before_converting(monkeypatch):
     """LP_RUNTIME_CACHE=/proc/... (no new folder there, even for root) raised a raw FileNotFoundError: one
     ConfigError naming the folder, the reason and the way out, before the ~50 s conversion."""
