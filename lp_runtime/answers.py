@@ -3,6 +3,7 @@ the files beside it: ``.settings.json`` (the settings that made the answers: a l
 refused), ``.summary.json`` (``lp_runtime.metrics``) and ``.lock`` while a run holds the file (docs/design.md 5)."""
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import fcntl
 import json
@@ -169,12 +170,14 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
 
     A final line without its newline is kept (its newline added with ``trim``) when it is a whole answer (a file
     edited by hand), else ignored (a killed run's partial line) and with ``trim`` cut off the file, as are blank
-    lines (which strict JSONL readers such as FastChat's refuse). A line that is
+    lines and a leading UTF-8 byte-order mark (which strict JSONL readers such as FastChat's refuse). A line that is
     not UTF-8, not JSON, not an answer, or a second answer to a question raises ``OutputError`` naming the file and
     line, then ``advice``; the file is left as it was."""
     if not path.exists():
         return []
     raw = path.read_bytes()
+    bom = raw.startswith(codecs.BOM_UTF8)  # an editor's (Notepad's) byte-order mark: read past, cut with trim
+    raw = raw[len(codecs.BOM_UTF8):] if bom else raw
     complete = raw[: raw.rfind(b"\n") + 1]
     whole = bool(raw[len(complete):].strip()) and _whole_answer(raw[len(complete):])
     if whole:  # a last answer without its newline: kept, the newline added below (trim)
@@ -198,7 +201,7 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
             raise OutputError(f"{where} answers question {record['question_id']!r} again ({first[qid]} did); "
                               f"keep one of the two lines, or {advice}")
     kept = [line for line in complete.splitlines(keepends=True) if line.strip()] if trim else []
-    if trim and len(kept) < complete.count(b"\n"):  # blank lines (an edit by hand): strict JSONL readers refuse them
+    if trim and (bom or len(kept) < complete.count(b"\n")):  # blank lines, a BOM: strict JSONL readers refuse them
         tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
         tmp.write_bytes(b"".join(kept))
         os.replace(tmp, path)  # the answers as they were, without the blank lines (and a partial last line)
@@ -215,19 +218,44 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
 
 def _whole_answer(line: bytes) -> bool:
     try:
-        _check_answer(json.loads(line.decode("utf-8")), "", Path(), "")
+        _check_answer(json.loads(line.decode("utf-8")), "", Path(), "", types=False)  # a whole line, if mistyped
     except (UnicodeDecodeError, json.JSONDecodeError, OutputError):
         return False
     return True
 
 
-def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_seconds(x: Any) -> bool:
+    return (_is_int(x) or isinstance(x, float)) and 0 <= x < float("inf")
+
+
+# What each of ANSWER_KEYS holds, one entry a turn (what the summary and the report add up).
+ANSWER_TYPES = {"output_ids": ("lists of token ids", lambda v: isinstance(v, list) and all(map(_is_int, v))),
+                "new_tokens": ("token counts", lambda v: _is_int(v) and v >= 0),
+                "decoding_steps": ("step counts", lambda v: _is_int(v) and v >= 0),
+                "wall_time": ("seconds", _is_seconds),
+                "accept_lengths": ("lists of token counts", lambda v: isinstance(v, list) and all(map(_is_int, v)))}
+
+
+def _check_answer(record: Any, where: str, path: Path, advice: str, *, types: bool = True) -> None:
     choices = record.get("choices") if isinstance(record, dict) else None
     if not (isinstance(record, dict) and "question_id" in record and isinstance(choices, list) and choices
             and isinstance(choices[0], dict) and all(k in choices[0] for k in ANSWER_KEYS)):
         what = "a question" if isinstance(record, dict) and "turns" in record and "choices" not in record else "not an answer"
         raise OutputError(f"{where} is {what} (an answer line has question_id and choices[0] with "
                           f"{', '.join(ANSWER_KEYS)}), so {path} is not an answers file; {advice}")
+    # An edit by hand: refused here, not as a TypeError in the summary after a new answer was appended.
+    for key, (what, ok) in ANSWER_TYPES.items() if types else ():
+        value = choices[0][key]
+        if not (isinstance(value, list) and all(map(ok, value))):
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise OutputError(f"{where}: choices[0].{key} is {shown}, not a list of {what} (one a turn); the file "
+                              f"was changed by hand: restore that line or remove it (its question is answered "
+                              f"again), or {advice}")
 
 
 def append_line(path: Path, record: dict) -> None:

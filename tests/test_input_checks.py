@@ -183,7 +183,7 @@ def test_answers_file_checks_name_the_answers_file(tmp_path):
     assert a.read_bytes() == b'{"question_id": 1}\n\xff\n'
     # a question answered twice (a line appended by hand, or by an unlocked run of an older version): the re-run
     # listed it twice as done and the report counted it twice (a new user, 2026-12-02); ids "7" and 7 are one id
-    line = {"choices": [{"output_ids": [], "new_tokens": 0, "decoding_steps": 0, "wall_time": 0, "accept_lengths": []}]}
+    line = {"choices": [{"output_ids": [], "new_tokens": [], "decoding_steps": [], "wall_time": [], "accept_lengths": []}]}
     for first, second in ((81, 81), ("7", 7)):
         a.write_text("".join(json.dumps({"question_id": q, **line}) + "\n" for q in (first, 5, second)))
         before = a.read_bytes()
@@ -194,13 +194,58 @@ def test_answers_file_checks_name_the_answers_file(tmp_path):
         assert a.read_bytes() == before
 
 
+@pytest.mark.parametrize("key, value, shown, what", [
+    ("new_tokens", ["x"], '["x"]', "token counts"),
+    ("new_tokens", 5, "5", "token counts"),
+    ("decoding_steps", [True], "[true]", "step counts"),
+    ("wall_time", [-1.0], "[-1.0]", "seconds"),
+    ("accept_lengths", [[1, "2"]], '[[1, "2"]]', "lists of token counts"),
+    ("output_ids", [["x"] + [1] * 30], '[["x", ' + "1, " * 16 + "1,...", "lists of token ids"),  # shown shortened
+])
+def test_an_answer_line_edited_into_wrong_types_is_refused_before_anything_is_appended(tmp_path, key, value, shown,
+                                                                                         what):
+    """A new user set line 1's ``choices[0].new_tokens`` to "x": the resumed run appended a new answer, then died
+    in the summary with a TypeError traceback (exit 1), as did every re-run and the report. One OutputError naming
+    the file, line and field, the file unchanged."""
+    from lp_runtime.answers import OutputError, load_answers
+
+    good = {"output_ids": [[1, 2]], "new_tokens": [2], "decoding_steps": [2], "wall_time": [0.5],
+            "accept_lengths": [[1, 1]]}
+    a = tmp_path / "a.jsonl"
+    a.write_text(json.dumps({"question_id": 1, "choices": [{**good, key: value}]}) + "\n"
+                 + json.dumps({"question_id": 2, "choices": [good]}) + "\n")
+    before = a.read_bytes()
+    for trim in (False, True):
+        with pytest.raises(OutputError) as e:
+            load_answers(a, trim=trim)
+        assert str(e.value) == (f"{a} line 1: choices[0].{key} is {shown}, not a list of {what} (one a turn); the "
+                                "file was changed by hand: restore that line or remove it (its question is answered "
+                                "again), or move the file away or choose another output.path")
+        assert a.read_bytes() == before
+
+
+def test_an_answers_file_with_a_byte_order_mark_resumes_and_loses_the_mark(tmp_path):
+    """Notepad saves UTF-8 with a byte-order mark: 'line 1 is not JSON' refused a file a user had only trimmed as
+    README's Resume section says (a new user, 2026-12-03). Read past; the resuming rank writes the file without it."""
+    from lp_runtime.answers import load_answers
+
+    line = {"choices": [{"output_ids": [], "new_tokens": [], "decoding_steps": [], "wall_time": [], "accept_lengths": []}]}
+    one, two = (json.dumps({"question_id": q, **line}) + "\n" for q in (1, 2))
+    a = tmp_path / "a.jsonl"
+    a.write_bytes(b"\xef\xbb\xbf" + (one + two).encode())
+    before = a.read_bytes()
+    assert [r["question_id"] for r in load_answers(a, trim=False)] == [1, 2] and a.read_bytes() == before
+    assert [r["question_id"] for r in load_answers(a, trim=True)] == [1, 2]
+    assert a.read_text() == one + two and not list(tmp_path.glob("*.tmp*"))
+
+
 def test_blank_lines_in_an_answers_file_are_dropped_on_resume(tmp_path):
     """A blank line added by hand was kept through every resume ({...}\n\n{...}\n), which strict JSONL readers
     (FastChat's) refuse (a new user, 2026-12-02): the resuming rank drops blank lines (and a partial last line);
     a read-only load leaves the file as it is."""
     from lp_runtime.answers import load_answers
 
-    line = {"choices": [{"output_ids": [], "new_tokens": 0, "decoding_steps": 0, "wall_time": 0, "accept_lengths": []}]}
+    line = {"choices": [{"output_ids": [], "new_tokens": [], "decoding_steps": [], "wall_time": [], "accept_lengths": []}]}
     one, two = (json.dumps({"question_id": q, **line}) + "\n" for q in (1, 2))
     a = tmp_path / "a.jsonl"
     a.write_text(one + "\n  \n" + two + '{"question_id": 3, "cho')
@@ -216,7 +261,7 @@ def test_a_whole_last_answer_without_its_newline_is_kept_on_resume(tmp_path):
     rank; alone, and after blank lines (the file rewritten)."""
     from lp_runtime.answers import load_answers
 
-    line = {"choices": [{"output_ids": [], "new_tokens": 0, "decoding_steps": 0, "wall_time": 0, "accept_lengths": []}]}
+    line = {"choices": [{"output_ids": [], "new_tokens": [], "decoding_steps": [], "wall_time": [], "accept_lengths": []}]}
     one, two = (json.dumps({"question_id": q, **line}) for q in (1, 2))
     a = tmp_path / "a.jsonl"
     for text in (f"{one}\n{two}", f"{one}\n\n{two}"):
