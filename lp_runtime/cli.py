@@ -6,6 +6,7 @@ error raised after one of them (``interrupted``); anything else is a bug: Python
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -46,11 +47,31 @@ def one_line(e: BaseException) -> str:
     if isinstance(e.__cause__, OmegaConfBaseException) and str(e.__cause__).strip():
         msg = msg.rstrip(".") + ": " + str(e.__cause__).strip().splitlines()[0]
     if isinstance(e, OverrideParseException):  # a value the shell split at a space, or a bracket in it
+        msg = re.sub(r"^[A-Za-z]+Exception: ", "", msg)  # the grammar's own exception name tells a user nothing
         msg += (" (every override is key=value; quote one whose value holds spaces or brackets as a whole, e.g. "
                 "'output.path=my answers.jsonl' or 'model.name=\"a (b)\"')")
         if "~" in str(e):  # Hydra's grammar takes no bare ~ in a value, and the shell expands none after '='
             msg = msg[:-1] + "; a path starting with ~ too: 'output.path=\"~/answers.jsonl\"')"
+        if not str(e).isascii():  # the grammar's unquoted values are ASCII
+            msg = msg[:-1] + "; a value with characters outside ASCII too: 'output.path=\"outputs/é/a.jsonl\"')"
     return msg
+
+
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def check_flag_order(argv: list[str]) -> None:
+    """``ConfigError`` when ``-m`` / ``--multirun`` stands between overrides (key=value): Hydra's argument parser
+    then refused the overrides after it with an 8-line usage text that did not name the flag."""
+    flag = next((a for a in argv if a in MULTIRUN_FLAGS), None)
+    at = argv.index(flag) if flag else 0
+
+    def is_override(arg: str) -> bool:
+        return "=" in arg and not arg.startswith("-")
+
+    if flag and any(map(is_override, argv[:at])) and any(map(is_override, argv[at + 1:])):
+        raise ConfigError(f"{flag} stands between overrides; put it before them (or after all of them): "
+                          f"{flag} {' '.join(filter(is_override, argv))}")
 
 
 def fail(e: BaseException) -> NoReturn:
@@ -168,6 +189,7 @@ def main(app: Callable[[], None], *, interrupted: str,
     os.environ["HYDRA_FULL_ERROR"] = "1"
     _DIRS_BEFORE.update(_dirs_near(Path.cwd()))
     try:
+        check_flag_order(sys.argv[1:])
         if check_argv is not None:
             check_argv(sys.argv[1:])
         app()

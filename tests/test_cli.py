@@ -533,7 +533,7 @@ BAD_CONFIGS = [
     (["model.name=a (b)"], "Error parsing override 'model.name=a (b)'" + QUOTE_HINT),
     # a new user, 2026-12-02: no word on ~ (which the shell does not expand after '='), a summary given as the
     # answers file ("line 1 is not JSON"), and a device that "does not exist"
-    (["output.path=~/x.jsonl"], "LexerNoViableAltException: output.path=~/x.jsonl" + QUOTE_HINT[:-1]
+    (["output.path=~/x.jsonl"], "output.path=~/x.jsonl" + QUOTE_HINT[:-1]
      + "; a path starting with ~ too: 'output.path=\"~/answers.jsonl\"')"),
     (["output.path=a.summary.json"], "output.path='a.summary.json' names a run's summary record (written beside its "
                                      "answers file); give the answers file, e.g. output.path=a.jsonl"),
@@ -541,6 +541,42 @@ BAD_CONFIGS = [
                                                   "socket); give a question file in JSONL format ("
                                                   + FORMAT.format() + ")"),
 ]
+
+
+def test_an_unquoted_value_outside_ascii_is_named_with_its_way_out():
+    """A new user (2026-12-03): output.path=outputs/é/a.jsonl gave 'LexerNoViableAltException: ...' and a hint on
+    spaces and brackets only."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from lp_runtime.cli import one_line
+
+    with pytest.raises(Exception) as e:
+        OverridesParser.create().parse_overrides(["output.path=outputs/é/a.jsonl"])
+    assert one_line(e.value) == ("output.path=outputs/é/a.jsonl" + QUOTE_HINT[:-1] + "; a value with characters "
+                                 "outside ASCII too: 'output.path=\"outputs/é/a.jsonl\"')")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["decoding=lookahead", "-m", "decoding.window_size=0,3", "dataset.limit=1"],
+     "-m stands between overrides; put it before them (or after all of them): -m decoding=lookahead "
+     "decoding.window_size=0,3 dataset.limit=1"),
+    (["a=1", "--multirun", "b=2"], "--multirun stands between overrides; put it before them (or after all of them): "
+                                   "--multirun a=1 b=2"),
+    (["-m", "a=1", "b=2"], None), (["a=1", "b=2", "--multirun"], None), (["--config-name", "bench", "-m", "a=1"], None),
+    (["a=1", "b=2"], None),
+])
+def test_a_multirun_flag_between_overrides_is_one_line(argv, message):
+    """A new user (2026-12-03): `generate decoding=lookahead -m decoding.window_size=0,3` printed argparse's 8-line
+    usage and 'unrecognized arguments: decoding.window_size=0,3 dataset.limit=1', not naming -m."""
+    from lp_runtime.cli import check_flag_order
+    from lp_runtime.config import ConfigError
+
+    if message is None:
+        check_flag_order(argv)
+        return
+    with pytest.raises(ConfigError) as e:
+        check_flag_order(argv)
+    assert str(e.value) == message
 
 
 def _folder(tmp: Path, name: str) -> Path:
