@@ -122,7 +122,8 @@ def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
             want = choice.rstrip("/")
             if str(r["path"]).endswith(want) or (r["path"].name == "answers.jsonl" and str(r["path"].parent).endswith(want)):
                 return i
-        raise ReportError(f"--baseline {choice!r} is neither a row number below {len(runs)} nor one of the runs")
+        raise ReportError(f"--baseline {choice!r} is neither a row number (0..{len(runs) - 1}) nor the path of one "
+                          f"of the runs: {', '.join(str(r['path']) for r in runs)}")
     greedy = [i for i, r in enumerate(runs) if r["settings"].get("decoding.method") == "greedy" and is_greedy(r)]
     # the greedy run that shares the most questions with the others (the same prompts), the first on ties
     return max(greedy, key=lambda i: (sum(len(shared(runs[i], r)) for r in runs), -i), default=0)
