@@ -406,7 +406,7 @@ ABLATIONS = {  # label suffix -> decoder options switched off (decoding=auto has
     "-cross_question": {"cross_question": False},  # no store of earlier answers (each prompt on its own)
     "-chain": {"chain": False},                # drafts end where their match ends (no re-match on the draft)
     "window": {"window": "always"},            # W = 3 fed every step where auto chose W = 0; W = 0 where it chose a window
-    "+successors": {"successors": True},       # the successor table joins the suffix proposer (one grown tree)
+    "+successors": {"successors": True},       # the table joins the suffix proposer (where auto chose it: -successors)
 }
 
 
@@ -621,6 +621,9 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
                         elif suffix == "window":  # auto has none: W = 3 fed every step
                             mine.append((f"{decoding_label(dc)} W->3 always", dataclasses.replace(dc, window_size=3),
                                          opts))
+                        elif suffix == "+successors" and dc.successors_on(1):  # auto chose the table: without it
+                            mine.append((f"{decoding_label(dc)} -successors",
+                                         dataclasses.replace(dc, successors="false"), {}))
                         else:
                             mine.append((f"{decoding_label(dc)} {suffix}", dc, opts))
             elif decoding_label(dc) not in [x[0] for x in mine]:
