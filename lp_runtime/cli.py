@@ -58,20 +58,29 @@ def one_line(e: BaseException) -> str:
 
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
+VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun",
+               "--cfg", "-c", "--package", "-p")  # Hydra's flags that take a value (not an override)
+
+
+def override_positions(argv: list[str]) -> list[int]:
+    """Indices of the overrides in a command line: the arguments that are neither a flag nor a flag's value."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip or a.startswith("-"):
+            skip = a in VALUE_FLAGS
+            continue
+        out.append(i)
+    return out
 
 
 def check_flag_order(argv: list[str]) -> None:
     """``ConfigError`` when ``-m`` / ``--multirun`` stands between overrides (key=value): Hydra's argument parser
     then refused the overrides after it with an 8-line usage text that did not name the flag."""
-    flag = next((a for a in argv if a in MULTIRUN_FLAGS), None)
-    at = argv.index(flag) if flag else 0
-
-    def is_override(arg: str) -> bool:
-        return "=" in arg and not arg.startswith("-")
-
-    if flag and any(map(is_override, argv[:at])) and any(map(is_override, argv[at + 1:])):
-        raise ConfigError(f"{flag} stands between overrides; put it before them (or after all of them): "
-                          f"{flag} {' '.join(filter(is_override, argv))}")
+    at = next((i for i, a in enumerate(argv) if a in MULTIRUN_FLAGS), None)
+    overrides = override_positions(argv)
+    if at is not None and any(i < at for i in overrides) and any(i > at for i in overrides):
+        raise ConfigError(f"{argv[at]} stands between overrides; put it before them (or after all of them): "
+                          f"{argv[at]} {' '.join(argv[i] for i in overrides)}")
 
 
 def fail(e: BaseException) -> NoReturn:

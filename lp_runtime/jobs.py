@@ -18,7 +18,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
-from lp_runtime.cli import fail, is_bad_input, one_line
+from lp_runtime.cli import MULTIRUN_FLAGS, fail, is_bad_input, one_line, override_positions
 from lp_runtime.config import ConfigError, RunConfig, to_object
 
 
@@ -168,13 +168,9 @@ class ValidateSweep(Callback):
             fail(e)
 
 
-_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun",
-                "--cfg", "-c", "--package", "-p")  # Hydra's flags that take a value (not an override)
-
-
 def is_sweep(argv: list[str]) -> bool:
     """Whether a command line asks Hydra for a ``--multirun`` sweep."""
-    return any(a in ("-m", "--multirun") for a in argv) or "hydra.mode=MULTIRUN" in argv
+    return any(a in MULTIRUN_FLAGS for a in argv) or "hydra.mode=MULTIRUN" in argv
 
 
 def check_argv(argv: list[str]) -> None:
@@ -199,14 +195,8 @@ def check_sweep_outputs(argv: list[str]) -> None:
     ``output.summary_path``) to one file for every job (a value with ``${`` is taken as per-job)."""
     if not is_sweep(argv):
         return
-    args, skip = [], False
-    for a in argv:
-        if skip or a.startswith("-"):
-            skip = a in _VALUE_FLAGS
-            continue
-        args.append(a)
     try:
-        overrides = OverridesParser.create().parse_overrides(args)
+        overrides = OverridesParser.create().parse_overrides([argv[i] for i in override_positions(argv)])
     except Exception:  # Hydra reports a malformed override itself
         return
     sweeps = [o.input_line for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")]
