@@ -113,8 +113,9 @@ class DecodingConfig:
     docs/benchmarks.md 6d) joins the suffix lookup in one tree: "true", "false", or "auto" = on when the LP degree
     K (``parallel.lp``) is > 1, where K ranks verify K times the tree for one rank's tokens, and off in one process
     (on a steep CPU curve it did not pay there), except that ``decoding=auto`` turns it on when its calibration on
-    this machine's curve expects it to be faster (``auto.resolve_auto``). A YAML/CLI true/false is accepted. "paper" is "false" (the published
-    algorithm) and refuses "true"; greedy and G = 0 have no tree to join. ``successors_on(K)`` says which.
+    this machine's curve expects it to be faster (``auto.resolve_auto``). A YAML/CLI true/false is accepted.
+    "paper" is "false" (the published algorithm) and refuses "true"; greedy and G = 0 have no tree to join.
+    ``successors_on(K)`` says which.
 
     W, N, G, max_depth and successors left None take the method's ``PRESETS`` values (as
     conf/decoding/<method>.yaml); the default is the main job's ``decoding=auto`` (W=0, N=6, G=4, max_depth=24,

@@ -69,9 +69,8 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     except ImportError as e:  # flash_attention_2 or a hub kernel whose package is not installed here
         if cfg.attn_implementation in ("sdpa", "eager"):
             raise
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
         raise ModelLoadError(f"model.attn_implementation={cfg.attn_implementation!r} cannot be loaded here: "
-                             f"{reason}; use sdpa (the default) or eager") from e
+                             f"{_first_line(e)}; use sdpa (the default) or eager") from e
     model.to(device)
     model.eval()
     model.lp_model_id = model_id(cfg)
@@ -355,9 +354,13 @@ def _load_bundled(name: str, kwargs: dict):
     except ImportError:
         raise
     except Exception as e:  # noqa: BLE001 - damaged files fail in many ways (SafetensorError, JSONDecodeError)
-        reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
-        raise ModelLoadError(f"the cached copy of bundled:{name} in {folder} could not be loaded ({reason.rstrip('.')}"
-                             f"); delete that folder and run again: it is converted again from the bundled GGUF") from e
+        raise ModelLoadError(f"the cached copy of bundled:{name} in {folder} could not be loaded ({_first_line(e)}); "
+                             "delete that folder and run again: it is converted again from the bundled GGUF") from e
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message (its type's name when empty), without a final full stop."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
 
 
 def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
