@@ -28,7 +28,7 @@ from .decoder import Decoder, GenerationOutput
 from .models import check_limits, eos_token_ids, load_model
 from .auto import auto_policy
 from .checks import check_arg, check_max_new_tokens, check_prompt_ids, vocab_size
-from .data import encode_messages, lone_surrogate
+from .data import blank_kind, encode_messages, is_blank, lone_surrogate
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
 
@@ -107,9 +107,8 @@ class LookaheadGenerator:
             raise ConfigError(f"the prompt is {type(prompt).__name__}; give text (str), a list of messages "
                               "({'role', 'content'} dicts) or a list (or 1-D tensor) of token ids")
         if isinstance(prompt, str):
-            if not prompt.strip():  # as an empty or blank turn in a JSONL question file is refused
-                raise ConfigError(f"the prompt is {'empty text' if not prompt else 'only whitespace'}; give a "
-                                  "non-empty user turn")
+            if is_blank(prompt):  # as an empty or blank turn in a JSONL question file is refused
+                raise ConfigError(f"the prompt is {blank_kind(prompt)}; give a non-empty user turn")
             prompt = [{"role": "user", "content": prompt}]
         if len(prompt) == 0:
             raise ConfigError("the prompt is empty; give text, messages or at least one token id")

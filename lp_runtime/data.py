@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import json
 import os
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -168,10 +169,9 @@ def _parse_row(row: Any, where: str) -> Question:
     if "turns" not in row:
         raise DatasetError(f"{where}: field 'turns' is missing; it must be a non-empty list of non-blank strings")
     turns = row["turns"]
-    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
-        raise DatasetError(
-            f"{where}: field 'turns' is {_short(turns)}; it must be a non-empty list of non-blank strings"
-        )
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and not is_blank(t) for t in turns):
+        raise DatasetError(f"{where}: field 'turns' is {_short(turns)}; it must be a non-empty list of non-blank "
+                           f"strings{_invisible_turn(turns)}")
     for i, turn in enumerate(turns):
         bad = lone_surrogate(turn)
         if bad is not None:
@@ -179,6 +179,39 @@ def _parse_row(row: Any, where: str) -> Question:
                                f"{bad}; a turn must be valid Unicode text (a pair such as \\ud83d\\ude00 is one "
                                "character and fine)")
     return Question(question_id=qid, category=category, turns=list(turns), raw=False)
+
+
+def invisible(text: str) -> list[str]:
+    """``U+XXXX`` of each distinct invisible format character in ``text`` (Unicode category Cf: zero-width space
+    U+200B, zero-width (non-)joiner U+200C/U+200D, word joiner U+2060, byte order mark U+FEFF, ...), in order."""
+    return list(dict.fromkeys(f"U+{ord(c):04X}" for c in text if unicodedata.category(c) == "Cf"))
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` shows nothing: empty, or only whitespace and invisible format characters (``invisible``).
+    A question turn (``dataset=jsonl``) or a ``str`` prompt of the Python API like that is refused."""
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+
+
+def blank_kind(text: str) -> str:
+    """What a blank ``text`` holds, for a message: "empty text", "only whitespace", or "only invisible characters
+    (U+200B)" / "only whitespace and invisible characters (U+200B, U+FEFF)"."""
+    if not text:
+        return "empty text"
+    hidden = invisible(text)
+    if not hidden:
+        return "only whitespace"
+    spaces = "whitespace and " if any(c.isspace() for c in text) else ""
+    return f"only {spaces}invisible characters ({', '.join(hidden)})"
+
+
+def _invisible_turn(turns: Any) -> str:
+    """`` (turn N is only invisible characters (U+200B))`` for the first blank turn holding invisible characters
+    (its repr shows them only as escapes), else ""."""
+    for i, turn in enumerate(turns if isinstance(turns, list) else []):
+        if isinstance(turn, str) and is_blank(turn) and invisible(turn):
+            return f" (turn {i + 1} is {blank_kind(turn)})"
+    return ""
 
 
 def lone_surrogate(text: str) -> Optional[int]:

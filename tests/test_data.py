@@ -105,10 +105,25 @@ def test_jsonl_not_object(tmp_path):
      "such as \\ud83d\\ude00 is one character and fine)"),
     ({"question_id": 1, "turns": [" \n\t"]},
      "field 'turns' is [' \\n\\t']; it must be a non-empty list of non-blank strings"),
+    # invisible format characters show nothing, as whitespace: a zero-width space alone was accepted (a new user)
+    ({"question_id": 1, "turns": ["\u200b"]},
+     "field 'turns' is ['\\u200b']; it must be a non-empty list of non-blank strings (turn 1 is only invisible "
+     "characters (U+200B))"),
+    ({"question_id": 1, "turns": ["ok", " \u200c\u200d\u2060\ufeff\u200c "]},
+     "field 'turns' is ['ok', ' \\u200c\\u200d\\u2060\\ufeff\\u200c ']; it must be a non-empty list of "
+     "non-blank strings (turn 2 is only whitespace and invisible characters (U+200C, U+200D, U+2060, U+FEFF))"),
 ])
 def test_jsonl_bad_field(tmp_path, row, message):
     path = _write(tmp_path, [json.dumps(row)])
     assert _error(path) == f"{path}, line 1: {message}"
+
+
+def test_jsonl_turn_with_invisible_characters_and_text_is_kept(tmp_path):
+    """Only a turn that shows nothing is blank: a zero-width joiner inside an emoji sequence, or a zero-width space
+    beside text, is part of the text."""
+    turns = ["\U0001f469\u200d\U0001f4bb", "\u200bhi\ufeff"]
+    path = _write(tmp_path, [json.dumps({"question_id": 1, "turns": turns})])
+    assert load_questions(DatasetConfig(name="jsonl", path=path))[0].turns == turns
 
 
 @pytest.mark.parametrize("ids, shown", [((7, 7), "7 repeats 7"), (("7", 7), "7 repeats '7'"),

@@ -424,6 +424,11 @@ def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
     with pytest.raises(ConfigError) as e:
         gen.generate(" \n\t", max_new_tokens=4)  # as a blank turn in a question file
     assert str(e.value) == "the prompt is only whitespace; give a non-empty user turn"
+    for prompt, held in [("\u200b\u200c\u200d\u2060\ufeff", "only invisible characters (U+200B, U+200C, U+200D, "
+                          "U+2060, U+FEFF)"), (" \u200b\n", "only whitespace and invisible characters (U+200B)")]:
+        with pytest.raises(ConfigError) as e:  # as a question turn of only such characters (tests/test_data.py)
+            gen.generate(prompt, max_new_tokens=4)
+        assert str(e.value) == f"the prompt is {held}; give a non-empty user turn"
     for prompt in ("\ud800", [{"role": "user", "content": "hi \udfff"}]):  # JSON's "\ud800" makes one; the
         with pytest.raises(ConfigError) as e:                                 # tokenizer raised a TypeError
             gen.generate(prompt, max_new_tokens=4)
