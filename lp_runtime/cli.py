@@ -5,6 +5,7 @@ folder Hydra made for it; Ctrl-C (130) and SIGTERM (143) print the ``interrupted
 error raised after one of them (``interrupted``); anything else is a bug: Python's traceback."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -15,13 +16,13 @@ from typing import Callable, NoReturn, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException, OverrideParseException
+from hydra.errors import ConfigCompositionException, HydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from lp_runtime import answers, data
-from lp_runtime.config import ConfigError, ModelOutputError
+from lp_runtime.config import ConfigError, ModelOutputError, not_a_setting
 
 # An absolute path: "../conf" would resolve as the Python module `conf` under `python -m`, found only when the
 # launch directory is the repository root.
@@ -36,9 +37,25 @@ def is_bad_input(e: BaseException) -> bool:
     return isinstance(e, kinds + ((models.ModelLoadError,) if models else ()))
 
 
+def unknown_key(e: BaseException) -> Optional[str]:
+    """For Hydra's refusal of an override whose key no setting has (``foo=1``, ``decoding.foo=1``: "Could not
+    override 'foo'"), the line ``config.to_object`` gives for ``+foo=1``: the key and the keys its group has;
+    None for any other error."""
+    cause = e.__cause__
+    if not isinstance(e, ConfigCompositionException) or not isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+        return None
+    kind, path, key = getattr(cause, "object_type", None), str(cause.full_key or ""), str(cause.key or "")
+    if not (dataclasses.is_dataclass(kind) and key and path.endswith(key)):
+        return None
+    return not_a_setting(path, path[: -len(key)].rstrip("."), [f.name for f in dataclasses.fields(kind)])
+
+
 def one_line(e: BaseException) -> str:
-    """``e``'s message in one line: its first line, Hydra's list of available options if any, and the first line
-    of an OmegaConf cause (Hydra wraps OmegaConf's errors)."""
+    """``e``'s message in one line (``unknown_key``'s line for an unknown key): its first line, Hydra's list of
+    available options if any, and the first line of an OmegaConf cause (Hydra wraps OmegaConf's errors)."""
+    known = unknown_key(e)
+    if known:
+        return known
     lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
     msg = lines[0]
     if len(lines) > 2 and lines[1].endswith(":"):  # "Available options in 'model':" then one option a line

@@ -390,6 +390,12 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
 
 
+def not_a_setting(path: str, group: str, names) -> str:
+    """The message for key ``path`` that no field of its group has: ``foo is not a setting; the top level has:
+    dataset, ...`` (``group`` "" is the top level), or ``decoding.foo is not a setting; decoding has: ...``."""
+    return f"{path} is not a setting; {group or 'the top level'} has: {', '.join(sorted(names))}"
+
+
 def to_object(node) -> Any:
     """The plain dataclass objects of a composed Hydra config (``OmegaConf.to_object``). Raises ``ConfigError``
     naming the first key no schema field has (Hydra's ``+key=value`` adds one even to a typed node, and
@@ -409,8 +415,7 @@ def to_object(node) -> Any:
         for key, child in n.items_ex(resolve=False):
             path = f"{where}.{key}" if where else str(key)
             if names is not None and key not in names:
-                group = where or "the top level"
-                raise ConfigError(f"{path} is not a setting; {group} has: {', '.join(sorted(names))}")
+                raise ConfigError(not_a_setting(path, where, names))
             if isinstance(child, (DictConfig, ListConfig)):
                 check(child, path)
 

@@ -525,8 +525,11 @@ BAD_CONFIGS = [
     (["decoding.ngram_size=1"], "decoding.ngram_size=1 is too small; N must be >= 2"),
     (["generation.max_new_tokens=abc"], "Error merging override generation.max_new_tokens=abc: "
                                         "Value 'abc' of type 'str' could not be converted to Integer"),
-    (["decoding.windw_size=3"], "Could not override 'decoding.windw_size': "
-                                "Key 'windw_size' not in 'DecodingConfig'"),
+    # a key no setting has, without +: was Hydra's "Could not override ... not in 'DecodingConfig'", no keys listed
+    (["decoding.windw_size=3"], "decoding.windw_size is not a setting; decoding has: guess_set_size, max_depth, "
+                                "method, ngram_size, pool_from_prompt, seed, successors, window_size"),
+    (["foo=1"], "foo is not a setting; the top level has: dataset, decoding, generation, model, model_id, output, "
+                "parallel, progress, sampling"),
     (["dataset=jsonl"], "dataset=jsonl needs dataset.path=<question file .jsonl>"),
     # an unquoted space split one override in two, a bracket in a value: Hydra's parse error gets the way out
     (["output.path=my", "answers.jsonl"], "Error parsing override 'answers.jsonl'" + QUOTE_HINT),

@@ -72,6 +72,27 @@ def test_unknown_key_is_refused(config_name, override, message):
     assert str(e.value) == message
 
 
+@pytest.mark.parametrize("config_name,override,message", [
+    ("generate", "bogus=1", "bogus is not a setting; the top level has: dataset, decoding, generation, model, "
+                            "model_id, output, parallel, progress, sampling"),
+    ("generate", "bogus.deeper=1", "bogus is not a setting; the top level has: dataset, decoding, generation, model, "
+                                   "model_id, output, parallel, progress, sampling"),
+    ("generate", "decoding.window_init=lookup", f"decoding.window_init is not a setting; decoding has: {DECODING_KEYS}"),
+    ("bench", "datasets.0.bogus=1", "datasets[0].bogus is not a setting; datasets[0] has: first_turn_only, limit, "
+                                    "name, path"),
+])
+def test_unknown_key_without_plus_is_one_line_listing_its_groups_keys(config_name, override, message):
+    """Without +, Hydra refuses the key itself ("Could not override 'bogus'", OmegaConf's "Key 'bogus' not in
+    'RunConfig'"), naming no key that exists: the command line's line is to_object's for +bogus=1."""
+    from hydra.errors import ConfigCompositionException
+
+    from lp_runtime.cli import one_line
+
+    with pytest.raises(ConfigCompositionException) as e:
+        _compose(config_name, [override])
+    assert one_line(e.value) == message
+
+
 # ------------------------------------------------------------------ 2. a dict override into a null dict field
 @pytest.mark.parametrize("sampling", ["greedy", "default", "model", "mt_bench"])
 def test_category_temperature_override(sampling):
