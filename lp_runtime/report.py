@@ -27,25 +27,39 @@ class ReportError(ValueError):
     """A PATH given to the report holds no run, or the baseline names no run."""
 
 
+ADVICE = "give answers files of python -m lp_runtime.generate, or a folder holding them"
+SHOWN = 5  # problems a refusal names; the rest are counted
+
+
+def one_refusal(problems: list[str], what: str, advice: Optional[str]) -> str:
+    """One line naming every problem (the first ``SHOWN``, then how many more), e.g. ``2 PATHs hold no run: a does
+    not exist; b is neither ...; <advice>``; a single problem as it is, with ``advice`` when given."""
+    shown = problems[:SHOWN] + ([f"and {len(problems) - SHOWN} more"] if len(problems) > SHOWN else [])
+    head = f"{len(problems)} {what}: " if len(problems) > 1 else ""
+    return head + "; ".join(shown) + (f"; {advice}" if advice else "")
+
+
 def find_runs(paths: Sequence[str]) -> list[Path]:
-    """Answers files named by ``paths`` (files as given; folders searched recursively), in order, no duplicates."""
+    """Answers files named by ``paths`` (files as given; folders searched recursively), in order, no duplicates.
+    ``ReportError`` naming every path that holds no run (``one_refusal``)."""
     found: list[Path] = []
+    problems: list[str] = []
     for p in map(Path, paths):
         if p.is_dir():
             hits = sorted(a for a in p.rglob("*.jsonl")
                           if answers.beside(a, ".summary.json").is_file() or answers.beside(a, ".settings.json").is_file())
             if not hits:
-                raise ReportError(f"{p} holds no answers file with a summary or settings beside it")
+                problems.append(f"{p} holds no answers file with a summary or settings beside it")
             found += hits
         elif p.name.endswith(".summary.json"):
             found.append(Path(str(p)[: -len(".summary.json")] + ".jsonl"))
         elif p.is_file():
             found.append(p)
-        elif not p.exists():
-            raise ReportError(f"{p} does not exist; give answers files of python -m lp_runtime.generate, or a folder "
-                              "holding them")
         else:
-            raise ReportError(f"{p} is neither an answers file nor a folder")
+            problems.append(f"{p} does not exist" if not p.exists() else f"{p} is neither an answers file nor a folder")
+    if problems:
+        advice = ADVICE if len(problems) > 1 or problems[0].endswith(" does not exist") else None
+        raise ReportError(one_refusal(problems, "PATHs hold no run", advice))
     seen: dict[Path, Path] = {}
     for f in found:  # one row per file however it was named (b.jsonl, ./b.jsonl, an absolute path)
         seen.setdefault(f.resolve(), f)
@@ -288,9 +302,10 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
             raise ReportError(f"{e}; jobs without answers: {'; '.join(missing)}") from None
         raise
     runs = [load_run(p) for p in found]
-    for run in runs:
-        if not run["records"]:  # an empty file (a run leaves none: a refused or interrupted run removes its own)
-            raise ReportError(f"{run['path']} holds no answers; give answers files of python -m lp_runtime.generate")
+    empty = [f"{run['path']} holds no answers" for run in runs if not run["records"]]
+    if empty:  # an empty file (a run leaves none: a refused or interrupted run removes its own)
+        raise ReportError(one_refusal(empty, "answers files are empty", "give answers files of python -m "
+                                      "lp_runtime.generate"))
     if out_dir is not None:
         blocked = next((p for p in (Path(out_dir), *Path(out_dir).parents) if p.exists() and not p.is_dir()), None)
         if blocked is not None:  # --out file or --out file/sub: an OS error otherwise

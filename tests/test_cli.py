@@ -347,6 +347,33 @@ def test_report_refuses_an_empty_answers_file_and_a_file_for_out(tmp_path):
     assert len(rows) == 1
 
 
+def test_report_names_every_path_that_holds_no_run(tmp_path):
+    """Several PATHs without a run (a new user's typos) were refused one at a time, naming the first: one line names
+    them all, up to 5 and a count of the rest, and the empty answers files among several likewise."""
+    from lp_runtime.report import ReportError, report
+
+    _job(tmp_path / "0", ["decoding.guess_set_size=1"], answered=True)
+    (tmp_path / "none").mkdir()
+    for name in ("e1", "e2"):
+        (tmp_path / f"{name}.jsonl").write_text("")
+    good, none, advice = str(tmp_path / "0"), tmp_path / "none", ("give answers files of python -m "
+                                                                 "lp_runtime.generate, or a folder holding them")
+    for paths, message in [
+        ([tmp_path / "nosuch", good, none, "/dev/null"],
+         f"3 PATHs hold no run: {tmp_path / 'nosuch'} does not exist; {none} holds no answers file with a summary or "
+         f"settings beside it; /dev/null is neither an answers file nor a folder; {advice}"),
+        ([tmp_path / f"n{i}" for i in range(7)],
+         "7 PATHs hold no run: " + "; ".join(f"{tmp_path / f'n{i}'} does not exist" for i in range(5))
+         + f"; and 2 more; {advice}"),
+        ([good, tmp_path / "e1.jsonl", tmp_path / "e2.jsonl"],
+         f"2 answers files are empty: {tmp_path / 'e1.jsonl'} holds no answers; {tmp_path / 'e2.jsonl'} holds no "
+         "answers; give answers files of python -m lp_runtime.generate"),
+    ]:
+        with pytest.raises(ReportError) as e:
+            report([str(p) for p in paths], figure=False)
+        assert str(e.value) == message
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, where no folder can be made")
 def test_report_names_an_out_it_cannot_write(tmp_path, capsys):
     """A new user's find (2026-12-02): --out /proc/foo gave "[Errno 2] No such file or directory: '/proc/foo'",
