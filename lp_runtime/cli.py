@@ -79,11 +79,15 @@ VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "
                "--cfg", "-c", "--package", "-p")  # Hydra's flags that take a value (not an override)
 
 
+INFO_FLAGS = ("--info", "-i")  # Hydra's flag whose value is optional: one of INFO_CHOICES, else none
+INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
 def override_positions(argv: list[str]) -> list[int]:
     """Indices of the overrides in a command line: the arguments that are neither a flag nor a flag's value."""
     out, skip = [], False
     for i, a in enumerate(argv):
-        if skip or a.startswith("-"):
+        if skip or a.startswith("-") or (i and argv[i - 1] in INFO_FLAGS and a in INFO_CHOICES):
             skip = a in VALUE_FLAGS
             continue
         out.append(i)

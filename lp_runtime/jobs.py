@@ -8,7 +8,7 @@ import itertools
 import os
 import re
 import shutil
-from typing import Any
+from typing import Any, Optional
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -18,7 +18,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
-from lp_runtime.cli import MULTIRUN_FLAGS, fail, is_bad_input, one_line, override_positions
+from lp_runtime.cli import INFO_CHOICES, INFO_FLAGS, MULTIRUN_FLAGS, fail, is_bad_input, one_line, override_positions
 from lp_runtime.config import ConfigError, RunConfig, to_object
 
 
@@ -174,9 +174,52 @@ def is_sweep(argv: list[str]) -> bool:
 
 
 def check_argv(argv: list[str]) -> None:
-    """Command-line checks before Hydra starts: ``check_torchrun_sweep`` and ``check_sweep_outputs``."""
+    """Command-line checks before Hydra starts: ``check_torchrun_sweep``, ``check_sweep_outputs`` and
+    ``check_printed_config``."""
     check_torchrun_sweep(argv)
     check_sweep_outputs(argv)
+    check_printed_config(argv)
+
+
+OTHER_CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
+
+
+def printing_flag(argv: list[str]) -> Optional[str]:
+    """The flag with which Hydra prints the composed config and exits (``--cfg``/``-c`` any part, ``--info``/``-i``
+    all or config), or None."""
+    for i, a in enumerate(argv):
+        flag, value = (a.split("=", 1) + [""])[:2]
+        if flag in ("--cfg", "-c"):
+            return flag
+        if flag in INFO_FLAGS:
+            value = value or (argv[i + 1] if i + 1 < len(argv) and argv[i + 1] in INFO_CHOICES else "all")
+            if value in ("all", "config"):
+                return flag
+    return None
+
+
+def check_printed_config(argv: list[str]) -> None:
+    """``--cfg job`` / ``--info``: Hydra prints the config and exits 0 without running the job, so a value a run
+    refuses (``decoding.window_size=-3``) was printed as if it were fine. Compose ``conf/generate.yaml`` with the
+    overrides and ``check_job`` it: the same ``error:`` line (exit 2) as a run. Hydra refused ``-m`` with them in a
+    traceback: ``ConfigError``. Not checked: ``--help`` (help is wanted when the settings are wrong) and another
+    config named by ``-cn``/``-cp``/``-cd``."""
+    flag = printing_flag(argv)
+    if flag is None or any(a.split("=", 1)[0] in OTHER_CONFIG_FLAGS for a in argv):
+        return
+    if is_sweep(argv):
+        raise ConfigError(f"{flag} prints the config of one run and -m/--multirun runs a sweep: give only one of them")
+    from hydra import compose, initialize_config_dir
+
+    from lp_runtime.cli import CONF_DIR
+
+    overrides = [argv[i] for i in override_positions(argv)]
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None, job_name="generate"):
+        cfg = compose("generate", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # what ${hydra:...} in a value resolves to, as in a run
+    with open_dict(cfg):
+        del cfg["hydra"]
+    check_job(cfg, {_key(o) for o in overrides})
 
 
 TORCHRUN_SWEEP = ("sweeps (-m/--multirun) and torchrun do not mix: every rank would run the whole sweep; launch "

@@ -796,6 +796,21 @@ def _own_folder_cases(tmp: Path) -> list:
         d = _folder(tmp, name)
         (d / "f.jsonl").write_text("")
         out.append((name, Call([*args, "decoding=greedy", "dataset.limit=1"], cwd=str(d)), message))
+    # --cfg / --info print the composed config and exit: a value a run refuses was printed, exit 0 (a new user)
+    for name, args, message in [
+        ("cfg_job_bad_value", ["--cfg", "job", "decoding.window_size=-3"],
+         "decoding.window_size=-3 is negative; W must be >= 0"),
+        ("info_config_bad_value", ["--info", "config", "decoding=lookahead", "decoding.guess_set_size=-1"],
+         "decoding.guess_set_size=-1 is negative; G must be >= 0"),
+        ("cfg_all_unknown_key", ["--cfg=all", "decoding.windw_size=3"],
+         "decoding.windw_size is not a setting; decoding has: guess_set_size, max_depth, method, ngram_size, "
+         "pool_from_prompt, seed, successors, window_size"),
+        ("cfg_job_with_multirun", ["--cfg", "job", "-m", "decoding=greedy,lookahead"],  # was Hydra's traceback
+         "--cfg prints the config of one run and -m/--multirun runs a sweep: give only one of them"),
+        ("cfg_job_good", ["--cfg", "job", "decoding=lookahead", "decoding.window_size=3",
+                          "output.path=out/${hydra:job.name}.jsonl"], None)]:
+        d = _folder(tmp, name)
+        out.append((name, Call(args, cwd=str(d)), message))
     d = _folder(tmp, "sweep_with_one_output_file")
     out.append((d.name, Call(["-m", "decoding=lookahead", "decoding.window_size=0,3", "output.path=out/a.jsonl"],
                              cwd=str(d)),
@@ -939,6 +954,19 @@ def test_hydra_folder_or_launcher_setting_that_cannot_work_is_one_line(bad_input
 @pytest.mark.parametrize("case", ["unknown_key", "refused_setting", "refused_bench", "sweep_with_one_output_file"])
 def test_refusal_leaves_no_new_folder(bad_input, case):
     assert _tree(_check(bad_input, case)) == []  # neither outputs/hydra/<time>/ nor outputs/
+
+
+@pytest.mark.parametrize("case", ["cfg_job_bad_value", "info_config_bad_value", "cfg_all_unknown_key",
+                                  "cfg_job_with_multirun"])
+def test_printed_config_is_checked_as_a_run_would_check_it(bad_input, case):
+    assert _tree(_check(bad_input, case)) == []
+
+
+def test_printed_config_of_good_settings_is_hydras(bad_input):
+    folder, result, _ = bad_input["cfg_job_good"]
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert "  window_size: 3\n" in result.stdout and "  path: out/${hydra:job.name}.jsonl\n" in result.stdout
+    assert _tree(folder) == []
 
 
 def test_refusal_keeps_folders_that_were_there(bad_input):
