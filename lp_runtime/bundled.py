@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import site
+import subprocess
 import sys
 import tempfile
 from typing import Callable, Optional
@@ -130,6 +131,47 @@ def convert_gguf(folder: str, gguf_file: str, out: str) -> None:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     check_copy(gguf_model, out, tokenizer(CHECK_TEXT, return_tensors="pt").input_ids)
+
+
+_CHILD_ERROR = "lp_runtime conversion error: "  # how the child of convert_quietly reports a ModelLoadError
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding lp_runtime/
+
+
+def convert_quietly(folder: str, gguf_file: str, out: str, target: str = "lp_runtime.bundled:convert_gguf") -> None:
+    """``convert_gguf`` (or ``target``, ``"module:function"``) without progress bars (``progress=false``), in a
+    child process with tqdm's documented switch ``TQDM_DISABLE=1``: transformers' GGUF loader draws its "Converting
+    and de-quantizing GGUF tensors" bar with tqdm itself, beyond the reach of transformers' ``disable_progress_bar``,
+    and tqdm reads the variable only when it is imported. The child's other output is shown; its ``ModelLoadError``
+    is raised here with the same message, any other failure as ``RuntimeError`` (the child's traceback above it)."""
+    path = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    code = "import sys; from lp_runtime.bundled import _convert_child; _convert_child(*sys.argv[1:])"
+    proc = subprocess.run([sys.executable, "-c", code, target, folder, gguf_file, out], stdout=subprocess.PIPE,
+                          text=True, env={**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": path})
+    lines = proc.stdout.splitlines()
+    shown = [line for line in lines if not line.startswith(_CHILD_ERROR)]
+    if shown:
+        print("\n".join(shown), flush=True)
+    error = next((line[len(_CHILD_ERROR):] for line in lines if line.startswith(_CHILD_ERROR)), None)
+    if error is not None:
+        raise ModelLoadError(error)
+    if proc.returncode:
+        raise RuntimeError(f"converting {gguf_file} failed in a child process (exit code {proc.returncode}); its "
+                           "error is above")
+
+
+def _convert_child(target: str, *args: str) -> None:
+    """The child of ``convert_quietly``: ``target(*args)``; a ``ModelLoadError`` becomes one stdout line (exit 2),
+    Ctrl-C exit 130 without a traceback (the parent reports it)."""
+    import importlib
+
+    module, name = target.split(":")
+    try:
+        getattr(importlib.import_module(module), name)(*args)
+    except ModelLoadError as e:
+        print(f"{_CHILD_ERROR}{e}", flush=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 def check_copy(reference, out: str, ids) -> None:

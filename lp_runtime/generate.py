@@ -149,7 +149,7 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     from lp_runtime.decoder import Decoder
 
     _weight_bars_off(downloads=cfg.progress and is_main)
-    model, tokenizer = models.load_model(cfg.model)
+    model, tokenizer = models.load_model(cfg.model, progress=cfg.progress and is_main)  # the GGUF conversion's bar
     # Named by what was loaded (a fingerprint of its files), not by a preset name: see models.model_label.
     current["model.fingerprint"] = fingerprint = models.model_fingerprint(cfg.model)  # a download may fill it
     label = models.model_label(cfg.model, fingerprint)

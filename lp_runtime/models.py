@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 import torch
 
 from lp_runtime.bundled import (  # noqa: F401  (ModelLoadError, cache_root: re-exported)
-    BUNDLED_PREFIX, ModelLoadError, bundled_cache, bundled_gguf, cache_root,
+    BUNDLED_PREFIX, ModelLoadError, bundled_cache, bundled_gguf, cache_root, convert_quietly,
 )
 from lp_runtime.config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
 from lp_runtime import distributed, latency
@@ -41,11 +41,13 @@ def resolve_dtype(dtype: str) -> torch.dtype:
 
 
 def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedModel], float]] = None,
-               free_bytes: Optional[int] = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+               free_bytes: Optional[int] = None,
+               progress: bool = True) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load the causal LM named by ``cfg`` and its tokenizer, in ``cfg.dtype`` on ``cfg.device``, in eval mode,
     with ``model.lp_model_id = model_id(cfg)``. ``model.dtype=auto``: the faster of float32 and bfloat16 greedy
     steps (``step_seconds(model)``, default ``latency.measure_latency`` at q = 1), or bfloat16 when only it fits.
-    ``free_bytes``: the device's free memory (default: asked).
+    ``free_bytes``: the device's free memory (default: asked). ``progress=False``: the bundled model's one-time
+    conversion shows no progress bar (``bundled.convert_quietly``).
 
     Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded or
     its weights do not fit the device's free memory (checked before anything loads)."""
@@ -54,7 +56,7 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     check_model_files(cfg)
     device = resolve_device(cfg.device)
     if cfg.dtype == "auto":
-        cfg = dataclasses.replace(cfg, dtype=_auto_dtype(cfg, device, step_seconds, free_bytes))
+        cfg = dataclasses.replace(cfg, dtype=_auto_dtype(cfg, device, step_seconds, free_bytes, progress))
     problem = fit_problem(cfg, device, cfg.dtype, free_bytes)
     if problem:
         raise ModelLoadError(problem)
@@ -63,7 +65,7 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
                   trust_remote_code=cfg.trust_remote_code)
     try:
         if cfg.path.startswith(BUNDLED_PREFIX):
-            tokenizer, model = _load_bundled(cfg.path[len(BUNDLED_PREFIX):], kwargs)
+            tokenizer, model = _load_bundled(cfg.path[len(BUNDLED_PREFIX):], kwargs, progress)
         else:
             tokenizer, model = _load_hf(cfg.path, cfg.gguf_file, kwargs)
     except ImportError as e:  # flash_attention_2 or a hub kernel whose package is not installed here
@@ -92,7 +94,7 @@ DTYPE_ROUNDS = 3  # model.dtype=auto: float32 and bfloat16 timed in turn this ma
 
 
 def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[Callable],
-                free_bytes: Optional[int]) -> str:
+                free_bytes: Optional[int], progress: bool = True) -> str:
     """``latency.choose_dtype`` from float32 and (converted in place) bfloat16 step times, cached per model and
     device; bfloat16 unmeasured when float32 does not fit. Under torchrun rank 0 decides for every rank."""
     if fit_problem(cfg, device, "float32", free_bytes):
@@ -101,7 +103,7 @@ def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[C
 
     def timings():  # interleaved rounds, the fastest of each dtype: a burst of load decides nothing alone
         timer = step_seconds or (lambda m: latency.measure_latency(m, (1,), reps=5, warmup=2)[1])
-        model, _ = load_model(dataclasses.replace(cfg, dtype="float32"), free_bytes=free_bytes)
+        model, _ = load_model(dataclasses.replace(cfg, dtype="float32"), free_bytes=free_bytes, progress=progress)
         out: dict[str, float] = {}
         for _ in range(DTYPE_ROUNDS):  # this copy is only timed: bfloat16 -> float32 and back loses nothing needed
             for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
@@ -341,14 +343,15 @@ def check_local_path(path: str) -> None:
         raise ModelLoadError(f"model.path={path!r} is not an existing folder. {_ALLOWED}")
 
 
-def _load_bundled(name: str, kwargs: dict):
-    """(tokenizer, model) from the cached float32 copy of bundled model ``name`` (``bundled.bundled_cache``). A copy
+def _load_bundled(name: str, kwargs: dict, progress: bool = True):
+    """(tokenizer, model) from the cached float32 copy of bundled model ``name`` (``bundled.bundled_cache``; made
+    without a progress bar unless ``progress``: ``bundled.convert_quietly``). A copy
     whose files were damaged after their check (same sizes, other bytes) raises ``ModelLoadError`` naming the
     folder and the way out (delete it: the next run converts the GGUF again); an ``ImportError`` (an attention
     package) passes through."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = bundled_cache(name)
+    folder = bundled_cache(name) if progress else bundled_cache(name, convert=convert_quietly)
     try:
         return AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     except ImportError:

@@ -107,3 +107,26 @@ class ForcedLM(torch.nn.Module):
         bad = torch.isin(kept, self.nan_after)
         out.logits = torch.where(bad[..., None], torch.full_like(logits, self.bad), logits)
         return out
+
+
+def conversion_with_a_bar(folder: str, gguf_file: str, out: str) -> None:
+    """A stand-in for ``bundled.convert_gguf`` (tests of ``bundled.convert_quietly``): a tqdm bar drawn as
+    transformers' GGUF loader draws its own (``tqdm.auto``, no ``disable`` argument), a line on stderr and one on
+    stdout, and a file in ``out``."""
+    import sys
+    from pathlib import Path
+
+    from tqdm.auto import tqdm
+
+    for _ in tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."):
+        pass
+    print("a warning of the conversion", file=sys.stderr)
+    print("a line of the conversion")
+    Path(out, "model.safetensors").write_text(f"{folder}/{gguf_file}")
+
+
+def conversion_that_fails(folder: str, gguf_file: str, out: str) -> None:
+    """A stand-in for ``bundled.convert_gguf`` whose copy fails its check."""
+    from lp_runtime.bundled import ModelLoadError
+
+    raise ModelLoadError(f"the float32 copy in {out} does not compute the GGUF model's logits")
