@@ -5,13 +5,15 @@ and trusted only with a matching manifest, so concurrent ranks or a killed run n
 conversion checks its copy: reloaded from disk, it must compute the GGUF model's own logits (``check_copy``)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
+import io
 import json
 import os
+import re
 import shutil
 import site
-import subprocess
 import sys
 import tempfile
 from typing import Callable, Optional
@@ -133,45 +135,23 @@ def convert_gguf(folder: str, gguf_file: str, out: str) -> None:
     check_copy(gguf_model, out, tokenizer(CHECK_TEXT, return_tensors="pt").input_ids)
 
 
-_CHILD_ERROR = "lp_runtime conversion error: "  # how the child of convert_quietly reports a ModelLoadError
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding lp_runtime/
+_BAR = re.compile(r"\d+%\|.*\| *\d+/\d+ \[")  # a tqdm bar's text: "desc: 40%|####      | 2/5 [00:01<00:02, ...]"
 
 
-def convert_quietly(folder: str, gguf_file: str, out: str, target: str = "lp_runtime.bundled:convert_gguf") -> None:
-    """``convert_gguf`` (or ``target``, ``"module:function"``) without progress bars (``progress=false``), in a
-    child process with tqdm's documented switch ``TQDM_DISABLE=1``: transformers' GGUF loader draws its "Converting
-    and de-quantizing GGUF tensors" bar with tqdm itself, beyond the reach of transformers' ``disable_progress_bar``,
-    and tqdm reads the variable only when it is imported. The child's other output is shown; its ``ModelLoadError``
-    is raised here with the same message, any other failure as ``RuntimeError`` (the child's traceback above it)."""
-    path = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
-    code = "import sys; from lp_runtime.bundled import _convert_child; _convert_child(*sys.argv[1:])"
-    proc = subprocess.run([sys.executable, "-c", code, target, folder, gguf_file, out], stdout=subprocess.PIPE,
-                          text=True, env={**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": path})
-    lines = proc.stdout.splitlines()
-    shown = [line for line in lines if not line.startswith(_CHILD_ERROR)]
-    if shown:
-        print("\n".join(shown), flush=True)
-    error = next((line[len(_CHILD_ERROR):] for line in lines if line.startswith(_CHILD_ERROR)), None)
-    if error is not None:
-        raise ModelLoadError(error)
-    if proc.returncode:
-        raise RuntimeError(f"converting {gguf_file} failed in a child process (exit code {proc.returncode}); its "
-                           "error is above")
-
-
-def _convert_child(target: str, *args: str) -> None:
-    """The child of ``convert_quietly``: ``target(*args)``; a ``ModelLoadError`` becomes one stdout line (exit 2),
-    Ctrl-C exit 130 without a traceback (the parent reports it)."""
-    import importlib
-
-    module, name = target.split(":")
+def convert_quietly(folder: str, gguf_file: str, out: str, convert: Callable = convert_gguf) -> None:
+    """``convert(folder, gguf_file, out)`` (default ``convert_gguf``) without progress bars (``progress=false``):
+    transformers' GGUF loader draws its "Converting and de-quantizing GGUF tensors" bar with tqdm itself, beyond the
+    reach of transformers' ``disable_progress_bar`` (and tqdm's ``TQDM_DISABLE`` is read only when tqdm is
+    imported). tqdm writes to ``sys.stderr``, so stderr is held while ``convert`` runs and then written out without
+    the bars' updates (every other line kept, also when ``convert`` raises)."""
+    held = io.StringIO()
     try:
-        getattr(importlib.import_module(module), name)(*args)
-    except ModelLoadError as e:
-        print(f"{_CHILD_ERROR}{e}", flush=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        sys.exit(130)
+        with contextlib.redirect_stderr(held):
+            convert(folder, gguf_file, out)
+    finally:
+        kept = [seg for line in held.getvalue().split("\n") for seg in line.split("\r") if seg and not _BAR.search(seg)]
+        if kept:
+            print("\n".join(kept), file=sys.stderr, flush=True)
 
 
 def check_copy(reference, out: str, ids) -> None:

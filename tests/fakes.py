@@ -126,7 +126,11 @@ def conversion_with_a_bar(folder: str, gguf_file: str, out: str) -> None:
 
 
 def conversion_that_fails(folder: str, gguf_file: str, out: str) -> None:
-    """A stand-in for ``bundled.convert_gguf`` whose copy fails its check."""
+    """A stand-in for ``bundled.convert_gguf`` whose copy fails its check after a warning on stderr."""
+    import sys
+
     from lp_runtime.bundled import ModelLoadError
+
+    print("a warning before the failure", file=sys.stderr)
 
     raise ModelLoadError(f"the float32 copy in {out} does not compute the GGUF model's logits")

@@ -63,22 +63,22 @@ def test_check_copy_refuses_a_copy_with_a_changed_weight(tmp_path):
 
 def test_conversion_without_progress_draws_no_bar_and_keeps_the_rest(tmp_path, capfd):
     """progress=false: transformers' GGUF loader drew its "Converting and de-quantizing GGUF tensors" bar (tqdm
-    itself, which transformers' disable_progress_bar does not reach). ``convert_quietly`` runs the conversion with
-    tqdm's TQDM_DISABLE=1; a stand-in conversion (tests/fakes.py: the same kind of bar, the real one takes a minute)
-    shows its bar in this process and none through ``convert_quietly``, whose other output and files are kept and
-    whose ModelLoadError is raised here with its message."""
-    from fakes import conversion_with_a_bar
+    itself, which transformers' disable_progress_bar does not reach). ``convert_quietly`` holds stderr while the
+    conversion runs and writes it out without the bar; a stand-in conversion (tests/fakes.py: the same kind of bar,
+    the real one takes a minute) shows its bar when called alone and none through ``convert_quietly``, whose other
+    output and files are kept and whose ModelLoadError passes through."""
+    from fakes import conversion_that_fails, conversion_with_a_bar
 
     (tmp_path / "here").mkdir()
     conversion_with_a_bar("src", "m.gguf", str(tmp_path / "here"))
     assert "Converting and de-quantizing GGUF tensors...: 100%" in capfd.readouterr().err  # the stand-in's bar
-    bundled.convert_quietly("src", "m.gguf", str(tmp_path), target="tests.fakes:conversion_with_a_bar")
+    bundled.convert_quietly("src", "m.gguf", str(tmp_path), convert=conversion_with_a_bar)
     assert capfd.readouterr() == ("a line of the conversion\n", "a warning of the conversion\n")
     assert (tmp_path / "model.safetensors").read_text() == "src/m.gguf"
     with pytest.raises(ModelLoadError) as e:
-        bundled.convert_quietly("src", "m.gguf", str(tmp_path), target="tests.fakes:conversion_that_fails")
+        bundled.convert_quietly("src", "m.gguf", str(tmp_path), convert=conversion_that_fails)
     assert str(e.value) == f"the float32 copy in {tmp_path} does not compute the GGUF model's logits"
-    assert capfd.readouterr() == ("", "")
+    assert capfd.readouterr() == ("", "a warning before the failure\n")
 
 
 def _fake_convert(calls):
