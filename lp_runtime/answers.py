@@ -163,25 +163,34 @@ class AnswersLock:
 
 ANSWER_KEYS = ("output_ids", "new_tokens", "decoding_steps", "wall_time", "accept_lengths")
 OUTPUT_ADVICE = "move the file away or choose another output.path"
+LINE_START = b'{"question_id": '  # how append_line's answer lines begin (the record's first key)
 
 
 def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list[dict]:
     """Answers already in ``path`` (empty if it does not exist).
 
-    A final line without its newline is kept (its newline added with ``trim``) when it is a whole answer (a file
-    edited by hand), else ignored (a killed run's partial line) and with ``trim`` cut off the file, as are blank
+    A final line without its newline is checked as any line when it is whole JSON (an answer kept, its newline
+    added with ``trim``: a file edited by hand), ignored when it is the start of an answer line (``LINE_START``: a
+    killed run's partial line) and with ``trim`` cut off the file, as are blank
     lines and a leading UTF-8 byte-order mark (which strict JSONL readers such as FastChat's refuse). A line that is
-    not UTF-8, not JSON, not an answer, or a second answer to a question raises ``OutputError`` naming the file and
-    line, then ``advice``; the file is left as it was."""
+    not UTF-8, not JSON, not an answer (a final line without its newline: not the start of one either), or a second
+    answer to a question raises ``OutputError`` naming the file and line, then ``advice``; the file is left as it
+    was."""
     if not path.exists():
         return []
     raw = path.read_bytes()
     bom = raw.startswith(codecs.BOM_UTF8)  # an editor's (Notepad's) byte-order mark: read past, cut with trim
     raw = raw[len(codecs.BOM_UTF8):] if bom else raw
     complete = raw[: raw.rfind(b"\n") + 1]
-    whole = bool(raw[len(complete):].strip()) and _whole_answer(raw[len(complete):])
-    if whole:  # a last answer without its newline: kept, the newline added below (trim)
+    tail = raw[len(complete):]
+    whole = bool(tail.strip()) and _is_json(tail)
+    if whole:  # a last line without its newline: checked as any line (an answer kept, the newline added with trim)
         complete = raw + b"\n"
+    elif tail.strip() and not (tail.startswith(LINE_START) or LINE_START.startswith(tail)):
+        num = complete.count(b"\n") + 1
+        raise OutputError(f"{path} line {num} has no newline and is neither an answer nor the start of one a "
+                          f"stopped run leaves ({LINE_START.decode()} ...), so {path} is not an answers file; "
+                          f"{advice}")
     records: list = []
     for num, line_bytes in enumerate(complete.splitlines(), 1):
         where = f"{path} line {num}"
@@ -216,10 +225,10 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
     return [record for _, record in records]
 
 
-def _whole_answer(line: bytes) -> bool:
+def _is_json(line: bytes) -> bool:
     try:
-        _check_answer(json.loads(line.decode("utf-8")), "", Path(), "", types=False)  # a whole line, if mistyped
-    except (UnicodeDecodeError, json.JSONDecodeError, OutputError):
+        json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
         return False
     return True
 

@@ -294,6 +294,32 @@ def test_a_whole_last_answer_without_its_newline_is_kept_on_resume(tmp_path):
     assert [r["question_id"] for r in load_answers(a, trim=True)] == [1] and a.read_text() == f"{one}\n"
 
 
+def test_a_last_line_without_newline_that_starts_no_answer_is_refused_not_cut(tmp_path):
+    """output.path naming a file whose only line had no newline (notes, a question file, binary bytes) was taken
+    for a killed run's partial line and erased, exit 0 (a new user, 2026-12-03). Only the start of an answer line
+    (what append_line writes first) is a partial line; anything else is refused, the file left as it was."""
+    from lp_runtime.answers import ANSWER_KEYS, OUTPUT_ADVICE, OutputError, load_answers
+
+    line = {"choices": [{"output_ids": [], "new_tokens": [], "decoding_steps": [], "wall_time": [], "accept_lengths": []}]}
+    one = json.dumps({"question_id": 1, **line}) + "\n"
+    a = tmp_path / "a.jsonl"
+    no_answer = ("has no newline and is neither an answer nor the start of one a stopped run leaves "
+                 '({"question_id":  ...)')
+    question = "is a question (an answer line has question_id and choices[0] with " + ", ".join(ANSWER_KEYS) + ")"
+    for before, num, what in ((b"my notes, a whole paragraph without a final newline", 1, no_answer),
+                              (b'{"question_id": 1, "turns": ["hi"]}', 1, question),  # whole JSON: checked as such
+                              (b"\x00\x01\xff binary", 1, no_answer), (one.encode() + b"notes", 2, no_answer)):
+        a.write_bytes(before)
+        for trim in (False, True):
+            with pytest.raises(OutputError) as e:
+                load_answers(a, trim=trim)
+            assert str(e.value) == f"{a} line {num} {what}, so {a} is not an answers file; {OUTPUT_ADVICE}"
+            assert a.read_bytes() == before
+    for partial in ('{"ques', '{"question_id": 2, "cho'):  # a stopped run's partial line: still cut
+        a.write_text(one + partial)
+        assert [r["question_id"] for r in load_answers(a, trim=True)] == [1] and a.read_text() == one
+
+
 def test_a_category_temperature_key_in_another_case_is_refused():
     """sampling.category_temperature={Writing: 0.7} answered MT-Bench's writing questions greedily, exit 0 (a new
     user, 2026-12-02); a key for a category this run does not reach (dataset.limit) stays allowed."""
