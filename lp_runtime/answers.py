@@ -83,9 +83,10 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
 
 def check_summary_path(cfg: RunConfig) -> None:
     """``OutputError`` when the run's summary (``output.summary_path``, or the default beside the answers) would
-    overwrite the answers, the question file, the settings record or an existing file that is not a run summary,
-    or when the settings record or the lock beside the answers is an existing file that is not one (another run's
-    answers file named ``a.summary.json`` or ``a.lock``, or the user's own file: a new user's run replaced them)."""
+    overwrite the answers, the question file, the settings record, an existing file that is not a run summary or
+    (``output.summary_path`` given) the summary of another answers file that still exists, or when the settings
+    record or the lock beside the answers is an existing file that is not one (another run's answers file named
+    ``a.summary.json`` or ``a.lock``, or the user's own file: a new user's run replaced them)."""
     base = Path(cfg.output.path)
     for path, kind, looks_right in (
             (Path(cfg.output.resolved_settings_path), "a settings record", lambda p: read_settings(p) is not None),
@@ -110,6 +111,10 @@ def check_summary_path(cfg: RunConfig) -> None:
                               "a run summary; move it away, choose another output.path, or give output.summary_path")
         raise OutputError(f"output.summary_path={summary} exists and is not a run summary; the summary would "
                           f"overwrite it: {advice}")
+    other = Path(str(record["answers"])) if cfg.output.summary_path and record is not None else None
+    if other is not None and os.path.abspath(other) != os.path.abspath(base) and other.is_file():
+        raise OutputError(f"output.summary_path={summary} is the summary of another answers file, {other}; the "
+                          f"summary would overwrite it: {advice}")
 
 
 class AnswersLock:

@@ -669,6 +669,14 @@ def _summary_path_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     out.append((d.name, [f"output.summary_path={d / 'notes.txt'}", "model.path=/nonexistent"],
                 f"output.summary_path={d / 'notes.txt'} exists and is not a run summary; the summary would overwrite "
                 f"it: give another file, e.g. output.summary_path={d / 'out' / 'answers.summary.json'}"))
+    # another run's summary, its answers still there: overwritten, exit 0 (a new user, 2026-12-03)
+    d = _folder(tmp, "summary_is_another_runs")
+    (d / "b.jsonl").write_text(json.dumps(_answer(1)) + "\n")
+    (d / "b.summary.json").write_text(json.dumps({"answers": str(d / "b.jsonl"), "num_questions": 1}))
+    out.append((d.name, [f"output.path={d / 'a.jsonl'}", f"output.summary_path={d / 'b.summary.json'}",
+                         "model.path=/nonexistent"],
+                f"output.summary_path={d / 'b.summary.json'} is the summary of another answers file, {d / 'b.jsonl'}; "
+                f"the summary would overwrite it: give another file, e.g. output.summary_path={d / 'a.summary.json'}"))
     # not a regular file: output.summary_path=/dev/null, renamed over, replaced the device (a new user's run as root,
     # 2026-12-02); a FIFO here stands for every such file (the answers path's open() would wait on it for ever)
     d = _folder(tmp, "summary_is_a_device")
@@ -911,7 +919,7 @@ def test_dataset_path_is_a_folder(bad_input):
 @pytest.mark.parametrize("case", ["summary_is_the_answers_file", "summary_is_the_question_file",
                                   "summary_is_another_file", "summary_is_a_device", "answers_is_a_device",
                                   "summary_beside_is_answers", "lock_beside_is_answers", "settings_beside_is_notes",
-                                  "answers_path_ends_in_slash", "answers_path_has_no_name"])
+                                  "answers_path_ends_in_slash", "answers_path_has_no_name", "summary_is_another_runs"])
 def test_summary_path_that_would_overwrite_another_file(bad_input, case):
     folder = _check(bad_input, case)
     line = json.dumps(_answer(1)) + "\n"
@@ -922,7 +930,9 @@ def test_summary_path_that_would_overwrite_another_file(bad_input, case):
         "summary_is_a_device": {}, "answers_is_a_device": {}, "answers_path_ends_in_slash": {},
         "answers_path_has_no_name": {},
         "summary_beside_is_answers": {"a.summary.json": line}, "lock_beside_is_answers": {"a.lock": line},
-        "settings_beside_is_notes": {"a.settings.json": "notes\n"}}[case]  # left as they were, nothing new
+        "settings_beside_is_notes": {"a.settings.json": "notes\n"},
+        "summary_is_another_runs": {"b.jsonl": line, "b.summary.json": json.dumps(
+            {"answers": str(folder / "b.jsonl"), "num_questions": 1})}}[case]  # left as they were, nothing new
     assert not any(p.is_dir() for p in folder.iterdir())
     if case.endswith("device"):
         assert [p.name for p in folder.iterdir()] == ["fifo"] and (folder / "fifo").is_fifo()
