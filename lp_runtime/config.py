@@ -257,7 +257,9 @@ def check_stop_strings(value: Any, key: str = "generation.stop_strings") -> list
                "generation.stop_strings=[hello] or, for a blank line, $'generation.stop_strings=[\"\\n\\n\"]' (bash's "
                "$'...' makes \\n a newline; Hydra keeps a backslash as it is); quote a number to make it a string: "
                "generation.stop_strings='[\"10\"]'" if cli else "stop_strings=[\"\\n\\n\"]"))
-    _check(all(value), f"{key} contains an empty string")
+    _check(all(value), f"{key}={list(value)!r} contains an empty string, which every text ends with (a run would "
+                       f"stop after its first token); give non-empty strings, e.g. " + (
+                           "generation.stop_strings=[hello]" if cli else 'stop_strings=["\\n\\n"]'))
     return list(value)
 
 

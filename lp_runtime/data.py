@@ -181,16 +181,22 @@ def _parse_row(row: Any, where: str) -> Question:
     return Question(question_id=qid, category=category, turns=list(turns), raw=False)
 
 
+def _hidden(c: str) -> bool:
+    """An invisible format character (Unicode Cf) or a control character that is not whitespace (Cc: NUL, ...)."""
+    return unicodedata.category(c) in ("Cf", "Cc") and not c.isspace()
+
+
 def invisible(text: str) -> list[str]:
-    """``U+XXXX`` of each distinct invisible format character in ``text`` (Unicode category Cf: zero-width space
-    U+200B, zero-width (non-)joiner U+200C/U+200D, word joiner U+2060, byte order mark U+FEFF, ...), in order."""
-    return list(dict.fromkeys(f"U+{ord(c):04X}" for c in text if unicodedata.category(c) == "Cf"))
+    """``U+XXXX`` of each distinct invisible character in ``text``, in order: format characters (Unicode category
+    Cf: zero-width space U+200B, zero-width (non-)joiner U+200C/U+200D, word joiner U+2060, byte order mark U+FEFF,
+    ...) and control characters other than whitespace (Cc: NUL U+0000, ...)."""
+    return list(dict.fromkeys(f"U+{ord(c):04X}" for c in text if _hidden(c)))
 
 
 def is_blank(text: str) -> bool:
-    """True when ``text`` shows nothing: empty, or only whitespace and invisible format characters (``invisible``).
+    """True when ``text`` shows nothing: empty, or only whitespace and invisible characters (``invisible``).
     A question turn (``dataset=jsonl``) or a ``str`` prompt of the Python API like that is refused."""
-    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+    return all(c.isspace() or _hidden(c) for c in text)
 
 
 def blank_kind(text: str) -> str:

@@ -112,6 +112,10 @@ def test_jsonl_not_object(tmp_path):
     ({"question_id": 1, "turns": ["ok", " \u200c\u200d\u2060\ufeff\u200c "]},
      "field 'turns' is ['ok', ' \\u200c\\u200d\\u2060\\ufeff\\u200c ']; it must be a non-empty list of "
      "non-blank strings (turn 2 is only whitespace and invisible characters (U+200C, U+200D, U+2060, U+FEFF))"),
+    # a control character other than whitespace shows nothing either: a turn of one NUL was answered (a new user)
+    ({"question_id": 1, "turns": ["\u0000"]},
+     "field 'turns' is ['\\x00']; it must be a non-empty list of non-blank strings (turn 1 is only invisible "
+     "characters (U+0000))"),
 ])
 def test_jsonl_bad_field(tmp_path, row, message):
     path = _write(tmp_path, [json.dumps(row)])

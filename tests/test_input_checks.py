@@ -492,8 +492,11 @@ def test_api_stop_strings_are_checked_as_the_config_checks_them(tiny_model_dir):
     for bad, message in [([5], "stop_strings=[5] is not allowed; give a list of strings, e.g. stop_strings=[\"\\n\\n\"]"),
                          ([None], "stop_strings=[None] is not allowed; give a list of strings, e.g. "
                                   "stop_strings=[\"\\n\\n\"]"),
-                         ("", "stop_strings contains an empty string"),
-                         (["a", ""], "stop_strings contains an empty string")]:
+                         ("", "stop_strings=[''] contains an empty string, which every text ends with (a run would "
+                              'stop after its first token); give non-empty strings, e.g. stop_strings=["\\n\\n"]'),
+                         (["a", ""], "stop_strings=['a', ''] contains an empty string, which every text ends with (a "
+                                     "run would stop after its first token); give non-empty strings, e.g. "
+                                     'stop_strings=["\\n\\n"]')]:
         with pytest.raises(ConfigError) as e:
             gen.generate("hi", max_new_tokens=4, stop_strings=bad)
         assert str(e.value) == message
