@@ -125,9 +125,11 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line, object_pairs_hook=_one_value_a_key)
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{where}: not valid JSON ({e.msg}); {_FORMAT}") from None
+            except KeyError as e:  # JSON allows a key twice and json.loads keeps the last: a question edited twice
+                raise DatasetError(f"{where}: key {e.args[0]!r} appears twice in one object; keep one of them") from None
             q = _parse_row(row, where)
             key = str(q.question_id)  # as answers are matched on resume: 1 and "1" are one question
             if key in first_line:
@@ -179,6 +181,16 @@ def _parse_row(row: Any, where: str) -> Question:
                                f"{bad}; a turn must be valid Unicode text (a pair such as \\ud83d\\ude00 is one "
                                "character and fine)")
     return Question(question_id=qid, category=category, turns=list(turns), raw=False)
+
+
+def _one_value_a_key(pairs: list) -> dict:
+    """``json.loads``'s ``object_pairs_hook``: the object, ``KeyError(key)`` for a key given twice."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise KeyError(key)
+        out[key] = value
+    return out
 
 
 def _hidden(c: str) -> bool:

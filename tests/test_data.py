@@ -122,6 +122,16 @@ def test_jsonl_bad_field(tmp_path, row, message):
     assert _error(path) == f"{path}, line 1: {message}"
 
 
+def test_jsonl_key_given_twice_is_refused(tmp_path):
+    """{"question_id": 1, "turns": ["hi"], "question_id": 2} was answered as question 2 without a word (a new user,
+    2026-12-03): JSON allows the repeat and Python keeps the last value."""
+    path = _write(tmp_path, ['{"question_id": 1, "turns": ["hi"]}',
+                             '{"question_id": 1, "turns": ["hi"], "question_id": 2}'])
+    assert _error(path) == f"{path}, line 2: key 'question_id' appears twice in one object; keep one of them"
+    path = _write(tmp_path, ['{"question_id": 1, "turns": [{"a": 1, "a": 2}]}'])  # nested objects too
+    assert _error(path) == f"{path}, line 1: key 'a' appears twice in one object; keep one of them"
+
+
 def test_jsonl_turn_with_invisible_characters_and_text_is_kept(tmp_path):
     """Only a turn that shows nothing is blank: a zero-width joiner inside an emoji sequence, or a zero-width space
     beside text, is part of the text."""
