@@ -129,7 +129,8 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{where}: not valid JSON ({e.msg}); {_FORMAT}") from None
             except KeyError as e:  # JSON allows a key twice and json.loads keeps the last: a question edited twice
-                raise DatasetError(f"{where}: key {e.args[0]!r} appears twice in one object; keep one of them") from None
+                raise DatasetError(f"{where}: key {e.args[0]!r} appears twice in one object; keep one of "
+                                   "them") from None
             q = _parse_row(row, where)
             key = str(q.question_id)  # as answers are matched on resume: 1 and "1" are one question
             if key in first_line:
