@@ -191,11 +191,7 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
     whole = bool(tail.strip()) and _is_json(tail)
     if whole:  # a last line without its newline: checked as any line (an answer kept, the newline added with trim)
         complete = raw + b"\n"
-    elif tail.strip() and not (tail.startswith(LINE_START) or LINE_START.startswith(tail)):
-        num = complete.count(b"\n") + 1
-        raise OutputError(f"{path} line {num} has no newline and is neither an answer nor the start of one a "
-                          f"stopped run leaves ({LINE_START.decode()} ...), so {path} is not an answers file; "
-                          f"{advice}")
+    foreign = bool(tail.strip()) and not whole and not (tail.startswith(LINE_START) or LINE_START.startswith(tail))
     records: list = []
     for num, line_bytes in enumerate(complete.splitlines(), 1):
         where = f"{path} line {num}"
@@ -207,6 +203,11 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
             records.append((where, json.loads(line)))
         except json.JSONDecodeError:
             raise OutputError(f"{where} is not JSON; {advice}") from None
+    if foreign:  # after every line decoded: a bad byte anywhere is named first
+        num = complete.count(b"\n") + 1
+        raise OutputError(f"{path} line {num} has no newline and is neither an answer nor the "
+                          f"start of one a stopped run leaves ({LINE_START.decode()}...), so {path} is not an answers "
+                          f"file; {advice}")
     first: dict[str, str] = {}
     for where, record in records:  # after every line decoded: a bad byte anywhere is named first
         _check_answer(record, where, path, advice)

@@ -304,7 +304,7 @@ def test_a_last_line_without_newline_that_starts_no_answer_is_refused_not_cut(tm
     one = json.dumps({"question_id": 1, **line}) + "\n"
     a = tmp_path / "a.jsonl"
     no_answer = ("has no newline and is neither an answer nor the start of one a stopped run leaves "
-                 '({"question_id":  ...)')
+                 '({"question_id": ...)')
     question = "is a question (an answer line has question_id and choices[0] with " + ", ".join(ANSWER_KEYS) + ")"
     for before, num, what in ((b"my notes, a whole paragraph without a final newline", 1, no_answer),
                               (b'{"question_id": 1, "turns": ["hi"]}', 1, question),  # whole JSON: checked as such
@@ -315,6 +315,11 @@ def test_a_last_line_without_newline_that_starts_no_answer_is_refused_not_cut(tm
                 load_answers(a, trim=trim)
             assert str(e.value) == f"{a} line {num} {what}, so {a} is not an answers file; {OUTPUT_ADVICE}"
             assert a.read_bytes() == before
+    a.write_bytes(b"\x00\x01\xff\nnotes")  # a bad byte before the last line is named first (the report's case)
+    with pytest.raises(OutputError) as e:
+        load_answers(a, trim=False)
+    assert str(e.value) == (f"{a} line 1: byte 3 (b'\\xff') is not UTF-8; an answers file is written as UTF-8, so "
+                            f"this one was changed elsewhere; {OUTPUT_ADVICE}")
     for partial in ('{"ques', '{"question_id": 2, "cho'):  # a stopped run's partial line: still cut
         a.write_text(one + partial)
         assert [r["question_id"] for r in load_answers(a, trim=True)] == [1] and a.read_text() == one
