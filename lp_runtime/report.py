@@ -291,6 +291,18 @@ def plot(rows: Sequence[dict], out_dir: str) -> Optional[str]:
     return path
 
 
+def shared_note(rows: list[dict]) -> str:
+    """The line under the table when a run shares only some questions with the baseline, or none ('-' in its
+    cells); "" when every run shares all of its questions."""
+    base = next(r for r in rows if r["baseline"])
+    some = [r["run"] for r in rows if not r["baseline"] and 0 < r["shared"] < r["questions"]]
+    none = [r["run"] for r in rows if not r["baseline"] and not r["shared"]]
+    parts = ([f"fewer than all for {', '.join(some)}"] if some else []) + (
+        [f"none for {', '.join(none)} ('-')"] if none else [])
+    return (f"speedup and identical count only the questions a run shares with the baseline {base['run']} (the same "
+            f"dataset, question id and generation.max_new_tokens): {'; '.join(parts)}") if parts else ""
+
+
 def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Optional[str] = None,
            figure: bool = True) -> dict[str, Any]:
     """Build, print and write the table; ``{"rows", "keys", "text", "files", "missing"}``. Raises ``ReportError``."""
@@ -313,12 +325,9 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
     rows, keys = build_table(runs, pick_baseline(runs, baseline))
     columns = table_columns(keys)
     text = format_table(rows, columns=columns, left=1 + len(keys))
-    base_row = next(r for r in rows if r["baseline"])
-    apart = [r["run"] for r in rows if not r["baseline"] and r["shared"] < r["questions"]]
-    if apart:  # a baseline of other prompts: speedups (and identical counts) over the shared questions only
-        text += (f"\nspeedup and identical count only the questions a run shares with the baseline {base_row['run']} "
-                 f"(the same dataset, question id and generation.max_new_tokens): fewer than all for "
-                 f"{', '.join(apart)}; none shared: '-'")
+    note = shared_note(rows)
+    if note:
+        text += "\n" + note
     if missing:
         text += "\njobs without answers (refused, failed or not run yet): " + "; ".join(missing)
     where = f"--out {out_dir}"

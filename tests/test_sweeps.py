@@ -73,7 +73,7 @@ def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
     """A baseline on other prompts gave a speedup of 0.311 and "identical 0/0" without a word (a new user,
     2026-12-02): speedups are taken over the questions both runs answered from the same dataset, '-' when none."""
     from lp_runtime import metrics
-    from lp_runtime.report import build_table, table_columns
+    from lp_runtime.report import build_table, shared_note, table_columns
 
     def run(path, method, dataset, answers, tokens=16):  # answers: {question id: (new tokens, seconds)}
         records = [{"question_id": q, "choices": [{"output_ids": [[7] * n], "new_tokens": [n], "decoding_steps": [n],
@@ -93,6 +93,14 @@ def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
     assert [identical_cell(r) for r in rows] == ["2/2", "1/1", "-", "-"]  # none compared: '-', not "0/0"
     assert [(r["speedup"], r["shared"], r["identical"], r["compared"]) for r in rows] == [
         (1.0, 2, 2, 2), (2.0, 1, 1, 1), (None, 0, 0, 0), (None, 0, 0, 0)]  # over all of base: 20 tok / 11 s"
+    # the line under the table: which runs share fewer than all, which none (it said "fewer than all" for both)
+    names = [r["run"] for r in rows]
+    assert shared_note(rows) == (
+        f"speedup and identical count only the questions a run shares with the baseline {names[0]} (the same "
+        f"dataset, question id and generation.max_new_tokens): none for {names[2]}, {names[3]} ('-')")
+    rows[1]["questions"] = 2  # as if it had answered one more question, not shared
+    assert shared_note(rows).endswith(f": fewer than all for {names[1]}; none for {names[2]}, {names[3]} ('-')")
+    assert shared_note(build_table([base, base], 0)[0]) == ""
 
 
 def test_report_does_not_list_a_run_folder_whose_answers_went_elsewhere(tmp_path):
