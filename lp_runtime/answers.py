@@ -203,7 +203,7 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
             records.append((where, json.loads(line)))
         except json.JSONDecodeError:
             raise OutputError(f"{where} is not JSON; {advice}") from None
-    if foreign:  # after every line decoded: a bad byte anywhere is named first
+    if foreign:  # after the lines are decoded, so a bad byte in them is named first
         num = complete.count(b"\n") + 1
         raise OutputError(f"{path} line {num} has no newline and is neither an answer nor the "
                           f"start of one a stopped run leaves ({LINE_START.decode()}...), so {path} is not an answers "
@@ -255,7 +255,7 @@ ANSWER_TYPES = {"output_ids": ("lists of token ids", lambda v: isinstance(v, lis
                 "accept_lengths": ("lists of token counts", lambda v: isinstance(v, list) and all(map(_is_int, v)))}
 
 
-def _check_answer(record: Any, where: str, path: Path, advice: str, *, types: bool = True) -> None:
+def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
     choices = record.get("choices") if isinstance(record, dict) else None
     if not (isinstance(record, dict) and "question_id" in record and isinstance(choices, list) and choices
             and isinstance(choices[0], dict) and all(k in choices[0] for k in ANSWER_KEYS)):
@@ -263,7 +263,7 @@ def _check_answer(record: Any, where: str, path: Path, advice: str, *, types: bo
         raise OutputError(f"{where} is {what} (an answer line has question_id and choices[0] with "
                           f"{', '.join(ANSWER_KEYS)}), so {path} is not an answers file; {advice}")
     # An edit by hand: refused here, not as a TypeError in the summary after a new answer was appended.
-    for key, (what, ok) in ANSWER_TYPES.items() if types else ():
+    for key, (what, ok) in ANSWER_TYPES.items():
         value = choices[0][key]
         if not (isinstance(value, list) and all(map(ok, value))):
             shown = json.dumps(value)

@@ -75,8 +75,9 @@ def one_line(e: BaseException) -> str:
 
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
-VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun",
-               "--cfg", "-c", "--package", "-p")  # Hydra's flags that take a value (not an override)
+# Hydra's flags that take a value (not an override); the first six name another config than conf/generate.yaml
+CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
+VALUE_FLAGS = CONFIG_FLAGS + ("--experimental-rerun", "--cfg", "-c", "--package", "-p")
 
 
 INFO_FLAGS = ("--info", "-i")  # Hydra's flag whose value is optional: one of INFO_CHOICES, else none

@@ -18,7 +18,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
-from lp_runtime.cli import INFO_CHOICES, INFO_FLAGS, MULTIRUN_FLAGS, fail, is_bad_input, one_line, override_positions
+from lp_runtime.cli import (CONFIG_FLAGS, INFO_CHOICES, INFO_FLAGS, MULTIRUN_FLAGS, fail, is_bad_input, one_line,
+                            override_positions)
 from lp_runtime.config import ConfigError, RunConfig, to_object
 
 
@@ -181,9 +182,6 @@ def check_argv(argv: list[str]) -> None:
     check_printed_config(argv)
 
 
-OTHER_CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
-
-
 def printing_flag(argv: list[str]) -> Optional[str]:
     """The flag with which Hydra prints the composed config and exits (``--cfg``/``-c`` any part, ``--info``/``-i``
     all or config), or None."""
@@ -205,7 +203,7 @@ def check_printed_config(argv: list[str]) -> None:
     traceback: ``ConfigError``. Not checked: ``--help`` (help is wanted when the settings are wrong) and another
     config named by ``-cn``/``-cp``/``-cd``."""
     flag = printing_flag(argv)
-    if flag is None or any(a.split("=", 1)[0] in OTHER_CONFIG_FLAGS for a in argv):
+    if flag is None or any(a.split("=", 1)[0] in CONFIG_FLAGS for a in argv):
         return
     if is_sweep(argv):
         raise ConfigError(f"{flag} prints the config of one run and -m/--multirun runs a sweep: give only one of them")

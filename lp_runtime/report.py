@@ -102,7 +102,7 @@ def _answered_elsewhere(job: Path) -> bool:
 
 def load_run(path: Path) -> dict[str, Any]:
     """``{"path", "records", "metrics", "settings"}`` of one run; metrics recomputed from the answers."""
-    advice = "give answers files of python -m lp_runtime.generate, or a folder holding them"
+    advice = ADVICE
     records = answers.load_answers(path, trim=False, advice=advice) if path.exists() else []
     recorded = answers.read_settings(answers.beside(path, ".settings.json"))
     if not recorded:
