@@ -38,12 +38,12 @@ SETTINGS = [DecodingConfig(method="greedy"), lookahead(window_size=2, ngram_size
 # ------------------------------------------------------------------------- 1. stop strings over many tokens
 @pytest.fixture(scope="module")
 def smol_tokenizer():
-    from lp_runtime import models
+    from lp_runtime import bundled
 
-    cached = Path(models.cache_root()) / "smollm2-135m-instruct"
+    cached = Path(bundled.cache_root()) / "smollm2-135m-instruct"
     if (cached / "tokenizer.json").is_file():
         return AutoTokenizer.from_pretrained(cached)
-    folder, gguf_file, _ = models._bundled_gguf("smollm2")
+    folder, gguf_file, _ = bundled.bundled_gguf("smollm2")
     return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
 
 
