@@ -1,27 +1,20 @@
 """Candidates from the model's own predictions: a successor table, and one tree grown from every source.
 
 Token Recycling (Luo et al. 2024, arXiv 2408.08696, section 3) keeps, for every token id, the top-k tokens the
-model predicted after it the last time a forward pass computed a logits row at that token, whatever the row
-was (an accepted token, a rejected draft, a window cell). A step's rows are computed anyway, so the table costs
-one top-k per kept row. Its rows are a bigram model refreshed from the current context: on open-ended chat,
-where the text rarely repeats itself, they still predict function words, punctuation and the next sub-word.
+model predicted after it the last time a forward pass computed a logits row there (an accepted token, a rejected
+draft, a window cell): rows a step computes anyway, so the table costs one top-k per kept row, and even on chat,
+where the text rarely repeats itself, it predicts function words, punctuation and the next sub-word.
 
-``SuccessorTable`` is the table (vocab x k int32, -1 = never seen; 1.5 MB for SmolLM2 at k = 8), kept across the
-questions of a job like the answer store. ``RankCalibration`` learns online P(a node is accepted | its parent
-was) per (source, depth, rank among the table's successors), a Beta prior centred on ``SUCC_PRIOR``.
-``grow_tree`` builds ONE candidate tree from the suffix lookup's tree (matches in the text, the answer store
-and the window's n-grams) and the table: best first by the product of the per-node estimates along the path,
-up to a node budget, merging a token that both sources propose under the same parent. Long suffix matches keep
-their chains (their nodes carry the lookup's high estimates); the table fills in where nothing matches and
-extends every chain past its end.
+``grow_tree`` builds ONE candidate tree from the suffix lookup's tree (text, answer store, window n-grams) and the
+table, best first by the product of the per-node estimates along the path (``RankCalibration``), merging a token
+both sources propose under the same parent: long suffix matches keep their chains (their nodes carry the lookup's
+high estimates); the table fills in where nothing matches and extends every chain past its end.
 
 Worked example (table rows: 5 -> [6, 7], 6 -> [8], 7 -> [], 8 -> []; no suffix tree; estimates by rank
 0.5 / 0.25 whatever the depth; budget 3)::
 
     root 5: children 6 (0.5), 7 (0.25)          pop 6 (path 0.5): push its child 8 (0.5 x 0.5 = 0.25)
     pop 7 (0.25, pushed first), pop 8 (0.25)    tree tokens [6, 7, 8], parents [-1, -1, 0]
-
-Pure numpy and Python; the model's top-k rows come from the step (``topk`` of the kept logits).
 """
 from __future__ import annotations
 
@@ -32,7 +25,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .tree import CandidateTree
+from .tree import CandidateTree, children
 from .policy import AcceptanceCalibration
 
 # Prior P(accepted | parent accepted) of the table's successor of each rank (rank 0 = the row's argmax).
@@ -41,18 +34,13 @@ JOINT_RANKS = 4  # ranks 0..3 of each table calibrate apart in a joint (token ta
 
 
 class SuccessorTable:
-    """For every token id (``context=1``) or pair of ids (``context=2``), the top-k successors from the newest
-    logits row computed there.
+    """For every token id (``context=1``, Token Recycling) or pair of ids (``context=2``: (the token before the
+    row's input token, that token), hashed into ``slots`` rows where the newest key wins its slot), the top-``k``
+    successors (Token Recycling uses 8) from the newest logits row computed there.
 
-    Args:
-        vocab_size: token ids are 0 .. vocab_size - 1.
-        k: successors kept per key (Token Recycling uses 8).
-        context: 1 = keyed by the row's input token (Token Recycling); 2 = keyed by (the token before it, its
-            input token), a hashed table of ``slots`` rows where the newest key wins its slot.
-        slots: rows of a ``context=2`` table (a power of two; 2^18 x 8 int32 = 8 MB).
-
-    ``table``: int32 (rows, k), best first, -1 = empty (rows = vocab_size for context 1, indexed by token id).
-    ``ValueError`` for vocab_size < 1, k < 1, a context other than 1 or 2, or slots not a power of two >= 2.
+    ``table``: int32 (rows, k), best first, -1 = empty (context 1: vocab_size rows indexed by token id, 1.5 MB for
+    SmolLM2 at k = 8; context 2: ``slots`` rows, 2^18 x 8 = 8 MB). ``ValueError`` for vocab_size < 1, k < 1, a
+    context other than 1 or 2, or slots not a power of two >= 2.
 
         >>> t = SuccessorTable(10, k=2)
         >>> t.update([3, 4, 3], [[1, 2], [5, 6], [7, 8]])   # two rows at token 3: the later one wins
@@ -177,15 +165,9 @@ class RankCalibration:
 
 @dataclass
 class GrownTree:
-    """A tree from ``grow_tree`` and where each node came from (what ``SuccessorProposer.observe`` learns from).
-
-    Attributes:
-        tree: the candidate tree; ``prob`` holds each node's estimate P(accepted | parent accepted).
-        suffix_raw: per node, the suffix lookup's raw estimate when that source proposed it, else None.
-        succ_rank: per node, its rank in its parent token's table row when the table proposed it, else None.
-        pair_rank: the same for the pair table (``context=2``: the row of (the parent's parent token, the parent's
-            token)).
-    """
+    """A tree from ``grow_tree`` (``prob``: each node's P(accepted | parent accepted)) and, per node, where it came
+    from: ``suffix_raw``, the suffix lookup's raw estimate, ``succ_rank`` / ``pair_rank``, its rank in its parent's
+    row of the token / pair table (None where that source did not propose it)."""
 
     tree: CandidateTree = field(default_factory=CandidateTree)
     suffix_raw: list = field(default_factory=list)
@@ -193,41 +175,27 @@ class GrownTree:
     pair_rank: list = field(default_factory=list)
 
 
-def _kids(suffix: CandidateTree) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for i, p in enumerate(suffix.parents):
-        out.setdefault(p, []).append(i)
-    return out
-
-
 def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[SuccessorTable], budget: int, *,
               suffix_cal: Optional[AcceptanceCalibration] = None, succ_cal: Optional[RankCalibration] = None,
               max_depth: int = 16, width: int = 8, pair: Optional[SuccessorTable] = None,
               root_prev: int = -1) -> GrownTree:
-    """One candidate tree from the suffix lookup's tree and the successor table, best first by path estimate.
+    """One candidate tree of at most ``budget`` nodes rooted at ``root_token`` (``c``), best first by path estimate.
 
-    Args:
-        root_token: ``c``, the newest accepted token (the table's row at it gives the root's children).
-        suffix: the suffix lookup's tree (``lookup.SuffixLookup.propose``; ``prob`` = its raw estimates) or None.
-        table: the successor table or None.
-        budget: most nodes in the tree (>= 0).
-        suffix_cal, succ_cal: calibrations turning the sources' raw values into P(accepted | parent accepted)
-            (defaults: fresh ones, i.e. the priors).
-        max_depth: deepest node; width: most table successors tried per node (their best ranks).
-        pair, root_prev: a ``context=2`` table and the token before ``root_token``; with it, ``succ_cal`` is keyed
-            by the pair (rank in the token table's row, rank in the pair table's row).
+    ``suffix``: the suffix lookup's tree (``prob`` = its raw estimates) or None; ``suffix_cal`` / ``succ_cal`` turn
+    the sources' raw values into P(accepted | parent accepted) (default: fresh ones, i.e. the priors). ``pair``,
+    ``root_prev``: a ``context=2`` table and the token before ``root_token``; with it ``succ_cal`` is keyed by
+    (rank in the token table's row, rank in the pair table's row).
 
     A node's children are the suffix tree's children of the node it matches (if any) and the first ``width``
     successors of its token in each table (the pair table's row of (its parent's token, its token)); a token
-    proposed by several sources is one node with the larger of the suffix and the table estimates. Nodes come out in
-    best-first order (parents before children; ties go to the node pushed first). ``ValueError`` for a
-    negative budget.
+    proposed by several sources is one node with the larger estimate. Nodes come out best first, parents before
+    children, ties to the node pushed first, none deeper than ``max_depth``. ``ValueError`` for a negative budget.
     """
     if budget < 0:
         raise ValueError(f"grow_tree(budget={budget}): the node budget must be >= 0")
     suffix_cal = suffix_cal or AcceptanceCalibration()
     succ_cal = succ_cal or RankCalibration()
-    kids = _kids(suffix) if suffix is not None else {}
+    kids = children(suffix.parents) if suffix is not None else {}
     out = GrownTree()
     heap: list = []
     counter = 0
@@ -266,31 +234,23 @@ class SuccessorProposer:
     """A ``proposers.Proposer``: one tree grown from a suffix proposer's tree and the successor table.
 
     Args:
-        vocab_size: the model's vocabulary (the table's rows).
         budget: most tree nodes a step proposes (the step policy may feed fewer).
         suffix: the ``proposers.SuffixProposer`` whose tree is merged in (None: the table alone).
-        k: successors kept per token (the ``topk`` asked of every kept logits row).
-        max_depth, width: as in ``grow_tree``.
-        context: 1 = the token table alone (Token Recycling); 2 = also a pair table keyed by the last two tokens
-            (``SuccessorTable(context=2)``: the newest row computed in the same two-token context), calibrated
-            jointly with the token table (``RankCalibration`` on the pair of ranks).
+        k: successors kept per token (the ``topk`` asked of every kept logits row); max_depth, width: ``grow_tree``'s.
+        context: 1 = the token table alone (Token Recycling); 2 = also a pair table (``SuccessorTable(context=2)``),
+            calibrated jointly with the token table (``RankCalibration`` on the pair of ranks).
         table_when_sampling: keep using the job's table in sampled calls (default False: a sampled call starts a
-            table of its own, so a seed's draws do not depend on the answers before it; the law is exact either
-            way, as for the answer store).
-        prefill: also fill the token table's EMPTY rows from the prompt's rows at prefill (``prefill_topk`` = k:
-            the decoder's prefill keeps the top-k of the prompt's last ``step.PREFILL_ROWS`` rows and calls
-            ``observe_prefill``); a row already computed (in an answer) is never replaced.
-        lp_size, rank_budget: under LP with ``lp_size`` ranks, the most tree nodes any rank feeds under
-            ``parallel.tree_plan`` (repeated ancestor chains included; None = no cap): the grown tree is cut to
-            its longest best-first prefix within it (``cap_ranks``), so a rank feeds no more than one process
-            with a ``rank_budget``-node tree would (issue 18: per-rank tokens within 1.25x of the K = 1 step).
+            table of its own, so a seed's draws do not depend on the answers before it; the law is exact either way).
+        prefill: also fill the token table's EMPTY rows from the prompt's last ``step.PREFILL_ROWS`` rows
+            (``prefill_topk`` = k; ``observe_prefill``); a row already computed (in an answer) is never replaced.
+        lp_size, rank_budget: under LP, cut the grown tree to its longest best-first prefix whose busiest rank feeds
+            at most ``rank_budget`` nodes (``cap_ranks``; None = no cap), as one process with that budget would.
 
-    Each step: ``propose`` grows the tree from ``c`` (the newest accepted token); ``observe`` gets the accepted
-    tokens and the step's rows (``step.StepRows``: c, the window columns, the fed nodes, every LP rank's, so every
-    rank writes the same table), learns the calibrations from the fed nodes (a trial: its parent is the root
-    or was accepted) and writes the rows in time order, the accepted path's rows (the truest context) last.
-    The tables (``vocab_size`` x k int32; the pair table 2^18 x k) live across the prompts of the decoder;
-    ``reset`` empties them. ``ValueError`` for a negative budget or a context other than 1 or 2.
+    Each step: ``propose`` grows the tree from ``c``; ``observe`` gets the accepted tokens and the step's rows
+    (``step.StepRows``, every LP rank's, so every rank writes the same table), learns the calibrations from the fed
+    nodes (a trial: its parent is the root or was accepted) and writes the rows in time order, the accepted path's
+    rows (the truest context) last. The tables live across the decoder's prompts; ``reset`` empties them.
+    ``ValueError`` for a negative budget, a context other than 1 or 2, lp_size < 1 or rank_budget < 1.
     """
 
     def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = 16,
@@ -435,14 +395,12 @@ def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
     return path
 
 
-# The product's table (DecodingConfig.successors; docs/benchmarks.md 6d, the LP ratio blocks): the pair table
-# (context 2), the top 16 ids of every kept row, and the first 16 of a row tried per node under LP (K > 1) but 8 in
-# one process (at one process's budget wider rows crowd out deeper chains).
+# The product's table (measured: docs/benchmarks.md 6d): the pair table, the top 16 ids of every kept row, and the
+# first 16 of a row tried per node under LP but 8 in one process (at one process's budget wider rows crowd out
+# deeper chains).
 TABLE_CONTEXT, TABLE_TOPK, TABLE_WIDTH, TABLE_WIDTH_ONE_PROCESS = 2, 16, 16, 8
-# A small tree in one process (at most SMALL_TREE nodes, e.g. 11 under decoding=lookahead's (0, 4, 2)): the token
-# table (Token Recycling's), its top 8, and the prompt's rows at prefill in its empty rows (docs 6d, the <= 12-token
-# blocks: MT-Bench S 1.908 against 1.870 with the pair table's top 16 and the same prompt rows). Never under LP: a
-# rank's prefill rows do not travel in the step's all-gather, so only the decode rows are sure to match on every rank.
+# A small tree (at most SMALL_TREE nodes) in one process: the token table, its top 8, and the prompt's rows at
+# prefill in its empty rows. Never under LP: a rank's prefill rows do not travel in the step's all-gather.
 SMALL_TREE, SMALL_TABLE = 32, dict(context=1, k=8, width=8, prefill=True)
 
 
@@ -452,25 +410,19 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
     the suffix proposer (suffix lookup + answer store) wrapped in a ``SuccessorProposer`` when the table is on.
 
     Args:
-        decoding: a ``DecodingConfig``.
         vocab_size: the model's vocabulary (``checks.vocab_size``); the table's rows.
-        lp_size: K, the ranks that share a step (``parallel.lp``; 1 = one process, or one process simulating K).
-        budget: tree nodes ONE rank feeds (default: the suffix proposer's node cap + 1, i.e. 11 at (W, N, G) =
-            (0, 4, 2), so a one-process step feeds at most 12 tokens; 25 under ``decoding=auto``'s (0, 6, 4),
-            max_depth 24, where the cost policy feeds what pays of it). The tree holds up to K x ``budget`` nodes,
-            cut so that no rank under ``parallel.tree_plan`` feeds more than ``budget`` (``cap_ranks``).
-        table: True (default) = the table whatever ``decoding.successors`` says (the bench's ``+successors`` lever,
-            scripts/lp_scaling.py); None = as ``decoding.successors_on(lp_size)`` says (what ``Decoder`` builds
-            when given no proposers); False = never.
-        levers: ``SuccessorProposer`` arguments replacing the product's (measurements): the product's are
-            ``context`` = 2, ``k`` = 16 (the vocabulary's size if smaller), ``width`` = 16 when K > 1 else 8,
-            ``lp_size`` = K, ``rank_budget`` = ``budget`` and ``prefill`` = False; in one process with a budget of
-            at most ``SMALL_TREE`` nodes, ``context`` = 1, ``k`` = 8, ``width`` = 8 and ``prefill`` = True.
+        lp_size: K, the ranks that share a step (1 = one process, or one process simulating K).
+        budget: tree nodes ONE rank feeds (default: the suffix proposer's node cap + 1, e.g. 11 at (W, N, G) =
+            (0, 4, 2)). The tree holds up to K x ``budget`` nodes, cut by ``cap_ranks``.
+        table: True (default) = the table whatever ``decoding.successors`` says (the bench's ``+successors``
+            lever); None = as ``decoding.successors_on(lp_size)`` says (``Decoder``'s default); False = never.
+        levers: ``SuccessorProposer`` arguments replacing the product's (``TABLE_*``, ``k`` at most the vocabulary,
+            ``lp_size`` = K, ``rank_budget`` = ``budget``, no prefill; ``SMALL_TABLE`` in one process with a budget
+            of at most ``SMALL_TREE`` nodes), for measurements.
 
-    ``decoding=paper`` and plain greedy keep their proposers (the paper's pool; none), as does G = 0 (no suffix
-    proposer to join). Every LP rank builds the same proposer from the same arguments, so every rank grows the same
-    tree and holds the same table (its rows travel in the step's one all-gather). ``ValueError`` when the table is
-    on and ``vocab_size`` is None, or (from ``SuccessorProposer``) for a budget or lever it refuses.
+    Plain greedy, ``decoding=paper`` and G = 0 keep ``proposers_for``'s (no suffix proposer to join). Every LP rank
+    builds the same proposer, so every rank grows the same tree and holds the same table. ``ValueError`` when the
+    table is on and ``vocab_size`` is None, or (from ``SuccessorProposer``) for a budget or lever it refuses.
 
         >>> from lp_runtime.config import DecodingConfig
         >>> look = DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10)
