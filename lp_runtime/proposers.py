@@ -1,22 +1,18 @@
 """Candidate sources (paper section 3.2's verification branch): the ``Proposer`` protocol and its implementations,
-each proposing a ``tree.CandidateTree``. A ``Decoder`` takes its proposers as constructor arguments; a new source
-is a new class. ``proposers_for(decoding)`` builds the product's. Pure Python, no torch.
+each proposing a ``tree.CandidateTree``; ``proposers_for(decoding)`` builds the product's. Pure Python, no torch.
 
 * ``SuffixProposer`` (the product's): a suffix match (SuffixDecoding, arXiv 2411.04975; prompt-lookup decoding)
   over the accepted sequence, the Jacobi window's n-grams and an ``AnswerStore`` of earlier answers;
-* ``PoolProposer`` (``decoding=paper``): the paper's n-gram pool keyed by the newest token, G candidates of N-1
-  tokens, newest first.
+* ``PoolProposer`` (``decoding=paper``): the paper's n-gram pool.
 
 The suffix lookup: every document (the accepted sequence, each harvested n-gram) is indexed by its k-token keys,
-k = 1 .. ``max_key`` (an n-gram by every k-gram inside it, or with ``ngram_keys="head"`` its first k tokens, as
-the paper's pool). ``propose`` collects the occurrences of the accepted sequence's longest suffix, longest key
+k = 1 .. ``max_key``. ``propose`` collects the occurrences of the accepted sequence's longest suffix, longest key
 first, newest first; an occurrence found under a key of l tokens inserts its continuation (at most
 ``depth_for(l)`` tokens) in a trie with weight ``MATCH_WEIGHT ** (l - 1)``. A node's ``prob`` is
 ``w(node) / (w(continuing past its parent) + 1)`` (the +1 keeps one observation from claiming certainty). The
-tree grows best-first by path probability (``ranking="recency"``: newest first) under ``num_leaves`` (G) leaves
-and ``max_nodes`` nodes. *Chaining*: a node whose continuation ended above ``max_depth`` gets its children by
-matching again with its draft appended, so overlapping n-grams of neighbouring window columns join into drafts
-longer than N-1.
+tree grows best first under G leaves and ``max_nodes`` nodes. *Chaining*: a node whose continuation ended above
+``max_depth`` gets its children by matching again with its draft appended, so overlapping n-grams of
+neighbouring window columns join into drafts longer than N-1.
 
 Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 nodes; ids are letters)::
 
@@ -35,8 +31,7 @@ from .ngram_pool import NGramPool
 from .tree import CandidateTree
 
 MATCH_WEIGHT = 4.0  # one occurrence matching l+1 tokens counts as this many matching l
-STORE_WEIGHT = 0.25  # an earlier answer's occurrence counts this much of one in the current text (measured:
-# docs/benchmarks.md section 6, replay at (0, 4, 2): 1.0 -> 0.25 raised S 1.534 -> 1.546 MT-Bench, 2.83 -> 2.86 HumanEval)
+STORE_WEIGHT = 0.25  # an earlier answer's occurrence counts this much of one in the current text (docs/benchmarks.md 6)
 
 
 class _Node:
@@ -56,9 +51,7 @@ def _index_kgrams(index: dict, seq: Sequence[int], end: int, max_key: int, doc: 
 class AnswerStore:
     """Earlier answers of the same run, matched by later prompts (SuffixDecoding's global tree, arXiv 2411.04975
     section 4). A document is an answer after the last ``max_key`` tokens of its prompt (so an answer's opening
-    is found by the prompt's ending), indexed by every k-gram like the accepted sequence. Accepted tokens only:
-    every LP rank holds the same store, and it changes the candidates, never the output.
-    """
+    is found by the prompt's ending). Accepted tokens only: every LP rank holds the same store."""
 
     def __init__(self, max_key: int = 4, max_tokens: int = 1 << 18) -> None:
         self.max_key = max_key
@@ -90,27 +83,21 @@ class AnswerStore:
             _index_kgrams(self.index, doc, end, self.max_key, len(self.docs) - 1)
 
     def state(self) -> tuple:
-        """A hashable summary (for the LP consistency check)."""
+        """A hashable summary (``Proposer.state``)."""
         return len(self.docs), self.num_tokens
 
 
 class Proposer(Protocol):
-    """A candidate source for one ``Decoder`` (paper section 3.2's verification branch; docs/architecture.md).
-
-    The decoder runs one sequence at a time through its proposers (calls are serialised by the decoder):
-    ``begin`` with the prompt, then per step ``propose`` (a tree rooted at the newest accepted token) and,
-    after verification, ``observe`` (the tokens the step accepted, the n-grams the Jacobi window harvested
-    and, when ``topk`` > 0, the step's kept logits rows as ``step.StepRows``), and ``end`` with the finished
-    output. What a proposer keeps across sequences (an answer store, a successor table) must depend only on
-    accepted tokens and the rows every LP rank holds, so that every rank proposes the same tree.
+    """A candidate source for one ``Decoder`` (docs/architecture.md), one sequence at a time: ``begin``, then per
+    step ``propose`` and ``observe``, then ``end``. What it keeps across sequences must depend only on accepted
+    tokens and the rows every LP rank holds, so that every rank proposes the same tree.
 
     Attributes:
         topk: top-k token ids wanted from every kept logits row in ``observe`` (0 = none: no extra work).
         max_depth: the deepest node it ever proposes (bounds the size of a step).
 
     Optional (read with ``getattr``, absent = 0 / never called): ``prefill_topk``, the top-k ids wanted from the
-    prompt's rows at prefill, and ``observe_prefill(rows)``, which gets them as ``step.StepRows``
-    (``successors.SuccessorProposer(prefill=True)``; ``decoder.Decoder.prefill``).
+    prompt's rows at prefill, and ``observe_prefill(rows)``, which gets them as ``step.StepRows``.
     """
 
     topk: int
@@ -124,7 +111,7 @@ class Proposer(Protocol):
         ``rows`` (``step.StepRows`` when ``topk`` > 0, else None)."""
 
     def propose(self) -> CandidateTree:
-        """The candidate tree for the sequence so far (may be empty)."""
+        """The candidate tree rooted at the newest accepted token (may be empty)."""
 
     def end(self, prompt: Sequence[int], output: Sequence[int]) -> None:
         """The sequence finished with ``output`` (new token ids)."""
@@ -137,7 +124,7 @@ class Proposer(Protocol):
 
 
 class SuffixProposer:
-    """Suffix-match candidate source (module docstring); implements ``Proposer``.
+    """Suffix-match candidate source (module docstring); a ``Proposer``.
 
     Args:
         ngram_size: N; a 1-token match proposes up to N-1 tokens.
@@ -145,13 +132,12 @@ class SuffixProposer:
         max_nodes: most nodes in a tree (default max(G x (N-1), max_depth)).
         max_depth: longest continuation proposed (>= N-1); max_key: longest suffix matched (tokens, >= 1).
         ranking: "counts" (path probability, recency breaks ties) or "recency".
-        max_occurrences: most occurrences read per proposal.
         index_history: match over the accepted sequence too (``pool_from_prompt``); False: n-grams only.
         store: an ``AnswerStore`` matched after this sequence's sources (weight ``store_weight``) in greedy calls,
             and in sampled calls too when ``store_when_sampling``; every finished output is added to it.
-        ngram_keys: "all" (every k-gram of an n-gram; docs/benchmarks.md 6b) or "head" (its first k tokens).
-        chain: grow a node whose continuation ended by matching again with its draft appended.
-        tree: propose a tree (shared prefixes once); False: each root-to-leaf path as its own chain.
+        ngram_keys: "all" (every k-gram of an n-gram; docs/benchmarks.md 6b) or "head" (its first k tokens, as
+            the paper's pool).
+        chain: chain (module docstring); tree: False = each root-to-leaf path as its own chain.
 
     Raises ``ValueError`` for N < 2, G < 0, max_key < 1 or an unknown ``ranking`` / ``ngram_keys``.
     """
@@ -205,7 +191,6 @@ class SuffixProposer:
             self.store = AnswerStore(self.store.max_key, self.store.max_tokens)
 
     def propose(self) -> CandidateTree:
-        """``grow``'s tree (separate chains when ``tree`` is False)."""
         tree = self.grow()
         return tree if self.tree else tree.chains()
 
@@ -237,7 +222,6 @@ class SuffixProposer:
                 _index_kgrams(self._index, key, end, self.max_key, doc)
 
     def state(self) -> tuple:
-        """A hashable summary (for the LP consistency check)."""
         return (len(self.history), self._clock, tuple(self._docs[-8:]), tuple(self._stamp[-8:]),
                 self._store.state() if self._store is not None else None)
 
