@@ -1,16 +1,14 @@
 """What to feed in a lookahead step: the step policy protocol, ``FeedAll`` (fixed W, N, G) and the cost policy
-(issue 9; docs/architecture.md). Pure Python, no torch.
+(docs/architecture.md). Pure Python, no torch.
 
 ``CostPolicy`` maximises expected accepted tokens per second of the step. E[tokens] = 1 + the sum of the fed
 nodes' path probabilities (a greedy walk accepts a node exactly when its whole path matched); cost = latency(q),
 q = the step's input tokens, on the measured ``LatencyCurve``. Path probabilities never grow along a path, so the
-best k nodes are the k of highest path probability (ancestor-closed); EVERY k = 0..K is evaluated, since on a
-curve such as float32 on a 2-core CPU a step of 5 nodes can pay where 1-2 do not.
+best k nodes are the k of highest path probability (ancestor-closed); EVERY k = 0..K is evaluated, since on some
+curves (float32 on a 2-core CPU) a step of 5 nodes pays where 1-2 do not.
 
-Acceptance estimates are calibrated online per (depth, raw-probability) bucket with a Beta prior centred on the
-lookup's raw estimate: P = (s + k * raw) / (n + k). The window earns nothing in the step that feeds it (its
-n-grams become later candidates): its value per windowed step is a prior (``WINDOW_GAIN_PRIOR``, the S difference
-between (3, 4, 3) and (0, 4, 2) on MT-Bench, docs/benchmarks.md section 1) refined by the window-only nodes
+The window earns nothing in the step that feeds it (its n-grams become later candidates): its value per windowed
+step is a prior (``WINDOW_GAIN_PRIOR``, measured: docs/benchmarks.md section 1) refined by the window-only nodes
 accepted (``tree.from_window``); it is fed only where the curve is flat enough to pay for it.
 
 Example (flat curve up to 4 tokens, then dearer)::
@@ -43,13 +41,9 @@ class StepChoice:
 
 
 class StepPolicy(Protocol):
-    """Decides what each step feeds; the ``Decoder`` calls ``choose`` before and ``observe`` after every step.
-
-    ``choose(tree, num_pending=P, window_tokens=T)``: the proposed tree, the P pending tokens the step feeds
-    anyway, the T tokens the window would add (0 when there is none); returns a ``StepChoice``.
-    ``observe(tree, fed_nodes, accepted_nodes)``: the same proposed tree, the node indices fed and the accepted
-    path (indices into ``tree``). A policy held by a decoder sees every call's steps in order.
-    """
+    """Decides what each step feeds; the ``Decoder`` calls ``choose`` before and ``observe`` after every step, in
+    order across calls. ``num_pending``: tokens the step feeds anyway; ``window_tokens``: tokens the window would add
+    (0 when there is none); ``fed_nodes`` / ``accepted_nodes``: indices into the proposed ``tree``."""
 
     def choose(self, tree: CandidateTree, *, num_pending: int, window_tokens: int) -> StepChoice: ...
 
@@ -112,12 +106,10 @@ class LatencyCurve:
 
 
 class AcceptanceCalibration:
-    """Online calibration of the lookup's raw acceptance estimates (Beta prior centred on the raw value).
-
-    Trials are counted per (depth bucket, raw-probability bucket): depth 1..``max_depth`` (deeper nodes share
-    the last bucket), raw probability in ``num_prob_buckets`` equal bins of [0, 1].
-    ``estimate(depth, raw) = (successes + strength * raw) / (trials + strength)``, clipped to
-    [``floor``, 1 - ``floor``] so no node is ever certain or impossible.
+    """Online calibration of the lookup's raw acceptance estimates, a Beta prior centred on the raw value:
+    ``estimate(depth, raw) = (successes + strength * raw) / (trials + strength)`` per (depth 1..``max_depth``,
+    deeper nodes sharing the last; raw probability in ``num_prob_buckets`` equal bins of [0, 1]), clipped to
+    [``floor``, 1 - ``floor``] so no node is ever certain or impossible. ``ValueError`` for strength <= 0.
 
     >>> cal = AcceptanceCalibration(strength=2.0)
     >>> cal.estimate(1, 0.5)
@@ -175,9 +167,8 @@ def best_prefix(path_probs: Sequence[float], base_q: int, curve: LatencyCurve, b
 
 
 class StepCost(Protocol):
-    """What a step costs, in input tokens of the busiest process (the latency curve is read there):
-    ``cost(num_pending, window_tokens, parents, nodes)``, ``nodes`` the fed node indices of the tree ``parents``.
-    ``lp_size``: the ranks that share a step."""
+    """What a step costs, in input tokens of the busiest process (the latency curve is read there); ``nodes``: the
+    fed node indices of the tree ``parents``; ``lp_size``: the ranks that share a step."""
 
     lp_size: int
 
@@ -200,13 +191,11 @@ class CostPolicy:
     Args:
         curve: {tokens in the step q: seconds of one forward pass} (the tuner's measured profile) or a
             ``LatencyCurve``.
-        calibration: the acceptance calibration (default ``AcceptanceCalibration()``); kept across calls, so a
-            policy held by a decoder keeps learning from prompt to prompt.
+        calibration: kept across calls, so a policy held by a decoder keeps learning from prompt to prompt.
         window_gain: prior value of feeding the window, in accepted tokens per windowed step;
             window_strength: pseudo-steps of that prior when it is refined online.
         max_nodes: never feed more nodes than this (None: no limit besides the curve).
-        step_cost: a ``StepCost`` (default ``OneProcessCost()``; under LP ``parallel.BusiestRankCost(K, W)``, or
-            ``price_lp(K, W)``: a step costs latency(the busiest rank's tokens)).
+        step_cost: default ``OneProcessCost()``; under LP ``price_lp(K, W)``.
 
     The choice is a pure function of the curve, the tree and what was accepted before, which the LP merge makes
     the same on every rank, so every rank feeds the same nodes.
@@ -249,8 +238,8 @@ class CostPolicy:
                 / (self.window_steps + self.window_strength))
 
     def choose(self, tree, num_pending: int, window_tokens: int) -> StepChoice:
-        """The nodes and window to feed after ``num_pending`` pending tokens (``window_tokens``: tokens the
-        window would add, 0 when there is none). Empty tree and no paying window: a plain step (nodes=())."""
+        """``StepPolicy.choose``; empty tree and no paying window: a plain step (nodes=()). ``ValueError`` for
+        ``num_pending`` < 1."""
         if num_pending < 1:
             raise ValueError(f"num_pending={num_pending}; a step feeds at least the newest accepted token")
         calibrated = [self.calibration.estimate(d, p) for d, p in zip(depths(tree.parents), tree.prob)]
