@@ -1,9 +1,8 @@
-"""The candidate tree of a lookahead step and every tree operation, defined once.
+"""The candidate tree of a lookahead step (paper section 3.2's verification branch, candidates sharing prefixes as
+in SpecInfer / Medusa tree attention) and every tree operation, defined once.
 
-(Paper section 3.2's verification branch, with candidates sharing prefixes as a token tree as in SpecInfer /
-Medusa tree attention.) A tree is a parent array in topological order: ``parents[i] < i``, -1 = the root ``c``
-(the newest accepted token, which is not a node). Depth 1 = a child of ``c``. Pure Python (numpy for the
-ancestor matrix only).
+A tree is a parent array in topological order: ``parents[i] < i``, -1 = the root ``c`` (the newest accepted token,
+which is not a node). Depth 1 = a child of ``c``. Pure Python (numpy for the ancestor matrix only).
 
     >>> t = CandidateTree(tokens=[7, 8, 3, 9], parents=[-1, 0, 0, 1], prob=[0.9, 0.5, 0.2, 0.5])
     >>> t.depths(), t.path(3), children(t.parents), subtrees(t.parents)
@@ -124,8 +123,8 @@ def reindex(parents: Sequence[int], nodes: Sequence[int]) -> tuple[int, ...]:
 
 
 def ancestors(parents: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(depth int64 (n,), 1 for a root child; ancestors bool (n, n), True where node i may see node j: j is i or
-    one of its ancestors). ``ValueError`` for a malformed parent array.
+    """(depth int64 (n,), 1 for a root child; ancestors bool (n, n), True where j is i or one of its ancestors).
+    ``ValueError`` for a malformed parent array.
 
         >>> d, a = ancestors([-1, 0, 0, -1]); d.tolist(), a.astype(int).tolist()
         ([1, 2, 2, 1], [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1]])
@@ -173,11 +172,9 @@ class CandidateTree:
         return len(self.tokens)
 
     def depths(self) -> list[int]:
-        """1-based depth of each node (``depths``)."""
         return depths(self.parents)
 
     def path(self, node: int) -> list[int]:
-        """Node indices from the root's child down to ``node`` (``path``)."""
         return path(self.parents, node)
 
     def select(self, nodes: Sequence[int]) -> "CandidateTree":
