@@ -2,15 +2,13 @@
 
 Every rank of an LP group holds the whole model and the same decoding state. Per step, ``tree_plan`` (a pure
 function of the step's shape and the group size) gives each rank some window columns and a run of the candidate
-tree's nodes with their ancestors;
-each rank feeds the same pending tokens (so every KV cache stays identical with no KV traffic), runs its
-forward pass with no communication, and then ONE all-gather of fixed-size int64 buffers (each rank's kept
-argmaxes) lets every rank run the same deterministic merge and end the step with the same window, pool and
-cache.
+tree's nodes with their ancestors; each rank feeds the same pending tokens (so every KV cache stays identical with
+no KV traffic), runs its forward pass with no communication, and then ONE all-gather of fixed-size int64 buffers
+(each rank's kept argmaxes) lets every rank run the same deterministic merge and end the step in the same state.
 
-``LocalGroup`` is LP degree 1 (one process computes everything); ``LPGroup`` is K ranks over a
-``torch.distributed`` process group; both have ``rank``, ``size``, ``debug``, ``plan``, ``merge``,
-``check_consistent``. ``setup_parallel`` builds the whole layout (world = dp x lp) for the entry point::
+``LocalGroup`` (LP degree 1) and ``LPGroup`` (K ranks over a ``torch.distributed`` process group) both have
+``rank``, ``size``, ``debug``, ``plan``, ``merge``, ``check_consistent``. ``setup_parallel`` builds the whole
+layout (world = dp x lp) for the entry point::
 
     ctx = setup_parallel(ParallelConfig(lp=2))      # under torchrun --nproc-per-node=4: 2 DP groups of 2
     dec = Decoder(model.to(ctx.device), decoding, lp=ctx.lp_group)
@@ -37,10 +35,8 @@ Plan = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 def split_outputs(argmax: Sequence[int], num_columns: int, num_nodes: int) -> tuple[int, list[int], list[int]]:
-    """Split one rank's kept outputs (layout order: ``c``, window columns, candidate tree nodes).
-
-    Returns (x1 = the output at ``c``, one new token per window column, one output per tree node).
-    """
+    """Split one rank's kept outputs (layout order) into (x1 = the output at ``c``, one new token per window column,
+    one output per tree node)."""
     x1 = int(argmax[0])
     window = [int(t) for t in argmax[1 : 1 + num_columns]]
     nodes = [int(t) for t in argmax[1 + num_columns : 1 + num_columns + num_nodes]]
@@ -56,11 +52,9 @@ def rank_tokens(plan: Plan, num_pending: int, num_levels: int) -> int:
 
 
 def _pack_columns(num_columns: int, num_levels: int, world: int, limit: int) -> Optional[list[int]]:
-    """Greedy left-to-right contiguous blocks with cost (last column + levels x columns) <= ``limit``.
-
-    Returns each block's end column (exclusive), or None when it needs more than ``world`` blocks. Greedy
-    maximal blocks give the fewest blocks because a block's cost grows with its end and shrinks with its start.
-    """
+    """Each block's end column (exclusive) of greedy left-to-right contiguous blocks with cost (last column +
+    levels x columns) <= ``limit``, or None when that needs more than ``world`` blocks. Greedy maximal blocks are
+    the fewest because a block's cost grows with its end and shrinks with its start."""
     ends, start = [], 0
     while start < num_columns:
         if start + num_levels > limit or len(ends) == world:
@@ -114,21 +108,18 @@ def _tree_plan(num_columns: int, num_levels: int, parents: tuple[int, ...], worl
 def tree_plan(num_pending: int, num_columns: int, num_levels: int, parents: Sequence[int],
               world: int) -> tuple[Plan, ...]:
     """Each rank's (window columns, candidate node indices ascending, ancestor-closed) for one step, balanced
-    on input tokens (paper section 3.4: the step's work split over the LP ranks; issue 18: trees of K x 80 nodes).
+    on input tokens (paper section 3.4: the step's work split over the LP ranks).
 
     A rank computing columns C feeds the pending tokens (the same on every rank, so they do not affect the
     balance), row 0 columns 1..max(C) (row 0 is causal), ``num_levels`` tokens per column and its tree nodes.
     The tree is cut into contiguous runs of its depth-first ``preorder``; a rank holding the run ``order[a:b]``
     also feeds the ancestor chain of ``order[a]`` again (the merge takes a repeated node's output from the last
-    rank holding it, the same on every rank). So a deep, wide subtree (a successor table's first child holds
-    most of its tree) is split wherever the balance needs, at the price of one chain per cut. The plan minimises
-    (over a simple family) the busiest rank's tokens T: columns go in contiguous blocks to ranks 0, 1, ...,
-    each block as long as it fits in T (later blocks pay for a longer row-0 prefix), then the runs, the
-    least-loaded rank first, each as long as fits in T with its chain. T is the smallest value for which this
-    fits, from the bound max(one column block, total / world). Without columns the runs are the best contiguous
-    cut (a run's cost, length + chain, only shrinks as its start moves right), so the busiest rank's nodes
-    never decrease as nodes are added to the tree in best-first order. Pure, deterministic (cached);
-    ``num_pending`` is accepted for the interface only.
+    rank holding it). So a deep, wide subtree (a successor table's first child) is split wherever the balance
+    needs, at the price of one chain per cut. The plan minimises (over a simple family) the busiest rank's tokens
+    T: columns go in contiguous blocks to ranks 0, 1, ..., each as long as fits in T, then the runs, the
+    least-loaded rank first, each as long as fits in T with its chain; T is the smallest value for which this
+    fits. Without columns the runs are the best contiguous cut, so the busiest rank's nodes never decrease as
+    nodes are added in best-first order. Pure, deterministic (cached); ``num_pending`` is for the interface only.
 
     Worked example: W = 6 columns, L = 2 levels, three chains of 3 nodes, world = 3::
 
@@ -189,9 +180,8 @@ class BusiestRankCost:
 # ---------------------------------------------------------------------------------------------- groups
 @dataclass
 class CommStats:
-    """Step-exchange counters of a group's life: collectives, bytes gathered into this rank (the
-    whole all-gather output, int64), seconds spent in them (host wall time, including the device sync),
-    and the debug consistency checks, counted apart."""
+    """Step-exchange counters of a group's life: collectives, bytes gathered into this rank, seconds in them (host
+    wall time, device sync included), and the debug consistency checks, counted apart."""
 
     collectives: int = 0
     bytes: int = 0
@@ -218,8 +208,7 @@ class LocalGroup:
     def __init__(self) -> None:
         self.stats = CommStats()
 
-    def plan(self, num_pending: int, num_columns: int, num_levels: int,
-             parents: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def plan(self, num_pending: int, num_columns: int, num_levels: int, parents: Sequence[int]) -> Plan:
         """This rank's (window columns, candidate node indices): all of them."""
         return tuple(range(num_columns)), tuple(range(len(parents)))
 
@@ -234,15 +223,9 @@ class LocalGroup:
 
 
 class LPGroup:
-    """K ranks sharing each step over a ``torch.distributed`` process group (gloo or NCCL).
-
-    Args:
-        group: the LP process group (``distributed.make_groups``; None = the default group).
-        debug: check every step that all ranks hold the same state (one extra 8-byte-per-rank all-gather).
-
-    Each rank contributes the largest slot this step's plan needs, ``1 + max over ranks (columns + tree
-    nodes)`` int64 entries, which every rank computes identically from the shared state.
-    """
+    """K ranks sharing each step over a ``torch.distributed`` process ``group`` (gloo or NCCL;
+    ``distributed.make_groups``; None = the default group). ``debug``: check every step that all ranks hold the same
+    state (one extra 8-byte-per-rank all-gather)."""
 
     def __init__(self, group=None, *, debug: bool = False) -> None:
         self.group = group
@@ -253,20 +236,19 @@ class LPGroup:
         self.stats = CommStats()
         self._checks = 0
 
-    def plan(self, num_pending: int, num_columns: int, num_levels: int,
-             parents: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def plan(self, num_pending: int, num_columns: int, num_levels: int, parents: Sequence[int]) -> Plan:
         """This rank's (window columns, candidate node indices ascending) from ``tree_plan``."""
         return tree_plan(num_pending, num_columns, num_levels, parents, self.size)[self.rank]
 
     def merge(self, kept: torch.Tensor, num_pending: int, num_columns: int, num_levels: int,
               parents: Sequence[int], topk: Optional[torch.Tensor] = None):
-        """Exchange every rank's kept outputs (one all-gather) and reassemble the whole step's outputs.
+        """Exchange every rank's kept outputs (one all-gather of a slot of 1 + the most columns + nodes any rank
+        keeps) and reassemble the whole step's outputs, the same on every rank.
 
-        ``kept``: int64 (1 + |C| + |nodes|,) in this rank's layout order; ``topk``: None or int64 (same rows, K)
-        the top-k ids of those rows (a successor table's input, issue 18), which then travel in the same
-        all-gather ((1 + K) int64 per row). Returns (x1 from rank 0's slot, the W new window tokens in column
-        order, one output per tree node, None or the top-k of every row in global order (1 + W + nodes, K): c,
-        columns, nodes), the same on every rank. Raises ``RuntimeError`` when a peer dies or times out.
+        ``kept``: int64 (1 + |C| + |nodes|,) in this rank's layout order; ``topk``: None or int64 (same rows, K),
+        which then travel in the same all-gather. Returns (x1 from rank 0's slot, the W new window tokens in column
+        order, one output per tree node, None or int64 (1 + W + nodes, K) the top-k of every row in global order).
+        Raises ``RuntimeError`` when a peer dies or times out.
         """
         plans = tree_plan(num_pending, num_columns, num_levels, parents, self.size)
         slot = 1 + max(len(c) + len(n) for c, n in plans)
