@@ -122,12 +122,11 @@ class Decoder:
         sampling: logits processing and sampling (``SamplingConfig``; default greedy, no processing).
         logits_processor: extra transformers processors applied after ``sampling``'s; only the classes of
             ``sampling.SUPPORTED_PROCESSORS`` (``ValueError`` naming any other).
-        step_policy: what each step feeds (``policy.StepPolicy``); default ``policy.FeedAll``. ``method="auto"``
-            needs one (``ConfigError`` otherwise; ``auto.auto_policy``). Under LP a ``CostPolicy`` priced for one
-            process is priced by the busiest rank's tokens (``CostPolicy.price_lp``).
-        proposers: the candidate sources (``proposers.Proposer``); default the product's for ``decoding`` at this
-            LP degree (``successors.successor_proposers(..., table=None)``: ``proposers.proposers_for``'s, the
-            successor table joining the suffix lookup when ``decoding.successors_on(lp.size)``).
+        step_policy: a ``policy.StepPolicy``; default ``policy.FeedAll``. ``method="auto"`` needs one
+            (``ConfigError`` otherwise; ``auto.auto_policy``). Under LP a ``CostPolicy`` priced for one process is
+            priced by the busiest rank's tokens (``CostPolicy.price_lp``).
+        proposers: ``proposers.Proposer`` objects; default the product's for ``decoding`` at this LP degree
+            (``successors.successor_proposers(..., table=None)``).
         step: the model step (``step.EagerStep``'s methods); default ``EagerStep(model)``.
         copy_kv: keep the accepted candidates' KV so the next step feeds one token (default: True except for
             ``method="paper"``, which re-feeds); LP always re-feeds (the KV lives on one rank).
@@ -180,13 +179,13 @@ class Decoder:
     @torch.inference_mode()
     def generate(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_strings: Sequence[str] = (),
                  streamer=None, sampling: Optional[SamplingConfig] = None) -> GenerationOutput:
-        """Decode up to ``max_new_tokens`` tokens after ``prompt_ids`` (a list of token ids).
+        """Decode up to ``max_new_tokens`` tokens after ``prompt_ids``.
 
-        Greedy output is token-identical to plain greedy decoding up to float near-ties (docs/architecture.md).
-        ``streamer`` (transformers ``TextStreamer``-compatible: ``put``/``end``) first receives the prompt,
-        then every emitted token in order, exactly once; its ``end()`` is called on every way out, errors
-        included. ``sampling`` overrides the decoder's sampling settings for this call. Sampled output follows
-        the model's processed distribution exactly (paper appendix B; tests/test_sampling.py).
+        Greedy output is token-identical to plain greedy decoding up to float near-ties (docs/architecture.md);
+        sampled output follows the model's processed distribution exactly (paper appendix B). ``streamer``
+        (``put``/``end``, as transformers' ``TextStreamer``) first receives the prompt, then every emitted token in
+        order, exactly once; its ``end()`` is called on every way out, errors included. ``sampling`` overrides the
+        decoder's sampling settings for this call.
 
         Raises:
             ConfigError: (``checks.check_request``, before any forward pass) an empty prompt, a token id outside
@@ -234,7 +233,6 @@ class Decoder:
         """Check the request, prefill all but the last prompt token (the first step's pending token)."""
         sampler = self.sampler if sampling is None else Sampler(sampling, self.extra_processors,
                                                                 getattr(self.model, "generation_config", None))
-        # ids in the vocabulary, budget >= 1 (capped to the context), lengths the model decodes exactly
         prompt, max_new_tokens = checks.check_request(self.model, prompt_ids, max_new_tokens)
         stopper = StopChecker(max_new_tokens, self.eos_token_ids, stop_strings, self.tokenizer)
         if streamer is not None:
@@ -249,9 +247,8 @@ class Decoder:
         return SequenceState(prompt, cache, len(prompt) - 1, [prompt[-1]], window, list(prompt), stopper, sampler)
 
     def _prefill(self, cache, prompt: list[int]) -> None:
-        """Prefill ``prompt[:-1]``; a proposer with ``prefill_topk`` > 0 (e.g. ``successors.SuccessorProposer(
-        prefill=True)``) then gets the prompt's last rows as ``step.StepRows`` in ``observe_prefill`` (every LP
-        rank computes the same prefill, so nothing travels)."""
+        """Prefill ``prompt[:-1]``; a proposer with ``prefill_topk`` > 0 then gets the prompt's last rows in
+        ``observe_prefill`` (every LP rank computes the same prefill, so nothing travels)."""
         if not self.prefill_topk:
             self.step.prefill(cache, prompt[:-1])
             return
