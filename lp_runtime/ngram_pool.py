@@ -40,22 +40,15 @@ class NGramPool:
             entries.popitem(last=False)
 
     def add_from_sequence(self, tokens: Sequence[int], start: int = 0) -> None:
-        """Add every N-gram of ``tokens`` whose last token is at index >= ``start``, oldest first.
-
-        With ``start = len(tokens) - k`` this adds the n-grams completed by the last k tokens; a sequence
-        shorter than N adds nothing (pool seeding skips what does not fit).
-        """
+        """Add every N-gram of ``tokens`` whose last token is at index >= ``start``, oldest first (``start =
+        len(tokens) - k``: the n-grams completed by the last k tokens; none from a sequence shorter than N)."""
         n = self.ngram_size
         for i in range(max(start - n + 1, 0), len(tokens) - n + 1):
             self.add(tokens[i : i + n])
 
-    def candidates(self, key: int, limit: int | None = None) -> list[tuple[int, ...]]:
-        """Up to ``limit`` (default G) continuations of ``key``, newest first; each is N-1 token ids."""
-        entries = self._pool.get(int(key))
-        if not entries:
-            return []
-        out = list(reversed(entries))
-        return out if limit is None else out[:limit]
+    def candidates(self, key: int) -> list[tuple[int, ...]]:
+        """The continuations of ``key`` (at most G, each N-1 token ids), newest first."""
+        return list(reversed(self._pool.get(int(key), ())))
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._pool.values())

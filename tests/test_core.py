@@ -142,7 +142,6 @@ def test_pool_lru_cap_and_order():
     assert pool.candidates(5) == [(6, 7), (8, 9)]
     pool.add([5, 1, 2])  # full: evicts the least recently seen (8, 9)
     assert pool.candidates(5) == [(1, 2), (6, 7)]
-    assert pool.candidates(5, limit=1) == [(1, 2)]
     assert pool.candidates(6) == []
     assert len(pool) == 2
 
