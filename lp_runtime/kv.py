@@ -15,9 +15,9 @@ def new_cache() -> DynamicCache:
 
 def commit(cache: DynamicCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:
     """Of the ``num_fed`` entries the last step appended keep the first ``num_keep`` (the pending tokens), then
-    move the entries at step offsets ``gather`` (ascending, each >= ``num_keep``: the accepted path's nodes) right
-    after them; drop the rest. A node's KV was computed with exactly the context plain decoding gives it, so it can
-    be kept. Uses the cache's public ``layers[i].keys/.values`` ((B, H, T, D)) and ``crop``."""
+    move the entries at step offsets ``gather`` (ascending, each >= ``num_keep``: the accepted path's nodes, whose
+    KV was computed with exactly the context plain decoding gives them) right after them; drop the rest. Uses the
+    cache's public ``layers[i].keys/.values`` ((B, H, T, D)) and ``crop``."""
     if gather:
         assert all(g >= num_keep for g in gather) and list(gather) == sorted(gather), gather
         base = cache.get_seq_length() - num_fed

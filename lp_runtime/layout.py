@@ -22,14 +22,9 @@ from .tree import ancestors, check_parents
 
 @dataclass(frozen=True)
 class StepLayout:
-    """The token tree of one step (shapes: q = tokens in the step, k = positions whose logits are kept).
+    """The token tree of one step (P, C, R, L: module docstring; q = tokens in the step, k = rows kept).
 
     Attributes:
-        num_pending: P, accepted tokens of the previous step fed again (``c`` is the last).
-        columns: window columns computed here, ascending.
-        row0_fed: R, row-0 tokens fed (columns 1..R).
-        num_levels: L, window levels fed besides row 0.
-        tree_parents: the candidate tree's parent array (-1 = ``c``), one entry per candidate node.
         depth: int64 (q,), position offset from the first pending token.
         ancestors: bool (q, q), True where token i may attend to in-step token j.
         keep_index: int64 (k,), in-step indices whose logits are needed: ``c``, then one per window column
@@ -111,8 +106,8 @@ def build_layout(num_pending: int, columns: Sequence[int], num_levels: int,
 
 
 class LayoutCache:
-    """``build_layout``'s device tensors per step shape, in an LRU of ``max_entries``. ``get`` returns
-    ``(layout, depth, inner_mask, keep_index)``; ``inner_mask`` is float additive (q, q) in ``dtype`` (0 = allowed,
+    """``build_layout``'s device tensors per step shape, in an LRU of ``max_entries``: ``get`` returns
+    ``(layout, depth, inner_mask, keep_index)``, ``inner_mask`` float additive (q, q) in ``dtype`` (0 = allowed,
     ``finfo(dtype).min`` = blocked: a boolean mask is silently wrong in some attention backends)."""
 
     def __init__(self, device: torch.device, dtype: torch.dtype, max_entries: int = 1024) -> None:
@@ -143,11 +138,9 @@ def full_mask(inner: torch.Tensor, past_len: int) -> torch.Tensor:
 
 
 class MaskBuffer:
-    """A preallocated additive mask: ``view(inner, past_len)`` equals ``full_mask(inner, past_len)`` in values.
-
-    One zero buffer (1, 1, rows, cols), grown by doubling; a step writes its (q, q) ``inner`` block at columns
-    ``past_len .. past_len + q`` and gets the view ``buf[:, :, :q, :past_len + q]`` (O(q^2) writes instead of a new
-    (q, past_len + q) tensor). The view is valid until the next ``view`` call."""
+    """A preallocated additive mask, one zero buffer (1, 1, rows, cols) grown by doubling: ``view(inner,
+    past_len)`` writes the (q, q) ``inner`` block at columns ``past_len ..`` and returns ``buf[:, :, :q, :past_len
+    + q]`` (O(q^2) writes instead of a new (q, past_len + q) tensor), valid until the next ``view`` call."""
 
     def __init__(self, dtype: torch.dtype, device, rows: int = 64, cols: int = 1024) -> None:
         self.dtype, self.device = dtype, device

@@ -34,9 +34,8 @@ def rates(new_tokens: float, steps: float, seconds: float, accepted: Optional[fl
 
 def summarize(records: Iterable[dict]) -> dict[str, Any]:
     """Aggregate metrics over all turns of all records: ``num_questions``, ``num_turns``, ``new_tokens``,
-    ``decoding_steps`` (forward passes after prefill), ``wall_time`` (s, prefill included), ``step_compression``
-    (S), ``mean_accepted_tokens`` (tokens/step), ``accept_length_histogram`` ({length: steps}), ``tokens_per_s``
-    and ``seconds_per_step``; ratios None when their denominator is 0."""
+    ``decoding_steps`` (forward passes after prefill), ``wall_time`` (s, prefill included), ``rates``' four and
+    ``accept_length_histogram`` ({length: steps})."""
     num_questions = num_turns = new_tokens = steps = 0
     wall_time = 0.0
     histogram: Counter[int] = Counter()

@@ -74,8 +74,8 @@ class StepRows:
 
     Attributes:
         tokens: the input token of each kept row: ``c``, the window columns (newest level), then the fed tree
-            nodes in tree order; under LP every rank's rows (``parallel.LPGroup.merge``).
-        topk: int64 (k, K) the top-K successor ids of each row (``StepOutputs.topk``), rows as ``tokens``.
+            nodes in tree order; under LP every rank's rows.
+        topk: int64 (k, K) the top-K successor ids of each row (``StepOutputs.topk``).
         nodes: the fed tree nodes' indices in the PROPOSED tree (the policy may feed a subset), one per node row."""
 
     tokens: list[int]
@@ -91,7 +91,6 @@ class EagerStep:
         self.device = next(model.parameters()).device
 
     def new_cache(self) -> DynamicCache:
-        """An empty cache with full (non-sliding) layers: the step's 4D mask decides what each token sees."""
         return kv.new_cache()
 
     def prefill(self, cache: DynamicCache, ids: Sequence[int], *, topk: int = 0,
@@ -115,6 +114,4 @@ class EagerStep:
         return StepOutputs.of(out.logits[0], topk)
 
     def commit(self, cache: DynamicCache, num_fed: int, num_keep: int, gather: Sequence[int] = ()) -> None:
-        """Keep the first ``num_keep`` of the last step's ``num_fed`` entries, then those at step offsets
-        ``gather`` (``kv.commit``); drop the rest."""
         kv.commit(cache, num_fed, num_keep, gather)

@@ -13,18 +13,12 @@ from .tree import children, path
 
 def greedy_verify(next_token: int, tokens: Sequence[int], parents: Sequence[int],
                   node_argmax: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Greedy verification of a candidate tree: the longest verified path plus the bonus token.
+    """Greedy verification of the candidate tree ``tokens``, ``parents``: the longest verified path plus the bonus.
 
-    Args:
-        next_token: x1, the argmax at ``c`` (the root).
-        tokens, parents: the candidate tree (``tree.CandidateTree``; parent -1 = ``c``, parents first).
-        node_argmax: the argmax at each node (what the model predicts after the node's path).
-
-    A node is verified when its parent is and its token equals the argmax at its parent (x1 at the root). The
-    deepest verified node wins (the first in tree order on ties); the step accepts its path plus the bonus token.
-
-    Returns:
-        (accepted token ids, node indices of the accepted path, root child first; [] when none matched).
+    A node is verified when its parent is and its token equals the argmax at its parent (``next_token``, x1, at
+    the root ``c``; ``node_argmax`` at the nodes). The deepest verified node wins (the first in tree order on
+    ties). Returns (accepted token ids: its path plus the argmax after it, node indices of the path, root child
+    first; [] when none matched).
 
         >>> greedy_verify(7, [7, 8, 3, 9], [-1, 0, 0, 1], [8, 9, 0, 4])   # tree 7 -> 8 -> 9 and 7 -> 3
         ([7, 8, 9, 4], [0, 1, 3])

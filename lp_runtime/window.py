@@ -1,16 +1,11 @@
-"""The 2D Jacobi window of the lookahead branch (paper section 3.1, Figure 2; docs/architecture.md).
+"""The 2D Jacobi window of the lookahead branch (paper section 3.1, Figure 2; docs/architecture.md). Pure Python.
 
-Pure Python. W columns by N-1 levels. Level 0 ("row 0") holds the newest accepted token ``c`` as column 0
-and the ``W-1`` guesses stored here, at positions p+1 .. p+W-1; level l (1 <= l <= N-2) holds W tokens,
-column j at position p+l+j. Column j, read top to bottom, is a run of consecutive positions, so a full
-window yields one n-gram per column once the last level's outputs are known.
-
-Each step (``advance``):
-
-* warm-up (fewer than N-2 levels yet): the W new tokens become a new last level (no n-grams yet);
-* otherwise: harvest one n-gram per column ``[row0[j] (c for j=0), L1[j], ..., L_{N-2}[j], new[j]]``,
-  drop row 0, move every level up, append the new tokens as level N-2, and drop the new row 0's first
-  token (column 0 of row 0 is always the newest accepted token).
+W columns by N-1 levels. Level 0 ("row 0") holds the newest accepted token ``c`` (position p) as column 0 and
+W-1 guesses at p+1 .. p+W-1; level l (1 <= l <= N-2) holds W tokens, column j at position p+l+j. Column j, read
+top to bottom, is a run of consecutive positions, so a full window yields one n-gram per column once the last
+level's outputs are known. Each step (``advance``) in warm-up (fewer than N-2 levels) appends the W new tokens
+as a level; after it, harvests one n-gram per column ``[row0[j] (c for j=0), L1[j], ..., L_{N-2}[j], new[j]]``,
+moves every level up (level 1 minus its first token becoming row 0) and appends the new tokens as level N-2.
 
 Worked example, W = 3, N = 3 (one level besides row 0), full window::
 
@@ -26,7 +21,7 @@ from typing import Sequence
 
 def step_tokens(window_size: int, num_levels: int) -> int:
     """Window tokens one step feeds (one process): row 0's columns 1..W-1 plus W per level besides row 0;
-    0 without a window. The single definition of the window's share of a step (layout.py's order).
+    0 without a window.
 
     >>> step_tokens(3, 2), step_tokens(1, 0), step_tokens(0, 3)
     (8, 0, 0)
@@ -53,12 +48,8 @@ def reach(window_size: int, ngram_size: int) -> int:
 
 
 class JacobiWindow:
-    """Window state for one sequence.
-
-    Args:
-        window_size: W >= 0 (0 = no lookahead branch; every method is then a no-op).
-        ngram_size: N >= 2 (N - 1 levels including row 0).
-    """
+    """Window state for one sequence: W = ``window_size`` >= 0 columns (0 = no lookahead branch; every method is
+    then a no-op), N = ``ngram_size`` >= 2 (``ValueError`` otherwise)."""
 
     def __init__(self, window_size: int, ngram_size: int) -> None:
         if window_size < 0 or ngram_size < 2:
@@ -68,11 +59,8 @@ class JacobiWindow:
         self.levels: list[list[int]] = []  # levels 1..L, each W tokens; L grows to N-2 in warm-up
 
     def reset(self, prompt_ids: Sequence[int], seed: int) -> None:
-        """Initialise row 0 with tokens drawn uniformly (with replacement) from the prompt, as in the paper.
-
-        Uses ``random.Random(seed)`` so a run is reproducible; a one-token prompt simply repeats it.
-        Raises ``ValueError`` for an empty prompt.
-        """
+        """Initialise row 0 with tokens drawn uniformly (with replacement, ``random.Random(seed)``) from the prompt,
+        as in the paper. ``ValueError`` for an empty prompt."""
         if not prompt_ids:
             raise ValueError("cannot initialise the lookahead window from an empty prompt")
         rng = random.Random(seed)
@@ -98,11 +86,8 @@ class JacobiWindow:
         return len(self.levels) == self.ngram_size - 2
 
     def advance(self, c: int, new_tokens: Sequence[int]) -> list[list[int]]:
-        """Feed the W tokens predicted at the last level (column order); return the harvested n-grams.
-
-        ``c`` is the newest accepted token of the step that produced ``new_tokens`` (row 0's column 0).
-        Returns a list of N-token n-grams (empty during warm-up). Raises ``ValueError`` on a wrong length.
-        """
+        """Feed the W tokens predicted at the last level (column order) of the step whose newest accepted token
+        is ``c``; returns the harvested N-token n-grams (none in warm-up). ``ValueError`` unless W tokens."""
         if not self.active:
             return []
         if len(new_tokens) != self.window_size:
