@@ -219,14 +219,12 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     tree = out.tree
     while heap and len(tree) < budget:
         neg_p, _, t, parent, depth, (est, s, raw, rank, pair_rank) = heapq.heappop(heap)
-        tree.tokens.append(int(t))
-        tree.parents.append(parent)
-        tree.prob.append(est)
+        node = tree.append(t, parent, est)
         out.suffix_raw.append(raw)
         out.succ_rank.append(rank)
         out.pair_rank.append(pair_rank)
         if depth < max_depth:
-            push(len(tree) - 1, t, tree.tokens[parent] if parent >= 0 else root_token, depth + 1, -neg_p, s)
+            push(node, t, tree.tokens[parent] if parent >= 0 else root_token, depth + 1, -neg_p, s)
     return out
 
 
