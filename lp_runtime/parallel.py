@@ -149,19 +149,22 @@ def max_rank_tokens(num_pending: int, num_columns: int, num_levels: int, parents
                for plan in tree_plan(num_pending, num_columns, num_levels, parents, world))
 
 
-def _global_topk(gathered: torch.Tensor, plans, num_columns: int, num_nodes: int,
-                 topk: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The top-k of every kept row in global order (c, columns, nodes) from the gathered (world, slot, 1 + K)."""
-    if topk is None:
-        return None
-    index = [(0, 0)] + [(0, 0)] * num_columns + [(0, 0)] * num_nodes
+def _global_rows(gathered: torch.Tensor, plans, num_columns: int, num_nodes: int) -> torch.Tensor:
+    """The kept rows of the gathered (world, slot, 1 + K) buffer in global order (c from rank 0, columns, nodes):
+    (1 + W + nodes, 1 + K); a node fed on several ranks is read from the last."""
+    index = [(0, 0)] * (1 + num_columns + num_nodes)
     for r, (cols, nodes) in enumerate(plans):
         for i, j in enumerate(cols):
             index[1 + j] = (r, 1 + i)
         for i, n in enumerate(nodes):
             index[1 + num_columns + n] = (r, 1 + len(cols) + i)
-    ranks, slots = torch.tensor([i[0] for i in index]), torch.tensor([i[1] for i in index])
-    return gathered[ranks, slots, 1:]
+    return gathered[torch.tensor([i[0] for i in index]), torch.tensor([i[1] for i in index])]
+
+
+def _global_topk(gathered: torch.Tensor, plans, num_columns: int, num_nodes: int,
+                 topk: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The top-k of every kept row in global order (``_global_rows``), or None without ``topk``."""
+    return None if topk is None else _global_rows(gathered, plans, num_columns, num_nodes)[:, 1:]
 
 
 class BusiestRankCost:
@@ -264,16 +267,9 @@ class LPGroup:
         self.stats.seconds += time.perf_counter() - start
         self.stats.collectives += 1
         self.stats.bytes += self.size * slot * width * 8
-        rows = gathered[:, :, 0].tolist()
-
-        window = [0] * num_columns
-        node_out = [0] * len(parents)
-        for row, (cols, nodes) in zip(rows, plans):
-            for i, j in enumerate(cols):
-                window[j] = row[1 + i]
-            for i, n in enumerate(nodes):
-                node_out[n] = row[1 + len(cols) + i]
-        return rows[0][0], window, node_out, _global_topk(gathered, plans, num_columns, len(parents), topk)
+        rows = _global_rows(gathered, plans, num_columns, len(parents))
+        topk_rows = None if topk is None else rows[:, 1:]
+        return (*split_outputs(rows[:, 0].tolist(), num_columns, len(parents)), topk_rows)
 
     def check_consistent(self, state_hash: int) -> None:
         """Debug: all-gather each rank's state hash; raise ``RuntimeError`` naming the ranks that differ from
