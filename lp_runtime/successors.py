@@ -70,11 +70,10 @@ class SuccessorTable:
 
     def update(self, tokens: Sequence[int], successors, prev: Optional[Sequence[int]] = None, *,
                only_empty: bool = False) -> None:
-        """Write ``successors[i]`` (the top-k ids of the row computed at ``tokens[i]``, best first; at least k
-        columns, extra ones ignored) as the row of ``tokens[i]`` (context 2: of the pair (``prev[i]``,
-        ``tokens[i]``); a row with ``prev[i]`` < 0, an unknown context, is skipped). Rows are in time order: for a
-        key given twice the later row wins. ``only_empty``: write only keys that have no row yet (context 1; the
-        prompt's rows at prefill, which must not replace rows computed in answers). ``ValueError`` when the
+        """Write ``successors[i]`` (the top-k ids, best first, of the row computed at ``tokens[i]``; extra columns
+        ignored) as the row of ``tokens[i]`` (context 2: of (``prev[i]``, ``tokens[i]``), skipped where ``prev[i]``
+        < 0), in time order: for a key given twice the later row wins. ``only_empty`` (context 1): write only keys
+        with no row yet (the prompt's rows must not replace rows computed in answers). ``ValueError`` when the
         lengths differ, a row is shorter than k, an id is outside the vocabulary, or ``only_empty`` in context 2."""
         ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
         rows = np.asarray(successors, dtype=np.int64)
@@ -351,9 +350,8 @@ def cap_ranks(grown: GrownTree, lp_size: int, rank_budget: int) -> GrownTree:
     """The longest best-first prefix of ``grown`` whose busiest LP rank feeds at most ``rank_budget`` tree nodes
     under ``parallel.tree_plan`` over ``lp_size`` ranks (no window columns; repeated ancestor chains counted).
 
-    ``grow_tree`` emits nodes best first with parents before children, so every prefix is a tree; without
-    columns the plan's busiest rank never shrinks as nodes are added, so a binary search over the prefix length
-    finds it (O(log n) plans). Every rank cuts the same tree the same way (a pure function of the tree).
+    Every prefix of ``grow_tree``'s output is a tree, and without columns the plan's busiest rank never shrinks
+    as nodes are added, so a binary search over the prefix length finds it (O(log n) plans).
 
         >>> g = grow_tree(5, None, None, 0)
         >>> g.tree.tokens, g.tree.parents, g.tree.prob = [1, 2, 3, 4, 6], [-1, -1, 0, 1, 0], [.9] * 5
