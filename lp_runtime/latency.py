@@ -1,9 +1,8 @@
-"""The machine's latency curve: seconds of one forward pass of q tokens per (model, device, dtype), cached as a
-profile under ``models.model_id_of``, ``device_key`` and dtype (docs/benchmarks.md "First-run cost");
-``policy.CostPolicy`` prices steps on it. ``LP_RUNTIME_RETUNE=1`` measures again. A shared machine adds noise, never
-removes it: ``ROUNDS`` interleaved rounds over all q combined by ``robust_curve``, measured once more when rounds
-disagree, in parts under a time budget (``round_parts``; a profile it cut short is provisional and measured again at
-the next start); a cached profile is re-checked at start-up (``recheck``)."""
+"""The machine's latency curve: seconds of one forward pass of q tokens, cached as a profile per
+(``models.model_id_of``, ``device_key``, dtype) for ``policy.CostPolicy`` (docs/benchmarks.md "First-run cost";
+``LP_RUNTIME_RETUNE=1`` measures again). Noise only adds time: ``ROUNDS`` interleaved rounds timed in parts under a
+budget (``round_parts``; a round-short profile is provisional, measured again at the next start), combined by
+``robust_curve`` and measured once more when they disagree; a cached profile is re-checked at start-up (``recheck``)."""
 from __future__ import annotations
 
 import functools
@@ -50,12 +49,10 @@ def random_step(vocab: int, q: int, past: int, dtype, device, gen):
 def step_latency(step, qs: Sequence[int], *, cache_tokens: int = CACHE_TOKENS, reps: int = 5, warmup: int = 2,
                  seed: int = 0, dynamic_mask: bool = False,
                  clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
-    """Median seconds of one decoding step of q random tokens after a ``cache_tokens``-token prefix, per q in
-    ``qs``, through any step with ``step.py``'s methods (``EagerStep``, ``compiled.CapturedStep``), after
-    ``warmup`` untimed passes. The causal (1, 1, q, past + q) float mask is built inside the timed region, as the
-    decoder builds it: from a ``layout.MaskBuffer``, or with ``dynamic_mask`` by ``layout.full_mask``; logits are
-    kept for the last ceil(q/2) rows; the host waits for the device after each step, then the step is committed
-    away."""
+    """Median seconds of one step of q random tokens after a ``cache_tokens``-token prefix, per q in ``qs``, through
+    any step with ``step.py``'s methods, after ``warmup`` untimed passes. Timed: building the causal (1, 1, q,
+    past + q) float mask as the decoder does (``layout.MaskBuffer``, with ``dynamic_mask`` ``layout.full_mask``),
+    the step (logits of the last ceil(q/2) rows) and the device sync; each step is then committed away."""
     import torch
 
     from .layout import MaskBuffer, full_mask
@@ -65,31 +62,25 @@ def step_latency(step, qs: Sequence[int], *, cache_tokens: int = CACHE_TOKENS, r
     vocab = model.config.get_text_config(decoder=True).vocab_size
     gen = torch.Generator().manual_seed(seed)
     cache, buffer, curve = step.new_cache(), MaskBuffer(model.dtype, device), {}
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     step.prefill(cache, torch.randint(0, vocab, (cache_tokens,), generator=gen).tolist())
     with torch.inference_mode():
         for q in qs:
             ids, pos, inner, keep = random_step(vocab, q, cache_tokens, model.dtype, device, gen)
             times = []
             for rep in range(warmup + reps):
-                _sync(device)
+                sync()
                 start = clock()
                 mask = None
                 if q > 1:
                     mask = full_mask(inner, cache_tokens) if dynamic_mask else buffer.view(inner, cache_tokens)
                 step(cache, StepInputs(ids, pos, mask, keep))
-                _sync(device)
+                sync()
                 if rep >= warmup:
                     times.append(clock() - start)
                 step.commit(cache, q, 0)
             curve[q] = statistics.median(times)
     return curve
-
-
-def _sync(device) -> None:
-    if device.type == "cuda":
-        import torch
-
-        torch.cuda.synchronize(device)
 
 
 def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int = CACHE_TOKENS, reps: int = 5,
@@ -111,11 +102,10 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
 
 def round_parts(qs: Sequence[int], buckets: Sequence[int] = ()) -> list[tuple[int, ...]]:
     """``qs`` in the parts ``measure_rounds`` times one by one. A q runs as one shape: the smallest of ``buckets``
-    >= q (a captured step's, ``compiled.CapturedStep``), else q itself (past the largest bucket, and on the eager
-    step, which has no buckets: every q its own shape). A shape's q stay in one part, so every round, even one cut
-    short, times a shape once for all its q and the captured curve stays a step function over the buckets. First
-    come the shapes of the smallest and largest q and of ``RECHECK_QS`` (a round stopped after it still spans
-    every q), then the other shapes in ``PARTS - 1`` interleaved parts.
+    >= q (a captured step's), else q itself. A shape's q share a part, so every round, even one cut short, times a
+    shape once for all its q (the captured curve stays a step function). The first part holds the shapes of the
+    smallest, the largest and ``RECHECK_QS`` q (a round stopped after it still spans every q), then come the
+    others in ``PARTS - 1`` interleaved parts.
 
     >>> round_parts(LATENCY_QS)
     [(1, 8, 64), (2, 4, 12, 24, 48), (3, 6, 16, 32)]
@@ -132,10 +122,9 @@ def round_parts(qs: Sequence[int], buckets: Sequence[int] = ()) -> list[tuple[in
 def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: int = ROUNDS, reps: int = REPS,
                    budget_s: float = MEASURE_BUDGET_S, first_warmup: int = 1, buckets: Sequence[int] = (),
                    clock: Callable[[], float] = time.monotonic) -> list[dict[int, float]]:
-    """Up to ``rounds`` curves over ``qs``, each timed part by part (``round_parts(qs, buckets)``) as
-    ``measure(part, reps=reps, warmup=...)``, warm-up passes in the first round only. No part but the first
-    round's first starts after ``budget_s`` seconds of ``clock``: a busy machine ends with its last round cut
-    short (``robust_curve`` takes each round's q as they are), and the part under way runs past the budget."""
+    """Up to ``rounds`` curves over ``qs``, timed part by part (``round_parts``) as ``measure(part, reps=reps,
+    warmup=...)``, warm-up passes in the first round only. No part but the very first starts after ``budget_s``
+    seconds of ``clock``, so a busy machine's last round is cut short; the part under way runs past the budget."""
     parts, start, out = round_parts(qs, buckets), clock(), []
     for r, i in itertools.product(range(rounds), range(len(parts))):
         if (r or i) and clock() - start > budget_s:
@@ -182,7 +171,7 @@ def complete_rounds(rounds: Sequence[Mapping[int, float]]) -> int:
 
 
 def disagreement(rounds: Sequence[Mapping[int, float]]) -> tuple[int, float]:
-    """(q, slowest / fastest round at q) for the q where the rounds disagree most; (0, 1.0) for < 2 rounds.
+    """(q, slowest / fastest round at q) where the rounds disagree most; (0, 1.0) for < 2 rounds.
 
     >>> disagreement([{1: 0.11, 2: 0.70}, {1: 0.10, 2: 0.11}])
     (2, 6.363636363636363)
@@ -225,10 +214,9 @@ def _fingerprint(variant: str, qs: Sequence[int], cache_tokens: int) -> dict[str
 
 
 def load_profile(path: str, fingerprint: Optional[dict] = None) -> Optional[dict[str, Any]]:
-    """The profile at ``path`` (plus ``reused=True`` and ``path``), or None when absent, unreadable, holding a
-    curve or round (``rounds_s``) that is not {q >= 1: finite seconds > 0} (an edited or corrupted file: NaN,
-    inf, 0 or negative times are measured again), or taken another way than ``fingerprint`` (default: the
-    current way)."""
+    """The profile at ``path`` (plus ``reused=True`` and ``path``), or None when absent, unreadable, taken another
+    way than ``fingerprint`` (default: the current way), or holding a curve or round (``rounds_s``) that is not
+    {q >= 1: finite seconds > 0} (an edited or corrupted file)."""
     saved = read_json(Path(path))
     want = fingerprint or _fingerprint(DEFAULT_VARIANT, LATENCY_QS, CACHE_TOKENS)
     rounds = saved.get("rounds_s", []) if isinstance(saved, dict) else None
@@ -238,7 +226,7 @@ def load_profile(path: str, fingerprint: Optional[dict] = None) -> Optional[dict
 
 
 def _valid_times(times: Any) -> bool:
-    """True when every value of the mapping ``times`` is finite seconds > 0 (not NaN, inf, 0 or negative)."""
+    """True when every value of the mapping ``times`` is finite seconds > 0."""
     return all(0 < float(t) < math.inf for t in times.values())
 
 
@@ -255,7 +243,7 @@ def latency_profile(model_id: str, device: str, dtype: str, *, measure: Callable
                     retune: bool = False) -> dict[str, Any]:
     """The saved profile of (model, device, dtype) when taken the same way, else ``measure()``'s curve, saved
     atomically. Keys: model, device, dtype, fingerprint, ``latency_s`` ({q as str: seconds}), measure_seconds,
-    tstamp, reused, path. ``ConfigError`` before measuring when the profile's folder cannot be written."""
+    tstamp, reused, path. ``ConfigError`` (``check_profile_folder``) before measuring."""
     path = profile_path(model_id, device, dtype, root)
     fingerprint = _fingerprint(variant, qs, cache_tokens)
     saved = None if retune else load_profile(path, fingerprint)
@@ -282,8 +270,8 @@ def curve_of(profile: dict[str, Any]) -> dict[int, float]:
 
 
 def recheck(curve: Mapping[int, float], measure: Measure, qs: Sequence[int] = RECHECK_QS) -> tuple[str, str]:
-    """Re-time a cached curve at ``qs``: ``("stale", reason)`` when some q now runs ``RECHECK_RATIO`` times faster
-    (measure again), ``("busy", reason)`` when that much slower (keep the quieter profile), else ``("ok", "")``."""
+    """Re-time a cached curve at ``qs``: ``("stale", reason)`` when some q now runs ``RECHECK_RATIO`` times faster,
+    ``("busy", reason)`` when that much slower (the quieter profile is kept), else ``("ok", "")``."""
     now = measure(tuple(q for q in qs if q in curve), reps=REPS, warmup=1)
     verdict = ("ok", "")
     for q, t in sorted(now.items()):
@@ -316,13 +304,11 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
                   budget_s: float = MEASURE_BUDGET_S, clock: Callable[[], float] = time.monotonic,
                   qs: Sequence[int] = LATENCY_QS, variant: str = DEFAULT_VARIANT,
                   buckets: Sequence[int] = ()) -> dict[str, Any]:
-    """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype): measured on first use
-    (rounds kept as ``rounds_s``); a cached one it measured is re-checked and re-measured when stale. A profile
-    of fewer than ``ROUNDS`` complete rounds (the budget stopped a busy machine) is saved ``provisional`` and measured
-    again at the next start, its rounds kept. ``measure`` defaults to ``measure_latency``, ``retune`` to
-    ``LP_RUNTIME_RETUNE=1``; ``log`` gets one line when it measures. A captured step passes its ``measure``,
-    ``qs``, ``variant`` (which keys its own profile) and ``buckets`` (``round_parts``). ``ConfigError`` before
-    measuring when the profile's folder cannot be written (``check_profile_folder``)."""
+    """The latency profile of a loaded model under (``model_id``, ``device_key``, dtype), measured on first use
+    (rounds kept as ``rounds_s``; fewer than ``ROUNDS`` complete ones: saved ``provisional``) or as ``_why_measure``
+    decides. ``measure`` defaults to ``measure_latency``, ``retune`` to ``LP_RUNTIME_RETUNE=1``; ``log`` gets one
+    line when it measures. A captured step passes its ``measure``, ``qs``, ``variant`` (which keys its own
+    profile) and ``buckets``. ``ConfigError`` (``check_profile_folder``) before measuring."""
     measure = measure or functools.partial(measure_latency, model)
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     device, dtype = device_key(model), dtype_name(model)
@@ -340,19 +326,17 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
     rounds = earlier + _measure_robust(measure, log, budget_s, clock, qs, buckets)
     profile = latency_profile(model_id, device, dtype, root=root, retune=True, measure=lambda: robust_curve(rounds),
                               variant=variant, qs=qs)
-    profile["rounds_s"] = [{str(q): t for q, t in sorted(r.items())} for r in rounds]
-    profile["source"] = "measured"
-    profile["provisional"] = complete_rounds(rounds) < ROUNDS
-    profile["measure_seconds"] = clock() - t0
+    profile.update(rounds_s=[{str(q): t for q, t in sorted(r.items())} for r in rounds], source="measured",
+                   provisional=complete_rounds(rounds) < ROUNDS, measure_seconds=clock() - t0)
     save_profile(path, profile)
     return profile
 
 
 def _why_measure(cached: Optional[dict], measure: Measure,
                  log: Callable[[str], None]) -> tuple[Optional[str], list[dict[int, float]]]:
-    """(why ``model_profile`` measures, None to keep ``cached``; the saved rounds the new ones join): a cached
-    profile measured here is measured again when provisional, else re-checked (``recheck``), and replaced when
-    stale; a busy machine keeps it with a line to ``log``. A profile given, not measured, is kept as is."""
+    """(why ``model_profile`` measures, None to keep ``cached``; the saved rounds the new ones join). A cached
+    profile measured here is measured again when provisional, else ``recheck``-ed: replaced when stale, kept with a
+    line to ``log`` when busy. A profile given, not measured, is kept as is."""
     if cached is None:
         return "once", []
     if cached.get("source") != "measured":
@@ -375,10 +359,9 @@ def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, 
                  method: str = "") -> str:
     """``model.dtype=auto``: float32 (exact against transformers' float32 greedy) unless another dtype's greedy
     step is more than ``DTYPE_MARGIN`` times faster. ``timings()`` -> {dtype: seconds} runs once per (model,
-    device), cached beside the profiles with ``method`` (how ``timings`` measures); a record of another method
-    (an older, less robust measurement), or holding a time that is not finite and > 0, is measured again. ``log``
-    gets one line naming the choice. ``ValueError`` for no timings; ``ConfigError`` before timing when the
-    record's folder cannot be written."""
+    device), cached beside the profiles with ``method``; a record of another method, or holding a time that is not
+    finite and > 0, is timed again. ``log`` gets one line naming the choice. ``ValueError`` for no timings;
+    ``ConfigError`` before timing when the record's folder cannot be written."""
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     path = profile_path(model_id, device, "dtype-auto", root)
     record = None if retune else read_json(Path(path))
