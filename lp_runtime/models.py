@@ -19,8 +19,7 @@ from lp_runtime import distributed, latency
 from lp_runtime.checks import check_device, context_length, vocab_size
 from lp_runtime.window import step_tokens
 
-if TYPE_CHECKING:  # transformers' model classes are imported where a model is loaded or inspected: a run that
-    # refuses, or finds every question answered, never pays for their import (~5 s of CPU, torch._dynamo included)
+if TYPE_CHECKING:  # imported where a model loads: a run that refuses, or has nothing to do, never pays ~5 s for it
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 _ALLOWED = "Use a local folder, a HuggingFace id, or bundled:smollm2"
@@ -43,15 +42,14 @@ def resolve_dtype(dtype: str) -> torch.dtype:
 def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedModel], float]] = None,
                free_bytes: Optional[int] = None,
                progress: bool = True) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load the causal LM named by ``cfg`` and its tokenizer, in ``cfg.dtype`` on ``cfg.device``, in eval mode,
-    with ``model.lp_model_id = model_id(cfg)``. ``model.dtype=auto``: the faster of float32 and bfloat16 greedy
-    steps (``step_seconds(model)``, default ``latency.measure_latency`` at q = 1), or bfloat16 when only it fits.
-    ``free_bytes``: the device's free memory (default: asked). ``progress=False``: the bundled model's one-time
-    conversion shows no progress bar (``bundled.convert_quietly``).
+    """(model, tokenizer) named by ``cfg``, in ``cfg.dtype`` on ``cfg.device``, in eval mode, with
+    ``model.lp_model_id = model_id(cfg)``. ``model.dtype=auto``: ``_auto_dtype``, timing a step with
+    ``step_seconds(model)``. ``free_bytes``: the device's free memory (default: asked). ``progress=False``: the
+    bundled model's one-time conversion shows no progress bar.
 
     Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded or
     its weights do not fit the device's free memory (checked before anything loads)."""
-    check_device(cfg.device)  # ConfigError naming the available devices, before anything loads
+    check_device(cfg.device)
     check_attn_implementation(cfg.attn_implementation)
     check_model_files(cfg)
     device = resolve_device(cfg.device)
@@ -80,8 +78,8 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
 
 
 def check_attn_implementation(name: str) -> None:
-    """``ConfigError`` unless ``name`` is an attention implementation transformers knows ("eager" or one of its
-    ``AttentionInterface``) or a hub kernel ("org/repo"); checked before the model loads."""
+    """``ConfigError`` unless ``name`` is "eager", in transformers' ``AttentionInterface`` or a hub kernel
+    ("org/repo")."""
     from transformers import AttentionInterface
 
     known = ["eager", *AttentionInterface().valid_keys()]
@@ -95,8 +93,8 @@ DTYPE_ROUNDS = 3  # model.dtype=auto: float32 and bfloat16 timed in turn this ma
 
 def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[Callable],
                 free_bytes: Optional[int], progress: bool = True) -> str:
-    """``latency.choose_dtype`` from float32 and (converted in place) bfloat16 step times, cached per model and
-    device; bfloat16 unmeasured when float32 does not fit. Under torchrun rank 0 decides for every rank."""
+    """``latency.choose_dtype`` from float32 and bfloat16 greedy step times (default ``latency.measure_latency`` at
+    q = 1), or bfloat16 unmeasured when float32 does not fit. Under torchrun rank 0 decides for every rank."""
     if fit_problem(cfg, device, "float32", free_bytes):
         print("model.dtype=auto: bfloat16, since the float32 weights would not fit", flush=True)
         return "bfloat16"
@@ -120,8 +118,8 @@ _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def weight_bytes(cfg: ModelConfig, dtype: str) -> Optional[tuple[int, int]]:
-    """(parameters, bytes of the weights in ``dtype``), counted on the meta device from the config alone; None
-    for the bundled model, a GGUF file, or a config that cannot be read."""
+    """(parameters, bytes of the weights in ``dtype``), counted on the meta device; None for the bundled model, a
+    GGUF file, or a config that cannot be read."""
     if cfg.path.startswith(BUNDLED_PREFIX) or cfg.gguf_file:
         return None
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -150,9 +148,9 @@ def free_memory(device: torch.device) -> int:
 
 def fit_problem(cfg: ModelConfig, device: torch.device, dtype: str, free_bytes: Optional[int] = None,
                 ranks: Optional[int] = None) -> Optional[str]:
-    """None when one replica per rank of the weights in ``dtype`` fits the device's free memory (``free_bytes``,
-    default ``free_memory``), else one line naming both and what would fit. ``ranks``: replicas sharing that
-    memory (default: ``LOCAL_WORLD_SIZE`` on a CPU, 1 on a GPU). Counts weights only."""
+    """None when ``ranks`` replicas (default: ``LOCAL_WORLD_SIZE`` on a CPU, 1 on a GPU) of the weights in ``dtype``
+    fit the device's free memory (``free_bytes``, default ``free_memory``), else one line naming both and what
+    would fit. Counts weights only."""
     counted = weight_bytes(cfg, dtype)
     if counted is None:
         return None
@@ -176,8 +174,8 @@ def fit_problem(cfg: ModelConfig, device: torch.device, dtype: str, free_bytes: 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: Optional[PreTrainedTokenizerBase],
                   override: Optional[list[int]]) -> list[int]:
-    """The EOS token ids: ``override`` when given, else the model's ``generation_config.eos_token_id``, else
-    ``tokenizer.eos_token_id``. May be empty (then only ``max_new_tokens`` and stop strings end generation)."""
+    """``override``, else the model's ``generation_config.eos_token_id``, else ``tokenizer.eos_token_id``, without
+    repeats; may be empty (then only ``max_new_tokens`` and stop strings end generation)."""
     value = override
     if value is None:
         value = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -189,12 +187,10 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: Optional[PreTrainedTokenize
 
 def check_limits(model: PreTrainedModel, decoding: DecodingConfig, sampling: Optional[SamplingConfig] = None,
                  generation: Optional[GenerationConfig] = None) -> None:
-    """Refuse, after the model loads, settings only it can bound; ``ConfigError`` naming key, value and bound.
-
-    Token ids (``generation.eos_token_ids``, ``sampling.suppress_tokens``) must lie in ``0..vocab-1``, and
-    ``suppress_tokens`` must leave at least one id; the largest
-    lookahead step, 1 + (W-1) + (N-2)*W window tokens + G candidates of ``candidate_depth`` tokens (W = 0 with
-    ``decoding=auto``; docs/design.md section 1), must fit ``max_position_embeddings``."""
+    """``ConfigError`` naming key, value and bound for a setting only the loaded model can bound: a token id
+    (``generation.eos_token_ids``, ``sampling.suppress_tokens``) outside ``0..vocab-1``, ``suppress_tokens``
+    leaving no id, or a lookahead step, 1 + (W-1) + (N-2)*W window tokens + G candidates of ``candidate_depth``
+    tokens (W = 0 with ``decoding=auto``; docs/design.md section 1), beyond ``max_position_embeddings``."""
     vocab = vocab_size(model)
     lists = {"generation.eos_token_ids": getattr(generation, "eos_token_ids", None),
              "sampling.suppress_tokens": getattr(sampling, "suppress_tokens", None)}
@@ -229,9 +225,9 @@ _EDGE_BYTES = 1 << 20  # bytes read from each end of a weight file
 
 
 def model_fingerprint(cfg: ModelConfig) -> str:
-    """16 hex digits of what ``cfg`` loads, from its files, without loading (milliseconds): config and
-    tokenizer files whole, each weight file's name, size and first and last MiB. The bundled model by its GGUF, a
-    HuggingFace id by its cached snapshot (an uncached id by the id alone); not dtype nor device."""
+    """16 hex digits of what ``cfg`` loads, from its files without loading them: config and tokenizer files whole,
+    each weight file's name, size and first and last MiB. The bundled model by its GGUF, a HuggingFace id by its
+    cached snapshot (an uncached id by the id alone); not dtype nor device."""
     h = hashlib.sha256()
     if cfg.path.startswith(BUNDLED_PREFIX):
         try:
@@ -270,8 +266,8 @@ def model_id(cfg: ModelConfig, fingerprint: Optional[str] = None) -> str:
 
 
 def model_id_of(model: PreTrainedModel) -> str:
-    """``model_id`` of a loaded model: ``model.lp_model_id``, else from ``config._name_or_path``, else (built in
-    memory) the model type plus 8 digits of a hash of its config."""
+    """``model.lp_model_id``, else ``model_id`` of ``config._name_or_path``, else (built in memory) the model
+    type plus 8 digits of a hash of its config."""
     if getattr(model, "lp_model_id", None):
         return model.lp_model_id
     path = str(getattr(model.config, "_name_or_path", "") or "")
@@ -305,9 +301,9 @@ def _hf_snapshot(repo_id: str) -> Optional[str]:
 
 
 def check_model_files(cfg: ModelConfig) -> None:
-    """``ModelLoadError`` (naming the key, value and the folder's .gguf files), before anything loads, for a
-    folder with neither ``config.json`` nor the GGUF file asked for, a ``model.gguf_file`` missing from the folder
-    (or the cached snapshot), or a ``model.gguf_file`` with the bundled model."""
+    """``ModelLoadError`` naming the key, value and the folder's .gguf files, for a folder with neither
+    ``config.json`` nor the GGUF file asked for, a ``model.gguf_file`` missing from the folder (or the cached
+    snapshot), or a ``model.gguf_file`` with the bundled model."""
     gguf = cfg.gguf_file
     if cfg.path.startswith(BUNDLED_PREFIX):
         if gguf:
@@ -344,11 +340,9 @@ def check_local_path(path: str) -> None:
 
 
 def _load_bundled(name: str, kwargs: dict, progress: bool = True):
-    """(tokenizer, model) from the cached float32 copy of bundled model ``name`` (``bundled.bundled_cache``; made
-    without a progress bar unless ``progress``: ``bundled.convert_quietly``). A copy
-    whose files were damaged after their check (same sizes, other bytes) raises ``ModelLoadError`` naming the
-    folder and the way out (delete it: the next run converts the GGUF again); an ``ImportError`` (an attention
-    package) passes through."""
+    """(tokenizer, model) from ``bundled.bundled_cache(name)`` (converted quietly unless ``progress``). A copy
+    damaged after its check (same sizes, other bytes) raises ``ModelLoadError`` naming the folder to delete; an
+    ``ImportError`` (an attention package) passes through."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = bundled_cache(name) if progress else bundled_cache(name, convert=convert_quietly)
@@ -402,8 +396,7 @@ def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
 
 def _unparsable_json(folder: str) -> Optional[tuple[str, str]]:
     """(name, parser error) of the first ``*.json`` file in ``folder`` that is not valid UTF-8 JSON (config and
-    tokenizer files first), or None. Asked only after a load failed: transformers' own error for such a file is
-    the parser's line and column, or a wrapper naming no file, depending on which file it is."""
+    tokenizer files first), or None. Asked after a load failed: transformers' error may name no file."""
     names = sorted((n for n in os.listdir(folder) if n.endswith(".json")), key=lambda n: (n not in _CONFIG_FILES, n))
     for name in names:
         try:
