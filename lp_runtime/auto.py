@@ -1,6 +1,6 @@
 """``decoding=auto``: lookahead with the cost policy on this machine's latency curve (docs/design.md section 7).
 ``resolve_auto`` is the entry point's start-up: the setting (W bounded by ``auto_window``) and ONE printed line with
-the expected speedup, estimated by decoding a calibration set (``calibrate``). Callers pass ``make_decoder``."""
+the expected speedup, estimated by decoding a calibration set (``calibrate``)."""
 from __future__ import annotations
 
 import time
@@ -21,21 +21,17 @@ CALIBRATION_TOKENS = 128  # new tokens per calibration prompt: a run's default b
 CALIBRATION_PROMPTS = (3, 3)  # MT-Bench first turns, HumanEval prompts: half each, as the benchmark
 WARM_PROMPTS = 1  # decoded first and not counted: the policy and the answer store warm up, as in a run
 CALIBRATION_BUDGET_S = 90.0  # no further prompt is started after this many seconds (two are always counted)
-# decoding.successors=auto in one process: the successor table is calibrated too when the policy without it fed at
-# least TABLE_MIN_STEP_TOKENS a step (a flat curve: a native-bf16 CPU, a GPU), and kept when its expected speedup
-# beats the setting without it by TABLE_MARGIN (its per-step work, tree growth and the rows' top-k, is not on the
-# curve). docs/benchmarks.md 6d: on a 2-core CPU's float32 curve the policy fed 2.3 tokens a step and the table
-# changed nothing (1.035x against 1.036x modeled); on its native-bf16 curve it fed 6.0, and the table 1.19x more.
+# successors=auto (resolve_auto): the table pays only on a flat curve, where the policy feeds many tokens a step, and
+# must beat the setting without it by a margin: its per-step work is not on the curve (docs/benchmarks.md 6d).
 TABLE_MIN_STEP_TOKENS = 4.0
 TABLE_MARGIN = 1.03
 
 
 def auto_policy(model, *, model_id: Optional[str] = None, root: Optional[str] = None,
                 log: Callable[[str], None] = print, measure=None, step=None) -> CostPolicy:
-    """A ``CostPolicy`` on the model's latency profile (``latency.model_profile`` under ``model_id``, default
-    ``models.model_id_of(model)``): what ``decoding=auto`` decodes with. Pass it as the decoder's step policy.
-    ``step``: the decoder's step when it is not the eager one (``compiled.CapturedStep``): the profile is then
-    measured on that step, per bucket (``step_timing``), so the policy prices what runs."""
+    """The decoder's step policy for ``decoding=auto``: a ``CostPolicy`` on ``latency.model_profile`` under
+    ``model_id`` (default ``models.model_id_of(model)``). ``step``: the decoder's step when not the eager one; the
+    profile is then measured on it (``step_timing``), so the policy prices what runs."""
     profile = model_profile(model, model_id or model_id_of(model), root=root, log=log,
                             **step_timing(step, measure))
     return CostPolicy(curve_of(profile))
@@ -54,8 +50,7 @@ def step_timing(step, measure=None) -> dict[str, Any]:
 def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: float = 1.5,
                 gain: float = WINDOW_GAIN_PRIOR, windows: Sequence[int] = AUTO_WINDOWS, lp_size: int = 1) -> int:
     """The largest W of ``windows`` whose window could pay on this curve: (tokens + gain) / latency(1 + window)
-    >= tokens / latency(1), a window being (W - 1) + (N - 2) * W tokens (or, with ``lp_size`` K > 1, its busiest
-    rank's). W only bounds what the step policy may feed.
+    >= tokens / latency(1), a window being (W - 1) + (N - 2) * W tokens (with ``lp_size`` > 1: its busiest rank's).
 
     >>> auto_window({1: 1.0, 64: 1.0}, 4), auto_window({1: 1.0, 2: 2.0}, 4)
     (15, 0)
@@ -75,15 +70,14 @@ def auto_window(curve: dict[int, float], ngram_size: int, *, expected_tokens: fl
 
 
 def auto_decoding(curve: dict[int, float], limits: DecodingConfig, lp_size: int = 1) -> DecodingConfig:
-    """The lookahead setting ``decoding=auto`` runs: ``limits`` (N and G bound the tree; the policy feeds what
-    pays of them) with W from ``auto_window`` (for ``lp_size`` ranks) and the prompt pool on."""
+    """``limits`` with W from ``auto_window`` and the prompt pool on: W, N and G bound what the cost policy feeds."""
     return replace(limits, method="auto", window_size=auto_window(curve, limits.ngram_size, lp_size=lp_size),
                    pool_from_prompt=True)
 
 
 def expected_speedup(curve: dict[int, float], tokens: int, step_tokens: Sequence[int]) -> float:
-    """Speedup over plain one-token steps that ``tokens`` made in steps of ``step_tokens`` inputs would have on
-    this curve: (tokens / sum latency(q)) * latency(1).
+    """Speedup over one-token steps of ``tokens`` made in steps of ``step_tokens`` inputs on this curve:
+    (tokens / sum latency(q)) * latency(1).
 
     >>> expected_speedup({1: 1.0, 4: 1.0}, 6, [4, 4, 1])
     2.0
@@ -95,9 +89,8 @@ def expected_speedup(curve: dict[int, float], tokens: int, step_tokens: Sequence
 
 def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int = CALIBRATION_PROMPTS[0],
                         num_code: int = CALIBRATION_PROMPTS[1]) -> list[list[int]]:
-    """First turns of MT-Bench questions spread over its categories, interleaved with HumanEval prompts
-    (lp_runtime.data); where those packages are missing, the first turns of ``fallback`` (``data.Question``s).
-    Raises ``ValueError`` when there is no prompt at all."""
+    """Prompts of first turns of MT-Bench questions spread over its categories, interleaved with HumanEval
+    prompts; where those packages are missing, of ``fallback`` (``data.Question``s). ``ValueError`` for none."""
     picked: list[list[Any]] = []
     for name, num in (("mt_bench", num_chat), ("humaneval", num_code)):
         try:
@@ -119,10 +112,9 @@ def calibrate(decoder, prompts: Sequence[Sequence[int]], curve: dict[int, float]
               max_new_tokens: int = CALIBRATION_TOKENS, warm: int = WARM_PROMPTS,
               budget_s: float = CALIBRATION_BUDGET_S, clock: Callable[[], float] = time.monotonic,
               progress: bool = False) -> dict[str, Any]:
-    """The expected speedup of ``decoder`` on ``curve`` from decoding ``prompts`` as a run would (one decoder, a
-    run's ``max_new_tokens``, the first ``warm`` not counted, no prompt started after ``budget_s`` once two are
-    counted); with ``progress`` a bar on stderr, one tick a prompt (a busy machine takes minutes). Returns
-    {tokens, steps, mean_step_tokens, expected_speedup, low, high, prompts, max_new_tokens}."""
+    """The expected speedup of ``decoder`` on ``curve`` from decoding ``prompts`` as a run would (the first
+    ``warm`` not counted, no prompt started after ``budget_s`` once two are counted; ``progress``: a bar on
+    stderr). Returns {tokens, steps, mean_step_tokens, expected_speedup, low, high, prompts, max_new_tokens}."""
     warm = min(warm, max(len(prompts) - 1, 0))
     start, counted = clock(), []
     with tqdm(total=len(prompts), desc="decoding=auto calibration", unit="prompt", mininterval=0, leave=False,
@@ -148,15 +140,12 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
                  retune: Optional[bool] = None, root: Optional[str] = None, lp_size: int = 1, measure=None,
                  step=None, clock: Callable[[], float] = time.monotonic,
                  progress: bool = True) -> tuple[DecodingConfig, dict[str, Any]]:
-    """``decoding=auto`` for a loaded model: (the setting for ``lp_size`` ranks, a summary entry), after
-    printing ONE line with the setting and the expected speedup over greedy. The profile is
-    ``latency.model_profile`` (``measure``: its timing; ``step``: the decoder's step, see ``auto_policy``); the
-    speedup is ``calibrate`` of ``make_decoder(setting, CostPolicy(curve))``, once per profile and setting, kept
-    in the profile, with its progress bar unless ``progress`` is off (call on rank 0 only). In one process with
-    ``successors`` "auto", the setting with the successor table (``successors`` "true") is calibrated too when the
-    policy fed at least ``TABLE_MIN_STEP_TOKENS`` a step without it, and chosen when its expected speedup is at
-    least ``TABLE_MARGIN`` times the other's (docs/benchmarks.md 6d). ``ConfigError`` before measuring or
-    calibrating when the profile's folder cannot be written (``latency.check_profile_folder``)."""
+    """(the ``decoding=auto`` setting for ``lp_size`` ranks, a summary entry), after printing ONE line with the
+    expected speedup over greedy: ``calibrate`` of ``make_decoder(setting, CostPolicy(curve))`` on
+    ``latency.model_profile`` (``measure``, ``step``: see ``auto_policy``), once per profile and setting, kept in
+    the profile. Call on rank 0 only. In one process with ``successors`` "auto", the setting with the successor
+    table is calibrated too when the policy fed at least ``TABLE_MIN_STEP_TOKENS`` a step without it, and chosen
+    when it is ``TABLE_MARGIN`` times faster. ``ConfigError`` before any work when the profile's folder is read-only."""
     limits = limits or DecodingConfig(method="auto")
     profile = model_profile(model, model_id_of(model), retune=retune, root=root,
                             log=lambda line: print(line, flush=True), **step_timing(step, measure))
@@ -189,8 +178,7 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
 
 
 def shown_entry(entry: dict[str, Any]) -> dict[str, Any]:
-    """``resolve_auto``'s summary entry as the run prints it: the latency curve (``latency_s``, a dozen or more
-    step sizes) as one string of its q range and end points; the summary file keeps the whole curve.
+    """``resolve_auto``'s summary entry as the run prints it: the latency curve as one string of its end points.
 
     >>> shown_entry({"expected_speedup": 1.2, "latency_s": {"1": 0.0385, "8": 0.0592, "64": 0.1428}})["latency"]
     '3 step sizes, q=1: 38.5 ms .. q=64: 142.8 ms (the whole curve: the summary file)'
@@ -208,8 +196,7 @@ SLOWER_ADVICE = ("; below 1x, lookahead is not expected to pay here: decoding=gr
 
 
 def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: dict) -> str:
-    """``resolve_auto``'s line; it names a provisional profile, and an expected speedup that shows as below 1.00x
-    ends with ``SLOWER_ADVICE``."""
+    """``resolve_auto``'s line; an expected speedup that shows as below 1.00x ends with ``SLOWER_ADVICE``."""
     lat = LatencyCurve(curve_of(profile))
     how = "cached" if profile["reused"] else f"measured now in {profile.get('measure_seconds', 0.0):.0f} s"
     if profile.get("provisional"):  # latency.model_profile: the budget stopped a busy machine's measuring
@@ -217,9 +204,8 @@ def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: 
     table = " + successor table" if d.successors_on(1) else ""
     return (f"decoding=auto: {name}, cost policy{table}, (W, N, G) <= ({d.window_size}, {d.ngram_size}, "
             f"{d.guess_set_size}), {dtype} on {profile['device']}, step latency {1e3 * lat(1):.1f} ms (q=1) / "
-            f"{1e3 * lat(8):.1f} ms "
-            f"(q=8); expected speedup over greedy {calib['expected_speedup']:.2f}x (per prompt {calib['low']:.2f}-"
-            f"{calib['high']:.2f}x; S {calib['tokens'] / max(calib['steps'], 1):.2f} at "
+            f"{1e3 * lat(8):.1f} ms (q=8); expected speedup over greedy {calib['expected_speedup']:.2f}x (per "
+            f"prompt {calib['low']:.2f}-{calib['high']:.2f}x; S {calib['tokens'] / max(calib['steps'], 1):.2f} at "
             f"{calib['mean_step_tokens']:.1f} tokens/step over {calib['prompts']} calibration prompts of up to "
             f"{calib['max_new_tokens']} tokens); profile {profile['path']} ({how})"
             + (SLOWER_ADVICE if round(calib["expected_speedup"], 2) < 1 else ""))
