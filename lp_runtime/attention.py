@@ -3,8 +3,8 @@ sees the whole committed prefix, so only the step's q x q block needs the tree m
 softmax attention over the prefix (no mask) and over the block (tree mask), each with its log-sum-exp, and merges
 them exactly: out = (e^{lse_a} out_a + e^{lse_b} out_b) / (e^{lse_a} + e^{lse_b}) (tests/test_split_attention.py).
 
-Registered as ``SPLIT`` through transformers' ``AttentionInterface``; ``use_split_attention(model)`` selects it.
-Calls without the step's geometry (a dense (q, kv) mask, or a prefill) go to transformers' sdpa unchanged."""
+Registered as ``SPLIT`` in transformers' ``AttentionInterface``; calls without the step's geometry (a dense (q, kv)
+mask, or a prefill) go to transformers' sdpa unchanged."""
 from __future__ import annotations
 
 from typing import Optional
@@ -94,6 +94,6 @@ def register() -> None:
 
 def use_split_attention(model) -> None:
     """Make ``model`` attend through ``split_attention`` (its config's attention implementation; the weights are
-    untouched). Calls without a step's geometry then behave as sdpa, so prefill and other callers are unchanged."""
+    untouched)."""
     register()
     model.set_attn_implementation(SPLIT)

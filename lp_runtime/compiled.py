@@ -1,15 +1,15 @@
 """One captured decoding step per shape bucket over a ``SlotCache`` (gpt-fast's static shapes, nano-vllm's buckets).
 
 A step of q tokens keeping k rows is padded to the smallest bucket b >= max(q, k) (``BUCKETS``), so every step of a
-bucket has the same shapes: ids and positions (1, b), tree mask (1, 1, b, b), kept rows (b,), the committed length
-as a 0-d device tensor. Each bucket's forward is captured once (``backend``): "cudagraph" (default on CUDA: one
-``torch.cuda.CUDAGraph`` per bucket, one shared pool), "reduce-overhead" (``torch.compile`` under CUDA graphs), or
-"inductor" (default on CPU) or any other ``torch.compile`` backend.
+bucket has the same shapes: ids and positions int64 (1, b), tree mask (1, 1, b, b), kept rows int64 (b,), the
+committed length a 0-d int64 device tensor. Each bucket's forward is captured once (``backend``): "cudagraph"
+(default on CUDA: one ``torch.cuda.CUDAGraph`` per bucket, one shared pool), "reduce-overhead" (``torch.compile``
+under CUDA graphs), or "inductor" (default on CPU) or any other ``torch.compile`` backend.
 
-Padded rows sit at the last real position and see only themselves; no real row sees them and their outputs are
-never read. Their KV lands in slots past+q .. past+b-1, overwritten before it is read, so ``max_len`` must be the
-longest sequence + the largest bucket; every captured step reads all ``max_len`` slots (masked past the committed
-length), through ``attention.split_attention``. Prefill runs eagerly on the same cache::
+Padded rows sit at the last real position and see only themselves; their outputs are never read and their KV, in
+slots past+q .. past+b-1, is overwritten before it is read. So ``max_len`` = the longest sequence + the largest
+bucket; every captured step reads all ``max_len`` slots (``attention.split_attention`` masks those past the
+committed length). Prefill runs eagerly on the same cache::
 
     step = CapturedStep(model, max_len=len(prompt) + 128 + 256)
     step.warm_up()                              # "captured 9 step buckets (1..256) in 4.2 s"
@@ -48,14 +48,10 @@ def bucket_for(q: int, buckets: Sequence[int] = BUCKETS) -> int:
 class CapturedStep(SlotStep):
     """Compiled step per bucket for one model (float32 or bfloat16, CPU or CUDA), one sequence at a time.
 
-    Args:
-        model: a causal LM taking position ids and a 4D mask (Llama-like); its attention implementation is set to
-            ``attention.SPLIT`` (sdpa for every other caller; the weights are untouched).
-        max_len: ``SlotCache`` slots: prompt + new tokens + the largest bucket.
-        buckets: ascending step sizes to capture.
-        backend: see the module docstring; None = "cudagraph" on CUDA, "inductor" elsewhere.
-
-    Raises ``ValueError`` for bad buckets, a ``max_len`` not above the largest bucket, "cudagraph" off CUDA."""
+    ``model``: a causal LM taking position ids and a 4D mask (Llama-like), set to ``attention.SPLIT``;
+    ``max_len``: ``SlotCache`` slots (prompt + new tokens + the largest bucket); ``buckets``: ascending step sizes;
+    ``backend``: see the module docstring. Raises ``ValueError`` for bad buckets, a ``max_len`` not above the
+    largest bucket, "cudagraph" off CUDA."""
 
     def __init__(self, model, max_len: int, buckets: Sequence[int] = BUCKETS, backend: Optional[str] = None) -> None:
         if list(buckets) != sorted(set(buckets)) or not buckets or buckets[0] < 1:
@@ -125,8 +121,8 @@ class CapturedStep(SlotStep):
         return super().prefill(cache, ids, **rows)
 
     def __call__(self, cache: SlotCache, inputs: StepInputs, *, topk: int = 0) -> StepOutputs:
-        """``step.EagerStep``'s call on the compiled path: only the (q, q) block of ``inputs.mask`` after
-        the committed columns is read. A step larger than the largest bucket runs eagerly."""
+        """``step.EagerStep``'s call on the compiled path, reading only the (q, q) block of ``inputs.mask`` after
+        the committed columns. A step larger than the largest bucket runs eagerly."""
         if cache is not self.cache:
             raise ValueError("a CapturedStep steps only its own cache (from its new_cache())")
         past = cache.get_seq_length()
@@ -137,7 +133,7 @@ class CapturedStep(SlotStep):
 
     def _fill(self, b: int, ids: torch.Tensor, positions: torch.Tensor, inner: Optional[torch.Tensor],
               keep: torch.Tensor, past: int) -> dict[str, torch.Tensor]:
-        """Copy one step's inputs into bucket b's static buffers (padding as the module docstring says)."""
+        """Copy one step's inputs into bucket b's static buffers, padded as the module docstring says."""
         q = ids.numel()
         buf = self._buffers[b]
         buf["ids"][0, :q].copy_(ids.reshape(-1), non_blocking=True)
@@ -154,12 +150,10 @@ class CapturedStep(SlotStep):
     @torch.inference_mode()
     def run(self, ids: torch.Tensor, positions: torch.Tensor, inner: Optional[torch.Tensor],
             keep: torch.Tensor, past: int) -> torch.Tensor:
-        """Logits (k, V) at the step's kept rows; the cache then holds ``past + q`` entries. Valid until the
-        next step (on CUDA it lives in the graph's memory).
-
-        ids, positions: int64 (q,) or (1, q) on the device; inner: the float (q, q) additive tree mask in the model's
-        dtype, or None for causal; keep: int64 (k,) in-step rows; past: committed entries. Raises ``ValueError`` when
-        no bucket fits or the cache has no room for past + b slots."""
+        """Logits (k, V) at the step's kept rows, valid until the next step (on CUDA: the graph's memory); the
+        cache then holds ``past + q`` entries. ids, positions: int64 (q,) or (1, q) on the device; inner: the float
+        (q, q) additive tree mask in the model's dtype, or None for causal; keep: int64 (k,) in-step rows; past:
+        committed entries. ``ValueError`` when no bucket fits or the cache has no room for past + b slots."""
         q = ids.numel()
         b = bucket_for(max(q, keep.numel()), self.buckets)  # k can be q + 1 (window column 0 is c, kept twice)
         if past + b > self.cache.max_len:
@@ -176,12 +170,11 @@ class CapturedStep(SlotStep):
 
     @property
     def latency_variant(self) -> str:
-        """This step's latency profile's name, apart from the eager one (``latency.model_profile``)."""
+        """The variant keying this step's latency profile (``latency.model_profile``)."""
         return f"captured-{self.backend}"
 
     def latency_qs(self) -> tuple[int, ...]:
-        """The step sizes a profile of this step is measured at: every bucket b and b + 1, so the interpolated
-        curve is the bucket step function (free tokens up to b, a jump at b + 1).
+        """Every bucket b and b + 1: measured there, the interpolated latency curve is the buckets' step function.
 
         >>> CapturedStep.latency_qs(type("S", (), {"buckets": (1, 2, 4, 8)})())
         (1, 2, 3, 4, 5, 8)
@@ -189,8 +182,8 @@ class CapturedStep(SlotStep):
         return tuple(sorted(set(self.buckets) | {b + 1 for b in self.buckets[:-1]}))
 
     def measure_latency(self, qs: Sequence[int], reps: int = REPS, warmup: int = 1) -> dict[int, float]:
-        """{q: median seconds of the step q runs as} (``latency.Measure``): each bucket timed once by
-        ``step_latency`` and given to every q it holds; a q past the largest bucket is timed eagerly."""
+        """``latency.Measure``: {q: median seconds of q's bucket} (``step_latency``, each bucket timed once); a q
+        past the largest bucket is timed eagerly."""
         shape = {q: bucket_for(q, self.buckets) if q <= self.buckets[-1] else q for q in qs}
         prefix = min(200, self.cache.max_len - max(shape.values()))  # latency.CACHE_TOKENS where the slots allow
         times = step_latency(self, sorted(set(shape.values())), cache_tokens=prefix, reps=reps, warmup=warmup)
@@ -214,8 +207,8 @@ class CapturedStep(SlotStep):
         return self.capture_seconds
 
     def greedy(self, prompt_ids: Sequence[int], max_new_tokens: int, eos_token_ids: Sequence[int] = ()) -> list[int]:
-        """Plain greedy through the 1-token bucket (the compiled baseline, as gpt-fast); stops after an id of
-        ``eos_token_ids`` (kept) or ``max_new_tokens``."""
+        """Plain greedy through the 1-token bucket (the compiled baseline), ending after an id of ``eos_token_ids``
+        (kept) or ``max_new_tokens``. ``ValueError`` for an empty prompt or ``max_new_tokens`` < 1."""
         prompt = list(prompt_ids)
         if not prompt or max_new_tokens < 1:
             raise ValueError(f"greedy needs a non-empty prompt and max_new_tokens >= 1 (got {len(prompt)} prompt "
@@ -247,9 +240,8 @@ PATHS = ("eager", "static", "compiled")  # model.compile=auto chooses among them
 
 
 def record_verdict(model, tokens_s: Mapping[str, float], root: Optional[str] = None) -> dict:
-    """Record for ``model.compile=auto`` which path of ``PATHS`` (``step.EagerStep``, ``static_cache.SlotStep``,
-    ``CapturedStep``) decoded fastest here, from {path: tokens/s} (scripts/compile_bench.py ``--record``); returns
-    the record. ``ValueError`` for an unknown path."""
+    """Record, and return, for ``model.compile=auto`` which path of ``PATHS`` decoded fastest here, from {path:
+    tokens/s} (scripts/compile_bench.py ``--record``). ``ValueError`` for no or an unknown path."""
     bad = sorted(set(tokens_s) - set(PATHS))
     if bad or not tokens_s:
         raise ValueError(f"verdict paths {bad or '(none)'} are not allowed; use some of {', '.join(PATHS)}")
@@ -260,8 +252,8 @@ def record_verdict(model, tokens_s: Mapping[str, float], root: Optional[str] = N
 
 
 def chosen_path(model, setting: str, root: Optional[str], log: Callable[[str], None]) -> str:
-    """``model.compile`` resolved to a path of ``PATHS``: true = compiled, false = eager, auto = the recorded
-    verdict (one line logged), eager while none is."""
+    """``model.compile`` as a path of ``PATHS``: true = compiled, false = eager, auto = the recorded verdict (one
+    line logged), eager while none is."""
     if setting != "auto":
         return "compiled" if setting == "true" else "eager"
     path = verdict_path(model, root)
@@ -277,16 +269,15 @@ def chosen_path(model, setting: str, root: Optional[str], log: Callable[[str], N
 
 
 def default_max_len(model) -> int:
-    """Slots of a ``CapturedStep`` serving any request: the position limit (<= ``MAX_DEFAULT_LEN``) + the largest
-    bucket."""
+    """Slots for any request: the position limit (<= ``MAX_DEFAULT_LEN``) + the largest bucket."""
     return min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + BUCKETS[-1]
 
 
 def step_for(model, setting: str, max_len: Optional[int] = None, *, root: Optional[str] = None,
              log: Callable[[str], None] = print) -> Optional[SlotStep]:
     """The step for ``model.compile`` = ``setting`` (``chosen_path``): None (eager), a ``SlotStep`` (static) or a
-    warmed-up ``CapturedStep``, of ``max_len`` slots (default ``default_max_len``). ``ValueError`` for another
-    setting."""
+    warmed-up ``CapturedStep``, of ``max_len`` slots (default ``default_max_len``). ``ValueError`` for a setting
+    other than auto, true, false."""
     if setting not in ("auto", "true", "false"):
         raise ValueError(f"model.compile={setting!r} is not allowed; use one of auto, true, false")
     path = chosen_path(model, setting, root, log)

@@ -1,10 +1,11 @@
 """A preallocated KV cache written by slot (gpt-fast's static cache) behind transformers' public ``Cache``
-interface, so the model's forward and ``kv.commit`` use it as a ``DynamicCache``.
+interface, so the model's forward and ``kv.commit`` use it as a ``DynamicCache``. Its buffers keep static addresses
+for CUDA graphs.
 
 By length (eager, ``static_past is None``): ``update`` writes at ``length .. length+q-1`` and returns the first
 ``length+q`` slots, as a ``DynamicCache`` does. By a device position (captured, ``static_past`` a 0-d int64
-tensor): ``update`` writes at ``static_past + arange(q)`` and returns the whole buffers, whose shapes never change;
-``attention.split_attention`` masks the slots past the prefix. Buffers are static addresses for CUDA graphs."""
+tensor): ``update`` writes at ``static_past + arange(q)`` and returns the whole, fixed-shape buffers;
+``attention.split_attention`` masks the slots past the prefix."""
 from __future__ import annotations
 
 from typing import Optional
@@ -16,8 +17,8 @@ from .step import EagerStep
 
 
 class SlotLayer(CacheLayerMixin):
-    """One layer's keys and values, ``(B, H, max_len, D)`` tensors allocated at the first write (so dtype,
-    device and head shapes come from the model), plus the host-side length (slots in use)."""
+    """One layer's keys and values, ``(B, H, max_len, D)`` tensors allocated at the first write (dtype, device
+    and head shapes from the model), and ``length``, the slots in use (host side)."""
 
     is_compileable = True
     is_sliding = False
@@ -77,11 +78,9 @@ class SlotLayer(CacheLayerMixin):
 
 
 class SlotCache(Cache):
-    """A KV cache of ``max_len`` slots in each of ``num_layers`` layers, written in place.
-
-    ``max_len`` must hold the prompt + new tokens + the largest step (a write past it raises ``ValueError``).
-    ``static_past``: None (write by length) or a 0-d int64 device tensor holding the committed length (write by
-    position; ``compiled.CapturedStep`` sets it)."""
+    """A KV cache of ``max_len`` slots (prompt + new tokens + the largest step; a write past them raises
+    ``ValueError``) in each of ``num_layers`` layers, written in place. ``static_past``: None (write by length) or
+    a 0-d int64 device tensor holding the committed length (write by position; ``compiled.CapturedStep``)."""
 
     def __init__(self, num_layers: int, max_len: int) -> None:
         if num_layers < 1 or max_len < 1:
@@ -108,8 +107,8 @@ class SlotCache(Cache):
 
 
 class SlotStep(EagerStep):
-    """``step.EagerStep`` on one reused ``SlotCache`` of ``max_len`` slots instead of a growing ``DynamicCache``:
-    the eager forward with a static cache (the middle path between eager and ``compiled.CapturedStep``)."""
+    """``step.EagerStep`` on one reused ``SlotCache`` of ``max_len`` slots instead of a growing ``DynamicCache``
+    (the middle path between eager and ``compiled.CapturedStep``)."""
 
     def __init__(self, model, max_len: int) -> None:
         super().__init__(model)
