@@ -27,8 +27,7 @@ from .config import ConfigError
 
 @dataclass(frozen=True)
 class RankInfo:
-    """Where this process sits: global ``rank`` of ``world_size``, ``local_rank`` on its node, ``source``
-    ("torchrun", "slurm" or "single")."""
+    """Global ``rank`` of ``world_size``, ``local_rank`` on its node; ``source``: "torchrun", "slurm" or "single"."""
 
     rank: int
     world_size: int
@@ -56,8 +55,8 @@ def resolve_backend(backend: str) -> str:
 
 
 def validate(world_size: int, lp: int, backend: str, local_rank: int, num_gpus: int) -> None:
-    """``ConfigError`` naming the numbers unless ``lp`` divides ``world_size`` and, with ``nccl``, every local
-    rank has its own GPU (``num_gpus``: the GPUs visible here; 0 is refused as such)."""
+    """``ConfigError`` naming the numbers unless ``lp`` >= 1 divides ``world_size`` and, with ``nccl``, every local
+    rank has its own of the ``num_gpus`` GPUs visible here."""
     if lp < 1:
         raise ConfigError(f"parallel.lp={lp} is not allowed; it must be >= 1")
     if world_size % lp != 0:
@@ -90,8 +89,8 @@ _STATE: dict[str, Any] = {"initialized_here": False, "timeout_s": None}
 
 def init(backend: str = "auto", timeout_s: float = 120.0) -> RankInfo:
     """Join the default process group (no-op for one process without a launcher); return this rank's info.
-    ``backend``: "auto" | "gloo" | "nccl" (NCCL sets the CUDA device to ``cuda:LOCAL_RANK`` first);
-    ``timeout_s``: seconds any collective may wait for its peers."""
+    ``backend``: as ``resolve_backend`` (nccl sets ``cuda:LOCAL_RANK`` first); ``timeout_s``: seconds any
+    collective may wait for its peers. ``ConfigError`` under Slurm without torchrun, MASTER_ADDR or HEAD_NODE."""
     info = detect()
     if dist.is_initialized() or info.source == "single":
         return info
@@ -138,9 +137,8 @@ def world_size() -> int:
 
 
 def make_groups(lp: int):
-    """Split the world into contiguous LP groups: ranks [i*lp, (i+1)*lp) form group i. Collective; ``lp`` must
-    divide the world size (``validate``). Returns ``(lp_group, dp_rank, dp_size, lp_rank)`` (``lp_group`` None
-    for one process)."""
+    """``(lp_group, dp_rank, dp_size, lp_rank)`` of contiguous LP groups, ranks [i*lp, (i+1)*lp) forming group i
+    (``lp_group`` None for one process). Collective; ``lp`` must divide the world size (``validate``)."""
     world, me = world_size(), rank()
     dp_size, dp_rank, lp_rank = world // lp, me // lp, me % lp
     if not is_initialized() or lp == world:
@@ -172,8 +170,8 @@ def all_gather_fixed(tensor: torch.Tensor, group=None) -> torch.Tensor:
 
 
 def gather_objects_to_rank0(obj: Any, group=None) -> Optional[list[Any]]:
-    """One picklable object per rank, in rank order, on rank 0 (None elsewhere; [obj] for one process).
-    For the end-of-run merge of data-parallel answers, never inside a decode step."""
+    """One picklable object per rank, in rank order, on rank 0 (None elsewhere; [obj] for one process); for the
+    end-of-run merge, never inside a decode step. ``RuntimeError`` naming this rank when the collective fails."""
     if not is_initialized():
         return [obj]
     size = dist.get_world_size(group)
@@ -191,11 +189,10 @@ def gather_objects_to_rank0(obj: Any, group=None) -> Optional[list[Any]]:
 
 
 def from_rank0(compute: Callable[[], Any], *, timeout_s: Optional[float] = None) -> Any:
-    """``compute()`` run on global rank 0 only, its picklable result on every rank (one process: ``compute()``);
-    every rank must call. For start-up decisions, never inside a decode step. When ``compute`` raises on rank 0,
-    every rank raises that error (rank 0 sends it instead of a result), so no rank waits for a result that never
-    comes. ``timeout_s``: how long the others may wait for rank 0 (a temporary group). ``RuntimeError`` naming
-    this rank when the collective fails or times out."""
+    """``compute()`` run on global rank 0 only, its picklable result on every rank; every rank must call. For
+    start-up decisions, never inside a decode step. When ``compute`` raises on rank 0, every rank raises that
+    error, so none waits for a result that never comes. ``timeout_s``: how long the others may wait for rank 0.
+    ``RuntimeError`` naming this rank when the collective fails or times out."""
     if not is_initialized():
         return compute()
     box: list[Any] = [None]

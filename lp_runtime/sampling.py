@@ -52,9 +52,8 @@ _SETTING = {RepetitionPenaltyLogitsProcessor: "repetition_penalty", SuppressToke
 
 
 def check_processors(processors: Sequence, cfg: Optional[SamplingConfig] = None) -> list:
-    """Return ``processors`` as a list; ``ValueError`` naming the first one not in ``SUPPORTED_PROCESSORS``
-    (only those depend on a row's prefix and scores alone), or one given twice (two of one class, or one of a
-    class ``cfg`` builds too): applied twice a processor would compound."""
+    """``processors`` as a list; ``ValueError`` naming the first one not in ``SUPPORTED_PROCESSORS`` (only those
+    depend on a row's prefix and scores alone) or given twice (two of one class, or of a class ``cfg`` builds)."""
     names = ", ".join(c.__name__ for c in SUPPORTED_PROCESSORS)
     built = {type(p) for p in build_processors(cfg)} if cfg is not None else set()
     seen: set = set()
@@ -74,9 +73,7 @@ def check_processors(processors: Sequence, cfg: Optional[SamplingConfig] = None)
     return list(processors)
 
 
-# The model's generation_config is applied only with ``sampling=model``; otherwise a run warns once per model when
-# it asks for processing the run does not do. Below: what ``generate`` turns into processing beyond the fields
-# ``model_sampling`` takes, with their "off" values.
+# What ``generate`` turns into processing beyond the fields ``model_sampling`` takes, with their "off" values.
 _TAKEN = ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "suppress_tokens")
 _UNSUPPORTED = {
     "no_repeat_ngram_size": (None, 0), "encoder_repetition_penalty": (None, 1.0),
@@ -102,9 +99,9 @@ def _unsupported(gen_cfg: Any) -> dict[str, Any]:
 
 
 def model_sampling(gen_cfg: Any, base: SamplingConfig) -> SamplingConfig:
-    """``base`` with the sampling fields taken from a model's ``generation_config`` as ``generate`` applies them
-    (unset: greedy, top_k 50 when sampling); ``seed`` and ``category_temperature`` stay ``base``'s. Raises
-    ``ConfigError`` naming every field lp_runtime cannot apply exactly (``no_repeat_ngram_size``, ...)."""
+    """``base`` with the sampling fields of a model's ``generation_config`` as ``generate`` applies them (unset:
+    greedy, top_k 50 when sampling). ``ConfigError`` for no ``gen_cfg``, do_sample with temperature <= 0, or
+    naming every field lp_runtime cannot apply exactly (``no_repeat_ngram_size``, ...)."""
     if gen_cfg is None:
         raise ConfigError("sampling=model needs the model's generation_config; this model has none")
     do_sample = bool(getattr(gen_cfg, "do_sample", None))
@@ -172,16 +169,13 @@ def uniforms(seed: int, position: int, n: int) -> list[float]:
 
 
 class Sampler:
-    """Processing and per-position decisions for one decode.
+    """Processing and per-position decisions for one decode: ``cfg``'s processors, then ``extra``
+    (``check_processors``: ``ValueError``); with ``cfg.from_model``, ``cfg`` as ``model_sampling`` of
+    ``generation_config`` (``ConfigError``). ``active`` is False for plain greedy with no processors: the decoder
+    then keeps its raw-argmax path."""
 
-    Args:
-        cfg: the sampling settings (``temperature == 0`` = greedy).
-        extra: further processors after ``cfg``'s (``check_processors``: ``ValueError``).
-        generation_config: the model's; read only when ``cfg.from_model`` (``model_sampling``: ``ConfigError``).
-
-    ``active`` is False for plain greedy with no processors: the decoder then keeps its raw-argmax path."""
-
-    def __init__(self, cfg: Optional[SamplingConfig] = None, extra: Sequence = (), generation_config: Any = None) -> None:
+    def __init__(self, cfg: Optional[SamplingConfig] = None, extra: Sequence = (),
+                 generation_config: Any = None) -> None:
         cfg = cfg if cfg is not None else SamplingConfig()
         self.cfg = model_sampling(generation_config, cfg) if cfg.from_model else cfg
         self.processors = build_processors(self.cfg) + check_processors(extra, self.cfg)
@@ -190,12 +184,9 @@ class Sampler:
 
     def process(self, logits_RV: torch.Tensor, history: Sequence[int],
                 suffixes: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Processed float32 scores (R, V) for R kept positions.
-
-        ``logits_RV``: raw logits (R, V); ``history``: the accepted sequence (prompt + output so far, >= 1
-        token); ``suffixes[r]``: row r's tokens after ``history`` (``[]`` for ``c``, ``cand[:i+1]`` for a
-        candidate's token i). Row r is processed as if ``generate`` had reached ``history + suffixes[r]``.
-        """
+        """Processed float32 scores (R, V) of raw logits (R, V), row r as if ``generate`` had reached
+        ``history + suffixes[r]``. ``history``: the accepted sequence (prompt + output so far, >= 1 token);
+        ``suffixes[r]``: row r's tokens after it (``[]`` for ``c``, ``cand[:i+1]`` for a candidate's token i)."""
         scores = logits_RV.to(dtype=torch.float32, copy=True)
         if not self.processors:
             return scores
@@ -214,11 +205,9 @@ class Sampler:
 
     def decide(self, logits_RV: torch.Tensor, history: Sequence[int], suffixes: Sequence[Sequence[int]],
                children: Sequence[Sequence[int]]) -> list[int]:
-        """The token each kept row contributes to verification (one int per row, layout order).
-
-        ``suffixes[r]``: row r's path after ``history``; ``children[r]``: its distinct draft tokens. Greedy: the
-        argmax of the processed scores. Sampling: ``verify.node_outcome`` with draws keyed by the position of
-        the token it decides, ``len(history) + len(suffixes[r])``."""
+        """The token each kept row contributes to verification (one int per row, layout order); ``children[r]``:
+        row r's distinct draft tokens. Greedy: the argmax of the processed scores. Sampling:
+        ``verify.node_outcome`` with draws keyed by the position it decides, ``len(history) + len(suffixes[r])``."""
         scores = self.process(logits_RV, history, suffixes)
         if not self.do_sample:
             return scores.argmax(dim=-1).tolist()
