@@ -34,8 +34,7 @@ class ModelLoadError(ValueError):
 
 def cache_root() -> str:
     """Folder holding lp_runtime's converted models and latency profiles: ``$LP_RUNTIME_CACHE`` or
-    ``~/.cache/lp_runtime``. ``ConfigError`` when it, or a folder above it, is a file (an OS error naming neither
-    the variable nor the problem, "File exists", came later)."""
+    ``~/.cache/lp_runtime``. ``ConfigError`` when it, or a folder above it, is a file."""
     root = os.environ.get("LP_RUNTIME_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lp_runtime")
     path = os.path.abspath(os.path.expanduser(root))
     while not os.path.exists(path) and os.path.dirname(path) != path:
@@ -50,9 +49,8 @@ def cache_root() -> str:
 
 
 def check_writable(folder: str, use: str) -> None:
-    """``ConfigError`` unless ``folder`` (made when absent) takes a new file (a temporary one, removed at once):
-    checked before the work whose result lp_runtime keeps there, not after it. ``use`` completes "where ...";
-    the message names ``folder``, the operating system's reason and ``LP_RUNTIME_CACHE``."""
+    """``ConfigError`` naming ``folder``, the OS's reason and ``LP_RUNTIME_CACHE`` unless ``folder`` (made when
+    absent) takes a new file: checked before the work whose result is kept there. ``use`` completes "where ..."."""
     try:
         os.makedirs(folder, exist_ok=True)
         tempfile.TemporaryFile(dir=folder).close()
@@ -68,9 +66,8 @@ def check_writable(folder: str, use: str) -> None:
 
 def bundled_gguf(name: str, table: Optional[dict] = None) -> tuple[str, str, str]:
     """(folder, GGUF file name, cache folder name) of bundled model ``name`` in ``table`` (default ``BUNDLED``).
-
-    Raises ``ModelLoadError`` naming the bundled models when ``name`` is not one, or the pip command when its
-    package is not installed."""
+    ``ModelLoadError`` naming the bundled models when ``name`` is not one, or the pip command when its package is
+    not installed."""
     table = BUNDLED if table is None else table
     if name not in table:
         raise ModelLoadError(f"model.path='bundled:{name}' is not a bundled model; bundled models: "
@@ -93,11 +90,6 @@ def package_file(package: str, relpath: str) -> Optional[str]:
     site_dirs = list(getattr(site, "getsitepackages", lambda: [])()) + [site.getusersitepackages()] + sys.path
     folders += [os.path.join(d, package) for d in site_dirs if d]
     return next((os.path.join(f, relpath) for f in folders if os.path.isfile(os.path.join(f, relpath))), None)
-
-
-def _source_stamp(gguf_path: str) -> dict:
-    st = os.stat(gguf_path)
-    return {"format": _CACHE_FORMAT, "source": os.path.basename(gguf_path), "source_size": st.st_size}
 
 
 def _cache_is_complete(folder: str, stamp: dict) -> bool:
@@ -139,11 +131,9 @@ _BAR = re.compile(r"\d+%\|.*\| *\d+/\d+ \[")  # a tqdm bar's text: "desc: 40%|##
 
 
 def convert_quietly(folder: str, gguf_file: str, out: str, convert: Callable = convert_gguf) -> None:
-    """``convert(folder, gguf_file, out)`` (default ``convert_gguf``) without progress bars (``progress=false``):
-    transformers' GGUF loader draws its "Converting and de-quantizing GGUF tensors" bar with tqdm itself, beyond the
-    reach of transformers' ``disable_progress_bar`` (and tqdm's ``TQDM_DISABLE`` is read only when tqdm is
-    imported). tqdm writes to ``sys.stderr``, so stderr is held while ``convert`` runs and then written out without
-    the bars' updates (every other line kept, also when ``convert`` raises)."""
+    """``convert(folder, gguf_file, out)`` without progress bars: stderr is held while it runs, then written out
+    without tqdm's updates (every other line kept, also when ``convert`` raises). Transformers' GGUF loader draws
+    its bar with tqdm itself, beyond ``disable_progress_bar`` (and ``TQDM_DISABLE`` is read at tqdm's import)."""
     held = io.StringIO()
     try:
         with contextlib.redirect_stderr(held):
@@ -155,11 +145,10 @@ def convert_quietly(folder: str, gguf_file: str, out: str, convert: Callable = c
 
 
 def check_copy(reference, out: str, ids) -> None:
-    """Reload the saved copy in ``out`` and compare its float32 logits on ``ids`` (int64 (1, T)) with
-    ``reference``'s (the GGUF-loaded model, dequantised live): they must be equal, bit for bit. A conversion that
-    dropped or permuted a weight, or lost a config field (rope, tied embeddings), fails here. Writes
-    ``out/logits_check.json`` (what was compared), which the manifest then lists; raises ``ModelLoadError``
-    naming the largest difference otherwise."""
+    """Reload the saved copy in ``out``: its float32 logits on ``ids`` (int64 (1, T)) must equal ``reference``'s
+    (the GGUF-loaded model) bit for bit, else ``ModelLoadError`` naming the largest difference; so a dropped or
+    permuted weight, or a lost config field (rope, tied embeddings), fails here. Writes ``out/logits_check.json``
+    (what was compared), which the manifest then lists."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -176,11 +165,11 @@ def check_copy(reference, out: str, ids) -> None:
 
 def bundled_cache(name: str, convert: Callable[[str, str, str], None] = convert_gguf) -> str:
     """Folder of the float32 safetensors copy of bundled model ``name``, made with ``convert(folder, gguf_file,
-    out)`` on first use (and again when the copy is incomplete or its GGUF changed). Raises ``ModelLoadError``
-    as ``bundled_gguf``, ``ConfigError`` (``check_writable``) before converting when the cache folder cannot be
-    written; whatever ``convert`` raises leaves no folder behind."""
+    out)`` when absent, incomplete or of another GGUF. ``ModelLoadError`` as ``bundled_gguf``, ``ConfigError``
+    (``check_writable``) before converting; whatever ``convert`` raises leaves no folder behind."""
     src_folder, gguf_file, cache_name = bundled_gguf(name)
-    stamp = _source_stamp(os.path.join(src_folder, gguf_file))
+    gguf_path = os.path.join(src_folder, gguf_file)
+    stamp = {"format": _CACHE_FORMAT, "source": os.path.basename(gguf_path), "source_size": os.path.getsize(gguf_path)}
     root = cache_root()
     final = os.path.join(root, cache_name)
     if _cache_is_complete(final, stamp):
