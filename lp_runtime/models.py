@@ -22,8 +22,6 @@ from lp_runtime.window import step_tokens
 if TYPE_CHECKING:  # imported where a model loads: a run that refuses, or has nothing to do, never pays ~5 s for it
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-_ALLOWED = "Use a local folder, a HuggingFace id, or bundled:smollm2"
-
 
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> ``cuda:$LOCAL_RANK`` (default 0) when CUDA is available, else ``cpu``; other values as given."""
@@ -336,7 +334,8 @@ def check_local_path(path: str) -> None:
     "namespace/name") and is not one; a sweep checks every job's with it before job 0 runs."""
     looks_local = path.startswith(("/", ".", "~")) or path.count("/") > 1 or (os.sep != "/" and os.sep in path)
     if looks_local and not os.path.isdir(os.path.expanduser(path)):
-        raise ModelLoadError(f"model.path={path!r} is not an existing folder. {_ALLOWED}")
+        raise ModelLoadError(f"model.path={path!r} is not an existing folder. Use a local folder, a HuggingFace id, "
+                             "or bundled:smollm2")
 
 
 def _load_bundled(name: str, kwargs: dict, progress: bool = True):
