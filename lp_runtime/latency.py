@@ -47,8 +47,7 @@ def random_step(vocab: int, q: int, past: int, dtype, device, gen):
 
 
 def step_latency(step, qs: Sequence[int], *, cache_tokens: int = CACHE_TOKENS, reps: int = 5, warmup: int = 2,
-                 seed: int = 0, dynamic_mask: bool = False,
-                 clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
+                 dynamic_mask: bool = False, clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
     """Median seconds of one step of q random tokens after a ``cache_tokens``-token prefix, per q in ``qs``, through
     any step with ``step.py``'s methods, after ``warmup`` untimed passes. Timed: building the causal (1, 1, q,
     past + q) float mask as the decoder does (``layout.MaskBuffer``, with ``dynamic_mask`` ``layout.full_mask``),
@@ -60,7 +59,7 @@ def step_latency(step, qs: Sequence[int], *, cache_tokens: int = CACHE_TOKENS, r
 
     model, device = step.model, step.device
     vocab = model.config.get_text_config(decoder=True).vocab_size
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(0)
     cache, buffer, curve = step.new_cache(), MaskBuffer(model.dtype, device), {}
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     step.prefill(cache, torch.randint(0, vocab, (cache_tokens,), generator=gen).tolist())
@@ -84,7 +83,7 @@ def step_latency(step, qs: Sequence[int], *, cache_tokens: int = CACHE_TOKENS, r
 
 
 def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int = CACHE_TOKENS, reps: int = 5,
-                    variant: str = DEFAULT_VARIANT, warmup: int = 1, seed: int = 0,
+                    variant: str = DEFAULT_VARIANT, warmup: int = 1,
                     clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
     """``step_latency`` of the model's eager step (``step.EagerStep``). ``variant``: the mask as the decoder
     builds it, ``dynamic`` (``layout.full_mask``), ``static_mask`` (``layout.MaskBuffer``) or ``compile``
@@ -96,7 +95,7 @@ def measure_latency(model, qs: Sequence[int] = LATENCY_QS, *, cache_tokens: int 
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r} is not allowed; use one of {', '.join(VARIANTS)}")
     step = EagerStep(torch.compile(model, dynamic=True) if variant == "compile" else model)
-    return step_latency(step, qs, cache_tokens=cache_tokens, reps=reps, warmup=warmup, seed=seed,
+    return step_latency(step, qs, cache_tokens=cache_tokens, reps=reps, warmup=warmup,
                         dynamic_mask=variant == "dynamic", clock=clock)
 
 
@@ -119,17 +118,17 @@ def round_parts(qs: Sequence[int], buckets: Sequence[int] = ()) -> list[tuple[in
     return [tuple(q for q in shape if shape[q] in g) for g in groups if g]
 
 
-def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, rounds: int = ROUNDS, reps: int = REPS,
-                   budget_s: float = MEASURE_BUDGET_S, first_warmup: int = 1, buckets: Sequence[int] = (),
+def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, budget_s: float = MEASURE_BUDGET_S,
+                   first_warmup: int = 1, buckets: Sequence[int] = (),
                    clock: Callable[[], float] = time.monotonic) -> list[dict[int, float]]:
-    """Up to ``rounds`` curves over ``qs``, timed part by part (``round_parts``) as ``measure(part, reps=reps,
+    """Up to ``ROUNDS`` curves over ``qs``, timed part by part (``round_parts``) as ``measure(part, reps=REPS,
     warmup=...)``, warm-up passes in the first round only. No part but the very first starts after ``budget_s``
     seconds of ``clock``, so a busy machine's last round is cut short; the part under way runs past the budget."""
     parts, start, out = round_parts(qs, buckets), clock(), []
-    for r, i in itertools.product(range(rounds), range(len(parts))):
+    for r, i in itertools.product(range(ROUNDS), range(len(parts))):
         if (r or i) and clock() - start > budget_s:
             break
-        times = measure(parts[i], reps=reps, warmup=first_warmup if r == 0 else 0)
+        times = measure(parts[i], reps=REPS, warmup=first_warmup if r == 0 else 0)
         if i == 0:
             out.append({})
         out[-1].update({int(q): float(t) for q, t in times.items()})
@@ -269,10 +268,10 @@ def curve_of(profile: dict[str, Any]) -> dict[int, float]:
     return {int(q): float(t) for q, t in profile["latency_s"].items()}
 
 
-def recheck(curve: Mapping[int, float], measure: Measure, qs: Sequence[int] = RECHECK_QS) -> tuple[str, str]:
-    """Re-time a cached curve at ``qs``: ``("stale", reason)`` when some q now runs ``RECHECK_RATIO`` times faster,
-    ``("busy", reason)`` when that much slower (the quieter profile is kept), else ``("ok", "")``."""
-    now = measure(tuple(q for q in qs if q in curve), reps=REPS, warmup=1)
+def recheck(curve: Mapping[int, float], measure: Measure) -> tuple[str, str]:
+    """Re-time a cached curve at ``RECHECK_QS``: ``("stale", reason)`` when some q now runs ``RECHECK_RATIO`` times
+    faster, ``("busy", reason)`` when that much slower (the quieter profile is kept), else ``("ok", "")``."""
+    now = measure(tuple(q for q in RECHECK_QS if q in curve), reps=REPS, warmup=1)
     verdict = ("ok", "")
     for q, t in sorted(now.items()):
         reason = f"q={q} now takes {1e3 * t:.1f} ms, cached {1e3 * curve[q]:.1f} ms"
