@@ -136,19 +136,17 @@ def calibrate(decoder, prompts: Sequence[Sequence[int]], curve: dict[int, float]
 
 def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
                  make_decoder: Callable[[DecodingConfig, CostPolicy], Any], model_name: Optional[str] = None,
-                 fallback_questions: Sequence[Any] = (), max_new_tokens: int = CALIBRATION_TOKENS,
-                 retune: Optional[bool] = None, root: Optional[str] = None, lp_size: int = 1, measure=None,
-                 step=None, clock: Callable[[], float] = time.monotonic,
-                 progress: bool = True) -> tuple[DecodingConfig, dict[str, Any]]:
+                 fallback_questions: Sequence[Any] = (), max_new_tokens: int = CALIBRATION_TOKENS, lp_size: int = 1,
+                 step=None, progress: bool = True) -> tuple[DecodingConfig, dict[str, Any]]:
     """(the ``decoding=auto`` setting for ``lp_size`` ranks, a summary entry), after printing ONE line with the
     expected speedup over greedy: ``calibrate`` of ``make_decoder(setting, CostPolicy(curve))`` on
-    ``latency.model_profile`` (``measure``, ``step``: see ``auto_policy``), once per profile and setting, kept in
+    ``latency.model_profile`` (``step``: see ``auto_policy``), once per profile and setting, kept in
     the profile. Call on rank 0 only. In one process with ``successors`` "auto", the setting with the successor
     table is calibrated too when the policy fed at least ``TABLE_MIN_STEP_TOKENS`` a step without it, and chosen
     when it is ``TABLE_MARGIN`` times faster. ``ConfigError`` before any work when the profile's folder is read-only."""
     limits = limits or DecodingConfig(method="auto")
-    profile = model_profile(model, model_id_of(model), retune=retune, root=root,
-                            log=lambda line: print(line, flush=True), **step_timing(step, measure))
+    profile = model_profile(model, model_id_of(model), log=lambda line: print(line, flush=True),
+                            **step_timing(step))
     curve = curve_of(profile)
     decoding = auto_decoding(curve, limits, lp_size)
 
@@ -160,7 +158,7 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
             check_profile_folder(profile["path"])  # a read-only cache, its profile reused: refused before calibrating
             prompts = calibration_prompts(tokenizer, fallback_questions)
             calib = calibrate(make_decoder(d, CostPolicy(curve)), prompts, curve, max_new_tokens=max_new_tokens,
-                              clock=clock, progress=progress)
+                              progress=progress)
             profile.setdefault("calibration", {})[key] = calib
             save_profile(profile["path"], profile)
         return calib
