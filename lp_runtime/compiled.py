@@ -273,17 +273,16 @@ def default_max_len(model) -> int:
     return min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + BUCKETS[-1]
 
 
-def step_for(model, setting: str, max_len: Optional[int] = None, *, root: Optional[str] = None,
+def step_for(model, setting: str, *, root: Optional[str] = None,
              log: Callable[[str], None] = print) -> Optional[SlotStep]:
     """The step for ``model.compile`` = ``setting`` (``chosen_path``): None (eager), a ``SlotStep`` (static) or a
-    warmed-up ``CapturedStep``, of ``max_len`` slots (default ``default_max_len``). ``ValueError`` for a setting
-    other than auto, true, false."""
+    warmed-up ``CapturedStep``, of ``default_max_len`` slots. ``ValueError`` for a setting not auto, true, false."""
     if setting not in ("auto", "true", "false"):
         raise ValueError(f"model.compile={setting!r} is not allowed; use one of auto, true, false")
     path = chosen_path(model, setting, root, log)
     if path != "compiled":
-        return SlotStep(model, max_len or default_max_len(model)) if path == "static" else None
-    step = CapturedStep(model, max_len or default_max_len(model))
+        return SlotStep(model, default_max_len(model)) if path == "static" else None
+    step = CapturedStep(model, default_max_len(model))
     slow = " (inductor compiles each bucket on a CPU: minutes in all)" if not step.on_cuda else ""
     log(f"model.compile={setting}: capturing {len(step.buckets)} step buckets ({step.backend} on {step.device})"
         f"{slow} ...")
