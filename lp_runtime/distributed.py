@@ -169,20 +169,20 @@ def all_gather_fixed(tensor: torch.Tensor, group=None) -> torch.Tensor:
     return out.view((size,) + tuple(tensor.shape))
 
 
-def gather_objects_to_rank0(obj: Any, group=None) -> Optional[list[Any]]:
+def gather_objects_to_rank0(obj: Any) -> Optional[list[Any]]:
     """One picklable object per rank, in rank order, on rank 0 (None elsewhere; [obj] for one process); for the
     end-of-run merge, never inside a decode step. ``RuntimeError`` naming this rank when the collective fails."""
     if not is_initialized():
         return [obj]
-    size = dist.get_world_size(group)
-    out = [None] * size if dist.get_rank(group) == 0 else None
+    size = dist.get_world_size()
+    out = [None] * size if dist.get_rank() == 0 else None
     start = time.perf_counter()
     try:
-        if dist.get_backend(group) == "nccl":  # gather_object is not supported by NCCL
+        if dist.get_backend() == "nccl":  # gather_object is not supported by NCCL
             everyone = [None] * size
-            dist.all_gather_object(everyone, obj, group=group)
-            return everyone if dist.get_rank(group) == 0 else None
-        dist.gather_object(obj, out, dst=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+            dist.all_gather_object(everyone, obj)
+            return everyone if dist.get_rank() == 0 else None
+        dist.gather_object(obj, out, dst=0)
     except Exception as e:
         raise _fail(f"gather of results to rank 0 ({time.perf_counter() - start:.1f} s)", e) from e
     return out
