@@ -4,6 +4,7 @@ refused), ``.summary.json`` (``lp_runtime.metrics``) and ``.lock`` while a run h
 from __future__ import annotations
 
 import codecs
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -40,8 +41,7 @@ def write_json(path: Path, obj: Any, indent: int = 2) -> None:
 
 def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> None:
     """Raise ``OutputError`` unless ``path`` can be a file we append to (messages name ``key``). ``create``:
-    really try (make the folders, open for append), then remove what the try made, so a failed run leaves nothing.
-    """
+    really try (make the folders, open for append), then remove what the try made, so a failed run leaves nothing."""
     name = f"output path {path}" if key == "output.path" else f"{key}={path}"
     if path.is_dir():
         example = path / ("answers.jsonl" if key == "output.path" else "summary.json")
@@ -75,32 +75,28 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
                 path.unlink()
     finally:
         for folder in reversed(made):  # innermost first; only folders this check made, and only if still empty
-            try:
+            with contextlib.suppress(OSError):
                 folder.rmdir()
-            except OSError:
-                pass
 
 
 def check_summary_path(cfg: RunConfig) -> None:
     """``OutputError`` when the run's summary (``output.summary_path``, or the default beside the answers) would
     overwrite the answers, the question file, the settings record, an existing file that is not a run summary or
     (``output.summary_path`` given) the summary of another answers file that still exists, or when the settings
-    record or the lock beside the answers is an existing file that is not one (another run's answers file named
-    ``a.summary.json`` or ``a.lock``, or the user's own file: a new user's run replaced them)."""
-    base = Path(cfg.output.path)
+    record or the lock beside the answers is an existing file that is not one."""
+    base, settings = Path(cfg.output.path), Path(cfg.output.resolved_settings_path)
     for path, kind, looks_right in (
-            (Path(cfg.output.resolved_settings_path), "a settings record", lambda p: read_settings(p) is not None),
+            (settings, "a settings record", lambda p: read_settings(p) is not None),
             (beside(base, ".lock"), "a lock file", lambda p: re.fullmatch(r"(pid \d+ on host .*\n)?",
                                                                          p.read_text(errors="replace")) is not None)):
         if path.is_file() and not looks_right(path):
             raise OutputError(f"{path}, which this run writes beside output path {base}, exists and is not {kind}; "
                               f"move it away or choose another output.path")
     summary = Path(cfg.output.resolved_summary_path)
-    others = {"the answers file (output.path)": Path(cfg.output.path),
-              "the settings record": Path(cfg.output.resolved_settings_path)}
+    others = {"the answers file (output.path)": base, "the settings record": settings}
     if cfg.dataset.name == "jsonl" and cfg.dataset.path:
         others["the question file (dataset.path)"] = Path(cfg.dataset.path)
-    advice = f"give another file, e.g. output.summary_path={beside(Path(cfg.output.path), '.summary.json')}"
+    advice = f"give another file, e.g. output.summary_path={beside(base, '.summary.json')}"
     for what, other in others.items():
         if summary.resolve() == other.resolve():
             raise OutputError(f"output.summary_path={summary} is {what}; the summary would overwrite it: {advice}")
@@ -140,11 +136,10 @@ class AnswersLock:
                 os.close(fd)
                 raise OutputError(f"output path {self.answers_path} is in use by another run ({holder}); wait for "
                                   f"it to finish or choose another output.path") from None
-            try:  # the holder before us may have removed the file after we opened it: lock the one on disk
+            # the holder before us may have removed the file after we opened it: lock the one on disk
+            with contextlib.suppress(FileNotFoundError):
                 if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
                     break
-            except FileNotFoundError:
-                pass
             os.close(fd)
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
@@ -153,10 +148,7 @@ class AnswersLock:
 
     def __exit__(self, *exc: Any) -> None:
         if self._fd is not None:
-            try:
-                self.path.unlink()
-            except FileNotFoundError:
-                pass
+            self.path.unlink(missing_ok=True)
             os.close(self._fd)  # releases the lock
             self._fd = None
             for folder in self._made:  # a refused or failed run leaves no folder the lock made; answers keep theirs
@@ -174,28 +166,27 @@ LINE_START = b'{"question_id": '  # how append_line's answer lines begin (the re
 def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list[dict]:
     """Answers already in ``path`` (empty if it does not exist).
 
-    A final line without its newline is checked as any line when it is whole JSON (an answer kept, its newline
-    added with ``trim``: a file edited by hand), ignored when it is the start of an answer line (``LINE_START``: a
-    killed run's partial line) and with ``trim`` cut off the file, as are blank
-    lines and a leading UTF-8 byte-order mark (which strict JSONL readers such as FastChat's refuse). A line that is
-    not UTF-8, not JSON, not an answer (a final line without its newline: not the start of one either), or a second
-    answer to a question raises ``OutputError`` naming the file and line, then ``advice``; the file is left as it
-    was."""
+    A final line without its newline is checked as any line when it is whole JSON (``trim`` adds the newline), and
+    ignored when it is the start of an answer line (``LINE_START``: a killed run's partial line); ``trim`` cuts it
+    off, as it does blank lines and a leading UTF-8 byte-order mark (strict JSONL readers such as FastChat's refuse
+    them). ``OutputError`` naming the file and line, then ``advice``, for a line that is not UTF-8, not JSON, not an
+    answer (a final line without its newline: nor the start of one), or a second answer to a question; the file
+    is then left as it was."""
     if not path.exists():
         return []
     raw = path.read_bytes()
-    bom = raw.startswith(codecs.BOM_UTF8)  # an editor's (Notepad's) byte-order mark: read past, cut with trim
+    bom = raw.startswith(codecs.BOM_UTF8)  # an editor's (Notepad's)
     raw = raw[len(codecs.BOM_UTF8):] if bom else raw
     complete = raw[: raw.rfind(b"\n") + 1]
     tail = raw[len(complete):]
     whole = bool(tail.strip()) and _is_json(tail)
-    if whole:  # a last line without its newline: checked as any line (an answer kept, the newline added with trim)
+    if whole:
         complete = raw + b"\n"
     foreign = bool(tail.strip()) and not whole and not (tail.startswith(LINE_START) or LINE_START.startswith(tail))
     records: list = []
     for num, line_bytes in enumerate(complete.splitlines(), 1):
         where = f"{path} line {num}"
-        line = data.decode_line(line_bytes, where, OutputError,  # one line naming file and line
+        line = data.decode_line(line_bytes, where, OutputError,
                                 advice=f"an answers file is written as UTF-8, so this one was changed elsewhere; {advice}")
         if not line.strip():
             continue
@@ -304,8 +295,7 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def run_settings(cfg: RunConfig, *, model_fingerprint: str, world_size: int) -> dict[str, Any]:
-    """The compared settings of ``cfg``: sorted flat dotted keys with JSON values, plus ``model.fingerprint``
-    and ``parallel.world_size``."""
+    """The compared settings of ``cfg`` (sorted dotted keys, JSON values), model.fingerprint and parallel.world_size."""
     flat = {k: v for k, v in flatten(dataclasses.asdict(cfg)).items() if k not in NOT_COMPARED}
     flat["model.fingerprint"] = model_fingerprint
     flat["parallel.world_size"] = world_size
@@ -315,12 +305,8 @@ def run_settings(cfg: RunConfig, *, model_fingerprint: str, world_size: int) -> 
 # Settings that left the configuration, with the value that is today's behaviour: a record holding it resumes.
 RETIRED = {"decoding.lookup": "suffix", "decoding.tree": True, "decoding.ranking": "counts", "decoding.commit": "copy",
            "decoding.cross_question": None, "decoding.ngram_keys": "all", "decoding.chain": True}
-
-
 # Every decoding setting but the method: greedy decoding reads none of them.
 GREEDY_IGNORES = tuple(f"decoding.{f.name}" for f in dataclasses.fields(DecodingConfig) if f.name != "method")
-
-
 SAME_FILE = ("dataset.path",)  # settings that name a file: compared as the file they name
 
 
@@ -331,15 +317,13 @@ def real_path(path: str) -> str:
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, recorded, current)`` for every compared key that differs; a key absent from ``recorded`` counts
-    as its default (a decoding key: the recorded method's, ``DecodingConfig(method=...)``; e.g. a file written
-    before ``decoding.successors`` existed), a ``RETIRED`` key absent from ``current`` as its retired value. Between
-    two greedy runs the lookahead parameters (``GREEDY_IGNORES``) are not compared: greedy decoding does not read
-    them."""
+    as its default (a decoding key: the recorded method's, ``DecodingConfig(method=...)``), a ``RETIRED`` key
+    absent from ``current`` as its retired value. Between two greedy runs ``GREEDY_IGNORES`` are not compared."""
     method = recorded.get("decoding.method")
     decoding = DecodingConfig(method=method) if method in PRESETS else DecodingConfig()
     defaults = flatten(dataclasses.asdict(RunConfig(decoding=decoding)))
     missing = object()
-    greedy = recorded.get("decoding.method") == current.get("decoding.method") == "greedy"
+    greedy = method == current.get("decoding.method") == "greedy"
     out = []
     for key in sorted(set(recorded) | set(current)):
         if key in NOT_COMPARED or (key not in current and key in RETIRED and recorded[key] == RETIRED[key]):
@@ -373,9 +357,8 @@ def next_free(base: str, suffix: str = "") -> str:
 
 def check_settings(answers_path: Path, settings_path: Path, current: dict[str, Any],
                    new_path_hint: Optional[str] = None) -> None:
-    """``SettingsMismatchError`` (one line) unless the answers in ``answers_path`` were made with ``current``;
-    a file without answers passes. Reads only. ``new_path_hint``: where to write instead (default: the next free
-    ``output.path=<name>-N.jsonl``; a sweep's job gives a new sweep folder)."""
+    """``SettingsMismatchError`` unless the answers in ``answers_path`` were made with ``current``; a file without
+    answers passes; reads only. ``new_path_hint``: where to write instead (default: the next free <name>-N.jsonl)."""
     if not has_answers(answers_path):
         return
     hint = new_path_hint or f"output.path={next_free(jsonl_base(str(answers_path)), '.jsonl')}"
