@@ -1,9 +1,9 @@
 """What a decode can run exactly, checked before any work (docs/architecture.md): the model's attention
-(``check_attention``), position encoding and attention span (``check_request``), the request, and the step's logits
-(``check_decided``). Refusals are ``ConfigError``; non-finite deciding logits are ``ModelOutputError``.
-"""
+(``check_attention``), position encoding, attention span and the request (``check_request``), and the step's logits
+(``check_decided``). Refusals are ``ConfigError``; non-finite deciding logits are ``ModelOutputError``."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import operator
 import weakref
@@ -40,9 +40,8 @@ def _rope_entries(cfg) -> list[dict]:
 
 
 def length_dependent_rope(model) -> Optional[tuple[str, int]]:
-    """(rope type, length) when the model's rotary frequencies change once the sequence is longer than
-    ``length`` tokens (transformers' ``dynamic_rope_update``: types containing "dynamic", and "longrope");
-    None when they never do."""
+    """(rope type, length) when the model's rotary frequencies change once the sequence passes ``length`` tokens
+    (transformers' ``dynamic_rope_update``: types containing "dynamic", and "longrope"), else None."""
     cfg = _text_config(model)
     found: Optional[tuple[str, int]] = None
     for rope in _rope_entries(cfg):
@@ -67,8 +66,8 @@ def context_length(model) -> Optional[int]:
 
 
 def position_limit(model) -> Optional[int]:
-    """Positions a step may use (every fed position < this): the context, or less where a length-dependent
-    rope would change its frequencies for the whole step (the decoder then takes plain steps near it)."""
+    """Bound on a step's fed positions: the context, or less where a length-dependent rope would change its
+    frequencies for the whole step (the decoder then takes plain steps near it); None when neither is known."""
     limits = [n for n in (context_length(model), (length_dependent_rope(model) or (None, None))[1]) if n]
     return min(limits) if limits else None
 
@@ -76,10 +75,9 @@ def position_limit(model) -> Optional[int]:
 def _refuse_past(model, max_total_tokens: int, limit: int, reason: str) -> None:
     """``ConfigError`` (``reason``, the length asked for, the limit) when ``max_total_tokens`` > ``limit``."""
     if max_total_tokens > limit:
-        raise ConfigError(
-            f"{_arch(model)} {reason}; this prompt plus max_new_tokens may reach {max_total_tokens} tokens. "
-            f"lp_runtime decodes such models exactly up to {limit} tokens: shorten the prompt or lower max_new_tokens"
-        )
+        raise ConfigError(f"{_arch(model)} {reason}; this prompt plus max_new_tokens may reach {max_total_tokens} "
+                          f"tokens. lp_runtime decodes such models exactly up to {limit} tokens: shorten the prompt "
+                          "or lower max_new_tokens")
 
 
 def attention_span(model) -> Optional[tuple[str, int]]:
@@ -130,8 +128,8 @@ def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
 
 
 def check_arg(value, kind: type, what: str) -> None:
-    """``ConfigError`` unless ``value`` is a ``kind`` (the Python API's config objects; ``what`` names the argument)
-    and, for a config dataclass, its fields still pass its checks (one may be set after construction).
+    """``ConfigError`` unless ``value`` is a ``kind`` (``what`` names the argument) and, for a config dataclass, its
+    fields still pass its checks (one may be set after construction).
 
         >>> check_arg({"temperature": 0.7}, dict, "sampling")
         >>> check_arg([0.7], dict, "sampling")
@@ -140,7 +138,7 @@ def check_arg(value, kind: type, what: str) -> None:
     """
     if not isinstance(value, kind):
         raise ConfigError(f"{what} is {type(value).__name__}; give a {kind.__name__}")
-    if dataclasses.is_dataclass(value):  # checked again: a field set after construction skipped its checks
+    if dataclasses.is_dataclass(value):
         dataclasses.replace(value)
 
 
@@ -153,7 +151,7 @@ def check_streamer(streamer) -> None:
 
 def check_eos_ids(eos_token_ids, vocab: Optional[int]) -> list[int]:
     """``eos_token_ids`` (one id or a sequence of ids) as a list; ``ConfigError`` for a non-integer or an id outside
-    ``0..vocab-1``, as ``generation.eos_token_ids`` gets from the main job."""
+    ``0..vocab-1``."""
     one = _as_int(eos_token_ids)
     raw = [one] if one is not None else list(eos_token_ids or [])
     ids = [_as_int(t) for t in raw]
@@ -167,7 +165,7 @@ def check_eos_ids(eos_token_ids, vocab: Optional[int]) -> list[int]:
 
 
 def check_max_new_tokens(max_new_tokens) -> int:
-    """``max_new_tokens`` as an int >= 1 (0 is refused like -3); ``ConfigError`` otherwise."""
+    """``max_new_tokens`` as an int >= 1; ``ConfigError`` otherwise."""
     value = _as_int(max_new_tokens)
     if value is None:
         raise ConfigError(f"max_new_tokens={max_new_tokens!r} is not allowed; it must be an integer >= 1")
@@ -185,9 +183,9 @@ def _as_int(value) -> Optional[int]:
 
 
 def check_request(model, prompt_ids: Sequence, max_new_tokens) -> tuple[list[int], int]:
-    """Validate one ``Decoder.generate`` call before any forward pass; return (prompt ids, token budget), the
-    budget capped to the model's context (finish reason "length", as ``generate``). Raises ``ConfigError`` for a
-    bad prompt or budget, a prompt filling the context, or a length the model cannot decode exactly."""
+    """(prompt ids, token budget capped to the model's context) of one ``Decoder.generate`` call, before any forward
+    pass. ``ConfigError`` for a bad prompt or budget, a prompt filling the context, or a length the model cannot
+    decode exactly."""
     prompt = check_prompt_ids(prompt_ids, vocab_size(model))
     budget = check_max_new_tokens(max_new_tokens)
     ctx = context_length(model)
@@ -214,7 +212,7 @@ ALIBI_MODEL_TYPES = ("bloom", "mpt")  # plus any config with alibi=True (Falcon)
 
 
 def _probe_steps(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(chain, wrong, tree) float32 logits of ``_probe``'s three steps, through ``step.EagerStep``."""
+    """(chain, wrong, tree) float32 logits of ``_probe``'s three steps."""
     step = EagerStep(model)
     dtype = model.dtype if model.dtype.is_floating_point else torch.float32
     n = vocab_size(model) or 8
@@ -281,20 +279,17 @@ def check_attention(model) -> None:
         problem = _PROBED[model]
     except (KeyError, TypeError):
         problem = _probe(model)
-        try:
+        with contextlib.suppress(TypeError):  # a model that takes no weak reference: probed on every call
             _PROBED[model] = problem
-        except TypeError:
-            pass
     attn = getattr(model.config, "_attn_implementation", None) if problem is not None else None
     if attn not in (None, "sdpa", "eager"):  # the attention kernel failed the step, not the model
         raise ConfigError(f"model.attn_implementation={attn!r} cannot run a lookahead step of {_arch(model)}: "
                           f"{problem}. A step needs a float 4D attention mask: use sdpa (the default) or eager")
     if problem is not None:
-        raise ConfigError(
-            f"{_arch(model)} is not supported by lp_runtime: {problem}. Supported: models whose attention takes "
-            "explicit position_ids and a float 4D attention mask (rotary or learned absolute positions: Llama, "
-            "Mistral, Qwen2, Phi-3, Gemma, GPT-2, ...); ALiBi models (BLOOM, MPT, Falcon with alibi=True) are not"
-        )
+        raise ConfigError(f"{_arch(model)} is not supported by lp_runtime: {problem}. Supported: models whose "
+                          "attention takes explicit position_ids and a float 4D attention mask (rotary or learned "
+                          "absolute positions: Llama, Mistral, Qwen2, Phi-3, Gemma, GPT-2, ...); ALiBi models (BLOOM, "
+                          "MPT, Falcon with alibi=True) are not")
 
 
 def check_decided(step: int, c_position: int, accepted: Sequence[int]) -> None:
@@ -304,11 +299,10 @@ def check_decided(step: int, c_position: int, accepted: Sequence[int]) -> None:
     if bad is None:
         return
     pos = c_position + bad
-    raise ModelOutputError(
-        f"the model's logits are not finite (NaN or inf) at decoding step {step}, sequence position {pos} (the "
-        f"logits choosing new token {pos + 1}); no token can be chosen from them. Check the weights, or the dtype "
-        "(float16 overflows: try model.dtype=bfloat16 or float32)"
-    )
+    raise ModelOutputError(f"the model's logits are not finite (NaN or inf) at decoding step {step}, sequence "
+                           f"position {pos} (the logits choosing new token {pos + 1}); no token can be chosen from "
+                           "them. Check the weights, or the dtype (float16 overflows: try model.dtype=bfloat16 or "
+                           "float32)")
 
 
 def available_devices() -> list[str]:
