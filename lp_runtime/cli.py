@@ -38,9 +38,8 @@ def is_bad_input(e: BaseException) -> bool:
 
 
 def unknown_key(e: BaseException) -> Optional[str]:
-    """For Hydra's refusal of an override whose key no setting has (``foo=1``, ``decoding.foo=1``: "Could not
-    override 'foo'"), the line ``config.to_object`` gives for ``+foo=1``: the key and the keys its group has;
-    None for any other error."""
+    """For Hydra's refusal of an override whose key no setting has (``decoding.foo=1``), the line
+    ``config.to_object`` gives for ``+decoding.foo=1``; None for any other error."""
     cause = e.__cause__
     if not isinstance(e, ConfigCompositionException) or not isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         return None
@@ -51,8 +50,8 @@ def unknown_key(e: BaseException) -> Optional[str]:
 
 
 def one_line(e: BaseException) -> str:
-    """``e``'s message in one line (``unknown_key``'s line for an unknown key): its first line, Hydra's list of
-    available options if any, and the first line of an OmegaConf cause (Hydra wraps OmegaConf's errors)."""
+    """``e``'s message in one line (``unknown_key``'s for an unknown key): its first line, Hydra's list of available
+    options if any, and the first line of an OmegaConf cause (Hydra wraps OmegaConf's errors)."""
     known = unknown_key(e)
     if known:
         return known
@@ -78,8 +77,6 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 # Hydra's flags that take a value (not an override); the first six name another config than conf/generate.yaml
 CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
 VALUE_FLAGS = CONFIG_FLAGS + ("--experimental-rerun", "--cfg", "-c", "--package", "-p")
-
-
 INFO_FLAGS = ("--info", "-i")  # Hydra's flag whose value is optional: one of INFO_CHOICES, else none
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
@@ -96,8 +93,8 @@ def override_positions(argv: list[str]) -> list[int]:
 
 
 def check_flag_order(argv: list[str]) -> None:
-    """``ConfigError`` when ``-m`` / ``--multirun`` stands between overrides (key=value): Hydra's argument parser
-    then refused the overrides after it with an 8-line usage text that did not name the flag."""
+    """``ConfigError`` when ``-m`` / ``--multirun`` stands between overrides (key=value), which Hydra's argument
+    parser refuses with a usage text that does not name the flag."""
     at = next((i for i, a in enumerate(argv) if a in MULTIRUN_FLAGS), None)
     overrides = override_positions(argv)
     if at is not None and any(i < at for i in overrides) and any(i > at for i in overrides):
@@ -121,22 +118,19 @@ _STARTED = time.time()  # a run folder not changed since is an earlier run's (a 
 
 
 def _dirs_near(root: Path, depth: int = 2) -> set[str]:
-    found: set[str] = set()
     try:
         entries = [e for e in os.scandir(root) if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
     except OSError:
-        return found
-    for e in entries:
-        found.add(os.path.abspath(e.path))
-        if depth > 1:
-            found |= _dirs_near(Path(e.path), depth - 1)
+        return set()
+    found = {os.path.abspath(e.path) for e in entries}
+    for e in entries if depth > 1 else []:
+        found |= _dirs_near(Path(e.path), depth - 1)
     return found
 
 
 def remove_refused_run_dir() -> None:
-    """After a refusal in a single run (or a run that answered nothing: all answered already, or stopped before
-    the first answer), remove the run folder Hydra made for it when it holds only Hydra's records and an empty
-    log, then the empty folders above it that the run made."""
+    """After a single run that refused or answered nothing, remove the run folder Hydra made for it when it holds
+    only Hydra's records and an empty log, then the empty folders above it that the run made."""
     if not HydraConfig.initialized() or HydraConfig.get().mode == RunMode.MULTIRUN:
         return
     hc = HydraConfig.get()
@@ -165,7 +159,7 @@ def remove_refused_run_dir() -> None:
 
 def hydra_app(config_name: str, job: Callable[[DictConfig], None]) -> Callable[[], None]:
     """The ``@hydra.main`` function of a command: ``job(dict_cfg)`` on ``conf/<config_name>.yaml`` plus the
-    command line; bad input it raises ends the process as the module docstring says."""
+    command line; bad input ends the process with ``fail``."""
 
     @hydra.main(config_path=CONF_DIR, config_name=config_name, version_base=None)
     def _app(dict_cfg: DictConfig) -> None:
@@ -193,15 +187,14 @@ def _on_signal(signum, frame) -> NoReturn:
 
 
 def interrupted() -> bool:
-    """True once Ctrl-C or SIGTERM reached this process. An error raised after it is taken as the interrupt's
-    doing: a library that catches the ``KeyboardInterrupt`` (transformers' lazy imports turn one raised mid-import
-    into ``ModuleNotFoundError``) must not turn a Ctrl-C into a traceback or an ``error:`` line."""
+    """True once Ctrl-C or SIGTERM reached this process: an error raised after it is the interrupt's doing (a
+    library may catch the ``KeyboardInterrupt``: transformers' lazy imports raise ``ModuleNotFoundError``)."""
     return bool(_SIGNALS)
 
 
 def _job_error_line(e: BaseException) -> Optional[str]:
-    """The ``error: ...`` line of a submitit job that failed on bad input (its stderr is in the launcher's
-    ``UncompletedJobError`` / ``FailedJobError``), without the prefix; None for anything else."""
+    """The last ``error:`` line (without the prefix) of a submitit job's stderr in the launcher's
+    ``UncompletedJobError`` / ``FailedJobError``; None for anything else."""
     if type(e).__name__ not in ("UncompletedJobError", "FailedJobError"):
         return None
     lines = [line[len("error: "):] for line in str(e).splitlines() if line.startswith("error: ")]
@@ -210,13 +203,12 @@ def _job_error_line(e: BaseException) -> Optional[str]:
 
 def main(app: Callable[[], None], *, interrupted: str,
          check_argv: Optional[Callable[[list[str]], None]] = None) -> None:
-    """Run ``app`` (``hydra_app``) with the exits of the module docstring. ``check_argv(sys.argv[1:])`` runs
-    first and may raise ``ConfigError`` (e.g. a sweep that torchrun cannot run)."""
+    """Run ``app`` (``hydra_app``) with the exits of the module docstring, after ``check_argv(sys.argv[1:])``,
+    which may raise ``ConfigError``."""
     signal.signal(signal.SIGTERM, _on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with it ignored (`cmd &`)
         signal.signal(signal.SIGINT, _on_signal)
-    # Without HYDRA_FULL_ERROR, Hydra prints composition errors (a wrong type or an unknown key in an override)
-    # itself and exits with 1; with it they reach us and are reported like every other bad input.
+    # Without it Hydra prints composition errors (a wrong type, an unknown key) itself and exits with 1.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     _DIRS_BEFORE.update(_dirs_near(Path.cwd()))
     try:

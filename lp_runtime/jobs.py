@@ -1,7 +1,6 @@
 """Hydra job context of the generate entry point: checks of the command line and of every job of a sweep before
-the first runs (``ValidateSweep``, a Hydra callback in ``conf/generate.yaml``), a per-job ``answers.jsonl`` in each
-sweep job's folder unless ``output.path`` is given, and the ranks of a submitit job (``hydra/launcher=slurm`` or
-``submitit_local``: one task per rank, the rendezvous port derived from the job id)."""
+the first runs (``ValidateSweep``, a Hydra callback in ``conf/generate.yaml``), each sweep job's own
+``answers.jsonl``, and the ranks of a submitit job (one task per rank, the rendezvous port from the job id)."""
 from __future__ import annotations
 
 import itertools
@@ -45,10 +44,9 @@ def port_for_job(job_id: str, base: int = 20000, span: int = 20000) -> int:
 
 
 def submitit_rank_env() -> None:
-    """Inside a submitit job, set what ``lp_runtime.distributed`` needs: ``MASTER_PORT`` (from the job id)
-    and ``LOCAL_RANK``, plus, under the local executor, ``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR`` and, as torchrun
-    does for several ranks, one thread a rank unless ``OMP_NUM_THREADS`` says otherwise. A process torchrun
-    started (``RANK`` set) is left alone."""
+    """Inside a submitit job not started by torchrun (no ``RANK``), set what ``lp_runtime.distributed`` needs:
+    ``MASTER_PORT`` and ``LOCAL_RANK``, plus, under the local executor, ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``
+    and, as torchrun does for several ranks, one thread a rank unless ``OMP_NUM_THREADS`` says otherwise."""
     executor = os.environ.get("SUBMITIT_EXECUTOR")
     if not executor or "RANK" in os.environ:
         return
@@ -60,8 +58,8 @@ def submitit_rank_env() -> None:
     if executor == "local" and env.num_tasks > 1:
         os.environ.update(RANK=str(env.global_rank), WORLD_SIZE=str(env.num_tasks))
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if "OMP_NUM_THREADS" not in os.environ:  # torchrun's default for several ranks on one machine: each rank
-            import torch                         # on all cores ran 8x slower on a 2-core CPU (a new user)
+        if "OMP_NUM_THREADS" not in os.environ:  # each rank on all cores: 8x slower on a 2-core CPU
+            import torch
 
             torch.set_num_threads(1)
 
@@ -73,8 +71,7 @@ AUTO_IGNORES = {"decoding.window_size": "chooses W itself from this machine's la
 
 def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
     """``ConfigError`` when the command line (``keys``) sets a setting of ``AUTO_IGNORES`` under
-    ``decoding=auto``. N and G stay allowed: under auto they bound the tree. (Under ``decoding=greedy`` W, N, G
-    are allowed: a sweep compares greedy with lookahead settings; ``answers.differences`` ignores them.)"""
+    ``decoding=auto`` (N and G bound its tree; greedy allows W, N, G so that a sweep can vary them)."""
     if OmegaConf.select(dict_cfg, "decoding.method") != "auto":
         return
     for key, what in AUTO_IGNORES.items():
@@ -86,8 +83,8 @@ def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
 
 
 def check_job(dict_cfg: Any, keys: set[str]) -> Any:
-    """Every check of a composed job that needs no model or file (``to_object``, ``check_auto_keys``); returns
-    the ``RunConfig``; raises ``ConfigError`` (or OmegaConf's errors)."""
+    """The ``RunConfig`` of a composed job after every check that needs no model or file; ``ConfigError`` (or
+    OmegaConf's errors)."""
     cfg = to_object(dict_cfg)  # refuses keys no setting has, and bad values
     check_auto_keys(dict_cfg, keys)
     assert isinstance(cfg, RunConfig)
@@ -112,8 +109,8 @@ def _key(override: str) -> str:
 
 
 def validate_sweep(config: Any) -> None:
-    """``check_job`` every job of the sweep ``config`` describes; the first bad job raises ``ConfigError``
-    naming its number and overrides, before any job runs."""
+    """``check_job`` every job of the sweep ``config`` describes, before any runs; ``ConfigError`` naming the first
+    bad job's number and overrides."""
     from lp_runtime.models import check_local_path, check_model_files  # torch: the sweep's jobs import it too
 
     loader = GlobalHydra.instance().config_loader()
@@ -175,16 +172,15 @@ def is_sweep(argv: list[str]) -> bool:
 
 
 def check_argv(argv: list[str]) -> None:
-    """Command-line checks before Hydra starts: ``check_torchrun_sweep``, ``check_sweep_outputs`` and
-    ``check_printed_config``."""
+    """Command-line checks before Hydra starts."""
     check_torchrun_sweep(argv)
     check_sweep_outputs(argv)
     check_printed_config(argv)
 
 
 def printing_flag(argv: list[str]) -> Optional[str]:
-    """The flag with which Hydra prints the composed config and exits (``--cfg``/``-c`` any part, ``--info``/``-i``
-    all or config), or None."""
+    """The flag with which Hydra prints the composed config and exits (``--cfg``/``-c``, ``--info``/``-i`` all or
+    config), or None."""
     for i, a in enumerate(argv):
         flag, value = (a.split("=", 1) + [""])[:2]
         if flag in ("--cfg", "-c"):
@@ -197,11 +193,9 @@ def printing_flag(argv: list[str]) -> Optional[str]:
 
 
 def check_printed_config(argv: list[str]) -> None:
-    """``--cfg job`` / ``--info``: Hydra prints the config and exits 0 without running the job, so a value a run
-    refuses (``decoding.window_size=-3``) was printed as if it were fine. Compose ``conf/generate.yaml`` with the
-    overrides and ``check_job`` it: the same ``error:`` line (exit 2) as a run. Hydra refused ``-m`` with them in a
-    traceback: ``ConfigError``. Not checked: ``--help`` (help is wanted when the settings are wrong) and another
-    config named by ``-cn``/``-cp``/``-cd``."""
+    """``check_job`` the config that ``--cfg`` / ``--info`` prints (Hydra prints it and exits 0 even when a run
+    would refuse a value); ``ConfigError`` with ``-m``, which Hydra refuses in a traceback. Not checked: ``--help``
+    (wanted when the settings are wrong) and another config named by ``-cn``/``-cp``/``-cd``."""
     flag = printing_flag(argv)
     if flag is None or any(a.split("=", 1)[0] in CONFIG_FLAGS for a in argv):
         return
@@ -232,8 +226,8 @@ def check_torchrun_sweep(argv: list[str]) -> None:
 
 
 def check_sweep_outputs(argv: list[str]) -> None:
-    """``ConfigError``, before any job starts, for a sweep whose command line fixes ``output.path`` (or
-    ``output.summary_path``) to one file for every job (a value with ``${`` is taken as per-job)."""
+    """``ConfigError`` for a sweep whose command line fixes ``output.path`` or ``output.summary_path`` to one file
+    for every job (a value with ``${`` is taken as per-job)."""
     if not is_sweep(argv):
         return
     try:
