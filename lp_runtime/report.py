@@ -21,27 +21,24 @@ from lp_runtime import answers, metrics
 
 # Settings that name where a run wrote, not how it ran: never shown as a difference.
 _IGNORED = ("output.path", "output.summary_path", "progress")
+ADVICE = "give answers files of python -m lp_runtime.generate, or a folder holding them"
+SHOWN = 5  # problems a refusal names; the rest are counted
 
 
 class ReportError(ValueError):
     """A PATH given to the report holds no run, or the baseline names no run."""
 
 
-ADVICE = "give answers files of python -m lp_runtime.generate, or a folder holding them"
-SHOWN = 5  # problems a refusal names; the rest are counted
-
-
 def one_refusal(problems: list[str], what: str, advice: Optional[str]) -> str:
-    """One line naming every problem (the first ``SHOWN``, then how many more), e.g. ``2 PATHs hold no run: a does
-    not exist; b is neither ...; <advice>``; a single problem as it is, with ``advice`` when given."""
+    """One line: ``<n> <what>: `` (for more than one), the first ``SHOWN`` problems, how many more, ``advice``."""
     shown = problems[:SHOWN] + ([f"and {len(problems) - SHOWN} more"] if len(problems) > SHOWN else [])
     head = f"{len(problems)} {what}: " if len(problems) > 1 else ""
     return head + "; ".join(shown) + (f"; {advice}" if advice else "")
 
 
 def find_runs(paths: Sequence[str]) -> list[Path]:
-    """Answers files named by ``paths`` (files as given; folders searched recursively), in order, no duplicates.
-    ``ReportError`` naming every path that holds no run (``one_refusal``)."""
+    """Answers files named by ``paths`` (folders searched recursively), in order, no duplicates; ``ReportError``
+    naming every path that holds no run."""
     found: list[Path] = []
     problems: list[str] = []
     for p in map(Path, paths):
@@ -67,8 +64,7 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
 
 
 def jobs_without_answers(paths: Sequence[str]) -> list[str]:
-    """``"<folder> (<its overrides>)"`` for each Hydra job under ``paths`` (``.hydra/overrides.yaml``)
-    that holds no answer (refused, failed or not run yet), in job order."""
+    """``"<folder> (<its overrides>)"`` for each Hydra job under ``paths`` that holds no answer, in job order."""
     from omegaconf import OmegaConf
 
     out = []
@@ -88,8 +84,8 @@ def jobs_without_answers(paths: Sequence[str]) -> list[str]:
 
 
 def _answered_elsewhere(job: Path) -> bool:
-    """Whether a Hydra job folder's run wrote its answers outside it (a single run's ``output.path``, relative to
-    where it was started, which Hydra records): its answers file exists and holds answers."""
+    """Whether a Hydra job folder's run wrote answers outside it (a single run's ``output.path``, relative to
+    the directory it started in, which Hydra records)."""
     from omegaconf import OmegaConf
 
     try:
@@ -102,8 +98,7 @@ def _answered_elsewhere(job: Path) -> bool:
 
 def load_run(path: Path) -> dict[str, Any]:
     """``{"path", "records", "metrics", "settings"}`` of one run; metrics recomputed from the answers."""
-    advice = ADVICE
-    records = answers.load_answers(path, trim=False, advice=advice) if path.exists() else []
+    records = answers.load_answers(path, trim=False, advice=ADVICE) if path.exists() else []
     recorded = answers.read_settings(answers.beside(path, ".settings.json"))
     if not recorded:
         try:
@@ -139,14 +134,12 @@ def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
         raise ReportError(f"--baseline {choice!r} is neither a row number (0..{len(runs) - 1}) nor the path of one "
                           f"of the runs: {', '.join(str(r['path']) for r in runs)}")
     greedy = [i for i, r in enumerate(runs) if r["settings"].get("decoding.method") == "greedy" and is_greedy(r)]
-    # the greedy run that shares the most questions with the others (the same prompts), the first on ties
     return max(greedy, key=lambda i: (sum(len(shared(runs[i], r)) for r in runs), -i), default=0)
 
 
 def _prompts(run: dict) -> tuple:
-    """What a run's question ids ask: its dataset (name, file, first turns only; ids of two question files, or of
-    MT-Bench and a file, may coincide without naming the same prompts) and how many tokens a turn may have
-    (answers of 16 and of 32 tokens are not the same request: their turns, speed and ids differ)."""
+    """What a run's question ids ask: its dataset (the same ids in two files are other prompts) and how many
+    tokens a turn may have (answers of 16 and of 32 tokens differ in turns, speed and ids)."""
     s = run["settings"]
     path = s.get("dataset.path")
     file = answers.real_path(path) if isinstance(path, str) and path else path  # q.jsonl and ./q.jsonl are one
@@ -154,8 +147,7 @@ def _prompts(run: dict) -> tuple:
 
 
 def shared(run: dict, base: dict) -> set[str]:
-    """The question ids both runs answered from the same prompts (none when ``_prompts`` differ: another
-    dataset, or another ``generation.max_new_tokens``)."""
+    """The question ids both runs answered from the same prompts (none when ``_prompts`` differ)."""
     if _prompts(run) != _prompts(base):
         return set()
     return {str(r["question_id"]) for r in run["records"]} & {str(r["question_id"]) for r in base["records"]}
@@ -166,8 +158,8 @@ def _tokens_per_s(run: dict, ids: set[str]) -> Optional[float]:
 
 
 def identical(run: dict, base: dict, ids: set[str]) -> tuple[Optional[int], int]:
-    """(questions among ``ids``, the ``shared`` ones, with the same output ids in every turn, how many of them were
-    compared); (None, 0) if not greedy."""
+    """(questions among ``ids`` with the same output ids in every turn, how many were compared); (None, 0) unless
+    both runs are greedy."""
     if not (is_greedy(run) and is_greedy(base)):
         return None, 0
     ref = {str(r["question_id"]): r["choices"][0]["output_ids"] for r in base["records"] if str(r["question_id"]) in ids}
@@ -233,7 +225,7 @@ def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None, 
 
 def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], extra: dict[str, Any], *,
                   columns: Sequence[str], name: str) -> dict[str, str]:
-    """Write ``<name>.csv`` (``columns``) and ``<name>.json`` (table, rows, ``extra``) in ``out_dir``; their paths."""
+    """Write ``<name>.csv`` (``columns``) and ``<name>.json`` (``extra``, table, rows) in ``out_dir``; their paths."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"csv": os.path.join(out_dir, f"{name}.csv"), "json": os.path.join(out_dir, f"{name}.json")}
     with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
@@ -292,8 +284,8 @@ def plot(rows: Sequence[dict], out_dir: str) -> Optional[str]:
 
 
 def shared_note(rows: list[dict]) -> str:
-    """The line under the table when a run shares only some questions with the baseline, or none ('-' in its
-    cells); "" when every run shares all of its questions."""
+    """The line under the table naming the runs that share only some questions with the baseline, or none
+    ('-' in their cells); "" when every run shares all of its questions."""
     base = next(r for r in rows if r["baseline"])
     some = [r["run"] for r in rows if not r["baseline"] and 0 < r["shared"] < r["questions"]]
     none = [r["run"] for r in rows if not r["baseline"] and not r["shared"]]
