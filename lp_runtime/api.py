@@ -53,14 +53,11 @@ class LookaheadGenerator:
 
     Args:
         model, tokenizer: a transformers causal LM and its tokenizer.
-        decoding: method and W, N, G (default: ``DecodingConfig()``, the main job's ``decoding=auto``); with
-            ``method="auto"`` the generator builds the cost policy on this machine's latency profile
-            (``auto.auto_policy``: measured the first time a model meets this machine, then read from the cache).
+        decoding: default ``DecodingConfig()`` (``decoding=auto``: the cost policy on this machine's latency
+            profile, ``auto.auto_policy``, measured once, then read from the cache).
         generation: default budget, stop strings and EOS ids (``GenerationConfig()``).
-        step: the model step (default eager; ``compiled.step_for`` builds the compiled one, as ``from_config``
-            does for ``ModelConfig.compile``).
-        sampling: the default sampling settings of every call (``SamplingConfig()``: greedy; the main job's
-            ``sampling.*``); ``generate(..., sampling=...)`` replaces them for one call.
+        step: the model step (default eager; ``compiled.step_for`` builds the compiled one).
+        sampling: every call's default (``SamplingConfig()``: greedy); ``generate(..., sampling=...)`` replaces it.
 
     Raises ``ConfigError`` for settings the model cannot take (``models.check_limits``: ids outside the
     vocabulary, a lookahead step longer than the context).
@@ -75,7 +72,6 @@ class LookaheadGenerator:
         _check_configs(decoding, self.generation, sampling)
         check_limits(model, decoding, sampling, generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
-        # decoding=auto: the cost policy on this machine's latency profile (measured once, then read from the cache)
         policy = auto_policy(model, step=step) if decoding.method == "auto" else None
         self.decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, step_policy=policy, step=step,
                                sampling=sampling)
@@ -92,8 +88,8 @@ class LookaheadGenerator:
         return cls(m, tok, decoding, generation, step=step_for(m, model.compile), sampling=sampling)
 
     def encode(self, prompt: Prompt) -> list[int]:
-        """Token ids of ``prompt`` (see the module docstring). Raises ``ConfigError`` for an empty prompt, or for token
-        ids that are not integers or lie outside the model's vocabulary (naming the id and the vocabulary size)."""
+        """Token ids of ``prompt`` (see the module docstring). ``ConfigError`` for an empty or blank prompt, a batch,
+        a malformed message, or token ids that are not integers or lie outside the model's vocabulary."""
         if not isinstance(prompt, (str, list, tuple)) and hasattr(prompt, "keys") and "input_ids" in prompt.keys():
             prompt = prompt["input_ids"]  # a tokenizer's BatchEncoding: tok(text, return_tensors="pt")
         if getattr(prompt, "ndim", None) == 2 and hasattr(prompt, "tolist"):  # (batch, n): one row only
@@ -129,12 +125,8 @@ class LookaheadGenerator:
                  stop_strings: Optional[Sequence[str]] = None, streamer=None,
                  sampling: Optional[SamplingConfig] = None) -> TextOutput:
         """Decode one prompt; ``streamer`` (e.g. ``transformers.TextStreamer``) gets every token in order.
-
-        ``max_new_tokens``: None = the generator's ``GenerationConfig``; 0 or less is a ``ConfigError`` (as in the
-        config and the CLI). ``stop_strings``: None = the generator's; a single string counts as one.
-        ``sampling``: None = the generator's; a ``SamplingConfig`` for this call (its ids checked against the
-        vocabulary: ``ConfigError``).
-        """
+        ``max_new_tokens``, ``stop_strings`` (a single string counts as one), ``sampling``: None = the generator's.
+        ``ConfigError`` for ``max_new_tokens`` < 1 or sampling ids outside the vocabulary."""
         budget = self.generation.max_new_tokens if max_new_tokens is None else check_max_new_tokens(max_new_tokens)
         if sampling is not None:
             check_arg(sampling, SamplingConfig, "sampling")

