@@ -49,10 +49,30 @@ def unknown_key(e: BaseException) -> Optional[str]:
     return not_a_setting(path, path[: -len(key)].rstrip("."), [f.name for f in dataclasses.fields(kind)])
 
 
+def list_by_name(e: BaseException) -> Optional[str]:
+    """For an override whose key reaches into a list by a name (``generation.stop_strings.x=1``; OmegaConf raises
+    a bare ValueError or TypeError, or "Index 'x' (str) is not an int", while Hydra applies it): a line naming the
+    override and the list; None for any other error."""
+    override, tb = None, e.__traceback__
+    while tb is not None:  # the override Hydra was applying, read from its frame in the traceback
+        if tb.tb_frame.f_code.co_name == "_apply_overrides_to_config":
+            override = tb.tb_frame.f_locals.get("override")
+        tb = tb.tb_next
+    text = str(e.__cause__ or e)
+    name = re.search(r"(?:invalid literal for int\(\) with base 10: |Index )'([^']*)'", text)
+    key = getattr(override, "key_or_group", None)
+    if name is None or not isinstance(key, str) or name.group(1) not in key.split("."):
+        return None
+    parts = key.split(".")
+    items = ".".join(parts[: parts.index(name.group(1))])
+    return (f"{override.input_line}: {items} is a list, whose items are numbered from 0; give the whole list "
+            f"({items}=[...]) or one item by its number ({items}.0=...)")
+
+
 def one_line(e: BaseException) -> str:
     """``e``'s message in one line (``unknown_key``'s for an unknown key): its first line, Hydra's list of available
     options if any, and the first line of an OmegaConf cause (Hydra wraps OmegaConf's errors)."""
-    known = unknown_key(e)
+    known = unknown_key(e) or list_by_name(e)
     if known:
         return known
     lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
@@ -93,8 +113,15 @@ def override_positions(argv: list[str]) -> list[int]:
 
 
 def check_flag_order(argv: list[str]) -> None:
-    """``ConfigError`` when ``-m`` / ``--multirun`` stands between overrides (key=value), which Hydra's argument
-    parser refuses with a usage text that does not name the flag."""
+    """``ConfigError`` when ``-m`` / ``--multirun`` stands between overrides (key=value), or an override follows
+    ``--info`` where its topic goes: Hydra's argument parser refuses both with a usage text."""
+    info = next((i for i, a in enumerate(argv[:-1]) if a in INFO_FLAGS and argv[i + 1] not in INFO_CHOICES
+                 and not argv[i + 1].startswith("-")), None)
+    if info is not None:
+        flag, word = argv[info], argv[info + 1]
+        raise ConfigError(f"{flag} {word}: Hydra reads the word after {flag} as what to show "
+                          f"({', '.join(INFO_CHOICES)}); name one first ({flag} config {word}) or put the "
+                          f"overrides before {flag}")
     at = next((i for i, a in enumerate(argv) if a in MULTIRUN_FLAGS), None)
     overrides = override_positions(argv)
     if at is not None and any(i < at for i in overrides) and any(i > at for i in overrides):
@@ -221,7 +248,7 @@ def main(app: Callable[[], None], *, interrupted: str,
             if is_rank0():
                 print(interrupted, file=sys.stderr, flush=True)
             sys.exit(143 if isinstance(e, Terminated) or _SIGNALS[-1:] == [signal.SIGTERM] else 130)
-        if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)):
+        if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)) or list_by_name(e):
             fail(e)
         if isinstance(e, OSError) and e.filename is not None:  # the job's own are caught in hydra_app: Hydra's folders
             print(f"error: cannot make the run folder {e.filename}: {e.strerror} (set by hydra.run.dir, or "

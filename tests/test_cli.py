@@ -567,6 +567,18 @@ BAD_CONFIGS = [
      + "; a path starting with ~ too: 'output.path=\"~/answers.jsonl\"')"),
     (["output.path=a.summary.json"], "output.path='a.summary.json' names a run's summary record (written beside its "
                                      "answers file); give the answers file, e.g. output.path=a.jsonl"),
+    # a key into a list by a name: was a ValueError / TypeError traceback from OmegaConf, exit 1
+    (["generation.stop_strings.x=1"], "generation.stop_strings.x=1: generation.stop_strings is a list, whose items "
+                                      "are numbered from 0; give the whole list (generation.stop_strings=[...]) or "
+                                      "one item by its number (generation.stop_strings.0=...)"),
+    (["generation.stop_strings.x.y=1"], "generation.stop_strings.x.y=1: generation.stop_strings is a list, whose "
+                                        "items are numbered from 0; give the whole list (generation.stop_strings=[...])"
+                                        " or one item by its number (generation.stop_strings.0=...)"),
+    # an override where --info's topic goes: was argparse's usage text and "invalid choice"
+    (["--info", "decoding=lookahead", "dataset.limit=1"],
+     "--info decoding=lookahead: Hydra reads the word after --info as what to show (all, config, defaults, "
+     "defaults-tree, plugins, searchpath); name one first (--info config decoding=lookahead) or put the overrides "
+     "before --info"),
     (["dataset=jsonl", "dataset.path=/dev/null"], "dataset.path='/dev/null' is not a regular file (a device, pipe or "
                                                   "socket); give a question file in JSONL format ("
                                                   + FORMAT.format() + ")"),
@@ -780,6 +792,10 @@ def _own_folder_cases(tmp: Path) -> list:
     d = _folder(tmp, "refused_bench")
     out.append((d.name, Call(["ablation=true"], cwd=str(d), module="scripts.bench"),
                 "ablation=true switches decoding=auto's levers off one at a time; add decoding=auto"))
+    d = _folder(tmp, "bench_list_by_name")  # was OmegaConf's ValueError traceback, exit 1
+    out.append((d.name, Call(["lookahead.x=1"], cwd=str(d), module="scripts.bench"),
+                "lookahead.x=1: lookahead is a list, whose items are numbered from 0; give the whole list "
+                "(lookahead=[...]) or one item by its number (lookahead.0=...)"))
     d = _folder(tmp, "report_on_a_question_file")
     (d / "q.jsonl").write_text('{"question_id": 1, "turns": ["hi"]}\n')
     out.append((d.name, Call([str(d / "q.jsonl")], cwd=str(d), module="lp_runtime.report"),
@@ -961,7 +977,8 @@ def test_hydra_folder_or_launcher_setting_that_cannot_work_is_one_line(bad_input
     assert sorted(p.name for p in folder.iterdir()) == ["f.jsonl"]
 
 
-@pytest.mark.parametrize("case", ["unknown_key", "refused_setting", "refused_bench", "sweep_with_one_output_file"])
+@pytest.mark.parametrize("case", ["unknown_key", "refused_setting", "refused_bench", "bench_list_by_name",
+                                  "sweep_with_one_output_file"])
 def test_refusal_leaves_no_new_folder(bad_input, case):
     assert _tree(_check(bad_input, case)) == []  # neither outputs/hydra/<time>/ nor outputs/
 
