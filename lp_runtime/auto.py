@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from . import data
 from .config import DatasetConfig, DecodingConfig
-from .latency import ROUNDS, check_profile_folder, curve_of, dtype_name, model_profile, save_profile
+from .latency import ROUNDS, check_profile_folder, complete_rounds, curve_of, dtype_name, model_profile, save_profile
 from .models import model_id_of
 from .policy import WINDOW_GAIN_PRIOR, CostPolicy, LatencyCurve
 from .window import step_tokens
@@ -198,7 +198,8 @@ def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: 
     lat = LatencyCurve(curve_of(profile))
     how = "cached" if profile["reused"] else f"measured now in {profile.get('measure_seconds', 0.0):.0f} s"
     if profile.get("provisional"):  # latency.model_profile: the budget stopped a busy machine's measuring
-        how += f"; provisional, {len(profile.get('rounds_s', ()))} of {ROUNDS} rounds: more at the next start"
+        rounds = [{int(q): t for q, t in r.items()} for r in profile.get("rounds_s", ())]
+        how += f"; provisional, {complete_rounds(rounds)} of {ROUNDS} rounds: more at the next start"
     table = " + successor table" if d.successors_on(1) else ""
     return (f"decoding=auto: {name}, cost policy{table}, (W, N, G) <= ({d.window_size}, {d.ngram_size}, "
             f"{d.guess_set_size}), {dtype} on {profile['device']}, step latency {1e3 * lat(1):.1f} ms (q=1) / "

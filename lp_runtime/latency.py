@@ -23,6 +23,7 @@ ROUNDS = 3  # interleaved rounds over all q (robust_curve); REPS passes per q an
 REPS = 2
 DIP_MARGIN = 0.05  # robust_curve keeps a dearer smaller q only when every round put it this much above
 OUTLIER_RATIO = 1.5  # rounds disagree when a q's slowest round took this many times its fastest
+LOADED_RATIO = 3.0  # ... and were timed under load when this many times: robust_curve then trusts no dip
 RECHECK_QS = (1, 8)  # what a cached profile is re-timed at on start-up
 RECHECK_RATIO = 1.5  # ... and replaced when a q now takes this many times more, or less, than cached
 DTYPE_MARGIN = 1.2  # model.dtype=auto keeps float32 unless another dtype's greedy step is this many times faster
@@ -137,13 +138,17 @@ def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, budget_s
 
 def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
     """One curve from several rounds: per q the fastest round, then lifted to the fastest time of every smaller
-    q it does not undercut by more than ``DIP_MARGIN`` in every round (a dip all rounds saw is kept). Raises
+    q it does not undercut by more than ``DIP_MARGIN`` in every round (a dip all rounds saw is kept). Rounds more
+    than ``LOADED_RATIO`` apart (``disagreement``) were timed under load, and no dip is trusted: each q takes the
+    fastest time of any q >= it (noise only adds time, and a larger step costs at least as much). Raises
     ``ValueError`` when there is no point.
 
     >>> robust_curve([{1: 22.0, 8: 21.0}, {1: 30.0, 8: 24.0}])      # q = 8 below q = 1 in one round only
     {1: 22.0, 8: 22.0}
     >>> robust_curve([{3: 75.0, 4: 59.0}, {3: 78.0, 4: 60.0}])      # far below in every round: kept
     {3: 75.0, 4: 59.0}
+    >>> robust_curve([{1: 2.2, 2: 0.3, 8: 2.2}, {1: 2.2, 2: 2.1, 8: 2.2}])   # q = 2 7x apart: q = 1 was loaded
+    {1: 0.3, 2: 0.3, 8: 2.2}
     """
     if not rounds or not any(rounds):
         raise ValueError("robust_curve needs at least one round with at least one point")
@@ -152,6 +157,8 @@ def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
         for q, t in r.items():
             times.setdefault(int(q), []).append(float(t))
     lo = {q: min(ts) for q, ts in times.items()}
+    if disagreement(rounds)[1] > LOADED_RATIO:
+        return {q: min(t for p, t in lo.items() if p >= q) for q in sorted(lo)}
     hi = {q: max(ts) for q, ts in times.items()}
     out: dict[int, float] = {}
     for q in sorted(times):

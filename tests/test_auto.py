@@ -263,3 +263,8 @@ def test_start_line_names_a_provisional_profile():
                          "start)")
     assert auto._start_line("m", DecodingConfig(method="auto"), "float32", {**profile, "provisional": False},
                             calib).endswith("profile /c/p.json (measured now in 101 s)")
+    # a second round cut short is not a round: the count is what the next start measures on from (a new user saw
+    # "2 of 3 rounds" here, then "holds 1 of 3 rounds" at the next start)
+    cut = {**profile, "rounds_s": [{"1": 0.05, "8": 0.06}, {"1": 0.05}]}
+    assert "; provisional, 1 of 3 rounds: more at the next start)" in auto._start_line(
+        "m", DecodingConfig(method="auto"), "float32", cut, calib)

@@ -115,6 +115,16 @@ def test_robust_curve_lifts_noise_and_keeps_a_dip_every_round_saw():
         latency.robust_curve([])
 
 
+def test_rounds_that_disagree_trust_no_dip():
+    """A new user's first start under load (2026-12-03): parts timed in a loaded spell in both rounds made q = 1, 8
+    and 32 dearer than q = 2 and 12 (2188 ms against 295 and 478 ms); the lift carried 2188 ms to every q, a flat
+    curve, and decoding=auto expected 6.00x at W = 7 (the next start measured 64 ms at q = 1, 112 ms at q = 8)."""
+    loaded = [{1: 2.188, 2: 0.295, 8: 2.188, 12: 0.478, 32: 1.999, 64: 2.188},
+              {1: 2.190, 2: 2.050, 8: 2.200, 12: 2.100, 32: 2.010, 64: 2.190}]
+    assert latency.disagreement(loaded)[1] > latency.LOADED_RATIO
+    assert latency.robust_curve(loaded) == {1: 0.295, 2: 0.295, 8: 0.478, 12: 0.478, 32: 1.999, 64: 2.188}
+
+
 def test_disagreement_names_the_worst_q():
     assert latency.disagreement([{1: 0.11, 2: 0.70}, {1: 0.10, 2: 0.11}]) == (2, pytest.approx(0.70 / 0.11))
     assert latency.disagreement([{1: 0.10, 2: 0.11}, {1: 0.12, 2: 0.12}]) == (1, pytest.approx(1.2))
