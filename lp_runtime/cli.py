@@ -99,6 +99,9 @@ CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", 
 VALUE_FLAGS = CONFIG_FLAGS + ("--experimental-rerun", "--cfg", "-c", "--package", "-p")
 INFO_FLAGS = ("--info", "-i")  # Hydra's flag whose value is optional: one of INFO_CHOICES, else none
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+# Hydra's flags that its argument parser refuses between overrides (all but --version, which prints and exits)
+HYDRA_FLAGS = MULTIRUN_FLAGS + VALUE_FLAGS + INFO_FLAGS + ("--resolve", "--run", "-r", "--help", "-h", "--hydra-help",
+                                                           "--shell-completion", "-sc")
 
 
 def override_positions(argv: list[str]) -> list[int]:
@@ -113,8 +116,8 @@ def override_positions(argv: list[str]) -> list[int]:
 
 
 def check_flag_order(argv: list[str]) -> None:
-    """``ConfigError`` when ``-m`` / ``--multirun`` stands between overrides (key=value), or an override follows
-    ``--info`` where its topic goes: Hydra's argument parser refuses both with a usage text."""
+    """``ConfigError`` when one of Hydra's flags (``-m``, ``--cfg job``, ...) stands between overrides (key=value), or
+    an override follows ``--info`` where its topic goes: Hydra's argument parser refuses both with a usage text."""
     info = next((i for i, a in enumerate(argv[:-1]) if a in INFO_FLAGS and argv[i + 1] not in INFO_CHOICES
                  and not argv[i + 1].startswith("-")), None)
     if info is not None:
@@ -122,11 +125,15 @@ def check_flag_order(argv: list[str]) -> None:
         raise ConfigError(f"{flag} {word}: Hydra reads the word after {flag} as what to show "
                           f"({', '.join(INFO_CHOICES)}); name one first ({flag} config {word}) or put the "
                           f"overrides before {flag}")
-    at = next((i for i, a in enumerate(argv) if a in MULTIRUN_FLAGS), None)
     overrides = override_positions(argv)
-    if at is not None and any(i < at for i in overrides) and any(i > at for i in overrides):
-        raise ConfigError(f"{argv[at]} stands between overrides; put it before them (or after all of them): "
-                          f"{argv[at]} {' '.join(argv[i] for i in overrides)}")
+    at = next((i for i, a in enumerate(argv) if a.split("=", 1)[0] in HYDRA_FLAGS
+               and overrides and overrides[0] < i < overrides[-1]), None)
+    if at is not None:
+        flags = [a for i, a in enumerate(argv) if i not in overrides]
+        valued = at + 1 < len(argv) and at + 1 not in overrides and not argv[at + 1].startswith("-")
+        flag = " ".join(argv[at:at + 1 + valued])  # with its value: --cfg job, --info config
+        raise ConfigError(f"{flag} stands between overrides; put it before them (or after all of them): "
+                          f"{' '.join(flags + [argv[i] for i in overrides])}")
 
 
 def fail(e: BaseException) -> NoReturn:

@@ -606,10 +606,34 @@ def test_an_unquoted_value_outside_ascii_is_named_with_its_way_out():
                                    "--multirun a=1 b=2"),
     (["-m", "a=1", "b=2"], None), (["a=1", "b=2", "--multirun"], None), (["--config-name", "bench", "-m", "a=1"], None),
     (["a=1", "b=2"], None),
+    # every flag of Hydra's parser but --version breaks there (tried one by one: "unrecognized arguments: b=2")
+    (["dataset.limit=1", "--cfg", "job", "decoding.seed=3"], "--cfg job stands between overrides; put it before them "
+                                                              "(or after all of them): --cfg job dataset.limit=1 "
+                                                              "decoding.seed=3"),
+    (["a=1", "-c", "job", "b=2"], "-c job stands between overrides; put it before them (or after all of them): "
+                                  "-c job a=1 b=2"),
+    (["a=1", "--cfg=job", "b=2"], "--cfg=job stands between overrides; put it before them (or after all of them): "
+                                  "--cfg=job a=1 b=2"),
+    (["a=1", "--info", "config", "b=2"], "--info config stands between overrides; put it before them (or after all "
+                                         "of them): --info config a=1 b=2"),
+    (["a=1", "--resolve", "b=2"], "--resolve stands between overrides; put it before them (or after all of them): "
+                                  "--resolve a=1 b=2"),
+    (["a=1", "--package", "x", "b=2"], "--package x stands between overrides; put it before them (or after all of "
+                                       "them): --package x a=1 b=2"),
+    (["a=1", "--config-name", "bench", "b=2"], "--config-name bench stands between overrides; put it before them (or "
+                                               "after all of them): --config-name bench a=1 b=2"),
+    (["a=1", "--help", "b=2"], "--help stands between overrides; put it before them (or after all of them): "
+                               "--help a=1 b=2"),
+    # the other flags keep their place in the command line given back
+    (["-cn", "bench", "a=1", "-m", "b=2"], "-m stands between overrides; put it before them (or after all of them): "
+                                           "-cn bench -m a=1 b=2"),
+    (["--cfg", "job", "--resolve", "a=1", "b=2"], None), (["a=1", "b=2", "--cfg", "job", "--resolve"], None),
+    (["a=1", "--version", "b=2"], None),  # Hydra prints its version and exits 0
 ])
-def test_a_multirun_flag_between_overrides_is_one_line(argv, message):
+def test_a_hydra_flag_between_overrides_is_one_line(argv, message):
     """A new user (2026-12-03): `generate decoding=lookahead -m decoding.window_size=0,3` printed argparse's 8-line
-    usage and 'unrecognized arguments: decoding.window_size=0,3 dataset.limit=1', not naming -m."""
+    usage and 'unrecognized arguments: decoding.window_size=0,3 dataset.limit=1', not naming -m; likewise
+    `generate dataset.limit=1 --cfg job decoding.seed=3` (a new user, 2026-12-04)."""
     from lp_runtime.cli import check_flag_order
     from lp_runtime.config import ConfigError
 
@@ -832,7 +856,11 @@ def _own_folder_cases(tmp: Path) -> list:
         ("cfg_job_with_multirun", ["--cfg", "job", "-m", "decoding=greedy,lookahead"],  # was Hydra's traceback
          "--cfg prints the config of one run and -m/--multirun runs a sweep: give only one of them"),
         ("cfg_job_good", ["--cfg", "job", "decoding=lookahead", "decoding.window_size=3",
-                          "output.path=out/${hydra:job.name}.jsonl"], None)]:
+                          "output.path=out/${hydra:job.name}.jsonl"], None),
+        # a flag between overrides: was argparse's 7-line usage and "unrecognized arguments: decoding.seed=3"
+        ("cfg_job_between_overrides", ["dataset.limit=1", "--cfg", "job", "decoding.seed=3"],
+         "--cfg job stands between overrides; put it before them (or after all of them): --cfg job dataset.limit=1 "
+         "decoding.seed=3")]:
         d = _folder(tmp, name)
         out.append((name, Call(args, cwd=str(d)), message))
     d = _folder(tmp, "sweep_with_one_output_file")
@@ -978,7 +1006,7 @@ def test_hydra_folder_or_launcher_setting_that_cannot_work_is_one_line(bad_input
 
 
 @pytest.mark.parametrize("case", ["unknown_key", "refused_setting", "refused_bench", "bench_list_by_name",
-                                  "sweep_with_one_output_file"])
+                                  "sweep_with_one_output_file", "cfg_job_between_overrides"])
 def test_refusal_leaves_no_new_folder(bad_input, case):
     assert _tree(_check(bad_input, case)) == []  # neither outputs/hydra/<time>/ nor outputs/
 
