@@ -356,6 +356,12 @@ class RunConfig:
     model_id: Optional[str] = None
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        shown = f"model_id={self.model_id!r} is only whitespace" if self.model_id else "model_id is empty"
+        _check(self.model_id is None or bool(str(self.model_id).strip()),
+               f"{shown}; give the label the answers are to carry (model_id=my-model), or leave it null for the "
+               "model's label and fingerprint")
+
 
 def register_configs() -> None:
     """Register ``RunConfig`` as the schema of ``conf/generate.yaml``. Only the root: its typed fields check every

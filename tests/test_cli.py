@@ -579,6 +579,11 @@ BAD_CONFIGS = [
      "--info decoding=lookahead: Hydra reads the word after --info as what to show (all, config, defaults, "
      "defaults-tree, plugins, searchpath); name one first (--info config decoding=lookahead) or put the overrides "
      "before --info"),
+    # an empty model_id: the answers said "smollm2-174b85b4", the settings record "" (a new user, 2026-12-04)
+    (["model_id=''"], "model_id is empty; give the label the answers are to carry (model_id=my-model), or leave it "
+                      "null for the model's label and fingerprint"),
+    (["model_id=' '"], "model_id=' ' is only whitespace; give the label the answers are to carry (model_id=my-model), "
+                       "or leave it null for the model's label and fingerprint"),
     (["dataset=jsonl", "dataset.path=/dev/null"], "dataset.path='/dev/null' is not a regular file (a device, pipe or "
                                                   "socket); give a question file in JSONL format ("
                                                   + FORMAT.format() + ")"),
