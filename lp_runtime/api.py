@@ -48,6 +48,17 @@ def _check_configs(decoding, generation, sampling) -> None:
             check_arg(value, kind, what)
 
 
+def _check_text(text: str, where: str, wanted: str) -> None:
+    """``ConfigError`` naming ``where`` for a blank ``text`` (as an empty or blank turn in a JSONL question file is
+    refused; ``wanted``: what to give instead) or one holding a lone surrogate (the tokenizer's TypeError)."""
+    if is_blank(text):
+        raise ConfigError(f"{where} is {blank_kind(text)}; give {wanted}")
+    bad = lone_surrogate(text)
+    if bad is not None:
+        raise ConfigError(f"{where} holds a lone UTF-16 surrogate {text[bad]!r} at character {bad}; give valid "
+                          "Unicode text")
+
+
 class LookaheadGenerator:
     """A loaded model + tokenizer and one decoding setting, reused across calls.
 
@@ -103,8 +114,7 @@ class LookaheadGenerator:
             raise ConfigError(f"the prompt is {type(prompt).__name__}; give text (str), a list of messages "
                               "({'role', 'content'} dicts) or a list (or 1-D tensor) of token ids")
         if isinstance(prompt, str):
-            if is_blank(prompt):  # as an empty or blank turn in a JSONL question file is refused
-                raise ConfigError(f"the prompt is {blank_kind(prompt)}; give a non-empty user turn")
+            _check_text(prompt, "the prompt", "a non-empty user turn")
             prompt = [{"role": "user", "content": prompt}]
         if len(prompt) == 0:
             raise ConfigError("the prompt is empty; give text, messages or at least one token id")
@@ -114,10 +124,7 @@ class LookaheadGenerator:
                         and isinstance(message.get("content"), str)):
                     raise ConfigError(f"prompt message {i} is {message!r:.80}; every message must be a dict with a "
                                       "str 'role' and a str 'content', e.g. {'role': 'user', 'content': 'Hi'}")
-                bad = lone_surrogate(message["content"])
-                if bad is not None:  # the tokenizer's TypeError otherwise
-                    raise ConfigError(f"prompt message {i} holds a lone UTF-16 surrogate "
-                                      f"{message['content'][bad]!r} at character {bad}; give valid Unicode text")
+                _check_text(message["content"], f"prompt message {i}", "every message non-empty content")
             return encode_messages(self.tokenizer, list(prompt))
         return check_prompt_ids(prompt, vocab_size(self.model))
 

@@ -481,11 +481,20 @@ def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
         with pytest.raises(ConfigError) as e:  # as a question turn of only such characters (tests/test_data.py)
             gen.generate(prompt, max_new_tokens=4)
         assert str(e.value) == f"the prompt is {held}; give a non-empty user turn"
-    for prompt in ("\ud800", [{"role": "user", "content": "hi \udfff"}]):  # JSON's "\ud800" makes one; the
-        with pytest.raises(ConfigError) as e:                                 # tokenizer raised a TypeError
+    for prompt, where in [("a\ud800b", "the prompt"),  # JSON's "\ud800" makes one; the tokenizer raised a TypeError
+                          ([{"role": "user", "content": "hi \udfff"}], "prompt message 0")]:  # a str: no "message 0"
+        with pytest.raises(ConfigError) as e:
             gen.generate(prompt, max_new_tokens=4)
-        bad, at = ("\ud800", 0) if isinstance(prompt, str) else ("\udfff", 3)
-        assert str(e.value) == f"prompt message 0 holds a lone UTF-16 surrogate {bad!r} at character {at}; give valid Unicode text"
+        bad, at = ("\ud800", 1) if isinstance(prompt, str) else ("\udfff", 3)
+        assert str(e.value) == (f"{where} holds a lone UTF-16 surrogate {bad!r} at character {at}; give valid "
+                                "Unicode text")
+    # a message of blank content, as a blank turn in a question file (a new user, 2026-12-04: it was decoded)
+    for prompt, held in [([{"role": "user", "content": ""}], "empty text"),
+                         ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": " \u200b"}],
+                          "only whitespace and invisible characters (U+200B)")]:
+        with pytest.raises(ConfigError) as e:
+            gen.generate(prompt, max_new_tokens=4)
+        assert str(e.value) == f"prompt message {len(prompt) - 1} is {held}; give every message non-empty content"
 
 
 def test_api_stop_strings_are_checked_as_the_config_checks_them(tiny_model_dir):
