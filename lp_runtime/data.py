@@ -122,8 +122,10 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
                 continue
             try:
                 row = json.loads(line, object_pairs_hook=_one_value_a_key)
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"{where}: not valid JSON ({e.msg}); {_FORMAT}") from None
+            except json.JSONDecodeError as e:  # a CR inside the line: old-Mac line ends, the whole file one line
+                cr = ("; the file's lines are separated by CR alone (old Mac line ends): save it with LF (or CRLF) "
+                      "line ends") if "\r" in line.rstrip("\r\n") else ""
+                raise DatasetError(f"{where}: not valid JSON ({e.msg}){cr}; {_FORMAT}") from None
             except KeyError as e:  # JSON allows a key twice and json.loads keeps the last: a question edited twice
                 raise DatasetError(f"{where}: key {e.args[0]!r} appears twice in one object; keep one of "
                                    "them") from None

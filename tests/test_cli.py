@@ -680,6 +680,11 @@ def _bad_input_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
     (d / "bad.jsonl").write_text('{"question_id": 1, "category": "x", "turns": ["hi"]}\n{"question_id": 2, \n')
     cases[d.name] = (["dataset=jsonl", f"dataset.path={d / 'bad.jsonl'}", "model.path=/nonexistent"],
                      BAD_LINE_MESSAGE.format(path=d / "bad.jsonl"))
+    d = _folder(tmp, "cr_only_dataset")  # old-Mac line ends: was "line 1: not valid JSON (Extra data)", no word on them
+    (d / "q.jsonl").write_bytes(b'{"question_id": 1, "turns": ["hi"]}\r{"question_id": 2, "turns": ["ho"]}\r')
+    cases[d.name] = (["dataset=jsonl", f"dataset.path={d / 'q.jsonl'}", "model.path=/nonexistent"],
+                     f"{d / 'q.jsonl'}, line 1: not valid JSON (Extra data); the file's lines are separated by CR "
+                     "alone (old Mac line ends): save it with LF (or CRLF) line ends; " + FORMAT.format())
     # As root os.access() says yes everywhere; /proc refuses new files even to root.
     cases["unwritable_output"] = (["output.path=/proc/lp_runtime_answers.jsonl", "model.path=/nonexistent"],
                                   "output path /proc/lp_runtime_answers.jsonl is not writable: No such file or directory")
@@ -953,8 +958,9 @@ def test_empty_dataset_fails_before_loading_the_model(bad_input):
     _check(bad_input, "empty_dataset")
 
 
-def test_malformed_dataset_line_fails_before_loading_the_model(bad_input):
-    _check(bad_input, "malformed_dataset")
+@pytest.mark.parametrize("case", ["malformed_dataset", "cr_only_dataset"])
+def test_malformed_dataset_line_fails_before_loading_the_model(bad_input, case):
+    _check(bad_input, case)
 
 
 def test_unwritable_output_fails_before_loading_the_model(bad_input):
