@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import json
 import os
@@ -43,6 +44,7 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
     """Raise ``OutputError`` unless ``path`` can be a file we append to (messages name ``key``). ``create``:
     really try (make the folders, open for append), then remove what the try made, so a failed run leaves nothing."""
     name = f"output path {path}" if key == "output.path" else f"{key}={path}"
+    _check_link(path, name, key)
     if path.is_dir():
         example = path / ("answers.jsonl" if key == "output.path" else "summary.json")
         raise OutputError(f"{name} is a folder; give a file path such as {example}")
@@ -77,6 +79,23 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
         for folder in reversed(made):  # innermost first; only folders this check made, and only if still empty
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def _check_link(path: Path, name: str, key: str) -> None:
+    """``OutputError`` when ``path`` is a symbolic link that loops or leads to nothing: opening it failed with
+    "Too many levels of symbolic links" or "No such file or directory", or made its target and removed the link."""
+    try:
+        if path.is_symlink():
+            path.stat()
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OutputError(f"{name} is a symbolic link that loops (it points to {os.readlink(path)}, and no link "
+                              f"on the way leads to a file); remove it or point it at a file, or choose another "
+                              f"{key}") from None
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            target = os.path.realpath(path)
+            raise OutputError(f"{name} is a symbolic link to {target}, which does not exist; give {key}={target} "
+                              "to write there, or remove the link") from None
 
 
 def check_summary_path(cfg: RunConfig) -> None:

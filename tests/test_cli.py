@@ -688,6 +688,18 @@ def _bad_input_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
     # As root os.access() says yes everywhere; /proc refuses new files even to root.
     cases["unwritable_output"] = (["output.path=/proc/lp_runtime_answers.jsonl", "model.path=/nonexistent"],
                                   "output path /proc/lp_runtime_answers.jsonl is not writable: No such file or directory")
+    # a symbolic link that loops or leads to nothing: was "is not writable: No such file or directory" (a new user,
+    # 2026-12-04), and a link to a missing file in an existing folder made that file and removed the link
+    d = _folder(tmp, "output_link_loops")
+    os.symlink("loop.jsonl", d / "loop.jsonl")
+    cases[d.name] = ([f"output.path={d / 'loop.jsonl'}", "model.path=/nonexistent"],
+                     f"output path {d / 'loop.jsonl'} is a symbolic link that loops (it points to loop.jsonl, and no "
+                     "link on the way leads to a file); remove it or point it at a file, or choose another output.path")
+    d = _folder(tmp, "output_link_to_nothing")
+    os.symlink("gone.jsonl", d / "a.jsonl")
+    cases[d.name] = ([f"output.path={d / 'a.jsonl'}", "model.path=/nonexistent"],
+                     f"output path {d / 'a.jsonl'} is a symbolic link to {d / 'gone.jsonl'}, which does not exist; "
+                     f"give output.path={d / 'gone.jsonl'} to write there, or remove the link")
     for name, overrides, message in _summary_path_cases(tmp) + _auto_and_sweep_cases(tmp) + _own_folder_cases(tmp):
         cases[name] = (overrides, message)
     d = _folder(tmp, "dataset_path_is_a_folder")
@@ -965,6 +977,13 @@ def test_malformed_dataset_line_fails_before_loading_the_model(bad_input, case):
 
 def test_unwritable_output_fails_before_loading_the_model(bad_input):
     _check(bad_input, "unwritable_output")
+
+
+@pytest.mark.parametrize("case, link, target", [("output_link_loops", "loop.jsonl", "loop.jsonl"),
+                                                 ("output_link_to_nothing", "a.jsonl", "gone.jsonl")])
+def test_output_path_that_is_a_broken_link_says_so(bad_input, case, link, target):
+    folder = _check(bad_input, case)
+    assert [p.name for p in folder.iterdir()] == [link] and os.readlink(folder / link) == target  # as it was
 
 
 def test_dataset_path_is_a_folder(bad_input):
