@@ -276,7 +276,7 @@ def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_ma
 def _job(dict_cfg: DictConfig) -> None:
     jobs.apply_job_output(dict_cfg)  # a sweep job writes into its own folder
     jobs.submitit_rank_env()  # a job of Hydra's submitit launcher: one rank per task
-    cfg = jobs.check_job(dict_cfg, jobs.command_line_keys())
+    cfg = jobs.check_job(dict_cfg, jobs.command_line_overrides())
     before = _file_state(cfg.output.path)
     try:
         run(cfg)

@@ -22,11 +22,14 @@ from lp_runtime.cli import (CONFIG_FLAGS, INFO_CHOICES, INFO_FLAGS, MULTIRUN_FLA
 from lp_runtime.config import ConfigError, RunConfig, to_object
 
 
+def command_line_overrides() -> list[str]:
+    """This job's command-line (or sweep) overrides, e.g. ``["output.path=a.jsonl", "decoding.window_size=3"]``."""
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
 def command_line_keys() -> set[str]:
     """Keys set by this job's command-line (or sweep) overrides, e.g. ``{"output.path", "decoding.window_size"}``."""
-    if not HydraConfig.initialized():
-        return set()
-    return {_key(o) for o in HydraConfig.get().overrides.task}
+    return {_key(o) for o in command_line_overrides()}
 
 
 def apply_job_output(dict_cfg: Any) -> None:
@@ -82,11 +85,22 @@ def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
                               f"decoding=lookahead to run {key}={shown}")
 
 
-def check_job(dict_cfg: Any, keys: set[str]) -> Any:
-    """The ``RunConfig`` of a composed job after every check that needs no model or file; ``ConfigError`` (or
-    OmegaConf's errors)."""
+def check_true_false(dict_cfg: Any, overrides: list[str]) -> None:
+    """``ConfigError`` for an integer other than 0 and 1 given to a true/false setting, which OmegaConf reads as
+    true (``dataset.first_turn_only=2``)."""
+    for key, _, value in (o.partition("=") for o in overrides):
+        key = key.lstrip("+~")
+        if re.fullmatch(r"[+-]?\d+", value.strip()) and int(value) not in (0, 1) \
+                and isinstance(OmegaConf.select(dict_cfg, key, default=None), bool):
+            raise ConfigError(f"{key}={value} is not allowed; {key} is true or false")
+
+
+def check_job(dict_cfg: Any, overrides: list[str]) -> Any:
+    """The ``RunConfig`` of a composed job after every check that needs no model or file (``overrides``: the job's
+    command-line ones); ``ConfigError`` (or OmegaConf's errors)."""
     cfg = to_object(dict_cfg)  # refuses keys no setting has, and bad values
-    check_auto_keys(dict_cfg, keys)
+    check_true_false(dict_cfg, overrides)
+    check_auto_keys(dict_cfg, {_key(o) for o in overrides})
     assert isinstance(cfg, RunConfig)
     return cfg
 
@@ -135,7 +149,7 @@ def validate_sweep(config: Any) -> None:
                 task_cfg = job_cfg.copy()  # what the job function gets: the config without Hydra's node
                 with open_dict(task_cfg):
                     del task_cfg["hydra"]
-                run_cfg = check_job(task_cfg, {_key(o) for o in overrides})
+                run_cfg = check_job(task_cfg, overrides)
                 if world % run_cfg.parallel.lp:  # found when its job's ranks started (a submitit traceback)
                     ranks = (f"hydra.launcher.nodes={nodes} x tasks_per_node={tasks}" if world > 1 or tasks else
                              "this launcher runs each job in this one process")
@@ -211,7 +225,7 @@ def check_printed_config(argv: list[str]) -> None:
     HydraConfig.instance().set_config(cfg)  # what ${hydra:...} in a value resolves to, as in a run
     with open_dict(cfg):
         del cfg["hydra"]
-    check_job(cfg, {_key(o) for o in overrides})
+    check_job(cfg, overrides)
 
 
 TORCHRUN_SWEEP = ("sweeps (-m/--multirun) and torchrun do not mix: every rank would run the whole sweep; launch "

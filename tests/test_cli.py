@@ -567,6 +567,8 @@ BAD_CONFIGS = [
      + "; a path starting with ~ too: 'output.path=\"~/answers.jsonl\"')"),
     (["output.path=a.summary.json"], "output.path='a.summary.json' names a run's summary record (written beside its "
                                      "answers file); give the answers file, e.g. output.path=a.jsonl"),
+    # an integer other than 0 / 1 for a true/false setting: OmegaConf read it as true, and the run went on (a new user)
+    (["dataset.first_turn_only=2"], "dataset.first_turn_only=2 is not allowed; dataset.first_turn_only is true or false"),
     # a key into a list by a name: was a ValueError / TypeError traceback from OmegaConf, exit 1
     (["generation.stop_strings.x=1"], "generation.stop_strings.x=1: generation.stop_strings is a list, whose items "
                                       "are numbered from 0; give the whole list (generation.stop_strings=[...]) or "
