@@ -293,9 +293,18 @@ def append_line(path: Path, record: dict) -> None:
 
 
 def first_line(record: dict, width: int = 120) -> str:
-    """``[question id] first line of the first turn``: how the job shows an answer."""
+    """``[question id] first line of the first turn``: how the job shows an answer, on one line (an id that is not
+    one short printable line is shown as its JSON, cut to ``width``).
+
+        >>> print(first_line({"question_id": "a\\nb", "choices": [{"turns": ["Hi.\\nMore"]}]}))
+        ["a\\nb"] Hi.
+    """
     text = (record["choices"][0].get("turns") or [""])[0]
-    return f"[{record['question_id']}] {(text.strip().splitlines() or [''])[0][:width]}"
+    qid = str(record["question_id"])
+    if not qid.isprintable() or not qid or len(qid) > width:
+        qid = json.dumps(record["question_id"], ensure_ascii=False)
+        qid = qid if len(qid) <= width else qid[: width - 3] + "..."
+    return f"[{qid}] {(text.strip().splitlines() or [''])[0][:width]}"
 
 
 FORMAT = 1

@@ -186,3 +186,16 @@ def test_a_run_prints_no_loading_weights_bar(tiny_model_dir, tmp_path, capsys):
     run(cfg)
     assert "Loading weights" not in capsys.readouterr().err and are_progress_bars_disabled()
     hf_logging.enable_progress_bar()  # as it was
+
+
+@pytest.mark.parametrize("qid, shown", [
+    (81, "[81] Hello there"), ("writing-1", "[writing-1] Hello there"),
+    # a new user (2026-12-03): an id holding a newline split the line, a 100,000-character id printed 100 KB, an
+    # empty id showed as "[]"
+    ("a\nb", '["a\\nb"] Hello there'), ("", '[""] Hello there'),
+    ("x" * 200, '["' + "x" * 116 + '...] Hello there'),
+])
+def test_an_answer_is_shown_on_one_short_line(qid, shown):
+    from lp_runtime.answers import first_line
+
+    assert first_line({"question_id": qid, "choices": [{"turns": ["Hello there\nmore"]}]}) == shown
