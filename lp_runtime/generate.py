@@ -247,11 +247,17 @@ def check_unchanged(records: list, questions: list, answers_path: Path, cfg: Run
 
 def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_main: bool, *,
             answered_now: bool) -> dict:
-    """Write and print the summary (rank 0); when nothing was answered now, show the answers and keep the summary."""
+    """Write and print the summary (rank 0); when nothing was answered now, show the answers and keep the summary,
+    its counts brought up to the file's answers when a run stopped by Ctrl-C or SIGTERM added some after it."""
     summary_path, answers_path = Path(cfg.output.resolved_summary_path), Path(cfg.output.path)
     if not is_main:
         return summary
     if not answered_now and summary_path.exists():
+        kept = json.loads(summary_path.read_text(encoding="utf-8"))
+        stale = kept.get("num_questions") != summary["num_questions"]
+        if stale:  # counted from the file now; the answering runs' entries (auto_decoding, LP bytes) stay
+            kept = {**kept, **summary}
+            answers.write_json(summary_path, kept)
         print(f"already answered in {answers_path}:")
         asked = {str(q.question_id) for q in questions}
         for record in records:
@@ -260,8 +266,8 @@ def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_ma
         which = "of the dataset" if cfg.dataset.limit is None else f"asked (dataset.limit={cfg.dataset.limit})"
         every = "the 1 question {} is" if len(questions) == 1 else f"all {len(questions)} questions {{}} are"
         print(f"{every.format(which)} already in {answers_path}; nothing to do "
-              f"(summary kept: {summary_path})")
-        return json.loads(summary_path.read_text(encoding="utf-8"))
+              f"(summary {'counted again from the answers' if stale else 'kept'}: {summary_path})")
+        return kept
     answers.write_json(summary_path, summary)
     shown = {k: v for k, v in summary.items() if k not in ("config", "versions", "settings")}
     if "auto_decoding" in shown:  # its latency curve shortened: the file keeps it whole

@@ -282,6 +282,16 @@ def test_rerun_shows_the_answers_already_there(tmp_path, tiny_model_dir, capsys)
                      *[f"[{i}] {(t.strip().splitlines() or [''])[0][:120]}" for i, t in enumerate(texts)],
                      f"all 2 questions of the dataset are already in {out}; nothing to do (summary kept: "
                      f"{tmp_path / 'answers.summary.json'})"]
+    # a summary a Ctrl-C left behind (it counts 1 of the 2 answers): a run with nothing to do counts it again from the
+    # answers (a new user: a later run that answered nothing kept the stale summary), keeping the other entries
+    path = tmp_path / "answers.summary.json"
+    whole = json.loads(path.read_text())
+    path.write_text(json.dumps({**whole, "num_questions": 1, "new_tokens": 1, "note": "kept"}))
+    run_config(args)
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"all 2 questions of the dataset are already in {out}; nothing to do (summary counted again from the "
+        f"answers: {path})")
+    assert json.loads(path.read_text()) == {**whole, "note": "kept"}
 
 
 # ------------------------------------------------------------------------------ report: jobs without answers
