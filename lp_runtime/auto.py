@@ -198,8 +198,8 @@ def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: 
     lat = LatencyCurve(curve_of(profile))
     how = "cached" if profile["reused"] else f"measured now in {profile.get('measure_seconds', 0.0):.0f} s"
     if profile.get("provisional"):  # latency.model_profile: the budget stopped a busy machine's measuring
-        rounds = [{int(q): t for q, t in r.items()} for r in profile.get("rounds_s", ())]
-        how += f"; provisional, {complete_rounds(rounds)} of {ROUNDS} rounds: more at the next start"
+        done = complete_rounds(profile.get("rounds_s", ()))
+        how += f"; provisional, {done} of {ROUNDS} rounds: more at the next start"
     table = " + successor table" if d.successors_on(1) else ""
     return (f"decoding=auto: {name}, cost policy{table}, (W, N, G) <= ({d.window_size}, {d.ngram_size}, "
             f"{d.guess_set_size}), {dtype} on {profile['device']}, step latency {1e3 * lat(1):.1f} ms (q=1) / "

@@ -161,12 +161,6 @@ def _global_rows(gathered: torch.Tensor, plans, num_columns: int, num_nodes: int
     return gathered[torch.tensor([i[0] for i in index]), torch.tensor([i[1] for i in index])]
 
 
-def _global_topk(gathered: torch.Tensor, plans, num_columns: int, num_nodes: int,
-                 topk: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The top-k of every kept row in global order (``_global_rows``), or None without ``topk``."""
-    return None if topk is None else _global_rows(gathered, plans, num_columns, num_nodes)[:, 1:]
-
-
 class BusiestRankCost:
     """A step's cost under LP (``policy.StepCost``): the input tokens of its busiest rank (``max_rank_tokens``), for
     ``lp_size`` ranks and a decoder with W = ``window_size`` columns (window tokens split by column)."""

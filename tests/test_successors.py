@@ -422,7 +422,7 @@ def test_sampling_law_is_exact_on_trees_with_successor_nodes():
 
 # ------------------------------------------------------------------------------------------------ LP plan
 def test_tree_plan_splits_a_heavy_subtree_repeating_its_ancestor_chain():
-    from lp_runtime.parallel import _global_topk, max_rank_tokens, tree_plan
+    from lp_runtime.parallel import _global_rows, max_rank_tokens, tree_plan
 
     parents = [-1, 0, 1, 1, -1]  # 0 -> 1 -> {2, 3}; 4
     assert tree_plan(1, 0, 0, parents, 2) == (((), (0, 1, 2, 3)), ((), (4,)))
@@ -440,5 +440,5 @@ def test_tree_plan_splits_a_heavy_subtree_repeating_its_ancestor_chain():
         gathered[r, 0, 1:] = 100 + r
         for i, n in enumerate(nodes):
             gathered[r, 1 + i, 1:] = 10 * n + r
-    assert _global_topk(gathered, plans, 0, 5, torch.zeros(1)).tolist() == [
+    assert _global_rows(gathered, plans, 0, 5)[:, 1:].tolist() == [
         [100, 100], [1, 1], [11, 11], [20, 20], [31, 31], [42, 42]]
