@@ -117,6 +117,50 @@ class SuccessorTable:
         return self.updates, hashlib.blake2b(self.table.tobytes(), digest_size=8).hexdigest()  # hash() is salted
 
 
+class RankTables:
+    """Under LP, ``ranks`` token tables (``SuccessorTable(vocab_size, k)`` each, ``ranks`` x 4 x vocab_size x k
+    bytes: 25 MB for SmolLM2 at k = 16 and 8 ranks), read as one: a token's row interleaves the tables' rows by
+    rank (each table's best, then each table's second, ...), a repeated id kept at its first place.
+
+    At K = 8 a step writes about 600 rows, so with one table a frequent token's row is rewritten every step, mostly
+    from branches that were rejected; with a table per rank, each rank's subtree writes only its own table and the
+    K newest rows of a token, computed in different contexts, all stay candidates (docs/benchmarks.md 6d, "rank
+    tables"). Every rank writes every rank's rows (they travel in the step's all-gather), so every rank holds the
+    same tables. ``ValueError`` from ``SuccessorTable``, or for ranks < 1.
+
+        >>> t = RankTables(10, 2, ranks=2)
+        >>> t.update([3, 3, 4], [[1, 2], [5, 1], [6, 7]], owners=[0, 1, -1])   # -1: every table
+        >>> t.successors(3), t.successors(4), t.successors(9)
+        ([1, 5, 2], [6, 7], [])
+    """
+
+    def __init__(self, vocab_size: int, k: int, ranks: int) -> None:
+        if ranks < 1:
+            raise ValueError(f"RankTables(ranks={ranks}): need ranks >= 1")
+        self.tables = [SuccessorTable(vocab_size, k) for _ in range(ranks)]
+        self.k = self.tables[0].k
+
+    def update(self, tokens: Sequence[int], successors, owners: Optional[Sequence[int]] = None, *,
+               only_empty: bool = False) -> None:
+        """``SuccessorTable.update`` on the table of ``owners[i]`` for row i (-1 or no ``owners``: every table)."""
+        owners = np.asarray(owners if owners is not None else [-1] * len(tokens), dtype=np.int64).reshape(-1)
+        rows = np.asarray(successors, dtype=np.int64)
+        for r, table in enumerate(self.tables):
+            mine = np.flatnonzero((owners == r) | (owners < 0))
+            if mine.size:
+                table.update([tokens[i] for i in mine], rows[mine], only_empty=only_empty)
+
+    def successors(self, token: int, prev: int = -1) -> list[int]:
+        out: list[int] = []
+        for t in np.stack([table.table[int(token)] for table in self.tables], axis=1).ravel().tolist():
+            if t >= 0 and t not in out:
+                out.append(t)
+        return out
+
+    def state(self) -> tuple:
+        return tuple(table.state() for table in self.tables)
+
+
 class RankCalibration:
     """P(node accepted | parent accepted) per (depth, rank), learned online around a prior per rank.
 
@@ -242,6 +286,8 @@ class SuccessorProposer:
             (``prefill_topk`` = k; ``observe_prefill``); a row already computed (in an answer) is never replaced.
         lp_size, rank_budget: under LP, cut the grown tree to its longest best-first prefix whose busiest rank feeds
             at most ``rank_budget`` nodes (``cap_ranks``; None = no cap), as one process with that budget would.
+        rank_tables: under LP, one token table per rank (``RankTables``): a fed node's row goes to the table of the
+            rank ``tree_ranks`` gives it, so a token keeps up to ``lp_size`` rows from different contexts.
 
     Each step: ``propose`` grows the tree from ``c``; ``observe`` gets the accepted tokens and the step's rows
     (``step.StepRows``, every LP rank's, so every rank writes the same table), learns the calibrations from the fed
@@ -252,12 +298,13 @@ class SuccessorProposer:
 
     def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = 16,
                  width: int = 8, context: int = 1, table_when_sampling: bool = False, prefill: bool = False,
-                 lp_size: int = 1, rank_budget: Optional[int] = None) -> None:
+                 lp_size: int = 1, rank_budget: Optional[int] = None, rank_tables: bool = False) -> None:
         if budget < 0 or context not in (1, 2) or lp_size < 1 or (rank_budget is not None and rank_budget < 1):
             raise ValueError(f"SuccessorProposer(budget={budget}, context={context}, lp_size={lp_size}, "
                              f"rank_budget={rank_budget}): need a node budget >= 0, context 1 or 2, lp_size >= 1 "
                              "and rank_budget None or >= 1")
         self.lp_size, self.rank_budget = int(lp_size), rank_budget
+        self.rank_tables = bool(rank_tables) and self.lp_size > 1
         self.vocab_size, self.k, self.context = int(vocab_size), int(k), int(context)
         self.table, self.pair = self._new_tables()
         self.budget, self.suffix, self.width = int(budget), suffix, int(width)
@@ -271,6 +318,8 @@ class SuccessorProposer:
 
     def _new_tables(self) -> tuple:
         pair = SuccessorTable(self.vocab_size, self.k, context=2) if self.context == 2 else None
+        if self.rank_tables:
+            return RankTables(self.vocab_size, self.k, self.lp_size), pair
         return SuccessorTable(self.vocab_size, self.k), pair
 
     def begin(self, prompt: Sequence[int], *, do_sample: bool) -> None:
@@ -324,7 +373,12 @@ class SuccessorProposer:
         late = [0] + [row_of[n] for n in path if n in row_of]
         order = [r for r in range(1, len(rows.tokens)) if r not in set(late)] + late
         top, tokens = rows.topk.cpu().numpy()[order], [rows.tokens[r] for r in order]
-        self._table.update(tokens, top)
+        if isinstance(self._table, RankTables):  # a node's row to its rank's table; c, columns, the path: to all
+            owner, node_of = tree_ranks(self._last.tree.parents, self.lp_size), dict(enumerate(fed, first))
+            self._table.update(tokens, top, owners=[owner[node_of[r]] if r in node_of and r not in late else -1
+                                                    for r in order])
+        else:
+            self._table.update(tokens, top)
         if self._pair is not None:  # each row's context: c's previous token, a node's parent (window cells: none)
             tree = self._last.tree
             prev = [self._prev] + [-1] * (first - 1) + [tree.tokens[p] if p >= 0 else self._root
@@ -376,6 +430,22 @@ def cap_ranks(grown: GrownTree, lp_size: int, rank_budget: int) -> GrownTree:
                      grown.succ_rank[:lo], grown.pair_rank[:lo])
 
 
+def tree_ranks(parents: Sequence[int], lp_size: int) -> list[int]:
+    """The LP rank whose row of each node the merge keeps (``parallel.tree_plan`` over ``lp_size`` ranks, no window
+    columns; a node fed on several ranks: the last), for ``parents`` (int, -1 = a child of the root).
+
+        >>> tree_ranks([-1, 0, 1, -1, 3], 2)   # the chains 0-1-2 and 3-4 on one rank each
+        [0, 0, 0, 1, 1]
+    """
+    from .parallel import tree_plan  # torch: only under LP
+
+    owner = [0] * len(parents)
+    for rank, (_, nodes) in enumerate(tree_plan(0, 0, 0, parents, lp_size)):
+        for n in nodes:
+            owner[n] = rank
+    return owner
+
+
 def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
     """The nodes of ``tree`` that the accepted tokens walk from the root (siblings carry distinct tokens).
 
@@ -393,7 +463,7 @@ def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
 
 # The product's table (measured: docs/benchmarks.md 6d): the pair table, the top 16 ids of every kept row, and the
 # first 16 of a row tried per node under LP but 8 in one process (at one process's budget wider rows crowd out
-# deeper chains).
+# deeper chains); under LP one token table per rank (``RankTables``).
 TABLE_CONTEXT, TABLE_TOPK, TABLE_WIDTH, TABLE_WIDTH_ONE_PROCESS = 2, 16, 16, 8
 # A small tree (at most SMALL_TREE nodes) in one process: the token table, its top 8, and the prompt's rows at
 # prefill in its empty rows. Never under LP: a rank's prefill rows do not travel in the step's all-gather.
@@ -413,8 +483,8 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
         table: True (default) = the table whatever ``decoding.successors`` says (the bench's ``+successors``
             lever); None = as ``decoding.successors_on(lp_size)`` says (``Decoder``'s default); False = never.
         levers: ``SuccessorProposer`` arguments replacing the product's (``TABLE_*``, ``k`` at most the vocabulary,
-            ``lp_size`` = K, ``rank_budget`` = ``budget``, no prefill; ``SMALL_TABLE`` in one process with a budget
-            of at most ``SMALL_TREE`` nodes), for measurements.
+            ``lp_size`` = K, ``rank_budget`` = ``budget``, ``rank_tables`` when K > 1, no prefill; ``SMALL_TABLE``
+            in one process with a budget of at most ``SMALL_TREE`` nodes), for measurements.
 
     Plain greedy, ``decoding=paper`` and G = 0 keep ``proposers_for``'s (no suffix proposer to join). Every LP rank
     builds the same proposer, so every rank grows the same tree and holds the same table. ``ValueError`` when the
@@ -440,7 +510,7 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
                                  "(checks.vocab_size(model) gave None)")
             per_rank = p.max_nodes + 1 if budget is None else budget
             product = dict(context=TABLE_CONTEXT, k=TABLE_TOPK, lp_size=lp_size, rank_budget=per_rank, prefill=False,
-                           width=TABLE_WIDTH if lp_size > 1 else TABLE_WIDTH_ONE_PROCESS)
+                           width=TABLE_WIDTH if lp_size > 1 else TABLE_WIDTH_ONE_PROCESS, rank_tables=lp_size > 1)
             if lp_size == 1 and per_rank <= SMALL_TREE:
                 product.update(SMALL_TABLE)
             product["k"] = min(product["k"], vocab_size)

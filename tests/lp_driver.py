@@ -10,7 +10,7 @@ Run under torchrun (gloo on CPU, one thread per rank), or as ranks forked from o
 
 ``spec.json``: {"configs": [{"W": 2, "N": 3, "G": 1}, ...] (optionally with "curve" for decoding=auto, "succ": a node
 budget for the successor-table proposer, "context": its table context, 1 or 2, "prefill": its prefill rows,
-"rank_cap": [lp_size, nodes]), "prompts": [[3, 4, ...], ...], "max_new_tokens": 32,
+"rank_cap": [lp_size, nodes], "rank_tables": a table per rank of lp_size), "prompts": [[3, 4, ...], ...], "max_new_tokens": 32,
 "sampling": [optional sampling specs, see ``decode_seeds``], "compiled": optional true}. Every rank builds the same tiny random Llama (fixed
 seed), joins LP groups of ``--lp`` (world = dp x lp), and decodes its data-parallel share of the prompts (and of
 each sampling spec's seeds, on the vocab-8 model of ``build_tiny8``) with the debug consistency check on; global
@@ -98,7 +98,8 @@ def decode_grid(model, configs, prompts, max_new_tokens, lp=None, prompt_ids=Non
 
 def _succ(model, c):
     """``"succ": budget`` in a config: the successor-table proposer (issue 18) over the suffix proposer; with
-    ``"rank_cap": [lp_size, nodes]`` its tree is cut so no rank of ``lp_size`` feeds more than ``nodes`` nodes."""
+    ``"rank_cap": [lp_size, nodes]`` its tree is cut so no rank of ``lp_size`` feeds more than ``nodes`` nodes (None:
+    no cut), and with ``"rank_tables": true`` its token table is one table per rank of ``lp_size``."""
     if "succ" not in c:
         return None
     from lp_runtime.checks import vocab_size
@@ -108,7 +109,8 @@ def _succ(model, c):
     suffix = SuffixProposer(c["N"], c["G"], store=AnswerStore())
     lp_size, cap = c.get("rank_cap", (1, None))
     return [SuccessorProposer(vocab_size(model), c["succ"], suffix=suffix, context=c.get("context", 1),
-                              prefill=c.get("prefill", False), lp_size=lp_size, rank_budget=cap)]
+                              prefill=c.get("prefill", False), lp_size=lp_size, rank_budget=cap,
+                              rank_tables=c.get("rank_tables", False))]
 
 
 def decode_seeds(model, spec, lp=None, seeds=None):

@@ -286,9 +286,10 @@ AUTO_CONFIGS = [{"W": 0, "N": 4, "G": 3, "curve": KNEE, "price_lp": 2},
 # The successor-table proposer (issue 18) under LP, K = 3 and K = 2: with the debug consistency check on, every rank
 # holds the same table each step, and the top-k rows travel in the step's one all-gather. The first one fills the
 # table from the prompt's rows at prefill (which every rank computes alike) and cuts its tree so no rank of 3 feeds
-# more than 5 nodes (the same cut on every rank, whatever the real LP degree).
+# more than 5 nodes (the same cut on every rank, whatever the real LP degree); the second keeps a token table per rank
+# of 2 (the product under LP), with the pair table.
 SUCC_CONFIGS = [{"W": 0, "N": 4, "G": 2, "succ": 12, "prefill": True, "rank_cap": [3, 5]},
-                {"W": 2, "N": 3, "G": 2, "succ": 30, "context": 2}]
+                {"W": 2, "N": 3, "G": 2, "succ": 30, "context": 2, "rank_cap": [2, None], "rank_tables": True}]
 LP3_CONFIGS = CONFIGS + SUCC_CONFIGS
 DP2_CONFIGS = CONFIGS + AUTO_CONFIGS + SUCC_CONFIGS
 

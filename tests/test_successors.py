@@ -5,7 +5,8 @@ import pytest
 
 from lp_runtime.tree import CandidateTree
 from lp_runtime.step import StepRows
-from lp_runtime.successors import RankCalibration, SuccessorProposer, SuccessorTable, grow_tree
+from lp_runtime.successors import (RankCalibration, RankTables, SuccessorProposer, SuccessorTable, grow_tree,
+                                   tree_ranks)
 from fakes import lookahead
 
 
@@ -225,6 +226,27 @@ def test_proposer_prefill_rows_fill_only_empty_rows():
     assert prop._table.successors(4) == [5, 6] and prop.table.successors(4) == [9, 1]
 
 
+def test_rank_tables_keep_each_ranks_rows_apart_and_the_path_in_all():
+    prop = SuccessorProposer(20, 4, k=1, lp_size=2, rank_tables=True)
+    assert isinstance(prop.table, RankTables) and len(prop.table.tables) == 2
+    assert not SuccessorProposer(20, 4, k=1, rank_tables=True).rank_tables  # one process: one table
+    for table in prop.table.tables:
+        table.table[5], table.table[6], table.table[7] = [6], [8], [9]
+    prop.begin([1, 5], do_sample=False)
+    prop.table.tables[1].table[5] = [7]  # 5's row: [6] (rank 0's table), then [7] (rank 1's)
+    tree = prop.propose()
+    assert (tree.tokens, tree.parents) == ([6, 8, 7, 9], [-1, 0, -1, 2])
+    assert tree_ranks(tree.parents, 2) == [0, 0, 1, 1]  # the chains 6-8 and 7-9 on one rank each
+    # accepted 6 and the bonus 3: c's and node 0's rows (the path) go to both tables, node 1's to rank 0's,
+    # nodes 2's and 3's to rank 1's
+    prop.observe([6, 3], [], rows_of([5, 6, 8, 7, 9], [[11], [12], [13], [14], [15]]))
+    assert [t.successors(x) for t in prop.table.tables for x in (5, 6, 7, 8, 9)] == [
+        [11], [12], [9], [13], [], [11], [12], [14], [], [15]]
+    assert prop.table.successors(7) == [9, 14] and prop.table.successors(9) == [15]
+    with pytest.raises(ValueError, match=r"^RankTables\(ranks=0\): need ranks >= 1$"):
+        RankTables(20, 1, 0)
+
+
 @pytest.mark.parametrize("budget, context, lp, cap", [(-3, 1, 1, None), (4, 3, 1, None), (4, 1, 0, None),
                                                       (4, 1, 2, 0)])
 def test_proposer_refuses_bad_arguments(budget, context, lp, cap):
@@ -264,24 +286,24 @@ class _Ranks:  # the LP degree, as Decoder.__init__ reads a group (the decodes u
 
 
 def _table_of(proposers) -> tuple:
-    """(class, budget, rank_budget, width, context, k, prefill_topk) of a decoder's single proposer."""
+    """(class, budget, rank_budget, width, context, k, prefill_topk, rank_tables) of a decoder's single proposer."""
     (p,) = proposers
     if not isinstance(p, SuccessorProposer):
         return (type(p).__name__,)
-    return type(p).__name__, p.budget, p.rank_budget, p.width, p.context, p.k, p.prefill_topk
+    return type(p).__name__, p.budget, p.rank_budget, p.width, p.context, p.k, p.prefill_topk, p.rank_tables
 
 
 @pytest.mark.parametrize("setting, lp, expected", [
     # decoding=lookahead (0, 4, 2): one rank feeds the suffix proposer's 10-node cap + 1 = 11 tree nodes
     (dict(method="lookahead"), 1, ("SuffixProposer",)),                           # auto, one process: off
-    (dict(method="lookahead"), 2, ("SuccessorProposer", 22, 11, 16, 2, 16, 0)),   # auto under LP: K x 11 nodes
-    (dict(method="lookahead"), 8, ("SuccessorProposer", 88, 11, 16, 2, 16, 0)),
+    (dict(method="lookahead"), 2, ("SuccessorProposer", 22, 11, 16, 2, 16, 0, True)),  # auto under LP: K x 11 nodes
+    (dict(method="lookahead"), 8, ("SuccessorProposer", 88, 11, 16, 2, 16, 0, True)),
     (dict(method="lookahead", successors=False), 8, ("SuffixProposer",)),
     # one process, a small tree: the token table, top 8, width 8, with the prompt's rows at prefill
-    (dict(method="lookahead", successors=True), 1, ("SuccessorProposer", 11, 11, 8, 1, 8, 8)),
-    (dict(method="auto", window_size=0, successors=True), 1, ("SuccessorProposer", 25, 25, 8, 1, 8, 8)),
+    (dict(method="lookahead", successors=True), 1, ("SuccessorProposer", 11, 11, 8, 1, 8, 8, False)),
+    (dict(method="auto", window_size=0, successors=True), 1, ("SuccessorProposer", 25, 25, 8, 1, 8, 8, False)),
     # decoding=auto (0, 6, 4), max_depth 24: 25 nodes a rank, the cost policy feeds what pays of them
-    (dict(method="auto", window_size=0), 4, ("SuccessorProposer", 100, 25, 16, 2, 16, 0)),
+    (dict(method="auto", window_size=0), 4, ("SuccessorProposer", 100, 25, 16, 2, 16, 0, True)),
     (dict(method="auto", window_size=0), 1, ("SuffixProposer",)),
     (dict(method="paper"), 8, ("PoolProposer",)),                                 # the published algorithm
 ])
