@@ -1,4 +1,5 @@
 """Shared pytest fixtures."""
+import fcntl
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,9 +78,36 @@ def _torch_threads(request):
         yield
 
 
+@contextmanager
+def exclusive(lock: Path):
+    """Hold an exclusive ``fcntl.flock`` on the file ``lock`` (made when absent) inside: one pytest-xdist worker
+    at a time, the others wait there. For one-time work every worker would otherwise do at once."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def shared_temp(tmp_path_factory) -> Path:
+    """A temporary folder of this run that every pytest-xdist worker sees (the parent of the workers' own base
+    folders, .../pytest-N/); the base folder itself without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def smollm2():
-    """(model, tokenizer): the bundled SmolLM2-135M-Instruct, float32 on CPU (first run converts the GGUF, ~50 s)."""
+    """(model, tokenizer): the bundled SmolLM2-135M-Instruct, float32 on CPU. The first run converts the GGUF
+    (~50 s of CPU): one worker converts, under a lock in the cache folder, while the other waits for its copy
+    instead of converting too (both did on a cold cache, each on one of CI's 2 cores)."""
+    from lp_runtime import bundled
+
+    with exclusive(Path(bundled.cache_root()) / ".tests-smollm2.lock"):
+        with all_threads():
+            bundled.bundled_cache("smollm2")
     with all_threads():
         return load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
 
@@ -105,7 +133,19 @@ def smollm2_greedy(smollm2):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    """A 2-layer random Llama with SmolLM2's tokenizer (chat template included), saved as a local folder."""
+    """A 2-layer random Llama with SmolLM2's tokenizer (chat template included), saved as a local folder: built
+    once per run, by the first worker that needs it (the others wait for it, then share it; the tests only read
+    it). SmolLM2's tokenizer comes from the converted cache, else from the GGUF (~10 s of CPU on a cold cache)."""
+    out = shared_temp(tmp_path_factory) / "tiny_llama0"
+    with exclusive(out.with_suffix(".lock")):
+        if not out.is_dir():
+            build = out.with_suffix(".tmp")
+            _save_tiny_llama(build)
+            build.rename(out)  # complete or absent
+    return out
+
+
+def _save_tiny_llama(out: Path) -> None:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -117,11 +157,11 @@ def tiny_model_dir(tmp_path_factory):
     else:
         folder, gguf_file, _ = models.bundled_gguf("smollm2")
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-    torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
                          tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    out = tmp_path_factory.mktemp("tiny_llama")
-    LlamaForCausalLM(config).save_pretrained(out)
+    with torch.random.fork_rng():  # the same weights whichever worker builds it; no test's random state touched
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    model.save_pretrained(out)
     tok.save_pretrained(out)
-    return out

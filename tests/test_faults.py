@@ -37,14 +37,9 @@ SETTINGS = [DecodingConfig(method="greedy"), lookahead(window_size=2, ngram_size
 
 # ------------------------------------------------------------------------- 1. stop strings over many tokens
 @pytest.fixture(scope="module")
-def smol_tokenizer():
-    from lp_runtime import bundled
-
-    cached = Path(bundled.cache_root()) / "smollm2-135m-instruct"
-    if (cached / "tokenizer.json").is_file():
-        return AutoTokenizer.from_pretrained(cached)
-    folder, gguf_file, _ = bundled.bundled_gguf("smollm2")
-    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+def smol_tokenizer(tiny_model_dir):
+    """SmolLM2's tokenizer, as conftest's tiny model folder holds it (read from the GGUF at most once per run)."""
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 @pytest.mark.parametrize("stop", ["😀", "日本語", "नमस्ते", "Привет"])
