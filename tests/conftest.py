@@ -23,12 +23,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes the tests start r
 
 # pytest-xdist (`make test` runs 2 workers, --dist loadscope): a test module is one unit of work, so its module
 # fixtures are built once, and the two SmolLM2 modules sharing the greedy references are one unit. Units are handed
-# out heaviest first (seconds under 2 workers, results/test_time/durations_2026-12-03_n2.txt), the rest by their
-# number of tests, so no worker is left with a long module at the end. A module missing from HEAVY only runs later
-# than it could.
+# out heaviest first, the rest by their number of tests, so no worker is left with a long module at the end. The
+# order is by seconds under 2 workers on a cold cache, as CI runs (results/test_time/durations_2026-12-03_n2.txt
+# plus the one-time work: the SmolLM2 references convert the bundled GGUF, ~45 s; test_compiled's inductor test
+# compiles its kernels, ~45 s); SmolLM2 first, so its copy is there before the other modules that load it. A module
+# missing from HEAVY only runs later than it could.
 UNITS = {"tests/test_api.py": "smollm2 references", "tests/test_exactness_smollm2.py": "smollm2 references"}
-HEAVY = ["tests/test_parallel.py", "tests/test_cli.py", "tests/test_sweeps.py", "smollm2 references",
-         "tests/test_sampling.py", "tests/test_faults.py", "tests/test_compiled.py", "tests/test_bench.py",
+HEAVY = ["smollm2 references", "tests/test_parallel.py", "tests/test_cli.py", "tests/test_compiled.py",
+         "tests/test_sweeps.py", "tests/test_sampling.py", "tests/test_faults.py", "tests/test_bench.py",
          "tests/test_lp_auto.py", "tests/test_input_checks.py", "tests/test_successors.py",
          "tests/test_tree_decoding.py", "tests/test_auto.py", "tests/test_exactness_tiny.py", "tests/test_models.py"]
 
