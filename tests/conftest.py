@@ -101,13 +101,13 @@ def shared_temp(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def smollm2():
+def smollm2(tmp_path_factory):
     """(model, tokenizer): the bundled SmolLM2-135M-Instruct, float32 on CPU. The first run converts the GGUF
-    (~50 s of CPU): one worker converts, under a lock in the cache folder, while the other waits for its copy
-    instead of converting too (both did on a cold cache, each on one of CI's 2 cores)."""
+    (~45 s of CPU): one worker converts, under a lock of this run, while the other waits for its copy instead of
+    converting too (both could, on a cold cache, each on one of CI's 2 cores)."""
     from lp_runtime import bundled
 
-    with exclusive(Path(bundled.cache_root()) / ".tests-smollm2.lock"):
+    with exclusive(shared_temp(tmp_path_factory) / "smollm2.lock"):
         with all_threads():
             bundled.bundled_cache("smollm2")
     with all_threads():
