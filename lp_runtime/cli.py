@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from lp_runtime import answers, data
-from lp_runtime.config import ConfigError, ModelOutputError, not_a_setting
+from lp_runtime.config import ConfigError, ModelOutputError, PeerFailure, not_a_setting
 
 # An absolute path: "../conf" would resolve as the Python module `conf` under `python -m`, found only when the
 # launch directory is the repository root.
@@ -257,6 +257,10 @@ def main(app: Callable[[], None], *, interrupted: str,
             sys.exit(143 if isinstance(e, Terminated) or _SIGNALS[-1:] == [signal.SIGTERM] else 130)
         if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)) or list_by_name(e):
             fail(e)
+        if isinstance(e, PeerFailure):  # a rank died or hung: this rank's line, not a traceback per rank
+            print(f"error: {e}; the answers written so far are complete: re-run the same command to resume",
+                  file=sys.stderr, flush=True)
+            sys.exit(1)
         if isinstance(e, OSError) and e.filename is not None:  # the job's own are caught in hydra_app: Hydra's folders
             print(f"error: cannot make the run folder {e.filename}: {e.strerror} (set by hydra.run.dir, or "
                   "hydra.sweep.dir with -m; the launch scripts' RUN_DIR)", file=sys.stderr)

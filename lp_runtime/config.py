@@ -288,6 +288,14 @@ class DatasetConfig:
         _check(self.limit is None or self.limit >= 1, f"dataset.limit={self.limit} is not allowed; it must be >= 1")
 
 
+class PeerFailure(RuntimeError):
+    """A collective that did not complete on this rank (``distributed``): a peer rank died, or did not reach it
+    within ``parallel.timeout_s`` seconds. The CLI ends the run with its one line (``cli.main``), exit 1."""
+
+
+MAX_TIMEOUT_S = 604800  # parallel.timeout_s: a collective's timeout must fit torch.distributed's (a week)
+
+
 @dataclass
 class ParallelConfig:
     """Lookahead parallelism (paper section 3.4): LP degree ``lp`` ranks share each step; world = dp x lp."""
@@ -301,7 +309,8 @@ class ParallelConfig:
         _check(self.lp >= 1, f"parallel.lp={self.lp} is not allowed; it must be >= 1")
         allowed = ("auto", "gloo", "nccl")
         _check(self.backend in allowed, f"parallel.backend={self.backend!r} is not allowed; use one of {', '.join(allowed)}")
-        _check(self.timeout_s > 0, f"parallel.timeout_s={self.timeout_s} is not allowed; it must be > 0")
+        _check(0 < self.timeout_s <= MAX_TIMEOUT_S, f"parallel.timeout_s={self.timeout_s} is not allowed; it must be "
+               f"a number of seconds > 0 and <= {MAX_TIMEOUT_S} (a week)")
 
 
 @dataclass

@@ -22,7 +22,7 @@ import torch.distributed as dist
 # torn down at interpreter exit and sometimes abort a finished rank (SIGABRT).
 import torch.distributed.nn.functional  # noqa: F401,E402
 
-from .config import ConfigError
+from .config import ConfigError, PeerFailure
 
 
 @dataclass(frozen=True)
@@ -148,9 +148,10 @@ def make_groups(lp: int):
     return mine, dp_rank, dp_size, lp_rank
 
 
-def _fail(what: str, err: Exception) -> RuntimeError:
-    return RuntimeError(f"rank {rank()}: {what} failed (a peer rank died, or did not reach it within the "
-                        f"{_STATE['timeout_s']} s timeout parallel.timeout_s): {type(err).__name__}: {err}")
+def _fail(what: str, err: Exception) -> PeerFailure:
+    first = (str(err).strip().splitlines() or [""])[0]
+    return PeerFailure(f"rank {rank()}: {what} failed (a peer rank died, or did not reach it within the "
+                       f"{_STATE['timeout_s']} s timeout parallel.timeout_s): {type(err).__name__}: {first}")
 
 
 # torch >= 2.12 renames all_gather_into_tensor (same signature) and warns on the old name.

@@ -560,6 +560,9 @@ QUOTE_HINT = (" (every override is key=value; quote one whose value holds spaces
 BAD_CONFIGS = [
     (["decoding.window_size=-1"], "decoding.window_size=-1 is negative; W must be >= 0"),
     (["decoding.ngram_size=1"], "decoding.ngram_size=1 is too small; N must be >= 2"),
+    # inf passed the check and crashed every rank in timedelta() under torchrun (a new user, 2026-12-03)
+    (["parallel.timeout_s=inf"], "parallel.timeout_s=inf is not allowed; it must be a number of seconds > 0 and "
+                                 "<= 604800 (a week)"),
     (["generation.max_new_tokens=abc"], "Error merging override generation.max_new_tokens=abc: "
                                         "Value 'abc' of type 'str' could not be converted to Integer"),
     # a key no setting has, without +: was Hydra's "Could not override ... not in 'DecodingConfig'", no keys listed
@@ -1137,6 +1140,28 @@ def test_an_interrupt_a_library_turns_into_another_error_still_ends_the_run_as_a
                           capture_output=True, text=True, timeout=60,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert (proc.returncode, proc.stderr.splitlines()) == (code, ["interrupted; re-run to resume"]), proc.stderr
+
+
+PEER_FAILS = """
+from lp_runtime import cli
+from lp_runtime.config import PeerFailure
+
+def app():
+    raise PeerFailure("rank 0: all_gather failed (a peer rank died, or did not reach it within the 15.0 s timeout "
+                      "parallel.timeout_s): DistBackendError: Timed out waiting 15000ms")
+
+cli.main(app, interrupted="interrupted; re-run to resume")
+"""
+
+
+def test_a_dead_or_hung_peer_rank_is_one_error_line_and_exit_1():
+    """A rank stopped (kill -STOP) under torchrun: rank 0's all-gather timed out and every rank printed a
+    60-line traceback, the message inside it (a new user, 2026-12-03). Now the rank's one line and exit 1."""
+    proc = subprocess.run([PY, "-c", PEER_FAILS], env=ENV, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr.splitlines()) == (1, [
+        "error: rank 0: all_gather failed (a peer rank died, or did not reach it within the 15.0 s timeout "
+        "parallel.timeout_s): DistBackendError: Timed out waiting 15000ms; the answers written so far are complete: "
+        "re-run the same command to resume"]), proc.stderr
 
 
 def test_a_later_turn_that_the_earlier_answers_push_past_the_context_says_so(tmp_path, tiny_model_dir):
