@@ -169,7 +169,8 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
         with_table = calibrated(table)
         if with_table["expected_speedup"] >= TABLE_MARGIN * calib["expected_speedup"]:
             decoding, calib = table, with_table
-    print(_start_line(model_name or model_id_of(model), decoding, dtype_name(model), profile, calib), flush=True)
+    print(_start_line(model_name or model_id_of(model), decoding, dtype_name(model), profile, calib, lp_size),
+          flush=True)
     entry = {"chosen": asdict(decoding), "expected_speedup": calib["expected_speedup"], "calibration": calib,
              "profile": profile["path"], "reused_profile": profile["reused"], "latency_s": profile["latency_s"]}
     return decoding, entry
@@ -193,14 +194,15 @@ SLOWER_ADVICE = ("; below 1x, lookahead is not expected to pay here: decoding=gr
                  "was busy while its profile was measured, LP_RUNTIME_RETUNE=1 measures it again")
 
 
-def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: dict) -> str:
-    """``resolve_auto``'s line; an expected speedup that shows as below 1.00x ends with ``SLOWER_ADVICE``."""
+def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: dict, lp_size: int = 1) -> str:
+    """``resolve_auto``'s line; an expected speedup that shows as below 1.00x ends with ``SLOWER_ADVICE``; under
+    LP (``lp_size`` > 1) the table shows as on whenever ``decoding.successors`` turns it on there."""
     lat = LatencyCurve(curve_of(profile))
     how = "cached" if profile["reused"] else f"measured now in {profile.get('measure_seconds', 0.0):.0f} s"
     if profile.get("provisional"):  # latency.model_profile: the budget stopped a busy machine's measuring
         done = complete_rounds(profile.get("rounds_s", ()))
         how += f"; provisional, {done} of {ROUNDS} rounds: more at the next start"
-    table = " + successor table" if d.successors_on(1) else ""
+    table = " + successor table" if d.successors_on(lp_size) else ""
     return (f"decoding=auto: {name}, cost policy{table}, (W, N, G) <= ({d.window_size}, {d.ngram_size}, "
             f"{d.guess_set_size}), {dtype} on {profile['device']}, step latency {1e3 * lat(1):.1f} ms (q=1) / "
             f"{1e3 * lat(8):.1f} ms (q=8); expected speedup over greedy {calib['expected_speedup']:.2f}x (per "

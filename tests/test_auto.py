@@ -213,6 +213,7 @@ def test_auto_tries_the_successor_table_in_one_process_and_keeps_it_when_faster(
     d, _ = auto.resolve_auto(model, tok, limits, make_decoder=make_decoder, fallback_questions=fallback,
                              max_new_tokens=4, progress=False, lp_size=2)
     assert made == [] and d.successors == "auto" and d.successors_on(2)  # the first call's calibration is reused
+    assert " + successor table, (W, N, G)" in capsys.readouterr().out  # on under LP: the line says so
 
 
 @pytest.mark.parametrize("speedup, advice", [(0.9659862992215469, True), (0.994, True), (0.996, False), (1.34, False)])
