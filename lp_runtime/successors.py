@@ -139,6 +139,9 @@ class RankTables:
             raise ValueError(f"RankTables(ranks={ranks}): need ranks >= 1")
         self.tables = [SuccessorTable(vocab_size, k) for _ in range(ranks)]
         self.k = self.tables[0].k
+        self.rows = np.stack([t.table for t in self.tables], axis=1)  # (vocab, ranks, k); each table's is a view
+        for r, t in enumerate(self.tables):
+            t.table = self.rows[:, r]
 
     def update(self, tokens: Sequence[int], successors, owners: Optional[Sequence[int]] = None, *,
                only_empty: bool = False) -> None:
@@ -151,11 +154,7 @@ class RankTables:
                 table.update([tokens[i] for i in mine], rows[mine], only_empty=only_empty)
 
     def successors(self, token: int, prev: int = -1) -> list[int]:
-        out: list[int] = []
-        for t in np.stack([table.table[int(token)] for table in self.tables], axis=1).ravel().tolist():
-            if t >= 0 and t not in out:
-                out.append(t)
-        return out
+        return [t for t in dict.fromkeys(self.rows[int(token)].T.ravel().tolist()) if t >= 0]
 
     def state(self) -> tuple:
         return tuple(table.state() for table in self.tables)
@@ -371,11 +370,12 @@ class SuccessorProposer:
         first = len(rows.tokens) - len(fed)  # rows: c, window columns, then one per fed node
         row_of = {n: first + i for i, n in enumerate(fed)}
         late = [0] + [row_of[n] for n in path if n in row_of]
-        order = [r for r in range(1, len(rows.tokens)) if r not in set(late)] + late
+        last = set(late)
+        order = [r for r in range(1, len(rows.tokens)) if r not in last] + late
         top, tokens = rows.topk.cpu().numpy()[order], [rows.tokens[r] for r in order]
         if isinstance(self._table, RankTables):  # a node's row to its rank's table; c, columns, the path: to all
             owner, node_of = tree_ranks(self._last.tree.parents, self.lp_size), dict(enumerate(fed, first))
-            self._table.update(tokens, top, owners=[owner[node_of[r]] if r in node_of and r not in late else -1
+            self._table.update(tokens, top, owners=[owner[node_of[r]] if r in node_of and r not in last else -1
                                                     for r in order])
         else:
             self._table.update(tokens, top)
