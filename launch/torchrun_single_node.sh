@@ -8,8 +8,9 @@
 # A sweep (-m) is refused: every rank would run the whole sweep (sweep with hydra/launcher=lp_local instead).
 # Ctrl-C: torchrun passes it to the ranks, rank 0 prints one "interrupted; ..." line, exit 130 (SIGTERM to the
 # process group, e.g. timeout: the same line, exit 143; a SIGTERM to this script alone ends only it); a bad setting:
-# the first rank's "error: ..." line, exit 2. What torchrun prints then (its warnings, a traceback and a failure
-# report) and the other ranks' copies of the error line are dropped by launch/until_interrupted.py.
+# the first rank's "error: ..." line, exit 2; a rank killed by a signal (kill -9, out of memory): one line naming
+# it, exit 1. What torchrun prints then (its warnings, a traceback and a failure report) and the other ranks'
+# copies of the error line are replaced by launch/until_interrupted.py.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 for arg in "$@"; do

@@ -1,10 +1,20 @@
-"""Copy stdin (torchrun's stderr, with its ranks') to stderr up to the end of the first line that starts with
-``interrupted; `` -- the line rank 0 prints on Ctrl-C -- or with ``error: `` -- the line every rank prints for a
-bad setting --, then drop the rest and exit 130 (interrupted) or 2 (error); exit 0 at the end of the input when
-no such line came. Also drops torchrun's own lines about Ctrl-C, "death signal, shutting down workers" and
-"Sending process N closing signal SIGINT" (or SIGTERM; they can come before rank 0's line): after Ctrl-C, or a
-rank's exit on a bad setting, torchrun stops its ranks, then prints a traceback and a failure report (the part
-dropped), and every other rank prints the same error line.
+"""Copy stdin (torchrun's stderr, with its ranks') to stderr up to the line that ends the run, then replace the
+rest (torchrun's traceback and failure report, the other ranks' copies of the line) with at most one line.
+
+The line that ends the run starts with ``interrupted; `` (rank 0, on Ctrl-C or SIGTERM) or ``error: `` (every
+rank, for a bad setting or a dead peer), or it is torchrun's own ``failed (exitcode: ...)`` line (a rank died
+without a line of its own). At the end of the input the rest is read for torchrun's report, and:
+
+- a rank killed by a signal other than SIGINT / SIGTERM (``kill -9``, the kernel's out-of-memory killer, a
+  segmentation fault) is named in one ``error: rank R was killed by signal ...`` line, exit 1 -- the survivors'
+  line (torchrun stopped them with SIGTERM, or their collective failed) is a consequence and is dropped;
+- otherwise the held line is shown; exit 130 after ``interrupted; ``; after ``error: `` the failed rank's exit
+  code (2 for a bad setting, 1 for a dead peer; 2 when torchrun's report names none);
+- torchrun's own line with no rank line before it: one ``error: rank R exited with code X`` line, exit 1.
+
+Exit 0 at the end of the input when no such line came. Also drops torchrun's own lines about Ctrl-C, "death
+signal, shutting down workers" and "Sending process N closing signal SIGINT" (or SIGTERM; they can come before
+rank 0's line).
 
 Used by ``launch/torchrun_single_node.sh``, which starts it with Ctrl-C and SIGTERM ignored, so that a SIGTERM sent
 to the whole process group (``timeout``, ``kill -TERM -- -PGID``, which end the script at once with 143) still
@@ -12,11 +22,47 @@ finds it there to pass on rank 0's line. Whole lines are passed on as they come;
 progress bar redrawn with carriage returns) once the input pauses for 50 ms.
 """
 import os
+import re
 import select
+import signal
 import sys
 
 LAST_LINES = {b"interrupted; ": 130, b"error: ": 2}  # how a line starts -> this filter's exit code
+TORCHRUN_FAILED = re.compile(rb"\] failed \(exitcode: -?\d+\) local_rank: \d+")
 DROP = (b"death signal, shutting down workers", b"closing signal SIGINT", b"closing signal SIGTERM")
+RESUME = "the answers written so far are complete: re-run the same command to resume"
+
+
+def root_cause(report: bytes) -> tuple[int, int] | None:
+    """(rank, exit code) of torchrun's "Root Cause (first observed failure)" (else its first failure), from its
+    ChildFailedError report; None when the report names no rank. A negative exit code is a signal's number."""
+    report = report.split(b"Root Cause", 1)[-1]
+    found = re.search(rb"rank +: (\d+) \(local_rank.*\n +exitcode +: (-?\d+)", report)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def verdict(held: bytes, code: int, rest: bytes) -> tuple[bytes, int]:
+    """The line to show and this filter's exit code, given the held line (empty: torchrun's own line came
+    first), its exit code and the rest of the input."""
+    cause = root_cause(rest)
+    if cause is not None and cause[1] < 0 and -cause[1] not in (signal.SIGINT, signal.SIGTERM):
+        rank, number = cause[0], -cause[1]
+        why = "SIGKILL: kill -9, or the kernel's out-of-memory killer" if number == 9 else signal_name(number)
+        return (f"error: rank {rank} was killed by signal {number} ({why}) and torchrun stopped the other ranks; "
+                f"{RESUME}\n").encode(), 1
+    if not held:
+        rank, exit_code = cause if cause is not None else ("?", "?")
+        return f"error: rank {rank} exited with code {exit_code} (its output is above); {RESUME}\n".encode(), 1
+    if code == 2 and cause is not None and cause[1] > 0:
+        code = cause[1]
+    return held, code
 
 
 def main() -> int:
@@ -32,15 +78,22 @@ def main() -> int:
             buf = b""
             continue
         *lines, buf = (buf + chunk).split(b"\n")
-        for line in lines:
+        for i, line in enumerate(lines):
             if any(d in line for d in DROP):
                 continue
-            os.write(2, line + b"\n")
-            code = next((c for start, c in LAST_LINES.items() if line.split(b"\r")[-1].startswith(start)), None)
-            if code is not None:
-                while os.read(0, 65536):  # drop the rest; let the writers finish
-                    pass
-                return code
+            last = line.split(b"\r")[-1]
+            code = next((c for start, c in LAST_LINES.items() if last.startswith(start)), None)
+            if code is None and not TORCHRUN_FAILED.search(line):
+                os.write(2, line + b"\n")
+                continue
+            if code is not None and line != last:  # the progress bar drawn before the line, on the same line
+                os.write(2, line[:len(line) - len(last)])
+            rest = [b"\n".join(lines[i:]), buf]
+            while chunk := os.read(0, 65536):  # the rest: let the writers finish, keep it for torchrun's report
+                rest.append(chunk)
+            shown, exit_code = verdict(last + b"\n" if code is not None else b"", code or 1, b"".join(rest))
+            os.write(2, shown)
+            return exit_code
 
 
 if __name__ == "__main__":

@@ -142,6 +142,13 @@ def fail(e: BaseException) -> NoReturn:
     sys.exit(2)
 
 
+def peer_failed(e: PeerFailure) -> NoReturn:
+    """A rank died or hung: this rank's ``error:`` line (not a traceback per rank) and the resume hint, exit 1."""
+    print(f"error: {e}; the answers written so far are complete: re-run the same command to resume",
+          file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 def is_rank0() -> bool:
     """True unless this process is a torchrun / Slurm rank other than 0 (for lines every rank would print)."""
     return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
@@ -200,6 +207,8 @@ def hydra_app(config_name: str, job: Callable[[DictConfig], None]) -> Callable[[
         try:
             job(dict_cfg)
         except Exception as e:
+            if isinstance(e, PeerFailure) and not interrupted():
+                peer_failed(e)  # here, or Hydra prints "Error executing job with overrides: [...]" above the line
             if not is_bad_input(e) or interrupted():
                 raise
             remove_refused_run_dir()  # README: a refused setting leaves no new file or folder
@@ -257,10 +266,8 @@ def main(app: Callable[[], None], *, interrupted: str,
             sys.exit(143 if isinstance(e, Terminated) or _SIGNALS[-1:] == [signal.SIGTERM] else 130)
         if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)) or list_by_name(e):
             fail(e)
-        if isinstance(e, PeerFailure):  # a rank died or hung: this rank's line, not a traceback per rank
-            print(f"error: {e}; the answers written so far are complete: re-run the same command to resume",
-                  file=sys.stderr, flush=True)
-            sys.exit(1)
+        if isinstance(e, PeerFailure):
+            peer_failed(e)
         if isinstance(e, OSError) and e.filename is not None:  # the job's own are caught in hydra_app: Hydra's folders
             print(f"error: cannot make the run folder {e.filename}: {e.strerror} (set by hydra.run.dir, or "
                   "hydra.sweep.dir with -m; the launch scripts' RUN_DIR)", file=sys.stderr)

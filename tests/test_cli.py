@@ -475,6 +475,52 @@ def test_ctrl_c_under_torchrun_shows_only_rank0s_line():
         "questions:   3%|3         | 2/60 [00:01<00:23,  2.49q/s]", INTERRUPTED, ""]
 
 
+# What torchrun 2.13 printed (gloo, 2 ranks, 2026-12-03) after rank 1 was killed with SIGKILL mid-run, from its
+# "failed" line on; it stopped rank 0 with SIGTERM.
+KILLED_REPORT = "\n".join([
+    "E1203 14:44:40.838000 1932 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) "
+    "local_rank: 1 (pid: 1943) of binary: /work/main/.venv/bin/python",
+    "Traceback (most recent call last):", '  File "/work/main/.venv/bin/torchrun", line 8, in <module>',
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 54, "lp_runtime.generate FAILED",
+    "-" * 54, "Failures:", "[1]:", "  time      : 2026-12-03_14:44:40", "  host      : localhost",
+    "  rank      : 0 (local_rank: 0)", "  exitcode  : -15 (pid: 1942)  (SIGTERM)", "  error_file: <N/A>",
+    "  traceback : Signal 15 (SIGTERM) received by PID 1942", "-" * 54, "Root Cause (first observed failure):",
+    "[0]:", "  time      : 2026-12-03_14:44:40", "  host      : localhost", "  rank      : 1 (local_rank: 1)",
+    "  exitcode  : -9 (pid: 1943)  (SIGKILL)", "  error_file: <N/A>",
+    "  traceback : Signal 9 (SIGKILL) received by PID 1943", "=" * 54, ""])
+RESUME = "the answers written so far are complete: re-run the same command to resume"
+PEER_LINE = ("error: rank 0: all_gather failed (a peer rank died, or did not reach it within the 120.0 s timeout "
+             "parallel.timeout_s): RuntimeError: Connection reset by peer; " + RESUME)
+KILLED_LINE = ("error: rank 1 was killed by signal 9 (SIGKILL: kill -9, or the kernel's out-of-memory killer) and "
+               "torchrun stopped the other ranks; " + RESUME)
+
+
+@pytest.mark.parametrize("before", [
+    "",  # torchrun saw the death first and stopped rank 0 before it printed anything
+    INTERRUPTED + "\n",  # rank 0 took torchrun's SIGTERM for an interrupt (was shown, with exit 130: a new user)
+    PEER_LINE + "\n" + PEER_LINE.replace("rank 0", "rank 1") + "\n",  # rank 0's all-gather failed first
+])
+def test_a_rank_killed_by_a_signal_is_named_in_one_line_and_exit_1(before):
+    """A rank killed with SIGKILL mid-run under torchrun (a new user, 2026-12-03): whatever the survivors printed,
+    the one line names the killed rank and its signal, from torchrun's report, exit 1."""
+    torchrun = "questions:   3%|3         | 2/60 [00:01<00:23,  2.49q/s]\n" + before + KILLED_REPORT
+    proc = subprocess.run([PY, str(REPO / "launch" / "until_interrupted.py")], input=torchrun.encode(),
+                          capture_output=True, timeout=60)
+    assert (proc.returncode, proc.stderr.decode().splitlines()) == (
+        1, ["questions:   3%|3         | 2/60 [00:01<00:23,  2.49q/s]", KILLED_LINE])
+
+
+def test_a_dead_peers_line_keeps_its_exit_code_and_a_silent_failure_gets_one_line():
+    """The filter passes a rank's own ``error:`` line with that rank's exit code (1: a dead or hung peer; 2 is a
+    bad setting); a rank that exited with an error and no line of its own (its output above) gets one line."""
+    report = KILLED_REPORT.replace("-9 (pid: 1943)  (SIGKILL)", "1 (pid: 1943)").replace("exitcode: -9", "exitcode: 1")
+    for before, expected in ((PEER_LINE + "\n", (1, [PEER_LINE])),
+                             ("", (1, [f"error: rank 1 exited with code 1 (its output is above); {RESUME}"]))):
+        proc = subprocess.run([PY, str(REPO / "launch" / "until_interrupted.py")], input=(before + report).encode(),
+                              capture_output=True, timeout=60)
+        assert (proc.returncode, proc.stderr.decode().splitlines()) == expected
+
+
 def test_bad_setting_under_the_torchrun_script_is_one_line_and_exit_2(tmp_path):
     """launch/torchrun_single_node.sh with a torchrun that replays what torchrun 2.13 printed for
     ``NPROC=2 ... parallel.lp=3`` (gloo, 2026-12-02; 41 lines, exit 1): one error line, exit 2."""
