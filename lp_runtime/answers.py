@@ -326,6 +326,8 @@ def run_settings(cfg: RunConfig, *, model_fingerprint: str, world_size: int) -> 
     """The compared settings of ``cfg`` (sorted dotted keys, JSON values), model.fingerprint and parallel.world_size."""
     flat = {k: v for k, v in flatten(dataclasses.asdict(cfg)).items() if k not in NOT_COMPARED}
     flat["model.fingerprint"] = model_fingerprint
+    if cfg.model.dtype != "auto":  # auto's choice is added once the model is loaded
+        flat["model.resolved_dtype"] = cfg.model.dtype
     flat["parallel.world_size"] = world_size
     return dict(sorted(flat.items()))
 
@@ -336,6 +338,10 @@ RETIRED = {"decoding.lookup": "suffix", "decoding.tree": True, "decoding.ranking
 # Every decoding setting but the method: greedy decoding reads none of them.
 GREEDY_IGNORES = tuple(f"decoding.{f.name}" for f in dataclasses.fields(DecodingConfig) if f.name != "method")
 SAME_FILE = ("dataset.path",)  # settings that name a file: compared as the file they name
+# Known once the model is loaded (what model.dtype=auto chose): compared when both sides have them; a record from
+# before them, and the check made before the model loads, skip them. Where model.dtype is auto on either side of a
+# record that has it, it decides instead of model.dtype.
+AFTER_LOAD = ("model.resolved_dtype",)
 
 
 def real_path(path: str) -> str:
@@ -356,6 +362,10 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple
     for key in sorted(set(recorded) | set(current)):
         if key in NOT_COMPARED or (key not in current and key in RETIRED and recorded[key] == RETIRED[key]):
             continue
+        if key in AFTER_LOAD and (key not in recorded or key not in current):
+            continue
+        if key == "model.dtype" and "auto" in (recorded.get(key), current.get(key)) and AFTER_LOAD[0] in recorded:
+            continue  # the dtype loaded is compared instead
         if greedy and (key in GREEDY_IGNORES or key in RETIRED):
             continue
         old = recorded.get(key, defaults.get(key, missing))
@@ -402,9 +412,11 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
     diffs = differences(recorded, current)
     if diffs:
         listed = "; ".join(f"{k}: {_as_typed(old)} in the file, {_as_typed(new)} now" for k, old, new in diffs)
+        dtype = next((old for k, old, _ in diffs if k == "model.resolved_dtype"), None)
+        how = f"model.dtype={dtype}" if dtype else "the file's settings"  # auto chose another dtype this time
         raise SettingsMismatchError(
-            f"{answers_path} was made with other settings ({settings_path}): {listed}; re-run with the file's "
-            f"settings to resume it, or write to a new output path ({hint})")
+            f"{answers_path} was made with other settings ({settings_path}): {listed}; re-run with {how} "
+            f"to resume it, or write to a new output path ({hint})")
 
 
 def write_settings(settings_path: Path, current: dict[str, Any]) -> None:

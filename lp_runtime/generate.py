@@ -146,6 +146,10 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     _weight_bars_off(downloads=cfg.progress and is_main)
     model, tokenizer = models.load_model(cfg.model, progress=cfg.progress and is_main)  # the GGUF conversion's bar
     current["model.fingerprint"] = fingerprint = models.model_fingerprint(cfg.model)  # a download may fill it
+    # model.dtype=auto's choice can differ between runs (a machine under load, two sweep jobs timing at once): a
+    # resumed file keeps one dtype
+    current["model.resolved_dtype"] = str(model.dtype).removeprefix("torch.")
+    answers.check_settings(Path(cfg.output.path), Path(cfg.output.resolved_settings_path), current, _sweep_hint())
     label = models.model_label(cfg.model, fingerprint)
     models.check_limits(model, cfg.decoding, cfg.sampling, cfg.generation)  # ids in the vocabulary, a step fits
     check_prompts(model, tokenizer, todo, cfg.generation.max_new_tokens)

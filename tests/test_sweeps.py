@@ -136,6 +136,48 @@ def _cfg(model_dir: Path, tmp: Path, **decoding) -> RunConfig:
     )
 
 
+def test_a_resume_where_dtype_auto_chooses_another_dtype_is_refused(tiny_model_dir, tmp_path, monkeypatch):
+    """model.dtype=auto in two sweep jobs timed at once on a loaded machine chose bfloat16 in one and float32 in
+    the other, and the settings recorded "auto" only: a resume could mix dtypes in one answers file (a new user,
+    2026-12-03). The loaded dtype is recorded and compared once the model is loaded; nothing is written."""
+    from lp_runtime import latency
+    from lp_runtime.generate import run
+
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path / "cache"))
+    cfg = _cfg(tiny_model_dir, tmp_path)
+    cfg.model.dtype = "auto"
+    record = Path(latency.profile_path(models.model_id(cfg.model), latency.device_key(torch.device("cpu")),
+                                       "dtype-auto"))
+    record.parent.mkdir(parents=True)
+
+    def timed(float32_s: float, bfloat16_s: float) -> None:  # what the jobs measured, as choose_dtype caches it
+        record.write_text(json.dumps({"step_s": {"float32": float32_s, "bfloat16": bfloat16_s},
+                                      "method": f"interleaved-{models.DTYPE_ROUNDS}"}))
+
+    timed(0.090, 0.030)
+    run(cfg)
+    out = tmp_path / "out"
+    settings = json.loads((out / "answers.settings.json").read_text())["settings"]
+    assert (settings["model.dtype"], settings["model.resolved_dtype"]) == ("auto", "bfloat16")
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    timed(0.030, 0.090)
+    cfg.dataset.limit = None
+    with pytest.raises(answers.SettingsMismatchError) as e:
+        run(cfg)
+    assert str(e.value) == (
+        f"{out / 'answers.jsonl'} was made with other settings ({out / 'answers.settings.json'}): "
+        "model.resolved_dtype: 'bfloat16' in the file, 'float32' now; re-run with model.dtype=bfloat16 to resume "
+        f"it, or write to a new output path (output.path={out / 'answers-2.jsonl'})")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+    cfg.model.dtype = "bfloat16"  # as the message says: resumes
+    assert run(cfg)["num_questions"] == 2 and len((out / "answers.jsonl").read_text().splitlines()) == 2
+    cfg.model.dtype = "float32"  # refused before the model loads
+    cfg.model.path = "/nonexistent"
+    with pytest.raises(answers.SettingsMismatchError, match="model.resolved_dtype: 'bfloat16' in the file, "
+                                                            "'float32' now; re-run with model.dtype=bfloat16"):
+        run(cfg)
+
+
 def test_changed_settings_refuse_before_loading_and_same_settings_resume(tiny_model_dir, tmp_path):
     from lp_runtime.generate import run
 
