@@ -241,6 +241,13 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     out = GrownTree()
     heap: list = []
     counter = 0
+    memo: dict = {}  # (depth, rank) -> succ_cal's estimate: fixed while the tree grows (600+ nodes under LP)
+
+    def succ_estimate(depth: int, rank) -> float:
+        p = memo.get((depth, rank))
+        if p is None:
+            p = memo[depth, rank] = succ_cal.estimate(depth, rank)
+        return p
 
     def push(parent: int, token: int, prev: int, depth: int, path_p: float, s_node: int) -> None:
         nonlocal counter
@@ -253,7 +260,7 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
                 cand.setdefault(t, [0.0, -1, None, None, None])[3 + i] = rank
         for t, c in cand.items():
             if c[3] is not None or c[4] is not None:
-                c[0] = max(c[0], succ_cal.estimate(depth, c[3] if pair is None else (c[3], c[4])))
+                c[0] = max(c[0], succ_estimate(depth, c[3] if pair is None else (c[3], c[4])))
             heapq.heappush(heap, (-path_p * c[0], counter, t, parent, depth, c))
             counter += 1
 
