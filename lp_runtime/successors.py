@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -30,6 +31,7 @@ from .policy import AcceptanceCalibration
 
 # Prior P(accepted | parent accepted) of the table's successor of each rank (rank 0 = the row's argmax).
 SUCC_PRIOR = (0.45, 0.15, 0.08, 0.05, 0.04, 0.03, 0.02, 0.02)
+PRUNE_EVERY = 64  # grow_tree: nodes taken between two updates of its pruning bound
 JOINT_RANKS = 4  # ranks 0..3 of each table calibrate apart in a joint (token table, pair table) estimate
 
 
@@ -106,11 +108,12 @@ class SuccessorTable:
         if self.keys is not None:
             if prev < 0:
                 return []
-            slot, key = self._slots(np.array([token], dtype=np.int64), np.array([prev], dtype=np.int64))
-            if self.keys[slot[0]] != key[0]:
+            key = int(prev) * self.vocab + int(token)  # _slots' hash of one pair, in Python ints (mod 2^64)
+            slot = ((key * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) >> int(self._shift)
+            if self.keys[slot] != key:
                 return []
-            token = int(slot[0])
-        return [int(t) for t in self.table[int(token)] if t >= 0]
+            token = slot
+        return [t for t in self.table[int(token)].tolist() if t >= 0]
 
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check): updates and a digest of the table."""
@@ -139,9 +142,10 @@ class RankTables:
             raise ValueError(f"RankTables(ranks={ranks}): need ranks >= 1")
         self.tables = [SuccessorTable(vocab_size, k) for _ in range(ranks)]
         self.k = self.tables[0].k
-        self.rows = np.stack([t.table for t in self.tables], axis=1)  # (vocab, ranks, k); each table's is a view
+        # (vocab, k, ranks): a token's row, read in the interleaved order, is contiguous; each table's is a view
+        self.rows = np.stack([t.table for t in self.tables], axis=2)
         for r, t in enumerate(self.tables):
-            t.table = self.rows[:, r]
+            t.table = self.rows[:, :, r]
 
     def update(self, tokens: Sequence[int], successors, owners: Optional[Sequence[int]] = None, *,
                only_empty: bool = False) -> None:
@@ -154,7 +158,7 @@ class RankTables:
                 table.update([tokens[i] for i in mine], rows[mine], only_empty=only_empty)
 
     def successors(self, token: int, prev: int = -1) -> list[int]:
-        return [t for t in dict.fromkeys(self.rows[int(token)].T.ravel().tolist()) if t >= 0]
+        return [t for t in dict.fromkeys(self.rows[int(token)].ravel().tolist()) if t >= 0]
 
     def state(self) -> tuple:
         return tuple(table.state() for table in self.tables)
@@ -177,9 +181,9 @@ class RankCalibration:
     """
 
     def __init__(self, prior: Sequence[float] = SUCC_PRIOR, strength: float = 8.0, max_depth: int = 6) -> None:
-        if not prior or strength <= 0 or max_depth < 1:
+        if not prior or not all(0 <= p <= 1 for p in prior) or strength <= 0 or max_depth < 1:
             raise ValueError(f"RankCalibration(prior={prior}, strength={strength}, max_depth={max_depth}): need "
-                             "a non-empty prior, strength > 0 and max_depth >= 1")
+                             "a non-empty prior of probabilities in [0, 1], strength > 0 and max_depth >= 1")
         self.prior = tuple(float(p) for p in prior)
         self.strength = float(strength)
         self.max_depth = int(max_depth)
@@ -241,39 +245,56 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     out = GrownTree()
     heap: list = []
     counter = 0
-    memo: dict = {}  # (depth, rank) -> succ_cal's estimate: fixed while the tree grows (600+ nodes under LP)
-
-    def succ_estimate(depth: int, rank) -> float:
-        p = memo.get((depth, rank))
-        if p is None:
-            p = memo[depth, rank] = succ_cal.estimate(depth, rank)
-        return p
+    memo: dict = {}  # (depth up to succ_cal's last, rank, pair rank) -> its estimate: fixed while the tree grows
+    heappush = heapq.heappush
+    # Pruning that changes nothing: with R nodes left to take, a candidate whose key (-path estimate) is >= the
+    # R-th smallest key in the heap is never taken (R entries at least as good, all pushed before it, come first;
+    # that key only rises as the tree grows, so an old one stays valid). Estimates are <= 1, so no child of a node
+    # whose -path estimate is >= it is either: its row is not even read.
+    bound = math.inf
 
     def push(parent: int, token: int, prev: int, depth: int, path_p: float, s_node: int) -> None:
+        # the hot loop of a step's host time (600+ nodes under LP): plain loops, no call per candidate
         nonlocal counter
-        cand: dict[int, list] = {}  # token -> [estimate, suffix node, suffix raw, succ rank, pair rank]
-        for s in kids.get(s_node, ()) if (s_node >= 0 or parent < 0) else ():
+        if -path_p >= bound:
+            return
+        # rank in each row by token, first place kept, last rank (rows hold distinct ids: no difference)
+        first = {t: r for r, t in enumerate(table.successors(token, prev)[:width])} if table is not None else {}
+        second = {t: r for r, t in enumerate(pair.successors(token, prev)[:width])} if pair is not None else {}
+        cand: list = []  # [token, estimate, suffix node, suffix raw, succ rank, pair rank]: suffix, table, pair order
+        matched = {suffix.tokens[s]: s for s in kids.get(s_node, ())} if (s_node >= 0 or parent < 0) else {}
+        for t, s in matched.items():  # (independent chains may repeat a token: the last one's node, first place)
             raw = suffix.prob[s]
-            cand[suffix.tokens[s]] = [suffix_cal.estimate(depth, raw), s, raw, None, None]
-        for i, tab in enumerate((table, pair)):
-            for rank, t in enumerate(tab.successors(token, prev)[:width] if tab is not None else ()):
-                cand.setdefault(t, [0.0, -1, None, None, None])[3 + i] = rank
-        for t, c in cand.items():
-            if c[3] is not None or c[4] is not None:
-                c[0] = max(c[0], succ_estimate(depth, c[3] if pair is None else (c[3], c[4])))
-            heapq.heappush(heap, (-path_p * c[0], counter, t, parent, depth, c))
-            counter += 1
+            cand.append([t, suffix_cal.estimate(depth, raw), s, raw, first.pop(t, None), second.pop(t, None)])
+        cand += [[t, 0.0, -1, None, r, second.pop(t, None)] for t, r in first.items()]
+        cand += [[t, 0.0, -1, None, None, r] for t, r in second.items()]
+        level = depth if depth < succ_cal.max_depth else succ_cal.max_depth  # deeper ones share its estimates
+        for c in cand:
+            if c[4] is not None or c[5] is not None:
+                key = (level, c[4], c[5])
+                est = memo.get(key)
+                if est is None:
+                    est = memo[key] = succ_cal.estimate(depth, c[4] if pair is None else (c[4], c[5]))
+                if est > c[1]:
+                    c[1] = est
+            key = -path_p * c[1]
+            if key < bound:
+                heappush(heap, (key, counter, parent, depth, c))
+                counter += 1
 
     push(-1, root_token, root_prev, 1, 1.0, -1)
     tree = out.tree
     while heap and len(tree) < budget:
-        neg_p, _, t, parent, depth, (est, s, raw, rank, pair_rank) = heapq.heappop(heap)
+        neg_p, _, parent, depth, (t, est, s, raw, rank, pair_rank) = heapq.heappop(heap)
         node = tree.append(t, parent, est)
         out.suffix_raw.append(raw)
         out.succ_rank.append(rank)
         out.pair_rank.append(pair_rank)
         if depth < max_depth:
             push(node, t, tree.tokens[parent] if parent >= 0 else root_token, depth + 1, -neg_p, s)
+        left = budget - len(tree)
+        if len(tree) % PRUNE_EVERY == 0 and 0 < left <= len(heap):
+            bound = heapq.nsmallest(left, [e[0] for e in heap])[-1]
     return out
 
 
