@@ -5,8 +5,8 @@ import pytest
 
 from lp_runtime.tree import CandidateTree
 from lp_runtime.step import StepRows
-from lp_runtime.successors import (RankCalibration, RankTables, SuccessorProposer, SuccessorTable, grow_tree,
-                                   tree_ranks)
+from lp_runtime.successors import (PRUNE_EVERY, RankCalibration, RankTables, SuccessorProposer, SuccessorTable,
+                                   grow_tree, tree_ranks)
 from fakes import lookahead
 
 
@@ -142,6 +142,84 @@ def test_grow_takes_the_pair_tables_row_of_each_nodes_context():
     assert (g.tree.tokens, g.tree.parents) == ([7, 9, 6, 8], [-1, 0, -1, 2])
     assert (g.pair_rank, g.succ_rank) == ([0, 0, None, None], [None, None, 0, 0])
     assert grow_tree(5, None, None, 4, pair=pair, root_prev=3).tree.tokens == []  # (3, 5) never computed
+
+
+def _grow_plainly(root, suffix, table, budget, suffix_cal, succ_cal, max_depth, width, pair, root_prev):
+    """grow_tree's specification, written plainly: every child of every node taken is pushed (no pruning)."""
+    import heapq
+    from lp_runtime.tree import children
+
+    kids = children(suffix.parents) if suffix is not None else {}
+    tree, info, heap, counter = CandidateTree(), [], [], 0
+
+    def push(parent, token, prev, depth, path_p, s_node):
+        nonlocal counter
+        cand = {}  # token -> [estimate, suffix node, suffix raw, rank, pair rank]
+        for s in kids.get(s_node, ()) if (s_node >= 0 or parent < 0) else ():
+            cand[suffix.tokens[s]] = [suffix_cal.estimate(depth, suffix.prob[s]), s, suffix.prob[s], None, None]
+        for i, tab in enumerate((table, pair)):
+            for rank, t in enumerate(tab.successors(token, prev)[:width] if tab is not None else ()):
+                cand.setdefault(t, [0.0, -1, None, None, None])[3 + i] = rank
+        for t, c in cand.items():
+            if c[3] is not None or c[4] is not None:
+                c[0] = max(c[0], succ_cal.estimate(depth, c[3] if pair is None else (c[3], c[4])))
+            heapq.heappush(heap, (-path_p * c[0], counter, t, parent, depth, c))
+            counter += 1
+
+    push(-1, root, root_prev, 1, 1.0, -1)
+    while heap and len(tree) < budget:
+        neg_p, _, t, parent, depth, (est, s, raw, rank, pair_rank) = heapq.heappop(heap)
+        node = tree.append(t, parent, est)
+        info.append((raw, rank, pair_rank))
+        if depth < max_depth:
+            push(node, t, tree.tokens[parent] if parent >= 0 else root, depth + 1, -neg_p, s)
+    return tree, info
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_grow_tree_equals_its_plain_specification_on_random_sources(seed):
+    """grow_tree prunes candidates that can never be taken and skips rows it need not read (its host time under
+    LP): on random token / pair / per-rank tables over a small vocabulary (many ties and repeats), random suffix
+    trees (independent chains too, which repeat tokens) and trained calibrations, its trees equal the plain
+    best-first growth node for node, estimates and sources included."""
+    from lp_runtime.policy import AcceptanceCalibration
+
+    rng = np.random.default_rng(seed)
+    vocab, k = 12, 4
+    table = RankTables(vocab, k, ranks=3) if seed % 2 else SuccessorTable(vocab, k)
+    pair = SuccessorTable(vocab, k, context=2, slots=64) if seed % 3 else None
+    for _ in range(3):
+        n = 30
+        toks, rows = rng.integers(0, vocab, n), np.stack([rng.permutation(vocab)[:k] for _ in range(n)])
+        if isinstance(table, RankTables):
+            table.update(toks, rows, owners=rng.integers(-1, 3, n))
+        else:
+            table.update(toks, rows)
+        if pair is not None:
+            pair.update(toks, rows, prev=rng.integers(-1, vocab, n))
+    succ_cal, suffix_cal = RankCalibration(max_depth=3), AcceptanceCalibration(max_depth=3)
+    for _ in range(200):
+        depth, raw = int(rng.integers(1, 6)), float(rng.random())
+        rank = int(rng.integers(0, k)) if pair is None else (int(rng.integers(0, k)), int(rng.integers(0, k)))
+        succ_cal.update(depth, rank, bool(rng.random() < 0.4))
+        suffix_cal.update(depth, raw, bool(rng.random() < 0.5))
+    largest = 0
+    for trial in range(6):
+        size = int(rng.integers(0, 25))
+        parents = [int(rng.integers(-1, i)) if i else -1 for i in range(size)]
+        suffix = CandidateTree([int(t) for t in rng.integers(0, vocab, size)], parents,
+                               [float(p) for p in rng.random(size)]) if trial % 3 else None
+        root, prev = int(rng.integers(0, vocab)), int(rng.integers(-1, vocab))
+        kw = dict(suffix_cal=suffix_cal, succ_cal=succ_cal, max_depth=int(rng.integers(3, 9)),
+                  width=int(rng.integers(1, k + 2)), pair=pair, root_prev=prev)
+        for budget in (0, 1, 7, 40, 300):
+            got = grow_tree(root, suffix, table, budget, **kw)
+            tree, info = _grow_plainly(root, suffix, table, budget, kw["suffix_cal"], kw["succ_cal"],
+                                       kw["max_depth"], kw["width"], pair, prev)
+            assert (got.tree.tokens, got.tree.parents, got.tree.prob) == (tree.tokens, tree.parents, tree.prob)
+            assert list(zip(got.suffix_raw, got.succ_rank, got.pair_rank)) == info
+            largest = max(largest, len(tree))
+    assert largest > 2 * PRUNE_EVERY  # real trees, past several updates of the pruning bound
 
 
 def test_grow_refuses_negative_budget():
