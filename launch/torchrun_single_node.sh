@@ -29,6 +29,8 @@ export HYDRA_FULL_ERROR=1
 # torchrun's own default for > 1 rank a node, set here so it does not print its 4-line banner about it
 if [ "${NPROC:-1}" -gt 1 ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; fi
 RUN_DIR=${RUN_DIR:-outputs/hydra/torchrun_$(date +%Y-%m-%d_%H-%M-%S)}
+NEW_DIRS=(); d=$RUN_DIR   # the run folder and its parents that do not exist yet, deepest first
+while [ ! -e "$d" ] && [ "$d" != . ] && [ "$d" != / ]; do NEW_DIRS+=("$d"); d=$(dirname -- "$d"); done
 if [ -z "${TORCHRUN:-}" ]; then
     if [ -x "$ROOT/.venv/bin/torchrun" ]; then TORCHRUN=$ROOT/.venv/bin/torchrun; else TORCHRUN=torchrun; fi
 fi
@@ -42,5 +44,13 @@ set +e
     | (trap '' TERM; exec "$PY" "$ROOT/launch/until_interrupted.py") 3>&-; } 3>&1
 codes=("${PIPESTATUS[@]}")
 if [ "${codes[1]}" = 130 ]; then exit 130; fi
-if [ "${codes[1]}" = 2 ] && [ "${codes[0]}" != 0 ]; then exit 2; fi   # a rank refused a setting
+if [ "${codes[1]}" = 2 ] && [ "${codes[0]}" != 0 ]; then   # a rank refused a setting
+    # README: a refused setting leaves no new folder; each rank removes its own, but a slower rank's Hydra can
+    # write it again after the first one removed it
+    if [ "${#NEW_DIRS[@]}" -gt 0 ]; then
+        rm -rf -- "$RUN_DIR"
+        for d in "${NEW_DIRS[@]:1}"; do rmdir -- "$d" 2>/dev/null || break; done
+    fi
+    exit 2
+fi
 exit "${codes[0]}"

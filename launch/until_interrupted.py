@@ -8,8 +8,9 @@ without a line of its own). At the end of the input the rest is read for torchru
 - a rank killed by a signal other than SIGINT / SIGTERM (``kill -9``, the kernel's out-of-memory killer, a
   segmentation fault) is named in one ``error: rank R was killed by signal ...`` line, exit 1 -- the survivors'
   line (torchrun stopped them with SIGTERM, or their collective failed) is a consequence and is dropped;
-- otherwise the held line is shown; exit 130 after ``interrupted; ``; after ``error: `` the failed rank's exit
-  code (2 for a bad setting, 1 for a dead peer; 2 when torchrun's report names none);
+- otherwise the held line is shown; exit 130 after ``interrupted; ``; after ``error: `` 2 when a rank exited with
+  2 (a refused setting; the others may have failed after it, their peer gone) or torchrun's report names none,
+  else the failed rank's exit code (1: a dead peer);
 - torchrun's own line with no rank line before it: one ``error: rank R exited with code X`` line, exit 1.
 
 Exit 0 at the end of the input when no such line came. Also drops torchrun's own lines about Ctrl-C, "death
@@ -33,11 +34,13 @@ DROP = (b"death signal, shutting down workers", b"closing signal SIGINT", b"clos
 RESUME = "the answers written so far are complete: re-run the same command to resume"
 
 
+FAILURE = re.compile(rb"rank +: (\d+) \(local_rank.*\n +exitcode +: (-?\d+)")
+
+
 def root_cause(report: bytes) -> tuple[int, int] | None:
     """(rank, exit code) of torchrun's "Root Cause (first observed failure)" (else its first failure), from its
     ChildFailedError report; None when the report names no rank. A negative exit code is a signal's number."""
-    report = report.split(b"Root Cause", 1)[-1]
-    found = re.search(rb"rank +: (\d+) \(local_rank.*\n +exitcode +: (-?\d+)", report)
+    found = FAILURE.search(report.split(b"Root Cause", 1)[-1])
     return (int(found[1]), int(found[2])) if found else None
 
 
@@ -60,8 +63,8 @@ def verdict(held: bytes, code: int, rest: bytes) -> tuple[bytes, int]:
     if not held:
         rank, exit_code = cause if cause is not None else ("?", "?")
         return f"error: rank {rank} exited with code {exit_code} (its output is above); {RESUME}\n".encode(), 1
-    if code == 2 and cause is not None and cause[1] > 0:
-        code = cause[1]
+    if code == 2 and cause is not None and cause[1] > 0:  # a refused setting (some rank exited 2), else a dead peer
+        code = 2 if any(int(m[2]) == 2 for m in FAILURE.finditer(rest)) else cause[1]
     return held, code
 
 
