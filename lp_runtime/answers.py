@@ -281,6 +281,21 @@ def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
             raise OutputError(f"{where}: choices[0].{key} is {shown}, not a list of {what} (one a turn); the file "
                               f"was changed by hand: restore that line or remove it (its question is answered "
                               f"again), or {advice}")
+    # The counts a run writes agree with each other; an edited one would go into every summary and report.
+    c = choices[0]
+    turns = {len(c[key]) for key in ANSWER_KEYS}
+    bad = next((i for i, (ids, n, steps, acc) in enumerate(zip(c["output_ids"], c["new_tokens"], c["decoding_steps"],
+                                                               c["accept_lengths"]))
+                if not len(ids) == n == sum(acc) or steps != len(acc)), None)
+    if len(turns) > 1 or bad is not None:
+        what = (f"the lists {', '.join(ANSWER_KEYS)} have {' / '.join(str(len(c[k])) for k in ANSWER_KEYS)} turns"
+                if len(turns) > 1 else
+                f"turn {bad + 1} has {len(c['output_ids'][bad])} output_ids, new_tokens {c['new_tokens'][bad]}, "
+                f"accept_lengths summing to {sum(c['accept_lengths'][bad])} over {len(c['accept_lengths'][bad])} "
+                f"steps and decoding_steps {c['decoding_steps'][bad]}")
+        raise OutputError(f"{where}: {what}, which a run never writes (one count a turn, all equal); the file was "
+                          f"changed by hand: restore that line or remove it (its question is answered again), or "
+                          f"{advice}")
 
 
 def append_line(path: Path, record: dict) -> None:

@@ -13,6 +13,7 @@ resumes, other settings are refused before the model loads (``lp_runtime.answers
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import time
 import uuid
@@ -179,10 +180,12 @@ def _weight_bars_off(downloads: bool) -> None:
 
 def check_category_keys(table: Optional[dict], questions: list) -> None:
     """``ConfigError`` for a ``sampling.category_temperature`` key that matches a category only in another case
-    ("Writing" for writing). A key that matches none may name a category past ``dataset.limit``: allowed."""
+    ("Writing" for writing) or is one typo away from one ("wrting": ``difflib`` ratio >= 0.8). A key far from every
+    category may name one past ``dataset.limit`` or of another dataset (a preset's): allowed."""
     categories = sorted({q.category for q in questions})
     for key in table or {}:
-        near = [c for c in categories if c.lower() == key.lower() and c != key]
+        near = ([c for c in categories if c.lower() == key.lower() and c != key]
+                or difflib.get_close_matches(key, categories, n=1, cutoff=0.8))  # "wrting" for writing: a typo
         if key not in categories and near:
             raise ConfigError(f"sampling.category_temperature key {key!r} matches no question's category (matched "
                               f"exactly); did you mean {near[0]!r}? This run's categories: {', '.join(categories)}")

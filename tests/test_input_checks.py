@@ -245,6 +245,36 @@ def test_an_answer_line_edited_into_wrong_types_is_refused_before_anything_is_ap
         assert a.read_bytes() == before
 
 
+@pytest.mark.parametrize("edit, what", [
+    ({"new_tokens": [999]}, "turn 1 has 2 output_ids, new_tokens 999, accept_lengths summing to 2 over 2 steps and "
+                            "decoding_steps 2"),
+    ({"output_ids": [[1, 2, 3]]}, "turn 1 has 3 output_ids, new_tokens 2, accept_lengths summing to 2 over 2 steps "
+                                  "and decoding_steps 2"),
+    ({"decoding_steps": [1]}, "turn 1 has 2 output_ids, new_tokens 2, accept_lengths summing to 2 over 2 steps and "
+                              "decoding_steps 1"),
+    ({"wall_time": [0.5, 0.5]}, "the lists output_ids, new_tokens, decoding_steps, wall_time, accept_lengths have "
+                                "1 / 1 / 1 / 2 / 1 turns"),
+])
+def test_an_answer_line_with_counts_edited_out_of_agreement_is_refused(tmp_path, edit, what):
+    """A new user changed line 2's new_tokens from 16 to 999: the re-run accepted it and its summary reported a step
+    compression of 7.3 (1.19 true), and the report then measured every real run against it (2026-12-03). The
+    counts a run writes agree; an edit that breaks them is one OutputError naming the line, the file unchanged."""
+    from lp_runtime.answers import OutputError, load_answers
+
+    good = {"output_ids": [[1, 2]], "new_tokens": [2], "decoding_steps": [2], "wall_time": [0.5],
+            "accept_lengths": [[1, 1]]}
+    a = tmp_path / "a.jsonl"
+    a.write_text(json.dumps({"question_id": 1, "choices": [good]}) + "\n"
+                 + json.dumps({"question_id": 2, "choices": [{**good, **edit}]}) + "\n")
+    before = a.read_bytes()
+    with pytest.raises(OutputError) as e:
+        load_answers(a, trim=True)
+    assert str(e.value) == (f"{a} line 2: {what}, which a run never writes (one count a turn, all equal); the file "
+                            "was changed by hand: restore that line or remove it (its question is answered again), "
+                            "or move the file away or choose another output.path")
+    assert a.read_bytes() == before
+
+
 def test_an_answers_file_with_a_byte_order_mark_resumes_and_loses_the_mark(tmp_path):
     """Notepad saves UTF-8 with a byte-order mark: 'line 1 is not JSON' refused a file a user had only trimmed as
     README's Resume section says (a new user, 2026-12-03). Read past; the resuming rank writes the file without it."""
@@ -337,7 +367,12 @@ def test_a_category_temperature_key_in_another_case_is_refused():
         check_category_keys({"Writing": 0.7}, qs)
     assert str(e.value) == ("sampling.category_temperature key 'Writing' matches no question's category (matched "
                             "exactly); did you mean 'writing'? This run's categories: roleplay, writing")
+    # one typo away ({wrting: 0.7}: decoded greedily, exit 0; a new user, 2026-12-03)
+    with pytest.raises(ConfigError, match=r"^sampling.category_temperature key 'wrting' matches no question's category "
+                                          r"\(matched exactly\); did you mean 'writing'\?"):
+        check_category_keys({"wrting": 0.7}, qs)
     check_category_keys({"writing": 0.7, "math": 0.0}, qs)  # math: past this run's questions, allowed
+    check_category_keys({"coding": 0.0, "stem": 0.1, "humanities": 0.1}, qs)  # far from every category: allowed
     check_category_keys(None, qs)
 
 
