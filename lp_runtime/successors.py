@@ -221,6 +221,24 @@ class GrownTree:
     pair_rank: list = field(default_factory=list)
 
 
+def _candidates(token: int, prev: int, depth: int, matched: Sequence[int], suffix: Optional[CandidateTree],
+                suffix_cal: AcceptanceCalibration, table, pair, width: int) -> list:
+    """``grow_tree``'s children of a node with ``token`` (after ``prev``) at ``depth``: one
+    [token, estimate, suffix node, suffix raw, succ rank, pair rank] per distinct token, the suffix tree's
+    ``matched`` children first (estimate: ``suffix_cal``'s), then the token table's first ``width`` successors, then
+    the pair table's (estimate 0.0 until grow_tree prices the ranks). A repeated token keeps its first place and
+    its last node / rank (rows hold distinct ids; independent suffix chains may repeat one)."""
+    first = {t: r for r, t in enumerate(table.successors(token, prev)[:width])} if table is not None else {}
+    second = {t: r for r, t in enumerate(pair.successors(token, prev)[:width])} if pair is not None else {}
+    cand: list = []
+    for t, s in {suffix.tokens[s]: s for s in matched}.items():
+        raw = suffix.prob[s]
+        cand.append([t, suffix_cal.estimate(depth, raw), s, raw, first.pop(t, None), second.pop(t, None)])
+    cand += [[t, 0.0, -1, None, r, second.pop(t, None)] for t, r in first.items()]
+    cand += [[t, 0.0, -1, None, None, r] for t, r in second.items()]
+    return cand
+
+
 def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[SuccessorTable], budget: int, *,
               suffix_cal: Optional[AcceptanceCalibration] = None, succ_cal: Optional[RankCalibration] = None,
               max_depth: int = 16, width: int = 8, pair: Optional[SuccessorTable] = None,
@@ -239,14 +257,10 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     """
     if budget < 0:
         raise ValueError(f"grow_tree(budget={budget}): the node budget must be >= 0")
-    suffix_cal = suffix_cal or AcceptanceCalibration()
-    succ_cal = succ_cal or RankCalibration()
+    suffix_cal, succ_cal = suffix_cal or AcceptanceCalibration(), succ_cal or RankCalibration()
     kids = children(suffix.parents) if suffix is not None else {}
-    out = GrownTree()
-    heap: list = []
-    counter = 0
+    out, heap, counter, heappush = GrownTree(), [], 0, heapq.heappush
     memo: dict = {}  # (depth up to succ_cal's last, rank, pair rank) -> its estimate: fixed while the tree grows
-    heappush = heapq.heappush
     # Pruning that changes nothing: with R nodes left to take, a candidate whose key (-path estimate) is >= the
     # R-th smallest key in the heap is never taken (R entries at least as good, all pushed before it, come first;
     # that key only rises as the tree grows, so an old one stays valid). Estimates are <= 1, so no child of a node
@@ -254,20 +268,11 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     bound = math.inf
 
     def push(parent: int, token: int, prev: int, depth: int, path_p: float, s_node: int) -> None:
-        # the hot loop of a step's host time (600+ nodes under LP): plain loops, no call per candidate
-        nonlocal counter
+        nonlocal counter  # the hot loop of a step's host time under LP (600+ nodes): no call per candidate
         if -path_p >= bound:
             return
-        # rank in each row by token, first place kept, last rank (rows hold distinct ids: no difference)
-        first = {t: r for r, t in enumerate(table.successors(token, prev)[:width])} if table is not None else {}
-        second = {t: r for r, t in enumerate(pair.successors(token, prev)[:width])} if pair is not None else {}
-        cand: list = []  # [token, estimate, suffix node, suffix raw, succ rank, pair rank]: suffix, table, pair order
-        matched = {suffix.tokens[s]: s for s in kids.get(s_node, ())} if (s_node >= 0 or parent < 0) else {}
-        for t, s in matched.items():  # (independent chains may repeat a token: the last one's node, first place)
-            raw = suffix.prob[s]
-            cand.append([t, suffix_cal.estimate(depth, raw), s, raw, first.pop(t, None), second.pop(t, None)])
-        cand += [[t, 0.0, -1, None, r, second.pop(t, None)] for t, r in first.items()]
-        cand += [[t, 0.0, -1, None, None, r] for t, r in second.items()]
+        cand = _candidates(token, prev, depth, kids.get(s_node, ()) if (s_node >= 0 or parent < 0) else (), suffix,
+                           suffix_cal, table, pair, width)
         level = depth if depth < succ_cal.max_depth else succ_cal.max_depth  # deeper ones share its estimates
         for c in cand:
             if c[4] is not None or c[5] is not None:
@@ -287,9 +292,7 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     while heap and len(tree) < budget:
         neg_p, _, parent, depth, (t, est, s, raw, rank, pair_rank) = heapq.heappop(heap)
         node = tree.append(t, parent, est)
-        out.suffix_raw.append(raw)
-        out.succ_rank.append(rank)
-        out.pair_rank.append(pair_rank)
+        out.suffix_raw.append(raw), out.succ_rank.append(rank), out.pair_rank.append(pair_rank)
         if depth < max_depth:
             push(node, t, tree.tokens[parent] if parent >= 0 else root_token, depth + 1, -neg_p, s)
         left = budget - len(tree)
