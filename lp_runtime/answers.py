@@ -36,8 +36,12 @@ def write_json(path: Path, obj: Any, indent: int = 2) -> None:
     """Write ``obj`` as JSON atomically: to a temporary file beside ``path`` (per process), then renamed over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=indent) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=indent) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:  # a full disk: no half-written temporary left, and the error names the file
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from e
 
 
 def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> None:
@@ -301,10 +305,13 @@ def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
 def append_line(path: Path, record: dict) -> None:
     """Append one JSON line in a single write, then fsync (a kill leaves at most a partial last line)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:  # a full disk: the error names the file (a partial line is cut by the next run)
+        raise OSError(e.errno, e.strerror, str(path)) from e
 
 
 def first_line(record: dict, width: int = 120) -> str:

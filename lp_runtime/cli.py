@@ -6,6 +6,7 @@ error raised after one of them (``interrupted``); anything else is a bug: Python
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import signal
@@ -75,6 +76,9 @@ def one_line(e: BaseException) -> str:
     known = unknown_key(e) or list_by_name(e)
     if known:
         return known
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"cannot write {e.filename or 'a file'}: {e.strerror}; free space there, then re-run the same "
+                "command: the answers written so far are complete and a re-run resumes")
     lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
     msg = lines[0]
     if len(lines) > 2 and lines[1].endswith(":"):  # "Available options in 'model':" then one option a line

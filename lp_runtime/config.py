@@ -204,10 +204,12 @@ class SamplingConfig:
                f"sampling.repetition_penalty={self.repetition_penalty} is not allowed; it must be > 0 (1 = off)")
         _check(_is_int(self.seed), f"sampling.seed={self.seed!r} is not allowed; it must be an integer")
         table = self.category_temperature
-        _check(table is None or (isinstance(table, dict) and all(
-            isinstance(c, str) and isinstance(t, (int, float)) and not isinstance(t, bool) for c, t in table.items())),
-            f"sampling.category_temperature={table!r} is not allowed; give null or {{category: temperature}}, "
-            "e.g. sampling.category_temperature='{writing: 0.7, math: 0}'")
+        _check(table is None or (isinstance(table, dict) and all(isinstance(c, str) for c in table)),
+               f"sampling.category_temperature={table!r} is not allowed; give null or {{category: temperature}}, "
+               "e.g. sampling.category_temperature='{writing: 0.7, math: 0}'")
+        for cat, t in (table or {}).items():  # the bad entry named, not the whole table (a preset's has 8)
+            _check(isinstance(t, (int, float)) and not isinstance(t, bool), f"sampling.category_temperature[{cat!r}]="
+                   f"{t!r} is not allowed; a temperature is a number: 0 (greedy) or >= {MIN_TEMPERATURE}")
         for cat, t in (table or {}).items():
             _check(t >= 0 and not 0 < t < MIN_TEMPERATURE, f"sampling.category_temperature[{cat!r}]={t} is not "
                    f"allowed; it must be 0 (greedy) or >= {MIN_TEMPERATURE}")

@@ -110,6 +110,12 @@ def test_category_temperature_not_a_table():
         OmegaConf.to_object(cfg)
     assert str(e.value) == ("sampling.category_temperature=[1] is not allowed; give null or {category: temperature}, "
                             "e.g. sampling.category_temperature='{writing: 0.7, math: 0}'")
+    # one bad entry in a preset's table of 8: that entry named, not the whole table (a new user, 2026-12-03)
+    cfg = _compose("generate", ["sampling=mt_bench", "sampling.category_temperature.writing=abc"])
+    with pytest.raises(ConfigError) as e:
+        OmegaConf.to_object(cfg)
+    assert str(e.value) == ("sampling.category_temperature['writing']='abc' is not allowed; a temperature is a "
+                            "number: 0 (greedy) or >= 1e-06")
 
 
 # ------------------------------------------------------------------ 3, 6. a model folder or GGUF file that is not there
@@ -273,6 +279,19 @@ def test_an_answer_line_with_counts_edited_out_of_agreement_is_refused(tmp_path,
                             "was changed by hand: restore that line or remove it (its question is answered again), "
                             "or move the file away or choose another output.path")
     assert a.read_bytes() == before
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_a_full_disk_is_one_line_naming_the_file_and_the_resume():
+    """A full disk while appending an answer: ``error: [Errno 28] No space left on device``, naming no file and
+    saying nothing of the answers kept (a new user, 2026-12-03). /dev/full fails every write with ENOSPC."""
+    from lp_runtime.answers import append_line
+    from lp_runtime.cli import one_line
+
+    with pytest.raises(OSError) as e:
+        append_line(Path("/dev/full"), {"question_id": 1})
+    assert one_line(e.value) == ("cannot write /dev/full: No space left on device; free space there, then re-run the "
+                                 "same command: the answers written so far are complete and a re-run resumes")
 
 
 def test_an_answers_file_with_a_byte_order_mark_resumes_and_loses_the_mark(tmp_path):
