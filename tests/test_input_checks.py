@@ -221,6 +221,29 @@ def test_answers_file_checks_name_the_answers_file(tmp_path):
         assert a.read_bytes() == before
 
 
+def _answers(tmp_path: Path, first: dict, second: dict) -> Path:
+    """An answers file of two one-turn answers (2 tokens in 2 steps each), ``first`` / ``second`` edited in."""
+    good = {"output_ids": [[1, 2]], "new_tokens": [2], "decoding_steps": [2], "wall_time": [0.5],
+            "accept_lengths": [[1, 1]]}
+    a = tmp_path / "a.jsonl"
+    a.write_text("".join(json.dumps({"question_id": i, "choices": [{**good, **edit}]}) + "\n"
+                         for i, edit in ((1, first), (2, second))))
+    return a
+
+
+def _refused(a: Path, problem: str) -> None:
+    """``load_answers(a)`` (trimming or not) raises ``problem`` + the hand-edit advice; ``a`` is left as it was."""
+    from lp_runtime.answers import OutputError, load_answers
+
+    before = a.read_bytes()
+    for trim in (False, True):
+        with pytest.raises(OutputError) as e:
+            load_answers(a, trim=trim)
+        assert str(e.value) == (f"{problem}; the file was changed by hand: restore that line or remove it (its question "
+                                "is answered again), or move the file away or choose another output.path")
+        assert a.read_bytes() == before
+
+
 @pytest.mark.parametrize("key, value, shown, what", [
     ("new_tokens", ["x"], '["x"]', "token counts"),
     ("new_tokens", 5, "5", "token counts"),
@@ -234,21 +257,8 @@ def test_an_answer_line_edited_into_wrong_types_is_refused_before_anything_is_ap
     """A new user set line 1's ``choices[0].new_tokens`` to "x": the resumed run appended a new answer, then died
     in the summary with a TypeError traceback (exit 1), as did every re-run and the report. One OutputError naming
     the file, line and field, the file unchanged."""
-    from lp_runtime.answers import OutputError, load_answers
-
-    good = {"output_ids": [[1, 2]], "new_tokens": [2], "decoding_steps": [2], "wall_time": [0.5],
-            "accept_lengths": [[1, 1]]}
-    a = tmp_path / "a.jsonl"
-    a.write_text(json.dumps({"question_id": 1, "choices": [{**good, key: value}]}) + "\n"
-                 + json.dumps({"question_id": 2, "choices": [good]}) + "\n")
-    before = a.read_bytes()
-    for trim in (False, True):
-        with pytest.raises(OutputError) as e:
-            load_answers(a, trim=trim)
-        assert str(e.value) == (f"{a} line 1: choices[0].{key} is {shown}, not a list of {what} (one a turn); the "
-                                "file was changed by hand: restore that line or remove it (its question is answered "
-                                "again), or move the file away or choose another output.path")
-        assert a.read_bytes() == before
+    a = _answers(tmp_path, {key: value}, {})
+    _refused(a, f"{a} line 1: choices[0].{key} is {shown}, not a list of {what} (one a turn)")
 
 
 @pytest.mark.parametrize("edit, what", [
@@ -265,20 +275,8 @@ def test_an_answer_line_with_counts_edited_out_of_agreement_is_refused(tmp_path,
     """A new user changed line 2's new_tokens from 16 to 999: the re-run accepted it and its summary reported a step
     compression of 7.3 (1.19 true), and the report then measured every real run against it (2026-12-03). The
     counts a run writes agree; an edit that breaks them is one OutputError naming the line, the file unchanged."""
-    from lp_runtime.answers import OutputError, load_answers
-
-    good = {"output_ids": [[1, 2]], "new_tokens": [2], "decoding_steps": [2], "wall_time": [0.5],
-            "accept_lengths": [[1, 1]]}
-    a = tmp_path / "a.jsonl"
-    a.write_text(json.dumps({"question_id": 1, "choices": [good]}) + "\n"
-                 + json.dumps({"question_id": 2, "choices": [{**good, **edit}]}) + "\n")
-    before = a.read_bytes()
-    with pytest.raises(OutputError) as e:
-        load_answers(a, trim=True)
-    assert str(e.value) == (f"{a} line 2: {what}, which a run never writes (one count a turn, all equal); the file "
-                            "was changed by hand: restore that line or remove it (its question is answered again), "
-                            "or move the file away or choose another output.path")
-    assert a.read_bytes() == before
+    a = _answers(tmp_path, {}, edit)
+    _refused(a, f"{a} line 2: {what}, which a run never writes (one count a turn, all equal)")
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
