@@ -78,7 +78,7 @@ class LookaheadGenerator:
                  generation: Optional[GenerationConfig] = None, step=None,
                  sampling: Optional[SamplingConfig] = None) -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.generation = generation or GenerationConfig()
+        self.generation, self.sampling = generation or GenerationConfig(), sampling
         decoding = decoding or DecodingConfig()
         _check_configs(decoding, self.generation, sampling)
         check_limits(model, decoding, sampling, generation=self.generation)
@@ -135,7 +135,8 @@ class LookaheadGenerator:
         ``max_new_tokens``, ``stop_strings`` (a single string counts as one), ``sampling``: None = the generator's.
         ``ConfigError`` for ``max_new_tokens`` < 1 or sampling ids outside the vocabulary."""
         budget = self.generation.max_new_tokens if max_new_tokens is None else check_max_new_tokens(max_new_tokens)
-        if sampling is not None:
+        sampling = self.sampling if sampling is None else sampling  # the generator's own: read (and checked) anew,
+        if sampling is not None:                                     # as the decoding and generation configs are
             check_arg(sampling, SamplingConfig, "sampling")
         check_arg(self.decoder.cfg, DecodingConfig, "decoding")  # a field set after construction: checked again,
         check_limits(self.model, self.decoder.cfg, sampling)     # the step's length against the context included

@@ -675,6 +675,27 @@ def test_a_decoding_field_set_after_the_generator_was_built_is_checked_at_the_ne
                                  "them so that a step fits")
 
 
+def test_a_sampling_field_set_after_the_generator_was_built_is_used_and_checked_at_the_next_call(tiny_model_dir):
+    """The SamplingConfig given to from_config, changed after: temperature=nan was ignored (the output stayed as at
+    0.9) while a GenerationConfig change was seen (a new user, 2026-12-03). Now both are read at every call."""
+    from lp_runtime.api import LookaheadGenerator
+    from lp_runtime.config import DecodingConfig, SamplingConfig
+
+    sc = SamplingConfig(temperature=0.9, seed=7)
+    gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"),
+                                         DecodingConfig(method="lookahead"), sampling=sc)
+    sampled = gen.generate("Hi", max_new_tokens=12).output_ids
+    sc.temperature = float("nan")
+    with pytest.raises(ConfigError) as e:
+        gen.generate("Hi", max_new_tokens=12)
+    assert str(e.value) == "sampling.temperature=nan is not allowed; it must be a finite number"
+    sc.temperature = 0.0  # greedy now
+    greedy = LookaheadGenerator(gen.model, gen.tokenizer, DecodingConfig(method="lookahead"))
+    assert gen.generate("Hi", max_new_tokens=12).output_ids == greedy.generate("Hi", max_new_tokens=12).output_ids
+    sc.temperature = 0.9
+    assert gen.generate("Hi", max_new_tokens=12).output_ids == sampled
+
+
 def _set(obj, **fields):
     """``obj`` with ``fields`` assigned after construction (its checks skipped), as a user may do."""
     for k, v in fields.items():
