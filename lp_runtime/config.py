@@ -210,7 +210,6 @@ class SamplingConfig:
         for cat, t in (table or {}).items():  # the bad entry named, not the whole table (a preset's has 8)
             _check(isinstance(t, (int, float)) and not isinstance(t, bool), f"sampling.category_temperature[{cat!r}]="
                    f"{t!r} is not allowed; a temperature is a number: 0 (greedy) or >= {MIN_TEMPERATURE}")
-        for cat, t in (table or {}).items():
             _check(t >= 0 and not 0 < t < MIN_TEMPERATURE, f"sampling.category_temperature[{cat!r}]={t} is not "
                    f"allowed; it must be 0 (greedy) or >= {MIN_TEMPERATURE}")
         if table is not None:

@@ -220,6 +220,13 @@ class GrownTree:
     succ_rank: list = field(default_factory=list)
     pair_rank: list = field(default_factory=list)
 
+    def append(self, token: int, parent: int, prob: float, suffix_raw, succ_rank, pair_rank) -> int:
+        """Add one node (``CandidateTree.append``) with its sources; its index."""
+        self.suffix_raw.append(suffix_raw)
+        self.succ_rank.append(succ_rank)
+        self.pair_rank.append(pair_rank)
+        return self.tree.append(token, parent, prob)
+
 
 def _candidates(token: int, prev: int, depth: int, matched: Sequence[int], suffix: Optional[CandidateTree],
                 suffix_cal: AcceptanceCalibration, table, pair, width: int) -> list:
@@ -291,8 +298,7 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     tree = out.tree
     while heap and len(tree) < budget:
         neg_p, _, parent, depth, (t, est, s, raw, rank, pair_rank) = heapq.heappop(heap)
-        node = tree.append(t, parent, est)
-        out.suffix_raw.append(raw), out.succ_rank.append(rank), out.pair_rank.append(pair_rank)
+        node = out.append(t, parent, est, raw, rank, pair_rank)
         if depth < max_depth:
             push(node, t, tree.tokens[parent] if parent >= 0 else root_token, depth + 1, -neg_p, s)
         left = budget - len(tree)
