@@ -149,6 +149,37 @@ def max_rank_tokens(num_pending: int, num_columns: int, num_levels: int, parents
                for plan in tree_plan(num_pending, num_columns, num_levels, parents, world))
 
 
+def longest_tree_prefix(parents: Sequence[int], world: int, rank_budget: int) -> int:
+    """The longest prefix ``parents[:m]`` of a tree whose every prefix is a tree (best-first order) with
+    ``max_rank_tokens(0, 0, 0, parents[:m], world)`` <= ``rank_budget``: a binary search (without columns the
+    busiest rank never shrinks as nodes are added), each prefix planned as ``tree_plan`` plans it, on the whole
+    tree's preorder filtered to the prefix (a prefix is ancestor-closed, so that is its own preorder): one
+    preorder, not one per probe (the host time of every step under LP).
+
+        >>> longest_tree_prefix([-1, 0, 1, -1, 3, 4], 2, 3)   # two chains of 3 nodes: one a rank
+        6
+        >>> longest_tree_prefix([-1, 0, 1, -1, 3, 4], 2, 2)   # node 2 would go to rank 1 with its chain 0 -> 1
+        2
+    """
+    order, depth = preorder(parents)
+
+    def busiest(m: int) -> int:
+        nodes = [n for n in order if n < m]
+        limit = max(1 if m else 0, -(-m // world))
+        while (runs := _fill_runs(nodes, depth, [0] * world, limit)) is None:
+            limit += 1
+        return max((b - a + depth[nodes[a]] for a, b in runs if b > a), default=0)
+
+    lo, hi = 0, len(parents)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if busiest(mid) <= rank_budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _global_rows(gathered: torch.Tensor, plans, num_columns: int, num_nodes: int) -> torch.Tensor:
     """The kept rows of the gathered (world, slot, 1 + K) buffer in global order (c from rank 0, columns, nodes):
     (1 + W + nodes, 1 + K); a node fed on several ranks is read from the last."""

@@ -31,7 +31,6 @@ from .policy import AcceptanceCalibration
 
 # Prior P(accepted | parent accepted) of the table's successor of each rank (rank 0 = the row's argmax).
 SUCC_PRIOR = (0.45, 0.15, 0.08, 0.05, 0.04, 0.03, 0.02, 0.02)
-PRUNE_EVERY = 64  # grow_tree: nodes taken between two updates of its pruning bound
 JOINT_RANKS = 4  # ranks 0..3 of each table calibrate apart in a joint (token table, pair table) estimate
 
 
@@ -115,6 +114,17 @@ class SuccessorTable:
             token = slot
         return [t for t in self.table[int(token)].tolist() if t >= 0]
 
+    def rows_of(self, tokens: np.ndarray, prev: np.ndarray, width: int) -> np.ndarray:
+        """``successors`` of many keys at once, the first ``width`` of each: int64 (n,) ``tokens`` (context 2:
+        after ``prev``, int64 (n,)) -> int64 (n, width), best first, -1 padded (no row there, or ``prev`` < 0 in
+        context 2). A row is read as written: the top-k ids of a logits row, distinct, -1 only at the end."""
+        if self.keys is None:
+            rows = self.table[tokens, :width]
+        else:
+            slots, keys = self._slots(tokens, prev)
+            rows = np.where(((prev >= 0) & (self.keys[slots] == keys))[:, None], self.table[slots, :width], -1)
+        return rows.astype(np.int64)
+
     def state(self) -> tuple:
         """A hashable summary (for the LP consistency check): updates and a digest of the table."""
         return self.updates, hashlib.blake2b(self.table.tobytes(), digest_size=8).hexdigest()  # hash() is salted
@@ -146,6 +156,7 @@ class RankTables:
         self.rows = np.stack([t.table for t in self.tables], axis=2)
         for r, t in enumerate(self.tables):
             t.table = self.rows[:, :, r]
+        self.merged = np.full((vocab_size, self.k), -1, dtype=np.int32)  # each row's first k distinct ids
 
     def update(self, tokens: Sequence[int], successors, owners: Optional[Sequence[int]] = None, *,
                only_empty: bool = False) -> None:
@@ -156,9 +167,19 @@ class RankTables:
             mine = np.flatnonzero((owners == r) | (owners < 0))
             if mine.size:
                 table.update([tokens[i] for i in mine], rows[mine], only_empty=only_empty)
+        touched = np.unique(np.asarray(tokens, dtype=np.int64))
+        self.merged[touched] = _first_ids(self.rows[touched].reshape(touched.size, -1), self.k)
 
     def successors(self, token: int, prev: int = -1) -> list[int]:
-        return [t for t in dict.fromkeys(self.rows[int(token)].ravel().tolist()) if t >= 0]
+        row = self.rows_of(np.array([token], dtype=np.int64), None, self.k * len(self.tables))[0]
+        return row[row >= 0].tolist()
+
+    def rows_of(self, tokens: np.ndarray, prev, width: int) -> np.ndarray:
+        """``SuccessorTable.rows_of`` on the interleaved rows (``prev`` unused; up to k wide: kept merged by
+        ``update``, so a read is one gather)."""
+        if width <= self.k:
+            return self.merged[tokens, :width].astype(np.int64)
+        return _first_ids(self.rows[tokens].reshape(len(tokens), -1), width)
 
     def state(self) -> tuple:
         return tuple(table.state() for table in self.tables)
@@ -189,6 +210,7 @@ class RankCalibration:
         self.max_depth = int(max_depth)
         self.trials: dict[tuple[int, int], int] = {}
         self.successes: dict[tuple[int, int], int] = {}
+        self._grids: dict = {}
 
     def _key(self, depth: int, rank) -> tuple:
         if isinstance(rank, tuple):
@@ -207,6 +229,33 @@ class RankCalibration:
         key = self._key(depth, rank)
         self.trials[key] = self.trials.get(key, 0) + 1
         self.successes[key] = self.successes.get(key, 0) + int(bool(accepted))
+
+    def grid(self, width: int, joint: bool) -> np.ndarray:
+        """``estimate`` for every depth bucket and every rank below ``width`` at once (the same floating-point
+        operations, so the same values): float64 ``[bucket, rank + 1]`` for int ranks, or with ``joint``
+        ``[bucket, rank + 1, pair rank + 1]`` for pairs of ranks (rank -1 = None; 0.0 where both are None).
+        Bucket = min(depth, max_depth); row 0 is unused."""
+        if (width, joint) not in self._grids:  # which bucket and prior each rank (pair) reads: fixed
+            ranks = np.arange(-1, width)
+            if joint:
+                bucket = np.where(ranks < 0, 0, np.minimum(ranks, JOINT_RANKS - 1) + 1)  # index of (-1, 0, .., 3)
+                r1, r2 = np.meshgrid(ranks, ranks, indexing="ij")
+                best = np.where(r1 < 0, r2, np.where(r2 < 0, r1, np.minimum(r1, r2)))
+                shape, at = (JOINT_RANKS + 1, JOINT_RANKS + 1), (slice(None), *np.ix_(bucket, bucket))
+            else:
+                bucket = np.minimum(np.maximum(ranks, 0), len(self.prior) - 1)
+                best, shape, at = ranks, (len(self.prior),), (slice(None), bucket)
+            prior = self.strength * np.asarray(self.prior)[np.minimum(np.maximum(best, 0), len(self.prior) - 1)]
+            self._grids[width, joint] = shape, at, prior, best < 0
+        shape, at, prior, neither = self._grids[width, joint]
+        counts = np.zeros((2, self.max_depth + 1, *shape))
+        for index, table in enumerate((self.successes, self.trials)):
+            for (depth, rank), n in table.items():
+                if isinstance(rank, tuple) == joint:
+                    counts[(index, depth) + ((rank[0] + 1, rank[1] + 1) if joint else (rank,))] = n
+        est = (counts[0][at] + prior) / (counts[1][at] + self.strength)
+        est[:, neither] = 0.0
+        return est
 
 
 @dataclass
@@ -228,22 +277,141 @@ class GrownTree:
         return self.tree.append(token, parent, prob)
 
 
-def _candidates(token: int, prev: int, depth: int, matched: Sequence[int], suffix: Optional[CandidateTree],
-                suffix_cal: AcceptanceCalibration, table, pair, width: int) -> list:
-    """``grow_tree``'s children of a node with ``token`` (after ``prev``) at ``depth``: one
-    [token, estimate, suffix node, suffix raw, succ rank, pair rank] per distinct token, the suffix tree's
-    ``matched`` children first (estimate: ``suffix_cal``'s), then the token table's first ``width`` successors, then
-    the pair table's (estimate 0.0 until grow_tree prices the ranks). A repeated token keeps its first place and
-    its last node / rank (rows hold distinct ids; independent suffix chains may repeat one)."""
-    first = {t: r for r, t in enumerate(table.successors(token, prev)[:width])} if table is not None else {}
-    second = {t: r for r, t in enumerate(pair.successors(token, prev)[:width])} if pair is not None else {}
-    cand: list = []
-    for t, s in {suffix.tokens[s]: s for s in matched}.items():
-        raw = suffix.prob[s]
-        cand.append([t, suffix_cal.estimate(depth, raw), s, raw, first.pop(t, None), second.pop(t, None)])
-    cand += [[t, 0.0, -1, None, r, second.pop(t, None)] for t, r in first.items()]
-    cand += [[t, 0.0, -1, None, None, r] for t, r in second.items()]
-    return cand
+def _first_ids(rows: np.ndarray, width: int) -> np.ndarray:
+    """Each row's first ``width`` distinct ids >= 0, in row order: int (n, L) -> int64 (n, width), -1 padded."""
+    order = np.argsort(rows, axis=1, kind="stable")
+    ranked = np.take_along_axis(rows, order, axis=1)
+    first = np.ones(ranked.shape, dtype=bool)
+    first[:, 1:] = ranked[:, 1:] != ranked[:, :-1]  # a repeated id: its first place only (the sort is stable)
+    keep = np.empty_like(first)
+    np.put_along_axis(keep, order, first, axis=1)
+    keep &= rows >= 0
+    place = np.cumsum(keep, axis=1) - 1
+    keep &= place < width
+    out = np.full((rows.shape[0], width), -1, dtype=np.int64)
+    r, c = np.nonzero(keep)
+    out[r, place[r, c]] = rows[r, c]
+    return out
+
+
+EXPAND = 64  # grow_tree: nodes expanded at once, the best first
+HEAP_WORK = 384  # grow_tree: budget x width up to which a heap grows a token table's tree (docs 6d)
+SIBLING_GROUP = 1 << 20  # grow_tree's order among siblings: the suffix tree's children, the token table's, the pair's
+
+
+def _children(front: dict, suffix, kids: dict, suffix_cal, grid: np.ndarray, table, pair, width: int) -> dict:
+    """``grow_tree``'s candidates: the children of the ``front`` nodes (arrays ``id`` (-1 = the root), ``token``,
+    ``prev`` (the token before), ``path`` (path estimate), ``snode`` (suffix-tree node, -1: none), ``depth`` (the
+    children's)), as arrays: ``row`` (index into ``front``), ``token``, ``est``, ``key`` (-path estimate),
+    ``code`` (place among siblings), ``snode``, ``raw`` (suffix raw estimate, nan: none), ``r1`` / ``r2`` (rank in
+    the token / pair table's row, -1: none). A token several sources propose is one child with the larger
+    estimate, at its first place; an id repeated among a node's suffix children keeps the last suffix node."""
+    n, level = front["token"].size, np.minimum(front["depth"], grid.shape[0] - 1)
+    empty = np.full((n, 0), -1, dtype=np.int64)
+    a = table.rows_of(front["token"], front["prev"], width) if table is not None else empty
+    b = pair.rows_of(front["token"], front["prev"], width) if pair is not None else empty
+    a_in_b, a_free, b_free = np.full(a.shape, -1), a >= 0, b >= 0  # a_in_b: an entry's rank in b's row
+    both = np.flatnonzero(a_free[:, 0] & b_free[:, 0]) if b.shape[1] and a.shape[1] else []
+    if len(both):  # -2: b's padding never equals a's (-1)
+        same = a[both, :, None] == np.where(b_free[both], b[both], -2)[:, None, :]
+        a_in_b[both] = np.where(same.any(2), same.argmax(2), -1)
+        b_free[both] &= ~same.any(1)
+    joint = grid.ndim == 3
+    sfx = {k: [] for k in ("row", "token", "est", "code", "snode", "raw", "r1", "r2")}
+    matched = np.flatnonzero((front["snode"] >= 0) | (front["id"] < 0)).tolist()
+    for i, row_a, row_b in zip(matched, a[matched].tolist(), b[matched].tolist()):
+        depth = int(front["depth"][i])
+        for j, (t, s) in enumerate({suffix.tokens[s]: s for s in kids.get(int(front["snode"][i]), ())}.items()):
+            r1, r2 = (row.index(t) if t in row else -1 for row in (row_a, row_b))
+            if r1 >= 0:  # the table's entry becomes this node
+                a_free[i, r1] = False
+            if r2 >= 0:
+                b_free[i, r2] = False
+            est = suffix_cal.estimate(depth, suffix.prob[s])
+            if r1 >= 0 or r2 >= 0:
+                est = max(est, float(grid[level[i], r1 + 1, r2 + 1] if joint else grid[level[i], r1 + 1]))
+            for k, v in zip(sfx, (i, t, est, j, s, suffix.prob[s], r1, r2)):
+                sfx[k].append(v)
+    i1, j1 = np.nonzero(a_free)
+    i2, j2 = np.nonzero(b_free)
+    r2_of_1 = a_in_b[i1, j1]
+    est1 = grid[level[i1], j1 + 1, r2_of_1 + 1] if joint else grid[level[i1], j1 + 1]
+    est2 = grid[level[i2], 0, j2 + 1] if joint else np.zeros(0)
+    none = np.full(i1.size + i2.size, -1)
+    out = {"row": np.concatenate([i1, i2]), "token": np.concatenate([a[i1, j1], b[i2, j2]]),
+           "est": np.concatenate([est1, est2]), "code": np.concatenate([SIBLING_GROUP + j1, 2 * SIBLING_GROUP + j2]),
+           "snode": none, "raw": np.full(none.size, np.nan), "r1": np.concatenate([j1, none[i1.size:]]),
+           "r2": np.concatenate([r2_of_1, j2])}
+    if sfx["row"]:
+        out = {k: np.concatenate([np.asarray(sfx[k], dtype=v.dtype), v]) for k, v in out.items()}
+    out["key"] = -front["path"][out["row"]] * out["est"]
+    return out
+
+
+def _append(pool: dict, new: dict, size: int) -> int:
+    """Append the arrays ``new`` to the arrays ``pool`` holding ``size`` rows (capacity doubled when full, in
+    place); the new size."""
+    end = size + len(new["key"])
+    if not pool or end > len(pool["key"]):
+        cap = max(2 * end, 1024)
+        for k, v in new.items():
+            grown = np.empty(cap, dtype=v.dtype)
+            if k in pool:
+                grown[:size] = pool[k][:size]
+            pool[k] = grown
+    for k, v in new.items():
+        pool[k][size:end] = v
+    return end
+
+
+def _best_first(nodes: dict, budget: int) -> np.ndarray:
+    """The first ``budget`` of ``nodes`` (arrays ``key``, ``parent``, ``code``, ``depth``) in the order a heap of
+    (key, push counter) pops them, as indices: by key, then by the parent's place in that order (the root first),
+    then by the place among siblings; i.e. lexicographically by the keys of the node, its parent, its grandparent,
+    ... (-inf past the root), then by the places among siblings from the root down."""
+    key, parent, depth = nodes["key"], nodes["parent"], nodes["depth"]
+    bound = np.partition(key, budget - 1)[budget - 1] if key.size > budget else math.inf
+    sel = np.flatnonzero(key <= bound)
+    deepest = int(depth[sel].max()) if sel.size else 0
+    up_keys, places, anc = [], np.full((sel.size, deepest), -1, dtype=np.int64), sel
+    for j in range(deepest):
+        live = anc >= 0
+        at = np.where(live, anc, 0)
+        up_keys.append(np.where(live, key[at], -np.inf))
+        places[live, depth[sel][live] - 1 - j] = nodes["code"][at[live]]
+        anc = np.where(live, parent[at], -1)
+    return sel[np.lexsort([*places.T[::-1], *up_keys[::-1]])][:budget]
+
+
+def _grow_heap(root_token: int, suffix, kids: dict, table, pair, budget: int, suffix_cal, succ_cal,
+               max_depth: int, width: int, root_prev: int) -> GrownTree:
+    """``grow_tree`` with a heap of candidates, one node at a time: fewer calls than the arrays for a small tree."""
+    out, heap, memo = GrownTree(), [], {}  # memo: (depth bucket, rank, pair rank) -> estimate
+
+    def push(parent: int, token: int, prev: int, depth: int, path_p: float, s_node: int) -> None:
+        first = {t: r for r, t in enumerate(table.successors(token, prev)[:width])} if table is not None else {}
+        second = {t: r for r, t in enumerate(pair.successors(token, prev)[:width])} if pair is not None else {}
+        cand = []  # [token, estimate, suffix node, suffix raw, rank, pair rank]: the suffix's, the table's, the pair's
+        for t, s in {suffix.tokens[s]: s for s in kids.get(s_node, ()) if (s_node >= 0 or parent < 0)}.items():
+            cand.append([t, suffix_cal.estimate(depth, suffix.prob[s]), s, suffix.prob[s], first.pop(t, None),
+                         second.pop(t, None)])
+        cand += [[t, 0.0, -1, None, r, second.pop(t, None)] for t, r in first.items()]
+        cand += [[t, 0.0, -1, None, None, r] for t, r in second.items()]
+        for c in cand:
+            if c[4] is not None or c[5] is not None:
+                key = (min(depth, succ_cal.max_depth), c[4], c[5])
+                if key not in memo:
+                    memo[key] = succ_cal.estimate(depth, c[4] if pair is None else (c[4], c[5]))
+                c[1] = max(c[1], memo[key])
+            heapq.heappush(heap, (-path_p * c[1], len(out.tree) + len(heap), parent, depth, c))
+
+    push(-1, root_token, root_prev, 1, 1.0, -1)
+    while heap and len(out.tree) < budget:
+        neg_p, _, parent, depth, (t, est, s, raw, rank, pair_rank) = heapq.heappop(heap)
+        node = out.append(t, parent, est, raw, rank, pair_rank)
+        if depth < max_depth:
+            push(node, t, out.tree.tokens[parent] if parent >= 0 else root_token, depth + 1, -neg_p, s)
+    return out
 
 
 def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[SuccessorTable], budget: int, *,
@@ -260,51 +428,55 @@ def grow_tree(root_token: int, suffix: Optional[CandidateTree], table: Optional[
     A node's children are the suffix tree's children of the node it matches (if any) and the first ``width``
     successors of its token in each table (the pair table's row of (its parent's token, its token)); a token
     proposed by several sources is one node with the larger estimate. Nodes come out best first, parents before
-    children, ties to the node pushed first, none deeper than ``max_depth``. ``ValueError`` for a negative budget.
+    children, ties to the node a heap would have been given first (its parent taken first, then its place among
+    siblings), none deeper than ``max_depth``: the tree a best-first search with a heap grows (written plainly in
+    tests/test_successors.py). A small tree from a token table (one process, up to ``HEAP_WORK`` = budget x width)
+    is grown so, one node at a time. Under LP the tree has 600+ nodes and its host time adds to every step, so it
+    is grown in arrays, the ``EXPAND`` best open nodes at a time (about as many rounds as the tree is deep), and
+    put in the heap's order at the end (``_best_first``): 10x faster at K = 8, 2x slower for a 12-node tree.
+    Estimates are <= 1, so a node's key (-path estimate) is >= its parent's: with ``budget`` nodes found so far
+    at keys <= B, no node past B is ever taken, nor its subtree. ``ValueError`` for a negative budget.
     """
     if budget < 0:
         raise ValueError(f"grow_tree(budget={budget}): the node budget must be >= 0")
     suffix_cal, succ_cal = suffix_cal or AcceptanceCalibration(), succ_cal or RankCalibration()
     kids = children(suffix.parents) if suffix is not None else {}
-    out, heap, counter, heappush = GrownTree(), [], 0, heapq.heappush
-    memo: dict = {}  # (depth up to succ_cal's last, rank, pair rank) -> its estimate: fixed while the tree grows
-    # Pruning that changes nothing: with R nodes left to take, a candidate whose key (-path estimate) is >= the
-    # R-th smallest key in the heap is never taken (R entries at least as good, all pushed before it, come first;
-    # that key only rises as the tree grows, so an old one stays valid). Estimates are <= 1, so no child of a node
-    # whose -path estimate is >= it is either: its row is not even read.
-    bound = math.inf
+    grow = _grow_heap if budget * width <= HEAP_WORK and not isinstance(table, RankTables) else _grow_arrays
+    return grow(root_token, suffix, kids, table, pair, budget, suffix_cal, succ_cal, max_depth, width, root_prev)
 
-    def push(parent: int, token: int, prev: int, depth: int, path_p: float, s_node: int) -> None:
-        nonlocal counter  # the hot loop of a step's host time under LP (600+ nodes): no call per candidate
-        if -path_p >= bound:
-            return
-        cand = _candidates(token, prev, depth, kids.get(s_node, ()) if (s_node >= 0 or parent < 0) else (), suffix,
-                           suffix_cal, table, pair, width)
-        level = depth if depth < succ_cal.max_depth else succ_cal.max_depth  # deeper ones share its estimates
-        for c in cand:
-            if c[4] is not None or c[5] is not None:
-                key = (level, c[4], c[5])
-                est = memo.get(key)
-                if est is None:
-                    est = memo[key] = succ_cal.estimate(depth, c[4] if pair is None else (c[4], c[5]))
-                if est > c[1]:
-                    c[1] = est
-            key = -path_p * c[1]
-            if key < bound:
-                heappush(heap, (key, counter, parent, depth, c))
-                counter += 1
 
-    push(-1, root_token, root_prev, 1, 1.0, -1)
-    tree = out.tree
-    while heap and len(tree) < budget:
-        neg_p, _, parent, depth, (t, est, s, raw, rank, pair_rank) = heapq.heappop(heap)
-        node = out.append(t, parent, est, raw, rank, pair_rank)
-        if depth < max_depth:
-            push(node, t, tree.tokens[parent] if parent >= 0 else root_token, depth + 1, -neg_p, s)
-        left = budget - len(tree)
-        if len(tree) % PRUNE_EVERY == 0 and 0 < left <= len(heap):
-            bound = heapq.nsmallest(left, [e[0] for e in heap])[-1]
-    return out
+def _grow_arrays(root_token: int, suffix, kids: dict, table, pair, budget: int, suffix_cal, succ_cal,
+                 max_depth: int, width: int, root_prev: int) -> GrownTree:
+    """``grow_tree`` in arrays, the ``EXPAND`` best open nodes at a time, then put in the heap's order."""
+    grid = succ_cal.grid(width, pair is not None)
+    front = {"id": np.array([-1]), "token": np.array([root_token], dtype=np.int64), "depth": np.array([1]),
+             "prev": np.array([root_prev], dtype=np.int64), "path": np.array([1.0]), "snode": np.array([-1])}
+    nodes, found = {}, 0  # every candidate so far: arrays of capacity >= found
+    while budget and front["id"].size:
+        c = _children(front, suffix, kids, suffix_cal, grid, table, pair, width)
+        c["parent"], c["depth"], c["prev"] = front["id"][c["row"]], front["depth"][c["row"]], front["token"][c["row"]]
+        c["open"] = c["depth"] < max(max_depth, 1)
+        del c["row"]
+        found = _append(nodes, c, found)
+        nodes_key = nodes["key"][:found]
+        bound = np.partition(nodes_key, budget - 1)[budget - 1] if found > budget else math.inf
+        todo = np.flatnonzero(nodes["open"][:found] & (nodes_key <= bound))  # past the bound: never taken, nor
+        if todo.size > EXPAND:                                                  # its subtree
+            todo = todo[np.argpartition(nodes_key[todo], EXPAND - 1)[:EXPAND]]
+        nodes["open"][todo] = False
+        front = {"id": todo, "token": nodes["token"][todo], "depth": nodes["depth"][todo] + 1,
+                 "prev": nodes["prev"][todo], "path": -nodes_key[todo], "snode": nodes["snode"][todo]}
+    if not found:
+        return GrownTree()
+    nodes = {k: v[:found] for k, v in nodes.items()}
+    take = _best_first(nodes, budget)
+    place = np.full(nodes["key"].size, -1, dtype=np.int64)
+    place[take] = np.arange(take.size)
+    parents = np.where(nodes["parent"][take] >= 0, place[np.maximum(nodes["parent"][take], 0)], -1)
+    none = lambda a, missing: [None if m else v for v, m in zip(a.tolist(), missing.tolist())]  # noqa: E731
+    return GrownTree(CandidateTree(nodes["token"][take].tolist(), parents.tolist(), nodes["est"][take].tolist()),
+                     none(nodes["raw"][take], np.isnan(nodes["raw"][take])),
+                     none(nodes["r1"][take], nodes["r1"][take] < 0), none(nodes["r2"][take], nodes["r2"][take] < 0))
 
 
 class SuccessorProposer:
@@ -441,8 +613,7 @@ def cap_ranks(grown: GrownTree, lp_size: int, rank_budget: int) -> GrownTree:
     """The longest best-first prefix of ``grown`` whose busiest LP rank feeds at most ``rank_budget`` tree nodes
     under ``parallel.tree_plan`` over ``lp_size`` ranks (no window columns; repeated ancestor chains counted).
 
-    Every prefix of ``grow_tree``'s output is a tree, and without columns the plan's busiest rank never shrinks
-    as nodes are added, so a binary search over the prefix length finds it (O(log n) plans).
+    Every prefix of ``grow_tree``'s output is a tree, so ``parallel.longest_tree_prefix`` finds it.
 
         >>> g = grow_tree(5, None, None, 0)
         >>> g.tree.tokens, g.tree.parents, g.tree.prob = [1, 2, 3, 4, 6], [-1, -1, 0, 1, 0], [.9] * 5
@@ -450,17 +621,10 @@ def cap_ranks(grown: GrownTree, lp_size: int, rank_budget: int) -> GrownTree:
         >>> cap_ranks(g, 2, 2).tree.parents   # 1 -> 3 and 2 -> 4 on one rank each; 1 -> 6 would make a rank 3
         [-1, -1, 0, 1]
     """
-    from .parallel import max_rank_tokens  # torch: only under LP
+    from .parallel import longest_tree_prefix  # torch: only under LP
 
-    parents = grown.tree.parents
-    lo, hi = 0, len(parents)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if max_rank_tokens(0, 0, 0, parents[:mid], lp_size) <= rank_budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    if lo == len(parents):
+    lo = longest_tree_prefix(grown.tree.parents, lp_size, rank_budget)
+    if lo == len(grown.tree.parents):
         return grown
     t = grown.tree
     return GrownTree(CandidateTree(t.tokens[:lo], t.parents[:lo], t.prob[:lo]), grown.suffix_raw[:lo],

@@ -1,16 +1,17 @@
-"""Host time of ``successors.grow_tree`` per step under LP, this tree against ``--base``'s, side by side in one run.
+"""Host time of the tree a step proposes under LP, this checkout's against ``--base``'s, side by side in one run.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/grow_tree_time.py --base HEAD~1 --k 8 \\
         --prompts results/lp_scaling/prompts_he.jsonl --limit 2
 
-The tree a step proposes is grown in Python on the host before the forward pass; under LP at K = 8 it has about
-600 nodes (``scripts/lp_scaling.py``'s per-rank budget of 80), so its time adds to every step whatever the GPU
-does. This script decodes ``--limit`` prompts (first turns, chat template, SmolLM2-135M float32 greedy,
-``--max-new-tokens``) with the product's proposer for K ranks (``lp_scaling.proposer_for``) and records each
-step's arguments to ``grow_tree`` (root, the suffix lookup's tree, the token before the root). Then it replays
-every recorded step with the tables and calibrations as the run left them, through this checkout's ``grow_tree``
-and through ``--base``'s (``git show BASE:lp_runtime/successors.py``, loaded as a module of the package),
-interleaved, ``--reps`` times, and prints the median milliseconds per call of each and whether the two trees are
+The tree a step proposes (``successors.grow_tree``, then ``cap_ranks``) is grown on the host before the forward
+pass; under LP at K = 8 it has about 600 nodes (``scripts/lp_scaling.py``'s per-rank budget of 80), so its time adds
+to every step whatever the GPU does. This script decodes ``--limit`` prompts (first turns, chat template,
+SmolLM2-135M float32 greedy, ``--max-new-tokens``) with the product's proposer for K ranks
+(``lp_scaling.proposer_for``) and records each step's arguments to ``grow_tree`` (root, the suffix lookup's tree,
+the token before the root). Then it replays every recorded step with the tables and calibrations as the run left
+them, through this checkout's ``grow_tree`` and ``cap_ranks`` (the cut to the per-rank budget, K > 1) and through
+``--base``'s (``git show BASE:lp_runtime/successors.py``, loaded as a module of the package), interleaved,
+``--reps`` times, and prints the median milliseconds per step of each and whether the trees, grown and cut, are
 identical on every step.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from lp_runtime import successors  # noqa: E402
+from lp_runtime import parallel, successors  # noqa: E402
 from lp_runtime.config import DatasetConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
@@ -94,25 +95,31 @@ def main() -> None:
         dec.generate(build_prompt(tok, q, []), max_new_tokens=args.max_new_tokens)
     kw = dict(suffix_cal=prop.suffix_cal, succ_cal=prop.succ_cal, max_depth=prop.max_depth, width=prop.width,
               pair=prop._pair)
-    times = {"this": [], "base": []}
-    same = True
+    times = {(name, part): [] for name in ("this", "base") for part in ("grow", "cap")}
+    same, capped = True, prop.rank_budget is not None and args.k > 1
     for _ in range(args.reps):
-        for name, grow in (("this", successors.grow_tree), ("base", base.grow_tree)):
+        for name, mod in (("this", successors), ("base", base)):
+            parallel._tree_plan.cache_clear()  # each step's tree is new: no plan is cached in a run
             t0 = time.perf_counter()
-            trees = [grow(root, suffix, prop._table, prop.budget, root_prev=prev, **kw)
+            trees = [mod.grow_tree(root, suffix, prop._table, prop.budget, root_prev=prev, **kw)
                      for root, suffix, prev in rec.calls]
-            times[name].append((time.perf_counter() - t0) / len(rec.calls))
+            t1 = time.perf_counter()
+            cut = [mod.cap_ranks(t, args.k, prop.rank_budget) if capped else t for t in trees]
+            times[name, "grow"].append((t1 - t0) / len(rec.calls))
+            times[name, "cap"].append((time.perf_counter() - t1) / len(rec.calls))
             if name == "this":
-                mine = trees
+                mine = trees + cut
             else:
                 same = same and all((a.tree.tokens, a.tree.parents, a.tree.prob, a.succ_rank, a.pair_rank)
                                     == (b.tree.tokens, b.tree.parents, b.tree.prob, b.succ_rank, b.pair_rank)
-                                    for a, b in zip(mine, trees))
-    nodes = statistics.mean(len(t.tree) for t in mine)
-    this, old = statistics.median(times["this"]), statistics.median(times["base"])
+                                    for a, b in zip(mine, trees + cut))
+    ms = {key: 1e3 * statistics.median(v) for key, v in times.items()}
+    nodes = statistics.mean(len(t.tree) for t in mine[: len(rec.calls)])
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, K = {args.k}, {len(rec.calls)} steps of "
-          f"{len(questions)} prompts, {nodes:.0f} nodes a tree, median of {args.reps}: this {1e3 * this:.2f} ms, "
-          f"{args.base} {1e3 * old:.2f} ms per grow_tree ({old / this:.2f}x); identical trees: {same}")
+          f"{len(questions)} prompts, {nodes:.0f} nodes a tree, median of {args.reps}: grow_tree this "
+          f"{ms['this', 'grow']:.2f} ms, {args.base} {ms['base', 'grow']:.2f} ms "
+          f"({ms['base', 'grow'] / ms['this', 'grow']:.2f}x); cap_ranks this {ms['this', 'cap']:.2f} ms, "
+          f"{args.base} {ms['base', 'cap']:.2f} ms; identical trees: {same}")
 
 
 if __name__ == "__main__":

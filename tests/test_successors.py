@@ -5,7 +5,7 @@ import pytest
 
 from lp_runtime.tree import CandidateTree
 from lp_runtime.step import StepRows
-from lp_runtime.successors import (PRUNE_EVERY, RankCalibration, RankTables, SuccessorProposer, SuccessorTable,
+from lp_runtime.successors import (RankCalibration, RankTables, SuccessorProposer, SuccessorTable,
                                    grow_tree, tree_ranks)
 from fakes import lookahead
 
@@ -176,13 +176,24 @@ def _grow_plainly(root, suffix, table, budget, suffix_cal, succ_cal, max_depth, 
     return tree, info
 
 
+@pytest.mark.parametrize("grow", ["_grow_heap", "_grow_arrays", "grow_tree"])
 @pytest.mark.parametrize("seed", range(12))
-def test_grow_tree_equals_its_plain_specification_on_random_sources(seed):
-    """grow_tree prunes candidates that can never be taken and skips rows it need not read (its host time under
-    LP): on random token / pair / per-rank tables over a small vocabulary (many ties and repeats), random suffix
-    trees (independent chains too, which repeat tokens) and trained calibrations, its trees equal the plain
-    best-first growth node for node, estimates and sources included."""
+def test_grow_tree_equals_its_plain_specification_on_random_sources(seed, grow):
+    """grow_tree's two ways (a heap for small trees; arrays, the best open nodes at a time, pruned, for LP's large
+    ones) and its choice between them: on random token / pair / per-rank tables over a small vocabulary (many ties
+    and repeats), random suffix trees (independent chains too, which repeat tokens) and trained calibrations, the
+    trees equal the plain best-first growth node for node, estimates and sources included."""
+    from lp_runtime import successors
     from lp_runtime.policy import AcceptanceCalibration
+    from lp_runtime.tree import children
+
+    def grown(root, suffix, table, budget, suffix_cal, succ_cal, max_depth, width, pair, root_prev):
+        if grow == "grow_tree":
+            return grow_tree(root, suffix, table, budget, suffix_cal=suffix_cal, succ_cal=succ_cal,
+                             max_depth=max_depth, width=width, pair=pair, root_prev=root_prev)
+        kids = children(suffix.parents) if suffix is not None else {}
+        return getattr(successors, grow)(root, suffix, kids, table, pair, budget, suffix_cal, succ_cal, max_depth,
+                                         width, root_prev)
 
     rng = np.random.default_rng(seed)
     vocab, k = 12, 4
@@ -213,13 +224,14 @@ def test_grow_tree_equals_its_plain_specification_on_random_sources(seed):
         kw = dict(suffix_cal=suffix_cal, succ_cal=succ_cal, max_depth=int(rng.integers(3, 9)),
                   width=int(rng.integers(1, k + 2)), pair=pair, root_prev=prev)
         for budget in (0, 1, 7, 40, 300):
-            got = grow_tree(root, suffix, table, budget, **kw)
+            got = grown(root, suffix, table, budget, kw["suffix_cal"], kw["succ_cal"], kw["max_depth"], kw["width"],
+                        pair, prev)
             tree, info = _grow_plainly(root, suffix, table, budget, kw["suffix_cal"], kw["succ_cal"],
                                        kw["max_depth"], kw["width"], pair, prev)
             assert (got.tree.tokens, got.tree.parents, got.tree.prob) == (tree.tokens, tree.parents, tree.prob)
             assert list(zip(got.suffix_raw, got.succ_rank, got.pair_rank)) == info
             largest = max(largest, len(tree))
-    assert largest > 2 * PRUNE_EVERY  # real trees, past several updates of the pruning bound
+    assert largest > 100  # real trees, many levels deep
 
 
 def test_grow_refuses_negative_budget():
@@ -353,6 +365,22 @@ def test_rank_cap_keeps_the_longest_prefix_within_every_ranks_budget():
         assert max_rank_tokens(0, 0, 0, got.parents, 4) <= cap
         assert kept == 40 or max_rank_tokens(0, 0, 0, tree.parents[:kept + 1], 4) > cap  # the longest such prefix
         assert len(capped._last.succ_rank) == kept  # what observe learns from is cut the same way
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_longest_tree_prefix_is_the_binary_search_over_plans(seed):
+    """cap_ranks' search plans every probed prefix on the whole tree's preorder: on random trees (deep chains,
+    wide roots) it finds the same prefix as probing max_rank_tokens (tree_plan) on each prefix."""
+    from lp_runtime.parallel import longest_tree_prefix, max_rank_tokens
+
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        n, world = int(rng.integers(0, 120)), int(rng.integers(1, 9))
+        parents = [int(rng.integers(max(-1, i - 3), i)) if rng.random() < 0.7 else int(rng.integers(-1, i))
+                   for i in range(n)]
+        for budget in (1, 3, 8, 20, 200):
+            fits = [m for m in range(n + 1) if max_rank_tokens(0, 0, 0, parents[:m], world) <= budget]
+            assert longest_tree_prefix(parents, world, budget) == max(fits)
 
 
 # ------------------------------------------------------------------------------------------------ the product option
