@@ -245,6 +245,14 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
     return [record for _, record in records]
 
 
+def cut_last_line(path: Path) -> bool:
+    """Whether ``path`` ends in a line without its newline that is not whole JSON: the start of an answer line a
+    stopped run left, which ``load_answers`` ignores (it refuses any other such line)."""
+    raw = path.read_bytes() if path.exists() else b""
+    tail = raw[raw.rfind(b"\n") + 1:]
+    return bool(tail.strip()) and not _is_json(tail)
+
+
 def _is_json(line: bytes) -> bool:
     try:
         json.loads(line.decode("utf-8"))

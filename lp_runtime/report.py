@@ -322,6 +322,10 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
         text += "\n" + note
     if missing:
         text += "\njobs without answers (refused, failed or not run yet): " + "; ".join(missing)
+    cut = [str(run["path"]) for run in runs if answers.cut_last_line(run["path"])]
+    if cut:  # a killed run's partial line: not counted, and the next run of the job cuts it and answers it again
+        text += ("\nthe last line of " + "; ".join(cut) + " was cut off (a run stopped while writing it) and is "
+                 "not counted: re-run that job to finish it")
     where = f"--out {out_dir}"
     if out_dir is None:
         first = Path(paths[0])

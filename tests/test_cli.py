@@ -327,6 +327,21 @@ def test_report_lists_jobs_without_answers(tmp_path):
                             "answers: 0 (decoding.guess_set_size=-1)")
 
 
+def test_report_notes_an_answers_file_whose_last_line_was_cut(tmp_path):
+    from lp_runtime.report import report
+
+    _job(tmp_path / "0", ["decoding.guess_set_size=1"], answered=True)
+    result = report([str(tmp_path)], figure=False)
+    assert "cut off" not in result["text"] and result["rows"][0]["questions"] == 1
+    path = tmp_path / "0" / "answers.jsonl"
+    with open(path, "a") as f:
+        f.write(json.dumps(_answer(2))[:30])  # a run killed while writing its second answer
+    result = report([str(tmp_path)], figure=False)
+    assert result["rows"][0]["questions"] == 1
+    assert result["text"].splitlines()[-1] == (f"the last line of {path} was cut off (a run stopped while writing "
+                                               "it) and is not counted: re-run that job to finish it")
+
+
 def test_report_refuses_an_empty_answers_file_and_a_file_for_out(tmp_path):
     """A new user's finds (2026-12-02): an empty file became a "0 0 -" baseline row with the report written beside
     it, and --out naming a file gave "[Errno 17] File exists"; neither may write anything."""
