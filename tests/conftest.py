@@ -5,21 +5,45 @@ from contextlib import contextmanager
 from pathlib import Path
 
 # The suite never downloads: a model that is not on disk fails at once. huggingface_hub reads this when it is
-# first imported (below, through lp_runtime), and every test and subprocess inherits it.
+# first imported (by the test modules, through lp_runtime), and every test and subprocess inherits it.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from lp_runtime.config import ModelConfig  # noqa: E402
-from lp_runtime.models import load_model  # noqa: E402
 
 # torch's default for this machine (one per core, or OMP_NUM_THREADS), shared out among pytest-xdist's workers
-# (`make test` runs 2): each worker's SmolLM2 tests get their share of the cores, not all of them.
+# (`make test` runs 2): each worker's SmolLM2 tests get their share of the cores, not all of them. Set by
+# _setup_torch in every process that runs tests (a worker, or a run without xdist), not in xdist's controller,
+# which only hands out tests: importing torch and transformers there (~5 s of CPU) held back every worker's start.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-THREADS = max(1, torch.get_num_threads() // WORKERS)
-torch.set_num_threads(1)
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes the tests start run tiny models too
+THREADS = 1
+
+
+def _setup_torch() -> None:
+    global THREADS
+    import torch
+
+    THREADS = max(1, torch.get_num_threads() // WORKERS)
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes the tests start run tiny models too
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _setup_torch()  # a worker: before its test modules are imported
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """Without xdist (or with --collect-only) this process runs the tests: torch as in a worker. xdist's controller
+    only sets OMP_NUM_THREADS, which its workers inherit (as they did when it imported torch here)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    controller = (config.getoption("dist", "no") != "no" and bool(config.getoption("tx", None))
+                  and not config.getoption("collectonly"))
+    if controller:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    else:
+        _setup_torch()
+
 
 # pytest-xdist (`make test` runs 2 workers, --dist loadscope): a test module is one unit of work, so its module
 # fixtures are built once, and the two SmolLM2 modules sharing the greedy references are one unit. Units are handed
@@ -61,6 +85,8 @@ def pytest_xdist_make_scheduler(config, log):
 @contextmanager
 def all_threads():
     """torch's default thread count inside, one thread after."""
+    import torch
+
     torch.set_num_threads(THREADS)
     try:
         yield
@@ -106,6 +132,8 @@ def smollm2(tmp_path_factory):
     (~45 s of CPU): one worker converts, under a lock of this run, while the other waits for its copy instead of
     converting too (both could, on a cold cache, each on one of CI's 2 cores)."""
     from lp_runtime import bundled
+    from lp_runtime.config import ModelConfig
+    from lp_runtime.models import load_model
 
     with exclusive(shared_temp(tmp_path_factory) / "smollm2.lock"):
         with all_threads():
