@@ -3,13 +3,15 @@
 Each of those commands fails before a model is loaded, so a separate process apiece spends nearly all its time
 importing torch, transformers and Hydra. Here one subprocess (a clean interpreter, the test's environment) runs
 ``MODULE.main()`` once per command line (default ``lp_runtime.generate``; ``lp_runtime.report`` and ``scripts.bench``
-too), in its working directory, with ``sys.argv`` set as ``python -m`` sets it, and records
+too), in its working directory, with ``sys.argv`` set as ``python -m`` sets it (and the call's own environment
+variables, if any, set for its duration), and records
 what the process would have shown: the exit status (``SystemExit``'s code; 1 and a printed traceback for an
 escaping exception, as the interpreter does) and everything written to file descriptors 1 and 2 during that call
 (so log handlers and C code are captured too). Hydra clears its global state after every run.
 
     results = run_cli([["dataset=jsonl"], ["model.path=/nonexistent", "dataset.limit=1"],
-                       Call(["ablation=true"], cwd="/tmp/x", module="scripts.bench")], env)
+                       Call(["ablation=true"], cwd="/tmp/x", module="scripts.bench"),
+                       Call(["decoding=auto"], env={"LP_RUNTIME_CACHE": "/tmp/c"})], env)
     results[0].returncode, results[0].stderr
 """
 from __future__ import annotations
@@ -24,17 +26,20 @@ import time
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
 class Call:
-    """``python -m MODULE ARGS`` run in ``cwd`` (default: the repository root)."""
+    """``python -m MODULE ARGS`` run in ``cwd`` (default: the repository root), with ``env`` added to the batch's
+    environment for this call only (lp_runtime reads the variables it uses when it needs them, not at import)."""
 
     args: list[str]
     cwd: str = str(REPO)
     module: str = "lp_runtime.generate"
+    env: Optional[dict] = None
 
 
 def run_cli(calls: list, env: dict, timeout: float = 300) -> list[subprocess.CompletedProcess]:
@@ -73,6 +78,8 @@ def _main(spec: str, out: str) -> None:
     rows = []
     for call in json.loads(Path(spec).read_text()):
         os.chdir(call["cwd"])
+        saved_env = {k: os.environ.get(k) for k in call.get("env") or {}}
+        os.environ.update(call.get("env") or {})
         module = importlib.import_module(call["module"])
         saved = {fd: os.dup(fd) for fd in (1, 2)}
         with tempfile.TemporaryFile() as o, tempfile.TemporaryFile() as e:
@@ -88,6 +95,11 @@ def _main(spec: str, out: str) -> None:
             o.seek(0), e.seek(0)
             rows.append({"returncode": code, "stdout": o.read().decode(errors="replace"),
                          "stderr": e.read().decode(errors="replace"), "seconds": time.perf_counter() - start})
+        for k, v in saved_env.items():  # the next call sees the batch's environment again
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     Path(out).write_text(json.dumps(rows))
 
 

@@ -253,20 +253,16 @@ def test_over_long_prompt_is_found_before_the_first_question(tmp_path, tiny_mode
     assert _ids(out) == [0, 1]
 
 
-def test_decoding_auto_with_an_unwritable_cache_folder_is_one_line_before_measuring(tmp_path, tiny_model_dir):
+def test_decoding_auto_with_an_unwritable_cache_folder_is_one_line_before_measuring(bad_input):
     """LP_RUNTIME_CACHE=/proc/... (no new folder there, even for root): decoding=auto measured the latency curve,
-    then saving it was a traceback (a new user). Now one line, exit 2, no answers file."""
-    out = tmp_path / "answers.jsonl"
-    args = [f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=auto", "dataset=jsonl",
-            f"dataset.path={_questions(tmp_path, 1)}", "generation.max_new_tokens=4", f"output.path={out}",
-            "progress=false"]
-    proc = subprocess.run([PY, "-m", "lp_runtime.generate", *args], cwd=tmp_path, capture_output=True, text=True,
-                          env={**ENV, "LP_RUNTIME_CACHE": "/proc/lp-runtime-test"}, timeout=300)
-    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+    then saving it was a traceback (a new user). Now one line, exit 2, no answers file. (A command line of the
+    bad-input batch, with that LP_RUNTIME_CACHE for it alone: a process of its own paid ~8 s of start-up.)"""
+    folder, res, _ = bad_input["auto_unwritable_cache"]
+    assert res.returncode == 2 and res.stderr.splitlines() == [
         "error: the cache folder /proc/lp-runtime-test/tuner, where decoding=auto keeps this machine's latency "
         "profiles, cannot be written (cannot make /proc/lp-runtime-test: No such file or directory); set "
-        "LP_RUNTIME_CACHE to a writable folder"], proc.stderr[-3000:]
-    assert "measuring" not in proc.stdout and not out.exists()
+        "LP_RUNTIME_CACHE to a writable folder"], res.stderr[-3000:]
+    assert "measuring" not in res.stdout and not (folder / "answers.jsonl").exists()
 
 
 # ------------------------------------------------------------------------------ a re-run shows the answers
@@ -984,8 +980,9 @@ def _own_folder_cases(tmp: Path) -> list:
 @pytest.fixture(scope="module")
 def bad_input(tmp_path_factory, tiny_model_dir):
     """case -> (the case's folder, the CLI's result, the expected one-line error). The batch's last command lines
-    are good ones (no error): a two-job --multirun sweep on the tiny model with Hydra's own launcher (case "sweep")
-    and the two runs of RUN_FOLDER_CASES, which then pay no interpreter start-up of their own."""
+    load the tiny model, and pay no interpreter start-up of their own: a two-job --multirun sweep with Hydra's own
+    launcher (case "sweep", no error), decoding=auto refused after loading, LP_RUNTIME_CACHE unwritable for that
+    call alone (case "auto_unwritable_cache"), and the two runs of RUN_FOLDER_CASES (no error)."""
     from cli_batch import run_cli
 
     tmp = tmp_path_factory.mktemp("cli")
@@ -997,6 +994,11 @@ def bad_input(tmp_path_factory, tiny_model_dir):
                            f"model.path={tiny_model_dir}", "model.dtype=float32", "dataset=jsonl",
                            f"dataset.path={d / 'q.jsonl'}", "generation.max_new_tokens=16", "progress=false",
                            f"hydra.sweep.dir={d / 'sweep'}"]), None)
+    d = _folder(tmp, "auto_unwritable_cache")  # test_decoding_auto_with_an_unwritable_cache_folder_is_one_line_...
+    cases[d.name] = (Call([f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=auto", "dataset=jsonl",
+                           f"dataset.path={_questions(d, 1)}", "generation.max_new_tokens=4",
+                           f"output.path={d / 'answers.jsonl'}", "progress=false"], cwd=str(d),
+                          env={"LP_RUNTIME_CACHE": "/proc/lp-runtime-test"}), None)
     d = _folder(tmp, RUN_FOLDER_CASES[0])  # two runs of test_runs_that_answer_nothing_leave_no_run_folder
     (d / "q.jsonl").write_text('{"question_id": 1, "turns": ["Count to 3."]}\n')
     run = [f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
