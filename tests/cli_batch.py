@@ -13,12 +13,16 @@ escaping exception, as the interpreter does) and everything written to file desc
                        Call(["ablation=true"], cwd="/tmp/x", module="scripts.bench"),
                        Call(["decoding=auto"], env={"LP_RUNTIME_CACHE": "/tmp/c"})], env)
     results[0].returncode, results[0].stderr
+
+``Call(["copy", SRC, DST], module="cli_batch")`` copies a file between two command lines (``main`` below), so a test
+can compare what a later command line left with what an earlier one wrote.
 """
 from __future__ import annotations
 
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,6 +60,15 @@ def run_cli(calls: list, env: dict, timeout: float = 300) -> list[subprocess.Com
     assert len(rows) == len(calls)
     return [subprocess.CompletedProcess(["python", "-m", c.module, *c.args], r["returncode"], r["stdout"],
                                         r["stderr"]) for c, r in zip(calls, rows)]
+
+
+def main() -> None:
+    """``cli_batch copy SRC DST`` as a command line of the batch: SRC's bytes, as the command lines before it left
+    them, into DST."""
+    command, src, dst = sys.argv[1:]
+    if command != "copy":
+        raise SystemExit(f"cli_batch: unknown command {command!r}")
+    shutil.copyfile(src, dst)
 
 
 def _call(module, args: list[str]) -> int:

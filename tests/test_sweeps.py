@@ -4,8 +4,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,13 +22,6 @@ def _questions(path: Path, n: int = 1) -> Path:
             for i in range(n)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
-
-
-def _cli(tmp: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, "-m", "lp_runtime.generate", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def _sweep_args(tiny_model_dir: Path, tmp: Path) -> list[str]:
@@ -330,11 +321,35 @@ def test_no_schema_among_the_choices_and_the_slurm_preset_composes():
 
 # ---------------------------------------------------------------------------- submitit launcher, locally
 
-def test_submitit_local_launcher_sweep_with_two_ranks_per_job(tiny_model_dir, tmp_path):
-    res = _cli(tmp_path, "--multirun", "hydra/launcher=lp_local", "hydra.launcher.tasks_per_node=2",
-               "parallel=lp2", "parallel.backend=gloo", "parallel.timeout_s=60", "decoding=lookahead",
-               "decoding.window_size=0,2",
-               *_sweep_args(tiny_model_dir, tmp_path), timeout=420)
+NO_SLURM = shutil.which("sbatch") is None
+LOCAL_SWEEP = ["--multirun", "hydra/launcher=lp_local", "hydra.launcher.tasks_per_node=2", "parallel=lp2",
+               "parallel.backend=gloo", "parallel.timeout_s=60", "decoding=lookahead"]
+
+
+@pytest.fixture(scope="module")
+def sweep_cli(tiny_model_dir, tmp_path_factory):
+    """The module's command lines, in ONE fresh interpreter (tests/cli_batch.py: each ``python -m
+    lp_runtime.generate`` here paid ~5 s of start-up; the sweeps' ranks are still processes of their own, started by
+    submitit): (folder, [results]) of the lp_local sweep of two jobs, a copy of its job 0's answers (answers0.jsonl),
+    the same sweep folder with another setting, and (without Slurm) -m hydra/launcher=lp_slurm."""
+    from cli_batch import Call, run_cli
+
+    tmp = tmp_path_factory.mktemp("sweeps")
+    calls = [Call([*LOCAL_SWEEP, "decoding.window_size=0,2", *_sweep_args(tiny_model_dir, tmp)]),
+             Call(["copy", str(tmp / "sweep" / "0" / "answers.jsonl"), str(tmp / "answers0.jsonl")],
+                  module="cli_batch"),
+             Call([*LOCAL_SWEEP, "decoding.window_size=0", *_sweep_args(tiny_model_dir, tmp),
+                   "generation.max_new_tokens=8"])]
+    if NO_SLURM:
+        calls.append(Call(["-m", "hydra/launcher=lp_slurm", "decoding=lookahead,greedy", "dataset.limit=1",
+                           f"hydra.sweep.dir={tmp / 'slurm_sweep'}"]))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env.pop("HYDRA_FULL_ERROR", None)
+    return tmp, run_cli(calls, env, timeout=900)
+
+
+def test_submitit_local_launcher_sweep_with_two_ranks_per_job(sweep_cli):
+    tmp_path, (res, copied, again, *_) = sweep_cli
     assert res.returncode == 0, res.stderr[-3000:]
     outputs = []
     for job in ("0", "1"):
@@ -346,36 +361,38 @@ def test_submitit_local_launcher_sweep_with_two_ranks_per_job(tiny_model_dir, tm
         (answer,) = [json.loads(x) for x in (folder / "answers.jsonl").read_text().splitlines()]
         outputs.append(answer["choices"][0]["output_ids"])
     assert outputs[0] == outputs[1]  # W = 0 and W = 2: the same greedy tokens
-    logs = tmp_path / "sweep" / ".submitit"  # each job's two ranks' logs, no folder named '%j' beside them
-    assert len(list(logs.glob("*_[01]_log.out"))) == 4 and [p for p in logs.iterdir() if p.is_dir()] == []
+    # each job's two ranks' logs, no folder named '%j' beside them: both sweeps' three jobs (this one's two, and
+    # the one below), read once both have run
+    logs = tmp_path / "sweep" / ".submitit"
+    names = sorted(p.name for p in logs.glob("*_log.out"))
+    ids = {n.split("_")[0] for n in names}
+    assert len(ids) == 3 and names == sorted(f"{i}_{r}_log.out" for i in ids for r in (0, 1)), names
+    assert [p for p in logs.iterdir() if p.is_dir()] == []
     # the same sweep folder with another setting: job 0's ranks refuse its answers file; that job's one error line,
-    # exit 2, not the launcher's UncompletedJobError traceback (a new user's third pass); the answers stay
+    # exit 2, not the launcher's UncompletedJobError traceback (a new user's third pass); the answers stay (as the
+    # first sweep left them: the batch's copy between the two command lines)
     # (one job of the sweep, W = 0, is enough to hit it: the second job would only cost two more ranks' start-up)
-    before = (tmp_path / "sweep" / "0" / "answers.jsonl").read_bytes()
-    res = _cli(tmp_path, "--multirun", "hydra/launcher=lp_local", "hydra.launcher.tasks_per_node=2",
-               "parallel=lp2", "parallel.backend=gloo", "parallel.timeout_s=60", "decoding=lookahead",
-               "decoding.window_size=0", *_sweep_args(tiny_model_dir, tmp_path), "generation.max_new_tokens=8",
-               timeout=420)
-    last = res.stderr.strip().splitlines()[-1]
-    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert copied.returncode == 0, copied.stderr
+    last = again.stderr.strip().splitlines()[-1]
+    assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr[-3000:]
     assert last.startswith(f"error: a sweep job stopped: {tmp_path / 'sweep' / '0' / 'answers.jsonl'} was made with "
                            "other settings") and "generation.max_new_tokens: 16 in the file, 8 now" in last, last
     # where to write instead: a new sweep folder (the output.path=...-2.jsonl it advised is refused for a sweep)
     assert last.endswith(f"or write to a new output path (hydra.sweep.dir={tmp_path / 'sweep'}-2: each job of the "
                          "sweep writes into its own folder there)"), last
-    assert (tmp_path / "sweep" / "0" / "answers.jsonl").read_bytes() == before
+    assert (tmp_path / "sweep" / "0" / "answers.jsonl").read_bytes() == (tmp_path / "answers0.jsonl").read_bytes()
 
 
-@pytest.mark.skipif(shutil.which("sbatch") is not None, reason="this machine has Slurm")
-def test_slurm_launcher_without_slurm_is_one_line(tmp_path):
+@pytest.mark.skipif(not NO_SLURM, reason="this machine has Slurm")
+def test_slurm_launcher_without_slurm_is_one_line(sweep_cli):
     """-m hydra/launcher=lp_slurm on a machine without Slurm: submitit's 41-line traceback, exit 1, and a
     multirun.yaml left behind (a new user, 2026-12-02)."""
-    res = _cli(tmp_path, "-m", "hydra/launcher=lp_slurm", "decoding=lookahead,greedy", "dataset.limit=1",
-               f"hydra.sweep.dir={tmp_path / 'sweep'}", timeout=120)
+    tmp_path, results = sweep_cli
+    res = results[3]
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         "error: hydra/launcher=lp_slurm submits each job with Slurm's sbatch, which this machine does not have; run "
         "the sweep on a Slurm login node, or try it here with hydra/launcher=lp_local"]
-    assert not (tmp_path / "sweep").exists()
+    assert not (tmp_path / "slurm_sweep").exists()
 
 
 @pytest.mark.parametrize("executor", ["slurm", "local"])
