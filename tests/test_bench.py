@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +11,6 @@ from lp_runtime.report import format_table
 from scripts.bench import (TABLE_COLUMNS, Method, Prompt, Result, aggregate, check_partings, is_rounding_tie,
                               run_benchmark)
 from fakes import llama, lookahead
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------------------------------- harness metrics
@@ -352,42 +348,66 @@ def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsy
 
 # ---------------------------------------------------------------------------------------- CLI
 
-@pytest.mark.parametrize("case", ["nothing", "file", "under a file", "bad triple"])
-def test_bench_cli_refuses_before_loading(case, tmp_path):
-    """``error: <message>``, exit 2, no run folder left; model.path names no model, so a refusal that came after
-    loading would read differently."""
-    afile = tmp_path / "afile"
-    afile.write_text("x")
-    overrides, message = {
+REFUSALS = ["nothing", "file", "under a file", "bad triple"]
+
+
+def _refusal(case: str, folder: Path) -> tuple[list[str], str]:
+    """(overrides, message) of a refused command line; its files under ``folder``."""
+    afile = folder / "afile"
+    return {
         "nothing": (["methods=[]", "lookahead=[]", "include_decoding=false"], NOTHING),
         "file": ([f"output_dir={afile}"], f"output_dir={afile} is a file; give a folder path"),
         "under a file": ([f"output_dir={afile / 'sub'}"], f"output_dir={afile / 'sub'}: {afile} is a file; "
                                                           "give a folder path"),
         "bad triple": (["lookahead=[[0,3,1],[0,1,1]]"], BAD_TRIPLE),
     }[case]
-    args = [sys.executable, str(REPO / "scripts" / "bench.py"), f"hydra.run.dir={tmp_path / 'hydra'}",
-            f"model.path={tmp_path / 'no_model'}", *overrides]
-    res = subprocess.run(args, cwd=REPO, env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 2, res.stderr[-3000:]
-    assert res.stderr.strip().splitlines() == [f"error: {message}"]
-    assert not (tmp_path / "hydra").exists() and afile.read_text() == "x"
 
 
-def test_bench_cli_smoke(tiny_model_dir, tmp_path):
-    questions = tmp_path / "q.jsonl"
+@pytest.fixture(scope="module")
+def bench_cli(tiny_model_dir, tmp_path_factory):
+    """scripts/bench.py's command lines, in ONE fresh interpreter (tests/cli_batch.py; a process apiece paid its
+    start-up): the refusals of REFUSALS, each in its folder (a file ``afile`` there), then the smoke run on the tiny
+    model, with an LP_RUNTIME_CACHE of its own. {case: (folder, result)}, the smoke's case "smoke"."""
+    from cli_batch import Call, run_cli
+
+    tmp = tmp_path_factory.mktemp("bench_cli")
+    calls = {}
+    for case in REFUSALS:
+        folder = tmp / case.replace(" ", "_")
+        folder.mkdir()
+        (folder / "afile").write_text("x")
+        calls[case] = (folder, Call([f"hydra.run.dir={folder / 'hydra'}", f"model.path={folder / 'no_model'}",
+                                     *_refusal(case, folder)[0]], module="scripts.bench"))
+    folder = tmp / "smoke"
+    folder.mkdir()
+    questions = folder / "q.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in [
         {"question_id": 1, "category": "writing", "turns": ["Write a haiku about the sea."]},
         {"question_id": 2, "category": "math", "turns": ["What is 2 + 3?", "And 4 + 5?"]},
     ]))
-    out = tmp_path / "bench"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", LP_RUNTIME_CACHE=str(tmp_path / "cache"))
-    args = [sys.executable, str(REPO / "scripts" / "bench.py"), f"hydra.run.dir={tmp_path / 'hydra'}", "progress=false",
-            f"model.path={tiny_model_dir}", "model.name=tiny", "generation.max_new_tokens=8",
-            f"datasets=[{{name:jsonl,path:'{questions}',first_turn_only:true}}]", "lookahead=[[0,3,1],[2,3,2]]",
-            "decoding.ngram_size=3", "decoding.guess_set_size=1",  # the decoding group's setting: one of the list
-            f"output_dir={out}"]
-    res = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    smoke = [f"hydra.run.dir={folder / 'hydra'}", "progress=false", f"model.path={tiny_model_dir}", "model.name=tiny",
+             "generation.max_new_tokens=8", f"datasets=[{{name:jsonl,path:'{questions}',first_turn_only:true}}]",
+             "lookahead=[[0,3,1],[2,3,2]]",
+             "decoding.ngram_size=3", "decoding.guess_set_size=1",  # the decoding group's setting: one of the list
+             f"output_dir={folder / 'bench'}"]
+    calls["smoke"] = (folder, Call(smoke, module="scripts.bench", env={"LP_RUNTIME_CACHE": str(folder / "cache")}))
+    results = run_cli([call for _, call in calls.values()], dict(os.environ, HF_HUB_OFFLINE="1"), timeout=600)
+    return {case: (folder, res) for (case, (folder, _)), res in zip(calls.items(), results)}
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_bench_cli_refuses_before_loading(case, bench_cli):
+    """``error: <message>``, exit 2, no run folder left; model.path names no model, so a refusal that came after
+    loading would read differently."""
+    folder, res = bench_cli[case]
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert res.stderr.strip().splitlines() == [f"error: {_refusal(case, folder)[1]}"]
+    assert not (folder / "hydra").exists() and (folder / "afile").read_text() == "x"
+
+
+def test_bench_cli_smoke(bench_cli):
+    folder, res = bench_cli["smoke"]
+    out = folder / "bench"
     assert res.returncode == 0, res.stderr[-3000:]
     for name in ("results.csv", "results.json", "speedup_per_category.png", "scaling.png", "step_latency.png"):
         assert (out / name).is_file(), name
