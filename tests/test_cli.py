@@ -1243,8 +1243,9 @@ def test_a_later_turn_that_the_earlier_answers_push_past_the_context_says_so(tmp
     from lp_runtime.config import ConfigError
 
     q = tmp_path / "q.jsonl"
-    # turn 1's answer, capped at the context, re-tokenized from its text, is ~950 tokens here: turn 2 adds 200 words
-    q.write_text(json.dumps({"question_id": 5, "turns": ["Count to 3.", "word " * 200]}) + "\n")
+    # turn 1's prompt is 631 tokens and turn 2's, with an empty answer, 743: both fit. Turn 1's answer, capped at the
+    # context (~390 tokens; a short turn 1 made it decode ~950 for the same overflow), pushes turn 2 past it.
+    q.write_text(json.dumps({"question_id": 5, "turns": ["word " * 600, "word " * 100]}) + "\n")
     out = tmp_path / "answers.jsonl"
     with pytest.raises(ConfigError) as e:
         run_config(_args(tiny_model_dir, q, out, "progress=false", "generation.max_new_tokens=5000"))
