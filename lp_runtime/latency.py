@@ -139,9 +139,10 @@ def measure_rounds(measure: Measure, qs: Sequence[int] = LATENCY_QS, *, budget_s
 def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
     """One curve from several rounds: per q the fastest round, then lifted to the fastest time of every smaller
     q it does not undercut by more than ``DIP_MARGIN`` in every round (a dip all rounds saw is kept). Rounds more
-    than ``LOADED_RATIO`` apart (``disagreement``) were timed under load, and no dip is trusted: each q takes the
-    fastest time of any q >= it (noise only adds time, and a larger step costs at least as much). Raises
-    ``ValueError`` when there is no point.
+    than ``LOADED_RATIO`` apart (``disagreement``), or a q more than ``LOADED_RATIO`` times faster than a smaller q
+    (no step shape does that; the parts of one round were timed in different spells of load), were timed under
+    load, and no dip is trusted: each q takes the fastest time of any q >= it (noise only adds time, and a larger
+    step costs at least as much). Raises ``ValueError`` when there is no point.
 
     >>> robust_curve([{1: 22.0, 8: 21.0}, {1: 30.0, 8: 24.0}])      # q = 8 below q = 1 in one round only
     {1: 22.0, 8: 22.0}
@@ -149,6 +150,8 @@ def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
     {3: 75.0, 4: 59.0}
     >>> robust_curve([{1: 2.2, 2: 0.3, 8: 2.2}, {1: 2.2, 2: 2.1, 8: 2.2}])   # q = 2 7x apart: q = 1 was loaded
     {1: 0.3, 2: 0.3, 8: 2.2}
+    >>> robust_curve([{1: 2.43, 12: 2.34, 24: 0.38, 48: 0.74}])   # one round, q = 24 6x under q = 1: loaded
+    {1: 0.38, 12: 0.38, 24: 0.38, 48: 0.74}
     """
     if not rounds or not any(rounds):
         raise ValueError("robust_curve needs at least one round with at least one point")
@@ -157,7 +160,9 @@ def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
         for q, t in r.items():
             times.setdefault(int(q), []).append(float(t))
     lo = {q: min(ts) for q, ts in times.items()}
-    if disagreement(rounds)[1] > LOADED_RATIO:
+    qs = sorted(lo)
+    dip = max((max(lo[p] for p in qs[:i]) / lo[q] for i, q in enumerate(qs) if i), default=1.0)
+    if max(disagreement(rounds)[1], dip) > LOADED_RATIO:
         return {q: min(t for p, t in lo.items() if p >= q) for q in sorted(lo)}
     hi = {q: max(ts) for q, ts in times.items()}
     out: dict[int, float] = {}

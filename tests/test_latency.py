@@ -125,6 +125,16 @@ def test_rounds_that_disagree_trust_no_dip():
     assert latency.robust_curve(loaded) == {1: 0.295, 2: 0.295, 8: 0.478, 12: 0.478, 32: 1.999, 64: 2.188}
 
 
+def test_one_round_with_a_step_far_faster_than_a_smaller_one_trusts_no_dip():
+    """A new user's first make demo under load (2026-12-03, session 16): one round, its parts timed in different
+    spells, put q = 24 at 0.38 s under q = 1's 2.43 s (a greedy step took 35.6 ms a minute before); kept as a dip,
+    decoding=auto expected 11.10x. No step shape is 3x faster than a smaller one: the round was loaded."""
+    one = [{1: 2.43, 2: 2.40, 8: 2.38, 12: 2.34, 24: 0.38, 48: 0.74, 64: 8.45}]
+    assert latency.robust_curve(one) == {1: 0.38, 2: 0.38, 8: 0.38, 12: 0.38, 24: 0.38, 48: 0.74, 64: 8.45}
+    fast = [{1: 2.43, 24: 2.43 / latency.LOADED_RATIO * 1.01}]  # a dip just within the ratio: kept
+    assert latency.robust_curve(fast) == fast[0]
+
+
 def test_disagreement_names_the_worst_q():
     assert latency.disagreement([{1: 0.11, 2: 0.70}, {1: 0.10, 2: 0.11}]) == (2, pytest.approx(0.70 / 0.11))
     assert latency.disagreement([{1: 0.10, 2: 0.11}, {1: 0.12, 2: 0.12}]) == (1, pytest.approx(1.2))
