@@ -311,14 +311,19 @@ def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
 
 
 def append_line(path: Path, record: dict) -> None:
-    """Append one JSON line in a single write, then fsync (a kill leaves at most a partial last line)."""
+    """Append one JSON line in a single write, then fsync (a kill leaves at most a partial last line; a failed
+    write, e.g. a full disk, is cut back off: the file ends with its last whole line). ``OSError`` naming ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    size = path.stat().st_size if path.exists() else 0
     try:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
-    except OSError as e:  # a full disk: the error names the file (a partial line is cut by the next run)
+    except OSError as e:
+        with contextlib.suppress(OSError):  # shrinking needs no space
+            if path.stat().st_size > size:
+                os.truncate(path, size)
         raise OSError(e.errno, e.strerror, str(path)) from e
 
 

@@ -6,7 +6,10 @@ no model at all.
 """
 from __future__ import annotations
 
+import errno
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -290,6 +293,29 @@ def test_a_full_disk_is_one_line_naming_the_file_and_the_resume():
         append_line(Path("/dev/full"), {"question_id": 1})
     assert one_line(e.value) == ("cannot write /dev/full: No space left on device; free space there, then re-run the "
                                  "same command: the answers written so far are complete and a re-run resumes")
+
+
+def test_a_write_that_fails_midway_is_cut_back_to_the_last_whole_line(tmp_path):
+    """A full disk mid-line (a new user's 24 KiB tmpfs, 2026-12-03) left a 515-byte fragment after the message "the
+    answers written so far are complete". A file-size limit (RLIMIT_FSIZE, in a child process) fails the write of
+    the second line partway, as a full disk does: the file keeps the first line only."""
+    path = tmp_path / "a.jsonl"
+    child = f"""
+import resource, signal
+from pathlib import Path
+from lp_runtime.answers import append_line
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+path = Path({str(path)!r})
+append_line(path, {{"question_id": 1}})
+resource.setrlimit(resource.RLIMIT_FSIZE, (path.stat().st_size + 100, resource.RLIM_INFINITY))
+try:
+    append_line(path, {{"question_id": 2, "text": "x" * 5000}})
+except OSError as e:
+    print(e.errno, e.filename)
+"""
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == [str(errno.EFBIG), str(path)], out.stderr
+    assert path.read_text() == '{"question_id": 1}\n'
 
 
 def test_an_answers_file_with_a_byte_order_mark_resumes_and_loses_the_mark(tmp_path):
