@@ -6,6 +6,7 @@ error raised after one of them (``interrupted``); anything else is a bug: Python
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import errno
 import os
 import re
@@ -50,6 +51,22 @@ def unknown_key(e: BaseException) -> Optional[str]:
     return not_a_setting(path, path[: -len(key)].rstrip("."), [f.name for f in dataclasses.fields(kind)])
 
 
+def new_dict_key(e: BaseException) -> Optional[str]:
+    """For Hydra's refusal of a key that a dict setting does not hold yet (``sampling.category_temperature.x=0.7``
+    or ``sampling.category_temperature={x: 0.7}`` over ``sampling=mt_bench``'s keys): a line naming the key, the
+    closest held one and the ``+`` override that adds it; None for any other error."""
+    cause = e.__cause__
+    if not isinstance(e, ConfigCompositionException) or not isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+        return None
+    path, key = str(cause.full_key or ""), str(cause.key or "")
+    if getattr(cause, "object_type", None) is not dict or not key or not path.endswith("." + key):
+        return None
+    held = [str(k) for k in (cause.parent_node or {})]
+    close = difflib.get_close_matches(key, held, n=1)
+    known = (f" (did you mean {close[0]!r}?)" if close else "") + (f"; it holds {', '.join(held)}" if held else "")
+    return f"{path[: -len(key) - 1]} has no key {key!r}{known}; add a new one with +{path}=VALUE"
+
+
 def list_by_name(e: BaseException) -> Optional[str]:
     """For an override whose key reaches into a list by a name (``generation.stop_strings.x=1``; OmegaConf raises
     a bare ValueError or TypeError, or "Index 'x' (str) is not an int", while Hydra applies it): a line naming the
@@ -73,7 +90,7 @@ def list_by_name(e: BaseException) -> Optional[str]:
 def one_line(e: BaseException) -> str:
     """``e``'s message in one line (``unknown_key``'s for an unknown key): its first line, Hydra's list of available
     options if any, and the first line of an OmegaConf cause (Hydra wraps OmegaConf's errors)."""
-    known = unknown_key(e) or list_by_name(e)
+    known = unknown_key(e) or new_dict_key(e) or list_by_name(e)
     if known:
         return known
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):

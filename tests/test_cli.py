@@ -638,6 +638,13 @@ BAD_CONFIGS = [
     (["foo=1"], "foo is not a setting; the top level has: dataset, decoding, generation, model, model_id, output, "
                 "parallel, progress, sampling"),
     (["dataset=jsonl"], "dataset=jsonl needs dataset.path=<question file .jsonl>"),
+    # a new category over sampling=mt_bench's keys: was Hydra's "Key 'wrting' is not in struct" (a new user, 2026-12-03)
+    (["sampling=mt_bench", "sampling.category_temperature={wrting: 0.7}"],
+     "sampling.category_temperature has no key 'wrting' (did you mean 'writing'?); it holds writing, roleplay, "
+     "extraction, math, coding, reasoning, stem, humanities, arena-hard-200; add a new one with "
+     "+sampling.category_temperature.wrting=VALUE"),
+    (["sampling.category_temperature.poetry=0.7"], "sampling.category_temperature has no key 'poetry'; add a new one "
+                                                   "with +sampling.category_temperature.poetry=VALUE"),
     # an unquoted space split one override in two, a bracket in a value: Hydra's parse error gets the way out
     (["output.path=my", "answers.jsonl"], "Error parsing override 'answers.jsonl'" + QUOTE_HINT),
     (["model.name=a (b)"], "Error parsing override 'model.name=a (b)'" + QUOTE_HINT),
