@@ -70,7 +70,8 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
                 raise OutputError(f"cannot create the folder for {name}: {e.strerror}") from None
         target = path if path.exists() else path.parent
         if target.exists() and not os.access(target, os.W_OK):
-            raise OutputError(f"{name} is not writable")
+            why = "a read-only file system" if os.statvfs(target).f_flag & os.ST_RDONLY else "permission denied"
+            raise OutputError(f"{name} is not writable ({why})")
         if create:
             existed = path.exists()
             try:

@@ -334,8 +334,11 @@ def check_local_path(path: str) -> None:
     "namespace/name") and is not one; a sweep checks every job's with it before job 0 runs."""
     looks_local = path.startswith(("/", ".", "~")) or path.count("/") > 1 or (os.sep != "/" and os.sep in path)
     if looks_local and not os.path.isdir(os.path.expanduser(path)):
-        raise ModelLoadError(f"model.path={path!r} is not an existing folder. Use a local folder, a HuggingFace id, "
-                             "or bundled:smollm2")
+        what = "is a file, not a model folder" if os.path.exists(os.path.expanduser(path)) else \
+            "is not an existing folder"
+        raise ModelLoadError(f"model.path={path!r} {what}. Use a local folder, a HuggingFace id, or bundled:smollm2"
+                             + (" (a .gguf file: its folder as model.path, its name as model.gguf_file)"
+                                if path.endswith(".gguf") else ""))
 
 
 def _load_bundled(name: str, kwargs: dict, progress: bool = True):

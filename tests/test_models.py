@@ -161,6 +161,18 @@ def test_missing_local_path(monkeypatch):
     )
 
 
+def test_a_file_as_model_path_is_named_a_file(tmp_path, monkeypatch):
+    """A new user (2026-12-03): model.path=/tmp/m.txt, an existing text file, "is not an existing folder"."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name, tail in (("m.txt", ""), ("m.gguf", " (a .gguf file: its folder as model.path, its name as "
+                                                 "model.gguf_file)")):
+        (tmp_path / name).write_text("x")
+        with pytest.raises(ModelLoadError) as e:
+            load_model(ModelConfig(path=str(tmp_path / name)))
+        assert str(e.value) == (f"model.path='{tmp_path / name}' is a file, not a model folder. Use a local folder, "
+                                "a HuggingFace id, or bundled:smollm2" + tail)
+
+
 def test_unknown_hub_id_offline():
     # tests/conftest.py sets HF_HUB_OFFLINE=1 before huggingface_hub is imported (it reads it once, at import):
     # without it a machine with no network retries ~45 s.
