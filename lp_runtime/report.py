@@ -48,8 +48,8 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
             if not hits:
                 problems.append(f"{p} holds no answers file with a summary or settings beside it")
             found += hits
-        elif p.name.endswith(".summary.json"):
-            found.append(Path(str(p)[: -len(".summary.json")] + ".jsonl"))
+        elif p.name.endswith((".summary.json", ".settings.json")):  # a record beside its answers: that run
+            found.append(Path(str(p)[: -len(p.suffixes[-2] + ".json")] + ".jsonl"))
         elif p.is_file():
             found.append(p)
         else:

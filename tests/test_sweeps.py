@@ -60,6 +60,18 @@ def test_report_baseline_by_flag_and_errors(tmp_path):
         find_runs([str(tmp_path)])
 
 
+def test_report_given_a_record_beside_answers_reports_that_run(tmp_path):
+    """A new user (2026-12-03) gave the report a run's settings record: "line 1 is not JSON" (it is JSON, pretty
+    printed); a summary record was already read as its run. Either record names its answers file."""
+    from lp_runtime.report import find_runs
+
+    d = tmp_path / "run.v2"
+    d.mkdir()
+    for name in ("answers.jsonl", "answers.settings.json", "answers.summary.json"):
+        (d / name).write_text("{}\n")
+    assert find_runs([str(d / "answers.settings.json"), str(d / "answers.summary.json")]) == [d / "answers.jsonl"]
+
+
 def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
     """A baseline on other prompts gave a speedup of 0.311 and "identical 0/0" without a word (a new user,
     2026-12-02): speedups are taken over the questions both runs answered from the same dataset, '-' when none."""
