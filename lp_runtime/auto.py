@@ -111,13 +111,13 @@ def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int =
 def calibrate(decoder, prompts: Sequence[Sequence[int]], curve: dict[int, float], *,
               max_new_tokens: int = CALIBRATION_TOKENS, warm: int = WARM_PROMPTS,
               budget_s: float = CALIBRATION_BUDGET_S, clock: Callable[[], float] = time.monotonic,
-              progress: bool = False) -> dict[str, Any]:
+              progress: bool = False, label: str = "") -> dict[str, Any]:
     """The expected speedup of ``decoder`` on ``curve`` from decoding ``prompts`` as a run would (the first
     ``warm`` not counted, no prompt started after ``budget_s`` once two are counted; ``progress``: a bar on
-    stderr). Returns {tokens, steps, mean_step_tokens, expected_speedup, low, high, prompts, max_new_tokens}."""
+    stderr, named with ``label``, the setting). Returns {tokens, steps, mean_step_tokens, expected_speedup, low, high, prompts, max_new_tokens}."""
     warm = min(warm, max(len(prompts) - 1, 0))
     start, counted = clock(), []
-    with tqdm(total=len(prompts), desc="decoding=auto calibration", unit="prompt", mininterval=0, leave=False,
+    with tqdm(total=len(prompts), desc=f"decoding=auto calibration{label and ' of '}{label}", unit="prompt", mininterval=0, leave=False,
               disable=not progress) as bar:  # every tick shown: a tick is a whole prompt
         for i, prompt in enumerate(prompts):
             if len(counted) >= 2 and clock() - start > budget_s:
@@ -158,7 +158,8 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
             check_profile_folder(profile["path"])  # a read-only cache, its profile reused: refused before calibrating
             prompts = calibration_prompts(tokenizer, fallback_questions)
             calib = calibrate(make_decoder(d, CostPolicy(curve)), prompts, curve, max_new_tokens=max_new_tokens,
-                              progress=progress)
+                              progress=progress, label=f"W={d.window_size} N={d.ngram_size} G={d.guess_set_size}"
+                              + (" + successor table" if d.successors_on(1) else ""))
             profile.setdefault("calibration", {})[key] = calib
             save_profile(profile["path"], profile)
         return calib

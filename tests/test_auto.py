@@ -4,6 +4,7 @@ achieves (on a synthetic curve: the step time is the curve's, no wall clock)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -138,7 +139,7 @@ def test_resolve_auto_prints_one_line_and_reuses_the_calibration(tiny_model_dir,
     out, err = capsys.readouterr()
     lines = out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("decoding=auto: tiny, cost policy, (W, N, G) <= (15, 4, 2)")
-    assert "decoding=auto calibration:" in err  # its bar (progress defaults to on)
+    assert re.search(r"decoding=auto calibration of W=\d+ N=\d+ G=\d+:", err)  # its bar, named with the setting
     c = e1["calibration"]
     assert (f"expected speedup over greedy {c['expected_speedup']:.2f}x (per prompt {c['low']:.2f}-{c['high']:.2f}x;"
             in lines[0]) and f"over {c['prompts']} calibration prompts of up to 4 tokens)" in lines[0]
