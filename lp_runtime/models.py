@@ -301,7 +301,8 @@ def _hf_snapshot(repo_id: str) -> Optional[str]:
 def check_model_files(cfg: ModelConfig) -> None:
     """``ModelLoadError`` naming the key, value and the folder's .gguf files, for a folder with neither
     ``config.json`` nor the GGUF file asked for, a ``model.gguf_file`` missing from the folder (or the cached
-    snapshot), or a ``model.gguf_file`` with the bundled model."""
+    snapshot), a ``model.gguf_file`` with the bundled model, or a HuggingFace id neither cached nor reachable
+    (``hub_unreachable``; not asked when ``HF_HUB_OFFLINE`` is set)."""
     gguf = cfg.gguf_file
     if cfg.path.startswith(BUNDLED_PREFIX):
         if gguf:
@@ -311,7 +312,14 @@ def check_model_files(cfg: ModelConfig) -> None:
         return
     folder = os.path.expanduser(cfg.path)
     if not os.path.isdir(folder):
-        folder = _hf_snapshot(cfg.path) if gguf else None  # an id not in the cache is checked by its download
+        check_local_path(cfg.path)
+        cached = _hf_snapshot(cfg.path)
+        down = None if cached or _hub_offline() else hub_unreachable(cfg.path)
+        if down:  # one request, not the download's ~100 s of retries
+            raise ModelLoadError(f"model.path={cfg.path!r} is neither a local folder nor a model in the HuggingFace "
+                                 f"cache, and the HuggingFace hub cannot be reached ({down}); download the model "
+                                 "where there is a network, or use a local folder or bundled:smollm2")
+        folder = cached if gguf else None  # an id not in the cache is checked by its download
         if folder is None:
             return
     ggufs = sorted(n for n in os.listdir(folder) if n.endswith(".gguf"))
@@ -362,6 +370,25 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
 
 
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false", "no")
+
+
+def hub_unreachable(repo_id: str) -> Optional[str]:
+    """Why the HuggingFace hub (``HF_ENDPOINT``) cannot be reached for ``repo_id``, from ONE request of at most
+    10 s, or None when it answered (found or not; the download then says which). Without this, an unreachable hub
+    cost ~100 s of retries and two dozen warnings before the load failed (a new user, 2026-12-03)."""
+    from huggingface_hub import HfApi
+
+    try:
+        HfApi().model_info(repo_id, timeout=10)
+    except Exception as e:  # noqa: BLE001 - the hub's client raises its HTTP library's own transport errors
+        names = {c.__name__ for c in type(e).__mro__}
+        if names & {"TransportError", "ConnectionError", "Timeout", "TimeoutException", "ConnectError"}:
+            return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return None
+
+
 def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
     check_local_path(path)
     local = os.path.expanduser(path)
@@ -386,9 +413,8 @@ def _load_hf(path: str, gguf_file: Optional[str], kwargs: dict):
                                      "again)") from e
             raise ModelLoadError(f"{what} is a local folder but could not be loaded: {reason}; check that its files "
                                  "are complete (download or save_pretrained the model again)") from e
-        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false", "no")
         hint = ("HF_HUB_OFFLINE is set, so nothing is downloaded: download the model where there is a network, or"
-                if offline else "Without a network, download the model where there is one, or")
+                if _hub_offline() else "Without a network, download the model where there is one, or")
         raise ModelLoadError(
             f"{what} is neither a local folder nor a model in the HuggingFace cache, and it could not be "
             f"downloaded: {reason}. {hint} use a local folder or bundled:smollm2"

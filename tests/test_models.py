@@ -1,6 +1,8 @@
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -171,6 +173,22 @@ def test_a_file_as_model_path_is_named_a_file(tmp_path, monkeypatch):
             load_model(ModelConfig(path=str(tmp_path / name)))
         assert str(e.value) == (f"model.path='{tmp_path / name}' is a file, not a model folder. Use a local folder, "
                                 "a HuggingFace id, or bundled:smollm2" + tail)
+
+
+def test_an_unreachable_hub_is_one_request_not_minutes_of_retries(tmp_path):
+    """A new user without a network and without HF_HUB_OFFLINE (2026-12-03): model.path=org/name took 98 s and 24
+    retry warnings before failing. A HuggingFace id neither cached nor reachable is refused after one request
+    (HF_ENDPOINT on a loopback port nothing listens on: refused at once, with or without a network here)."""
+    child = ("from lp_runtime.config import ModelConfig\nfrom lp_runtime.models import ModelLoadError, "
+             "check_model_files\ntry:\n    check_model_files(ModelConfig(path='nonexistent-org/nonexistent-model'))"
+             "\nexcept ModelLoadError as e:\n    print(e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_CACHE=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120, env=env)
+    assert out.stdout.strip() == (
+        "model.path='nonexistent-org/nonexistent-model' is neither a local folder nor a model in the HuggingFace "
+        "cache, and the HuggingFace hub cannot be reached ([Errno 111] Connection refused); download the model where "
+        "there is a network, or use a local folder or bundled:smollm2"), out.stderr
 
 
 def test_unknown_hub_id_offline():
