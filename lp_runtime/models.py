@@ -312,9 +312,8 @@ def check_model_files(cfg: ModelConfig) -> None:
         return
     folder = os.path.expanduser(cfg.path)
     if not os.path.isdir(folder):
-        check_local_path(cfg.path)
         cached = _hf_snapshot(cfg.path)
-        down = None if cached or _hub_offline() else hub_unreachable(cfg.path)
+        down = None if cached or _hub_offline() or _looks_local(cfg.path) else hub_unreachable(cfg.path)
         if down:  # one request, not the download's ~100 s of retries
             raise ModelLoadError(f"model.path={cfg.path!r} is neither a local folder nor a model in the HuggingFace "
                                  f"cache, and the HuggingFace hub cannot be reached ({down}); download the model "
@@ -337,11 +336,14 @@ def check_model_files(cfg: ModelConfig) -> None:
                              "HuggingFace id, or bundled:smollm2")
 
 
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", ".", "~")) or path.count("/") > 1 or (os.sep != "/" and os.sep in path)
+
+
 def check_local_path(path: str) -> None:
     """``ModelLoadError`` for a ``model.path`` that can only be a local folder (a HuggingFace id is "name" or
     "namespace/name") and is not one; a sweep checks every job's with it before job 0 runs."""
-    looks_local = path.startswith(("/", ".", "~")) or path.count("/") > 1 or (os.sep != "/" and os.sep in path)
-    if looks_local and not os.path.isdir(os.path.expanduser(path)):
+    if _looks_local(path) and not os.path.isdir(os.path.expanduser(path)):
         what = "is a file, not a model folder" if os.path.exists(os.path.expanduser(path)) else \
             "is not an existing folder"
         raise ModelLoadError(f"model.path={path!r} {what}. Use a local folder, a HuggingFace id, or bundled:smollm2"
