@@ -41,9 +41,16 @@ def _args(model_dir: Path, questions: Path, out: Path, *extra: str) -> list[str]
             f"dataset.path={questions}", "generation.max_new_tokens=64", f"output.path={out}", *extra]
 
 
+def _lines(out: Path) -> int:
+    try:
+        return out.read_bytes().count(b"\n")
+    except FileNotFoundError:  # the run's writability probe creates and removes the file before its first answer
+        return 0
+
+
 def _wait_for_answers(out: Path, proc: subprocess.Popen, n: int = 1, timeout: float = 180) -> None:
     deadline = time.time() + timeout
-    while not (out.exists() and out.read_bytes().count(b"\n") >= n):
+    while _lines(out) < n:
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.05)
 
