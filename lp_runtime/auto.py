@@ -114,10 +114,12 @@ def calibrate(decoder, prompts: Sequence[Sequence[int]], curve: dict[int, float]
               progress: bool = False, label: str = "") -> dict[str, Any]:
     """The expected speedup of ``decoder`` on ``curve`` from decoding ``prompts`` as a run would (the first
     ``warm`` not counted, no prompt started after ``budget_s`` once two are counted; ``progress``: a bar on
-    stderr, named with ``label``, the setting). Returns {tokens, steps, mean_step_tokens, expected_speedup, low, high, prompts, max_new_tokens}."""
+    stderr, named with ``label``, the setting). Returns {tokens, steps, mean_step_tokens, expected_speedup, low,
+    high, prompts, max_new_tokens}."""
     warm = min(warm, max(len(prompts) - 1, 0))
     start, counted = clock(), []
-    with tqdm(total=len(prompts), desc=f"decoding=auto calibration{label and ' of '}{label}", unit="prompt", mininterval=0, leave=False,
+    desc = "decoding=auto calibration" + (f" of {label}" if label else "")
+    with tqdm(total=len(prompts), desc=desc, unit="prompt", mininterval=0, leave=False,
               disable=not progress) as bar:  # every tick shown: a tick is a whole prompt
         for i, prompt in enumerate(prompts):
             if len(counted) >= 2 and clock() - start > budget_s:
