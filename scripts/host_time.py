@@ -20,6 +20,7 @@ whether both took the same steps and tokens. Figures from one run only: the mach
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import statistics
@@ -46,9 +47,8 @@ def worker(root: str) -> None:
     from lp_runtime.step import EagerStep
     from lp_scaling import proposer_for
 
-    import lp_runtime
-    if not lp_runtime.__file__.startswith(root):
-        raise SystemExit(f"host_time: imported {lp_runtime.__file__}, not the package in {root}")
+    if not sys.modules["lp_runtime"].__file__.startswith(root):
+        raise SystemExit(f"host_time: imported {sys.modules['lp_runtime'].__file__}, not the package in {root}")
 
     class TimedStep(EagerStep):
         """``EagerStep`` that adds its own wall time to ``seconds`` (device work waited for inside)."""
@@ -138,7 +138,7 @@ def main() -> None:
         folder = tempfile.mkdtemp(prefix="host_time_base_")
         archive = subprocess.run(["git", "archive", args.base, "lp_runtime", "scripts"], cwd=ROOT,
                                  capture_output=True, check=True).stdout
-        with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(folder, filter="data")
         roots["base"] = folder
     procs = {name: start(root, args) for name, root in roots.items()}
