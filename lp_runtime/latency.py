@@ -200,12 +200,18 @@ def dtype_name(model) -> str:
     return str(model.dtype).replace("torch.", "")
 
 
+def cpu_key(threads: int) -> str:
+    """``cpu-<threads>t``, and ``-mkl-<mode>`` when ``MKL_CBWR`` sets MKL's mode (``blas.py``; it changes the curve)."""
+    mode = os.environ.get("MKL_CBWR", "")
+    return f"cpu-{threads}t" + (f"-mkl-{mode.lower()}" if mode else "")
+
+
 def device_key(model_or_device) -> str:
-    """``cuda:0``, or on a CPU ``cpu-<threads>t`` (a torchrun rank runs one thread), of a model or device."""
+    """``cuda:0``, or on a CPU ``cpu_key`` of torch's threads (a torchrun rank runs one), of a model or device."""
     import torch
 
     device = model_or_device if isinstance(model_or_device, torch.device) else next(model_or_device.parameters()).device
-    return f"cpu-{torch.get_num_threads()}t" if device.type == "cpu" else str(device)
+    return cpu_key(torch.get_num_threads()) if device.type == "cpu" else str(device)
 
 
 def profile_path(model_id: str, device: str, dtype: str, root: Optional[str] = None) -> str:

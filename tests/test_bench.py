@@ -327,7 +327,7 @@ def test_run_auto_with_its_ablation(tiny_model_dir, tmp_path, monkeypatch, capsy
     from lp_runtime import latency, models
 
     float32 = {1: 0.0385, 2: 0.0618, 3: 0.0758, 4: 0.0589, 8: 0.0592, 16: 0.0706, 32: 0.095, 64: 0.1428}
-    latency.latency_profile(models.model_id(cfg.model), f"cpu-{torch.get_num_threads()}t", "float32",
+    latency.latency_profile(models.model_id(cfg.model), latency.cpu_key(torch.get_num_threads()), "float32",
                             measure=lambda: float32)  # as if measured on this curve
     res = run(cfg)
     auto = "auto W0 N4 G2"  # the window does not pay on this (float32, 2-core CPU) curve

@@ -184,7 +184,7 @@ def test_model_profile_measures_once_says_so_and_keeps_the_rounds(tiny_llama, tm
     assert [c[2] for c in noisy.starts] == [1, 0, 0] and {c[1] for c in noisy.calls} == {latency.REPS}
     assert [c[0] for c in noisy.calls] == [(1, 8, 64), (2, 4, 12, 24, 48), (3, 6, 16, 32)] * 3  # round_parts
     assert latency.curve_of(p) == {1: 0.021, 8: 0.021}  # fastest round per q, then monotone
-    device = f"cpu-{torch.get_num_threads()}t"
+    device = latency.cpu_key(torch.get_num_threads())  # cpu-2t, or cpu-2t-mkl-auto on an AMD CPU (blas.py)
     assert lines == [f"measuring this machine's step latency for decoding=auto, once: tiny-1234abcd, float32 on "
                      f"{device}, 3 rounds x 12 step sizes in parts, no part started after ~60 s (a busy machine measures "
                      f"fewer rounds, and the part under way finishes); cached in {p['path']}"]

@@ -149,8 +149,9 @@ def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     cache = tmp_path / "cache"
     curve = {1: 0.010, 4: 0.010, 8: 0.020, 64: 0.160}
     key = models.model_id_of(loaded)
-    latency.latency_profile(key, "cpu-1t", "float32", measure=lambda: curve, root=str(cache))  # as if measured
-    path = latency.profile_path(key, "cpu-1t", "float32", str(cache))
+    rank_cpu = latency.cpu_key(1)  # a rank's key: one thread
+    latency.latency_profile(key, rank_cpu, "float32", measure=lambda: curve, root=str(cache))  # as if measured
+    path = latency.profile_path(key, rank_cpu, "float32", str(cache))
     prof = json.loads(Path(path).read_text())
     w = auto.auto_window(curve, 4, lp_size=2)  # the window priced per rank
     prof["calibration"] = {f"W{w} N4 G3 T{auto.CALIBRATION_TOKENS}": {
