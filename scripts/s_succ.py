@@ -50,6 +50,7 @@ from s_table import exactness, hf_greedy, prompt_set, summarize  # noqa: E402
 BASE = dict(budget=11, W=0, N=4, G=2, suffix=True, across=True, k=8, width=8, max_depth=16, context=1,
             curve=None, suffix_depth=10, table=True, prefill=False)
 CURVE = "results/s_succ/curve_cpu2t_float32.json"  # decoding=auto's float32 profile of this machine, fixed
+CURVE_MKL_AUTO = "results/s_succ/curves/cpu2t_float32_mklauto_2026-12-04.json"
 VARIANTS = {
     # <= 12 tokens a step (1 pending + 11 nodes)
     "table11": dict(suffix=False),
@@ -74,6 +75,10 @@ VARIANTS = {
     "auto25": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE),
     "auto": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE, table=False),  # the default today
     "auto25_pair": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE, context=2),
+    # the same two on the curve decoding=auto measured under MKL_CBWR=AUTO on an AMD EPYC (docs 6e)
+    "auto_mklauto": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE_MKL_AUTO, table=False),
+    "auto25_mklauto": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE_MKL_AUTO),
+    "auto49_mklauto": dict(budget=49, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE_MKL_AUTO),
 }
 
 
