@@ -154,7 +154,7 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
 
     def calibrated(d: DecodingConfig) -> dict[str, Any]:
         key = (f"W{d.window_size} N{d.ngram_size} G{d.guess_set_size} T{max_new_tokens}"
-               + (" succ1" if d.successors_on(1) else ""))  # the calibration decodes in one process
+               + (" succ1b" if d.successors_on(1) else ""))  # one process; b: the table's tree priced as learned
         calib = (profile.get("calibration") or {}).get(key)
         if calib is None:
             check_profile_folder(profile["path"])  # a read-only cache, its profile reused: refused before calibrating

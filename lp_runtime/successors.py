@@ -549,6 +549,7 @@ class SuccessorProposer:
                                root_prev=self._prev)
         if self.lp_size > 1 and self.rank_budget is not None:
             self._last = cap_ranks(self._last, self.lp_size, self.rank_budget)
+        self._last.tree.calibrated = True
         return self._last.tree
 
     def observe(self, accepted: Sequence[int], ngrams: Sequence[Sequence[int]], rows=None) -> None:

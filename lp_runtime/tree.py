@@ -161,12 +161,15 @@ class CandidateTree:
         prob: a proposer's estimate of P(node accepted | its parent accepted), in [0, 1].
         from_window: per node, True when only the window's harvested n-grams proposed it; empty when the
             proposer does not tag (then ``policy.CostPolicy`` keeps its window prior).
+        calibrated: True when ``prob`` is already learned online from this proposer's own outcomes, per source
+            (``successors.grow_tree``): ``policy.CostPolicy`` prices it as it is instead of calibrating it again.
     """
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     prob: list[float] = field(default_factory=list)
     from_window: list[bool] = field(default_factory=list)
+    calibrated: bool = False
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -227,7 +230,7 @@ class CandidateTree:
     @staticmethod
     def union(trees: Sequence["CandidateTree"]) -> "CandidateTree":
         """The trees side by side under one root, then equal siblings merged (the first tree's node wins);
-        ``from_window`` is kept only when every tree tags its nodes."""
+        ``from_window`` is kept only when every tree tags its nodes, ``calibrated`` only when every tree is."""
         out = CandidateTree()
         tagged = all(len(t.from_window) == len(t) for t in trees)
         for t in trees:
@@ -236,4 +239,6 @@ class CandidateTree:
             out.parents += [p if p < 0 else p + base for p in t.parents]
             out.prob += t.prob
             out.from_window += t.from_window if tagged else []
-        return out if len(trees) == 1 else out.merged()
+        out = out if len(trees) == 1 else out.merged()
+        out.calibrated = bool(trees) and all(t.calibrated for t in trees)
+        return out

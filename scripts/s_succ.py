@@ -79,6 +79,7 @@ VARIANTS = {
     "auto_mklauto": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE_MKL_AUTO, table=False),
     "auto25_mklauto": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE_MKL_AUTO),
     "auto49_mklauto": dict(budget=49, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE_MKL_AUTO),
+    "auto25_mklauto_direct": dict(budget=25, N=6, G=4, suffix_depth=24, max_depth=24, curve=CURVE_MKL_AUTO),
 }
 
 

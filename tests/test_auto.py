@@ -162,7 +162,7 @@ def test_resolve_auto_prints_one_line_and_reuses_the_calibration(tiny_model_dir,
     auto.resolve_auto(model, tok, replace(limits, successors="true"), make_decoder=make_decoder,
                       fallback_questions=fallback, max_new_tokens=4, progress=False)
     assert len(made) == 3 and made[2][0].successors == "true"
-    assert "W15 N4 G2 T4 succ1" in json.loads(Path(e1["profile"]).read_text())["calibration"]
+    assert "W15 N4 G2 T4 succ1b" in json.loads(Path(e1["profile"]).read_text())["calibration"]
 
 
 class StepsDecoder:

@@ -189,6 +189,23 @@ def test_estimates_self_correct_and_change_the_choice():
     assert sum(fed) == 32
 
 
+def test_a_calibrated_tree_is_priced_as_it_is_and_teaches_nothing():
+    # A proposer that learns its own estimates per source (successors.grow_tree) marks its tree calibrated: the
+    # policy's own calibration, taught here that 0.9 at depth 1 is never accepted, must not discount it again.
+    pol = policy(SLOPE)
+    for _ in range(40):
+        pol.observe(star(0.9), [0], [])
+    assert pol.choose(star(0.9), 1, 0).nodes == ()  # (0 + 4 * 0.9) / 44 < 0.1: no longer pays
+    mine = star(0.9)
+    mine.calibrated = True
+    assert pol.choose(mine, 1, 0).nodes == (0,)
+    trials = dict(pol.calibration.trials)
+    pol.observe(mine, [0], [])
+    assert pol.calibration.trials == trials
+    # the union of calibrated trees stays calibrated; with one plain tree it is calibrated again by the policy
+    assert CandidateTree.union([mine, mine]).calibrated and not CandidateTree.union([mine, star(0.5)]).calibrated
+
+
 def test_expected_speedup_and_feed_all():
     pol = policy(FLAT)
     assert pol.expected_speedup() is None

@@ -251,6 +251,7 @@ def test_proposer_learns_from_trials_only_and_writes_the_accepted_path_last():
     prop.begin([1, 5], do_sample=False)
     tree = prop.propose()
     assert (tree.tokens, tree.parents) == ([6, 8, 7, 9], [-1, 0, -1, 0])
+    assert tree.calibrated  # its estimates are learned here (succ_cal, suffix_cal): the cost policy takes them as is
     # accepted 6 then the bonus 3: node 0 hit, 8 and 9 (children of 6) and 7 are failed trials
     # rows: c = 5, then nodes 0..3 (tokens 6, 8, 7, 9)
     prop.observe([6, 3], [], rows_of([5, 6, 8, 7, 9], [[6, 1], [3, 2], [4, 4], [5, 5], [6, 6]]))
