@@ -242,7 +242,7 @@ class CostPolicy:
         ``num_pending`` < 1."""
         if num_pending < 1:
             raise ValueError(f"num_pending={num_pending}; a step feeds at least the newest accepted token")
-        calibrated = list(tree.prob) if getattr(tree, "calibrated", False) else \
+        calibrated = list(tree.prob) if tree.calibrated else \
             [self.calibration.estimate(d, p) for d, p in zip(depths(tree.parents), tree.prob)]
         paths = path_probabilities(tree.parents, calibrated)
         if self.max_nodes is not None and len(paths) > self.max_nodes:
@@ -269,7 +269,7 @@ class CostPolicy:
         accepted = set(int(i) for i in accepted_nodes)
         fed = set(int(i) for i in fed_nodes)
         assert accepted <= fed, f"accepted nodes {sorted(accepted - fed)} were not fed"
-        for i in sorted(fed) if not getattr(tree, "calibrated", False) else ():
+        for i in sorted(fed) if not tree.calibrated else ():
             par = tree.parents[i]
             if par < 0 or par in accepted:
                 self.calibration.update(node_depths[i], tree.prob[i], i in accepted)

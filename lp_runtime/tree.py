@@ -183,7 +183,7 @@ class CandidateTree:
     def select(self, nodes: Sequence[int]) -> "CandidateTree":
         """The sub-tree of the ancestor-closed ``nodes`` (ascending), re-indexed. ``ValueError`` otherwise."""
         return CandidateTree([self.tokens[n] for n in nodes], list(reindex(self.parents, nodes)),
-                             [self.prob[n] for n in nodes])
+                             [self.prob[n] for n in nodes], calibrated=self.calibrated)
 
     def append(self, token: int, parent: int, prob: float) -> int:
         """Add one node under ``parent`` (an existing node or -1); returns its index."""

@@ -204,6 +204,7 @@ def test_a_calibrated_tree_is_priced_as_it_is_and_teaches_nothing():
     assert pol.calibration.trials == trials
     # the union of calibrated trees stays calibrated; with one plain tree it is calibrated again by the policy
     assert CandidateTree.union([mine, mine]).calibrated and not CandidateTree.union([mine, star(0.5)]).calibrated
+    assert mine.select([0]).calibrated and not star(0.9).select([0]).calibrated
 
 
 def test_expected_speedup_and_feed_all():
