@@ -6,13 +6,21 @@ numerical reproducibility mode (``MKL_CBWR=AUTO``) they cost 1.0-1.3x it: a Smol
 / 16 tokens then takes about 0.6-0.7x the time (q = 1 unchanged), so a step's extra tokens cost little and the cost
 policy can feed them. MKL reads ``MKL_CBWR`` at its first call, so this runs before any product (``import
 lp_runtime`` first; always so for ``python -m lp_runtime.*`` and torchrun ranks). Intel CPUs keep MKL's default
-(not measured here). A ``MKL_CBWR`` already set, even empty (MKL's default), is left as it is."""
+(not measured here). A ``MKL_CBWR`` already set, even empty (MKL's default), is left as it is. ``mkl_mode`` asks
+MKL which mode it actually runs in, which names the latency profile (``latency.cpu_key``)."""
 from __future__ import annotations
 
+import ctypes
+import glob
 import os
+import warnings
 from typing import MutableMapping, Optional
 
 MODE = "AUTO"
+# mkl_cbwr.h: the codes mkl_cbwr_get(MKL_CBWR_ALL) returns; 1 (MKL_CBWR_BRANCH_OFF) is MKL's default.
+_BRANCHES = {1: "", 2: "auto", 3: "compatible", 4: "sse2", 6: "ssse3", 7: "sse4_1", 8: "sse4_2", 9: "avx",
+             10: "avx2", 11: "avx512_mic", 12: "avx512", 13: "avx512_mic_e1", 14: "avx512_e1"}
+_STRICT = 0x10000
 
 
 def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> Optional[str]:
@@ -37,3 +45,29 @@ def choose_mkl_mode(environ: Optional[MutableMapping[str, str]] = None, cpuinfo:
         if vendor is not None and vendor != "GenuineIntel":
             env["MKL_CBWR"] = MODE
     return env.get("MKL_CBWR", "")
+
+
+def mkl_mode(torch_lib: Optional[str] = None) -> Optional[str]:
+    """The mode MKL runs in, as ``cpu_key`` names it: '' for MKL's default, 'auto', 'compatible', 'avx2', ... (with
+    '-strict' where set), or None where torch carries no MKL (e.g. an ARM build). Asked of MKL itself
+    (``mkl_serv_cbwr_get`` in ``torch_lib``, default torch's libtorch_cpu), not read from ``MKL_CBWR``: MKL reads
+    the variable only once, so a value set after its first call, or one it does not know, is not what it runs."""
+    if torch_lib is None:
+        import torch
+
+        found = glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.*"))
+        if not found:
+            return None
+        torch_lib = found[0]
+    try:
+        get = ctypes.CDLL(torch_lib).mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
+    code = get(-1)  # MKL_CBWR_ALL
+    name = _BRANCHES.get(code & ~_STRICT, f"mode{code & ~_STRICT}") + ("-strict" if code & _STRICT else "")
+    if os.environ.get("MKL_CBWR", "").upper() == MODE and name == "":
+        warnings.warn(f"MKL_CBWR={MODE} is set but MKL runs in its default mode: a matrix product ran before "
+                      "lp_runtime was imported; import lp_runtime first (steps of 2-16 tokens cost up to twice "
+                      "as long on this CPU, docs/benchmarks.md 6e)", RuntimeWarning, stacklevel=3)
+    return name

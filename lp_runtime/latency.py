@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from . import blas
 from .answers import read_json, write_json
 from .bundled import cache_root, check_writable
 
@@ -201,9 +202,10 @@ def dtype_name(model) -> str:
 
 
 def cpu_key(threads: int) -> str:
-    """``cpu-<threads>t``, and ``-mkl-<mode>`` when ``MKL_CBWR`` sets MKL's mode (``blas.py``; it changes the curve)."""
-    mode = os.environ.get("MKL_CBWR", "")
-    return f"cpu-{threads}t" + (f"-mkl-{mode.lower()}" if mode else "")
+    """``cpu-<threads>t``, and ``-mkl-<mode>`` when MKL runs in a mode other than its default (``blas.mkl_mode``,
+    asked of MKL; it changes the curve)."""
+    mode = blas.mkl_mode()
+    return f"cpu-{threads}t" + (f"-mkl-{mode}" if mode else "")
 
 
 def device_key(model_or_device) -> str:

@@ -101,8 +101,28 @@ def bench(args) -> dict:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def check(ap: argparse.ArgumentParser, args) -> None:
+    """Refuse bad numbers and question indices before any child starts (argparse's error: usage, exit 2)."""
+    for name in ("qs", "rounds", "reps", "max_new_tokens"):
+        value = getattr(args, name)
+        if min(value if isinstance(value, list) else [value]) < 1:
+            ap.error(f"--{name.replace('_', '-')} {value}: must be >= 1")
+    if args.prompts:
+        sys.path.insert(0, ROOT)
+        from lp_runtime.config import DatasetConfig
+        from lp_runtime.data import DatasetError, load_questions
+
+        try:
+            n = len(load_questions(DatasetConfig(name="jsonl", path=args.prompts, first_turn_only=True)))
+        except DatasetError as e:
+            ap.error(str(e))
+        bad = [i for i in args.indices if not 0 <= i < n]
+        if bad:
+            ap.error(f"--indices {bad}: {args.prompts} holds questions 0..{n - 1}")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mkl_mode.py", description=__doc__.split("\n")[0])
     ap.add_argument("--modes", nargs="+", default=["default", "AUTO"], help="MKL_CBWR values; 'default' = empty")
     ap.add_argument("--qs", nargs="+", type=int, default=[1, 2, 3, 4, 6, 8, 12, 16, 24, 32])
     ap.add_argument("--rounds", type=int, default=3)
@@ -114,11 +134,17 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return ap
+
+
+def main() -> None:
+    ap = parser()
     args = ap.parse_args()
     if args.child:
         return child(args.qs, args.dtype, args.reps)
     if args.worker:
         return worker(args.dtype, args.prompts, args.max_new_tokens)
+    check(ap, args)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     if args.prompts:
         print(f"{started}: whole answers, {args.dtype}, {args.max_new_tokens} new tokens", flush=True)
@@ -134,7 +160,10 @@ def main() -> None:
             env = dict(os.environ, MKL_CBWR="" if mode == "default" else mode)
             cmd = [sys.executable, __file__, "--child", "--dtype", args.dtype, "--reps", str(args.reps), "--qs",
                    *map(str, args.qs)]
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+            proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)  # its stderr shows here
+            if proc.returncode:
+                raise SystemExit(f"mkl_mode: the child of mode {mode} failed (exit {proc.returncode}; error above)")
+            out = proc.stdout
             rounds[mode].append(json.loads(out.strip().splitlines()[-1]))
             print(f"round {r + 1} {mode}: {rounds[mode][-1]['key']}", flush=True)
     medians = {m: {q: statistics.median(rd["curve"][str(q)] for rd in rs) for q in args.qs} for m, rs in rounds.items()}

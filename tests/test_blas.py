@@ -36,10 +36,55 @@ def test_vendor_of_this_machine_and_import_sets_it():
     assert out == ("None" if vendor in (None, "GenuineIntel") else "'AUTO'")
 
 
-def test_cpu_key_names_the_mode(monkeypatch):
-    monkeypatch.setenv("MKL_CBWR", "AUTO")
-    assert latency.cpu_key(2) == "cpu-2t-mkl-auto"
-    monkeypatch.setenv("MKL_CBWR", "")
-    assert latency.cpu_key(1) == "cpu-1t"
-    monkeypatch.delenv("MKL_CBWR")
-    assert latency.cpu_key(4) == "cpu-4t"
+KEY = "import lp_runtime; from lp_runtime import latency; print(latency.cpu_key(2))"
+LATE = "import torch; torch.ones(8, 8) @ torch.ones(8, 8); " + KEY  # a product before the import
+needs_mkl = pytest.mark.skipif(blas.mkl_mode() is None, reason="this torch build carries no MKL")
+
+
+def _run(code: str, mkl_cbwr):
+    env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+    if mkl_cbwr is not None:
+        env["MKL_CBWR"] = mkl_cbwr
+    return subprocess.run([sys.executable, "-W", "always", "-c", code], env=env, capture_output=True, text=True,
+                          check=True)
+
+
+@needs_mkl
+@pytest.mark.parametrize("mkl_cbwr, key", [("AUTO", "cpu-2t-mkl-auto"), ("auto", "cpu-2t-mkl-auto"),
+                                           ("COMPATIBLE", "cpu-2t-mkl-compatible"), ("", "cpu-2t")])
+def test_cpu_key_names_the_mode_mkl_runs(mkl_cbwr, key):
+    assert _run(KEY, mkl_cbwr).stdout.strip() == key
+
+
+@needs_mkl
+def test_a_product_before_the_import_keeps_mkls_default_and_says_so():
+    vendor = blas.cpu_vendor()
+    out = _run(LATE, None)
+    assert out.stdout.strip() == "cpu-2t"  # the profile of the mode MKL runs, not of the variable
+    assert ("MKL_CBWR=AUTO is set but MKL runs in its default mode" in out.stderr) == (
+        vendor not in (None, "GenuineIntel"))
+    out = _run(LATE, "AUTO")  # set before the process: MKL reads it at its first call
+    assert out.stdout.strip() == "cpu-2t-mkl-auto" and "MKL runs in its default mode" not in out.stderr
+
+
+def test_no_mkl_in_a_library_is_none(tmp_path):
+    assert blas.mkl_mode(str(tmp_path / "missing.so")) is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--qs", "1", "0"], "--qs [1, 0]: must be >= 1"),
+    (["--rounds", "0"], "--rounds 0: must be >= 1"),
+    (["--max-new-tokens", "-5"], "--max-new-tokens -5: must be >= 1"),
+    (["--prompts", "{q}", "--indices", "0", "2"], "--indices [2]: {q} holds questions 0..1"),
+])
+def test_mkl_mode_script_refuses_bad_numbers_before_any_child(tmp_path, capsys, argv, message):
+    from scripts import mkl_mode
+
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"question_id": 1, "category": "x", "turns": ["a"]}\n{"question_id": 2, "category": "x", '
+                 '"turns": ["b"]}\n')
+    ap = mkl_mode.parser()
+    with pytest.raises(SystemExit) as e:
+        mkl_mode.check(ap, ap.parse_args([a.format(q=q) for a in argv]))
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"mkl_mode.py: error: {message.format(q=q)}"
