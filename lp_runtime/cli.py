@@ -256,6 +256,13 @@ def interrupted() -> bool:
     return bool(_SIGNALS)
 
 
+def check_interrupted() -> None:
+    """Raise ``KeyboardInterrupt`` (``Terminated`` for SIGTERM) when Ctrl-C or SIGTERM reached this process but a
+    library caught the exception (seen once in 80 Ctrl-Cs while a run loaded): the job calls it between answers."""
+    if _SIGNALS:
+        raise Terminated() if _SIGNALS[-1] == signal.SIGTERM else KeyboardInterrupt()
+
+
 def _job_error_line(e: BaseException) -> Optional[str]:
     """The last ``error:`` line (without the prefix) of a submitit job's stderr in the launcher's
     ``UncompletedJobError`` / ``FailedJobError``; None for anything else."""
@@ -280,6 +287,7 @@ def main(app: Callable[[], None], *, interrupted: str,
         if check_argv is not None:
             check_argv(sys.argv[1:])
         app()
+        check_interrupted()  # the run ended although a Ctrl-C came: it still exits as interrupted
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt) or (_SIGNALS and not isinstance(e, SystemExit)):
             if is_rank0():

@@ -452,7 +452,9 @@ def test_runs_that_answer_nothing_leave_no_run_folder(tmp_path, tiny_model_dir, 
     time.sleep(0.2)  # Hydra has called the job, which imports torch for seconds
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and err.splitlines()[-1] == INTERRUPTED, err[-2000:]
+    # -2: the process ended by SIGINT after printing the line (7 of 81 Ctrl-Cs at 0-3 s, 2026-12-04; cause not
+    # traced, likely CPython's exit after a KeyboardInterrupt inside code a C extension ran); a shell shows 130.
+    assert proc.returncode in (130, -signal.SIGINT) and err.splitlines()[-1] == INTERRUPTED, err[-2000:]
     assert not out.exists() and not (tmp_path / "outputs").exists()  # nothing answered: no folder left
     # The same command answers the question in a fixed run folder (kept), finds it answered in a run folder of its
     # own (removed): two command lines of the bad-input batch, in its folder run_folders, where a process apiece
@@ -1227,6 +1229,37 @@ def test_an_interrupt_a_library_turns_into_another_error_still_ends_the_run_as_a
                           capture_output=True, text=True, timeout=60,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert (proc.returncode, proc.stderr.splitlines()) == (code, ["interrupted; re-run to resume"]), proc.stderr
+
+
+LIBRARY_SWALLOWS_THE_INTERRUPT = """
+import os, signal, sys, time
+from lp_runtime import cli
+
+def app():  # a library that catches the KeyboardInterrupt and goes on; the job checks between answers ({where})
+    try:
+        os.kill(os.getpid(), signal.SIG{sig})
+        time.sleep(30)
+    except KeyboardInterrupt:
+        pass
+    if "{where}" == "between answers":
+        cli.check_interrupted()
+        print("answered after the interrupt")
+
+cli.main(app, interrupted="interrupted; re-run to resume")
+"""
+
+
+@pytest.mark.parametrize("where", ["between answers", "at the end"])
+@pytest.mark.parametrize("sig,code", [("INT", 130), ("TERM", 143)])
+def test_an_interrupt_a_library_swallows_still_stops_the_run(sig, code, where):
+    """A Ctrl-C while a run loaded once ended with exit 0 and no line (1 of 80 tries, 2026-12-04): a library caught
+    the KeyboardInterrupt and the run went on. The job's check between answers stops it, and a run that ends
+    anyway exits as interrupted."""
+    proc = subprocess.run([PY, "-c", LIBRARY_SWALLOWS_THE_INTERRUPT.format(sig=sig, where=where)], env=ENV,
+                          capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (proc.returncode, proc.stdout, proc.stderr.splitlines()) == (
+        code, "", ["interrupted; re-run to resume"]), proc.stderr
 
 
 PEER_FAILS = """
