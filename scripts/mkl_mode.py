@@ -24,6 +24,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -107,6 +108,17 @@ def check(ap: argparse.ArgumentParser, args) -> None:
         value = getattr(args, name)
         if min(value if isinstance(value, list) else [value]) < 1:
             ap.error(f"--{name.replace('_', '-')} {value}: must be >= 1")
+    if args.out:
+        try:
+            os.makedirs(args.out, exist_ok=True)
+            tempfile.TemporaryFile(dir=args.out).close()
+        except OSError as e:
+            ap.error(f"--out {args.out}: cannot write there: {e.strerror or e}")
+    if args.indices is not None and not args.prompts:
+        ap.error("--indices picks questions of --prompts; add --prompts FILE.jsonl")
+    args.indices = list(range(8)) if args.indices is None else args.indices
+    if len(set(args.indices)) < len(args.indices):
+        ap.error(f"--indices {args.indices}: each question once")
     if args.prompts:
         sys.path.insert(0, ROOT)
         from lp_runtime.config import DatasetConfig
@@ -115,7 +127,7 @@ def check(ap: argparse.ArgumentParser, args) -> None:
         try:
             n = len(load_questions(DatasetConfig(name="jsonl", path=args.prompts, first_turn_only=True)))
         except DatasetError as e:
-            ap.error(str(e))
+            ap.error(str(e).replace("dataset.path=", "--prompts ", 1))
         bad = [i for i in args.indices if not 0 <= i < n]
         if bad:
             ap.error(f"--indices {bad}: {args.prompts} holds questions 0..{n - 1}")
@@ -127,10 +139,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--qs", nargs="+", type=int, default=[1, 2, 3, 4, 6, 8, 12, 16, 24, 32])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--out", help="folder for mkl_mode.json")
     ap.add_argument("--prompts", help="Spec-Bench JSONL: time whole answers instead of the curve")
-    ap.add_argument("--indices", nargs="+", type=int, default=list(range(8)), help="questions of --prompts")
+    ap.add_argument("--indices", nargs="+", type=int, help="questions of --prompts (default 0-7)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
