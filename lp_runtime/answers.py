@@ -377,7 +377,8 @@ SAME_FILE = ("dataset.path",)  # settings that name a file: compared as the file
 # Known once the model is loaded (what model.dtype=auto chose): compared when both sides have them; a record from
 # before them, and the check made before the model loads, skip them. Where model.dtype is auto on either side of a
 # record that has it, it decides instead of model.dtype.
-AFTER_LOAD = ("model.resolved_dtype",)
+# model.mkl_mode: the mode MKL runs in on a CPU (blas.mkl_mode; 'default' for MKL's own): it changes the numerics.
+AFTER_LOAD = ("model.resolved_dtype", "model.mkl_mode")
 
 
 def real_path(path: str) -> str:
@@ -448,11 +449,28 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
     diffs = differences(recorded, current)
     if diffs:
         listed = "; ".join(f"{k}: {_as_typed(old)} in the file, {_as_typed(new)} now" for k, old, new in diffs)
-        dtype = next((old for k, old, _ in diffs if k == "model.resolved_dtype"), None)
-        how = f"model.dtype={dtype}" if dtype else "the file's settings"  # auto chose another dtype this time
+        how = _resume_how(diffs)
         raise SettingsMismatchError(
             f"{answers_path} was made with other settings ({settings_path}): {listed}; re-run with {how} "
             f"to resume it, or write to a new output path ({hint})")
+
+
+def _resume_how(diffs: list[tuple[str, Any, Any]]) -> str:
+    """What a resume needs: model.dtype=X where ``model.dtype=auto`` chose another dtype this time, the
+    ``MKL_CBWR`` value where only MKL's mode differs, else the file's settings."""
+    recorded = {key: old for key, old, _ in diffs}
+    if "model.resolved_dtype" in recorded:
+        return f"model.dtype={recorded['model.resolved_dtype']}"
+    if list(recorded) == ["model.mkl_mode"]:
+        env = mkl_env(recorded["model.mkl_mode"])
+        return f"MKL_CBWR={env} in the environment" if env else "MKL_CBWR set empty in the environment (MKL's default)"
+    return "the file's settings"
+
+
+def mkl_env(mode: str) -> str:
+    """The ``MKL_CBWR`` value that gives a recorded ``model.mkl_mode`` ('default' -> '', 'auto-strict' ->
+    'AUTO,STRICT')."""
+    return "" if mode == "default" else mode.replace("-strict", ",strict").upper()
 
 
 def write_settings(settings_path: Path, current: dict[str, Any]) -> None:

@@ -141,7 +141,7 @@ def _sweep_hint() -> Optional[str]:
 def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) -> tuple[Any, Any, str, dict]:
     """(``Decoder``, tokenizer, the answers' ``model_id``, summary entries): the model loaded and checked against
     the settings and every first-turn prompt, ``decoding=auto`` resolved."""
-    from lp_runtime import compiled, latency, models
+    from lp_runtime import blas, compiled, latency, models
     from lp_runtime.decoder import Decoder
 
     _weight_bars_off(downloads=cfg.progress and is_main)
@@ -150,6 +150,9 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     # model.dtype=auto's choice can differ between runs (a machine under load, two sweep jobs timing at once): a
     # resumed file keeps one dtype
     current["model.resolved_dtype"] = latency.dtype_name(model)
+    mkl = blas.mkl_mode() if model.device.type == "cpu" else None  # MKL's mode changes a CPU's numerics too
+    if mkl is not None:
+        current["model.mkl_mode"] = mkl or "default"
     answers.check_settings(Path(cfg.output.path), Path(cfg.output.resolved_settings_path), current, _sweep_hint())
     label = models.model_label(cfg.model, fingerprint)
     models.check_limits(model, cfg.decoding, cfg.sampling, cfg.generation)  # ids in the vocabulary, a step fits

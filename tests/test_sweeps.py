@@ -224,6 +224,38 @@ def test_changed_settings_refuse_before_loading_and_same_settings_resume(tiny_mo
     assert (out / "answers.jsonl").read_bytes() == lines
 
 
+def test_a_resume_under_another_mkl_mode_is_refused_with_the_variable_to_set(tiny_model_dir, tmp_path):
+    """MKL's mode changes a CPU's numerics (bfloat16 answers differed under MKL_CBWR=COMPATIBLE, a new user,
+    2026-12-04): the settings record the mode MKL runs in, a resume under another is refused naming the variable,
+    and a record from before the key resumes."""
+    from lp_runtime import blas
+    from lp_runtime.generate import run
+
+    mode = blas.mkl_mode()
+    if mode is None:
+        pytest.skip("this torch build carries no MKL")
+    cfg = _cfg(tiny_model_dir, tmp_path)
+    run(cfg)
+    out = tmp_path / "out"
+    path = out / "answers.settings.json"
+    record = json.loads(path.read_text())
+    assert record["settings"]["model.mkl_mode"] == (mode or "default")
+    other = "compatible" if mode != "compatible" else "default"
+    record["settings"]["model.mkl_mode"] = other
+    path.write_text(json.dumps(record))
+    cfg.dataset.limit = None
+    with pytest.raises(answers.SettingsMismatchError) as e:
+        run(cfg)
+    assert str(e.value) == (
+        f"{out / 'answers.jsonl'} was made with other settings ({path}): model.mkl_mode: {other!r} in the file, "
+        f"{mode or 'default'!r} now; re-run with MKL_CBWR={answers.mkl_env(other)} in the environment to "
+        f"resume it, or write to a new output path (output.path={out / 'answers-2.jsonl'})")
+    assert answers.mkl_env("default") == "" and answers.mkl_env("auto-strict") == "AUTO,STRICT"
+    del record["settings"]["model.mkl_mode"]  # a record from before the key: resumes
+    path.write_text(json.dumps(record))
+    assert run(cfg)["num_questions"] == 2
+
+
 def test_settings_differences_cover_new_fields_and_skip_display_ones():
     cfg = RunConfig()
     current = answers.run_settings(cfg, model_fingerprint="ab", world_size=2)
