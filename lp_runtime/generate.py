@@ -267,8 +267,9 @@ def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_ma
     if not answered_now and summary_path.exists():
         kept = json.loads(summary_path.read_text(encoding="utf-8"))
         stale = kept.get("num_questions") != summary["num_questions"]
-        if stale:  # counted from the file now; the answering runs' entries (auto_decoding, LP bytes) stay
-            kept = {**kept, **summary}
+        if stale:  # counted from the file now; the answering runs' entries (auto_decoding, LP bytes, the settings
+            # known once the model loaded, e.g. model.mkl_mode) stay
+            kept = {**kept, **summary, "settings": kept.get("settings", summary.get("settings"))}
             answers.write_json(summary_path, kept)
         print(f"already answered in {answers_path}:")
         asked = {str(q.question_id) for q in questions}
