@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import errno
+import logging
 import os
 import re
 import signal
@@ -263,6 +264,19 @@ def check_interrupted() -> None:
         raise Terminated() if _SIGNALS[-1] == signal.SIGTERM else KeyboardInterrupt()
 
 
+def _exit(code: int) -> NoReturn:
+    """``sys.exit(code)``; in a rank of a process group ``os._exit`` once the output is flushed: the group's teardown
+    at interpreter exit waits for a collective a peer never joins (a rank interrupted while waiting for rank 0 hung
+    there until torchrun killed it, 30 s later). Every ``finally`` has run by now; atexit handlers do not."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def _job_error_line(e: BaseException) -> Optional[str]:
     """The last ``error:`` line (without the prefix) of a submitit job's stderr in the launcher's
     ``UncompletedJobError`` / ``FailedJobError``; None for anything else."""
@@ -292,7 +306,7 @@ def main(app: Callable[[], None], *, interrupted: str,
         if isinstance(e, KeyboardInterrupt) or (_SIGNALS and not isinstance(e, SystemExit)):
             if is_rank0():
                 print(interrupted, file=sys.stderr, flush=True)
-            sys.exit(143 if isinstance(e, Terminated) or _SIGNALS[-1:] == [signal.SIGTERM] else 130)
+            _exit(143 if isinstance(e, Terminated) or _SIGNALS[-1:] == [signal.SIGTERM] else 130)
         if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)) or list_by_name(e):
             fail(e)
         if isinstance(e, PeerFailure):

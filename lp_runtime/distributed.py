@@ -196,6 +196,9 @@ def from_rank0(compute: Callable[[], Any], *, timeout_s: Optional[float] = None)
     ``RuntimeError`` naming this rank when the collective fails or times out."""
     if not is_initialized():
         return compute()
+    group = None  # made by every rank before rank 0 computes: a rank waiting in new_group took no Ctrl-C
+    if timeout_s is not None:
+        group = dist.new_group(list(range(dist.get_world_size())), timeout=timedelta(seconds=timeout_s))
     box: list[Any] = [None]
     err: Optional[Exception] = None
     if dist.get_rank() == 0:
@@ -208,21 +211,34 @@ def from_rank0(compute: Callable[[], Any], *, timeout_s: Optional[float] = None)
                 box = [(False, e)]
             except Exception:  # an error that does not pickle travels as its type and message
                 box = [(False, RuntimeError(f"rank 0: {type(e).__name__}: {e}"))]
-    group = None
-    if timeout_s is not None:
-        group = dist.new_group(list(range(dist.get_world_size())), timeout=timedelta(seconds=timeout_s))
     start = time.perf_counter()
-    try:
+    try:  # a Ctrl-C leaves the group as it is: destroying it would wait for the pending collective
+        _wait_for_rank0(group)
         dist.broadcast_object_list(box, src=0, group=group)
     except Exception as e:
+        _destroy_group(group)
         raise _fail(f"broadcast from rank 0 ({time.perf_counter() - start:.1f} s)", e) from e
-    finally:
-        if group is not None:
-            dist.destroy_process_group(group)
+    _destroy_group(group)
     ok, value = box[0]
     if not ok:
         raise err if err is not None else value
     return value
+
+
+def _destroy_group(group) -> None:
+    if group is not None:
+        dist.destroy_process_group(group)
+
+
+def _wait_for_rank0(group) -> None:
+    """Block until rank 0 reaches this point, polling so that Ctrl-C and SIGTERM reach Python meanwhile: a rank
+    waiting in a blocking collective while rank 0 measured for minutes took a Ctrl-C only when torchrun killed it,
+    30 s later (a new user, 2026-12-04). Raises what the collective raises (a timeout, a dead peer)."""
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
+    work = dist.broadcast(torch.zeros(1, device=device), src=0, group=group, async_op=True)
+    while not work.is_completed():
+        time.sleep(0.05)
+    work.wait()
 
 
 def group_ranks(group=None) -> list[int]:

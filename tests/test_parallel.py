@@ -497,3 +497,43 @@ def test_slurm_single_node_script_dp2_writes_one_ordered_file_and_resumes(tmp_pa
             first = out.read_bytes()
             assert list((tmp_path / "run").rglob("*.log")), "torchrun per-rank logs missing"
     assert out.read_bytes() == first
+
+
+WAITS_FOR_RANK0 = """
+import sys, time
+import torch.distributed as dist
+from lp_runtime import cli, distributed
+
+def app():
+    dist.init_process_group("gloo", rank=int(sys.argv[1]), world_size=2, init_method="tcp://127.0.0.1:" + sys.argv[2])
+    print("ready", flush=True)
+    distributed.from_rank0(lambda: time.sleep(120), timeout_s=300)  # rank 0 measures for minutes
+
+cli.main(app, interrupted="interrupted")
+"""
+
+
+def test_a_rank_waiting_for_rank0_takes_ctrl_c_at_once(tmp_path):
+    """Rank 1 waits in from_rank0 while rank 0 computes: Ctrl-C reached it only when torchrun killed it 30 s later
+    (a blocking collective; a new user, 2026-12-04), and then the process group's teardown at exit waited for the
+    collective. Now it polls, and an interrupted rank leaves without that teardown: one line, exit 130."""
+    import signal
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", WAITS_FOR_RANK0, str(rank), port], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) for rank in (0, 1)]
+    try:
+        assert procs[1].stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # rank 1 is inside from_rank0 by now
+        procs[1].send_signal(signal.SIGINT)
+        out, err = procs[1].communicate(timeout=20)  # was: blocked until rank 0 answered (120 s here)
+        assert (procs[1].returncode, err.splitlines()[-1:]) == (130, ["interrupted"]), err[-2000:]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
