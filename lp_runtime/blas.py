@@ -66,8 +66,11 @@ def mkl_mode(torch_lib: Optional[str] = None) -> Optional[str]:
     get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
     code = get(-1)  # MKL_CBWR_ALL
     name = _BRANCHES.get(code & ~_STRICT, f"mode{code & ~_STRICT}") + ("-strict" if code & _STRICT else "")
-    if os.environ.get("MKL_CBWR", "").upper() == MODE and name == "":
-        warnings.warn(f"MKL_CBWR={MODE} is set but MKL runs in its default mode: a matrix product ran before "
-                      "lp_runtime was imported; import lp_runtime first (steps of 2-16 tokens cost up to twice "
-                      "as long on this CPU, docs/benchmarks.md 6e)", RuntimeWarning, stacklevel=3)
+    wanted = os.environ.get("MKL_CBWR")
+    if wanted and wanted.strip().lower().replace(",", "-") != name:
+        late = ("a matrix product ran before lp_runtime was imported; import lp_runtime first (steps of 2-16 tokens "
+                "cost up to twice as long on this CPU, docs/benchmarks.md 6e)") if name == "" else (
+                "a value MKL does not know or this CPU does not take, or one set after MKL's first product")
+        warnings.warn(f"MKL_CBWR={wanted} is set but MKL runs in {f'mode {name}' if name else 'its default mode'}: "
+                      f"{late}", RuntimeWarning, stacklevel=3)
     return name

@@ -67,6 +67,16 @@ def test_a_product_before_the_import_keeps_mkls_default_and_says_so():
     assert out.stdout.strip() == "cpu-2t-mkl-auto" and "MKL runs in its default mode" not in out.stderr
 
 
+@needs_mkl
+def test_a_value_mkl_does_not_take_is_named_with_the_mode_it_runs():
+    """MKL_CBWR=FOO ran as AUTO on an AMD CPU with no notice (a new user, 2026-12-04): the profile is named by the
+    mode MKL runs in, and a warning names both."""
+    out = _run(KEY, "FOO")
+    assert out.stdout.strip().startswith("cpu-2t") and "foo" not in out.stdout
+    assert "RuntimeWarning: MKL_CBWR=FOO is set but MKL runs in " in out.stderr
+    assert "RuntimeWarning" not in _run(KEY, "auto").stderr  # a mode MKL runs as asked: nothing to say
+
+
 def test_no_mkl_in_a_library_is_none(tmp_path):
     assert blas.mkl_mode(str(tmp_path / "missing.so")) is None
 
