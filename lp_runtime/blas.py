@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import sys
 import warnings
 from typing import MutableMapping, Optional
 
@@ -72,5 +73,15 @@ def mkl_mode(torch_lib: Optional[str] = None) -> Optional[str]:
                 "cost up to twice as long on this CPU, docs/benchmarks.md 6e)") if name == "" else (
                 "a value MKL does not know or this CPU does not take, or one set after MKL's first product")
         warnings.warn(f"MKL_CBWR={wanted} is set but MKL runs in {f'mode {name}' if name else 'its default mode'}: "
-                      f"{late}", RuntimeWarning, stacklevel=3)
+                      f"{late}", RuntimeWarning, stacklevel=_callers_level())
     return name
+
+
+def _callers_level() -> int:
+    """``warnings.warn``'s stacklevel, called from a function here, of the first frame outside this package: the
+    warning names the user's line, however deep in lp_runtime it was raised."""
+    here, level = os.path.dirname(os.path.abspath(__file__)), 2
+    frame = sys._getframe(2)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -63,6 +63,10 @@ def test_a_product_before_the_import_keeps_mkls_default_and_says_so():
     assert out.stdout.strip() == "cpu-2t"  # the profile of the mode MKL runs, not of the variable
     assert ("MKL_CBWR=AUTO is set but MKL runs in its default mode" in out.stderr) == (
         vendor not in (None, "GenuineIntel"))
+    deep = _run(LATE.replace(KEY, "import lp_runtime, torch; from lp_runtime import latency; "
+                                  "latency.device_key(torch.device('cpu'))"), None)
+    if vendor not in (None, "GenuineIntel"):  # named at the user's line, not inside lp_runtime
+        assert "<string>:1: RuntimeWarning: MKL_CBWR=AUTO is set" in deep.stderr, deep.stderr
     out = _run(LATE, "AUTO")  # set before the process: MKL reads it at its first call
     assert out.stdout.strip() == "cpu-2t-mkl-auto" and "MKL runs in its default mode" not in out.stderr
 
