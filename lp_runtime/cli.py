@@ -259,7 +259,7 @@ def interrupted() -> bool:
 
 def check_interrupted() -> None:
     """Raise ``KeyboardInterrupt`` (``Terminated`` for SIGTERM) when Ctrl-C or SIGTERM reached this process but a
-    library caught the exception (seen once in 80 Ctrl-Cs while a run loaded): the job calls it between answers."""
+    library caught the exception (seen once in 81 Ctrl-Cs while a run loaded): the job calls it between answers."""
     if _SIGNALS:
         raise Terminated() if _SIGNALS[-1] == signal.SIGTERM else KeyboardInterrupt()
 

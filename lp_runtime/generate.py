@@ -213,13 +213,12 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
     from lp_runtime import distributed, parallel
 
     decoder, tokenizer, model_id, extra = _load(cfg, ctx, todo, current, is_main)
-    cli.check_interrupted()
     mine = parallel.shard_questions(todo, ctx.dp_rank, ctx.dp_size)
     my_steps = 0
     # A context manager: on Ctrl-C the bar is closed (ends its line) before the "interrupted" line is printed.
     with tqdm(total=len(todo), desc="questions", unit="q", disable=not (cfg.progress and is_main)) as bar:
         for r in range(-(-len(todo) // ctx.dp_size)):
-            cli.check_interrupted()
+            cli.check_interrupted()  # a Ctrl-C a library swallowed while loading or answering: stop before the next
             record = _answer_record(decoder, tokenizer, mine[r], cfg, model_id) if r < len(mine) else None
             my_steps += sum(record["choices"][0]["decoding_steps"]) if record else 0
             gathered = [record] if ctx.world_size == 1 else distributed.gather_objects_to_rank0(record)

@@ -1252,7 +1252,7 @@ cli.main(app, interrupted="interrupted; re-run to resume")
 @pytest.mark.parametrize("where", ["between answers", "at the end"])
 @pytest.mark.parametrize("sig,code", [("INT", 130), ("TERM", 143)])
 def test_an_interrupt_a_library_swallows_still_stops_the_run(sig, code, where):
-    """A Ctrl-C while a run loaded once ended with exit 0 and no line (1 of 80 tries, 2026-12-04): a library caught
+    """A Ctrl-C while a run loaded once ended with exit 0 and no line (1 of 81 tries, 2026-12-04): a library caught
     the KeyboardInterrupt and the run went on. The job's check between answers stops it, and a run that ends
     anyway exits as interrupted."""
     proc = subprocess.run([PY, "-c", LIBRARY_SWALLOWS_THE_INTERRUPT.format(sig=sig, where=where)], env=ENV,
