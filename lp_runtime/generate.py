@@ -33,12 +33,20 @@ register_configs()
 def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: RunConfig, model_id: str) -> dict:
     """One answers-JSONL line (docs/design.md section 5): every turn of ``question``, each prompt holding the
     answers so far."""
+    from lp_runtime.checks import context_length
+    from lp_runtime.decoder import GenerationOutput
+
     sampling = cfg.sampling.for_category(question.category)  # MT-Bench's per-category temperature, if listed
     texts, outs = [], []
+    ctx = context_length(decoder.model)
     for turn in range(len(question.turns)):
+        prompt = data.build_prompt(tokenizer, question, texts)
+        if turn and ctx is not None and len(prompt) >= ctx:  # the earlier answers filled the context: keep them
+            outs.append(GenerationOutput(output_ids=[], finish_reason="length", decoding_steps=0))
+            texts.append("")
+            continue
         try:
-            out = decoder.generate(data.build_prompt(tokenizer, question, texts), sampling=sampling,
-                                   max_new_tokens=cfg.generation.max_new_tokens,
+            out = decoder.generate(prompt, sampling=sampling, max_new_tokens=cfg.generation.max_new_tokens,
                                    stop_strings=cfg.generation.stop_strings)
         except (ConfigError, ModelOutputError) as e:  # no line for this question, earlier ones kept: say which
             why = (f"; this turn's prompt holds the earlier turns' answers: a smaller generation.max_new_tokens (now "
@@ -63,6 +71,15 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
         "choices": [choice],
         "tstamp": time.time(),
     }
+
+
+def unanswered_turns(record: dict, max_new_tokens: int) -> list[str]:
+    """One line for each later turn of ``record`` that got no token because the earlier answers filled the
+    model's context (written with no tokens, no steps and ``finish_reason`` "length")."""
+    c = record["choices"][0]
+    return [f"[{record['question_id']}] turn {t + 1} not answered: the earlier turns' answers fill the model's "
+            f"context; a smaller generation.max_new_tokens (now {max_new_tokens}) leaves it room"
+            for t in range(1, len(c["turns"])) if not c["new_tokens"][t] and c["finish_reason"][t] == "length"]
 
 
 AUTO_WAIT_S = 1800.0  # how long other ranks wait while rank 0 measures the machine (decoding=auto's first run)
@@ -232,6 +249,8 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
                 records.append(new[str(question.question_id)])
                 answers.append_line(Path(cfg.output.path), records[-1])
                 tqdm.write(answers.first_line(records[-1]))
+                for note in unanswered_turns(records[-1], cfg.generation.max_new_tokens):
+                    tqdm.write(note)
                 bar.update(1)
     if ctx.lp_group.size > 1:  # rank 0's view; every rank of a group takes part in each collective
         stats = ctx.lp_group.stats.as_dict()

@@ -1284,20 +1284,24 @@ def test_a_dead_or_hung_peer_rank_is_one_error_line_and_exit_1():
         "re-run the same command to resume"]), proc.stderr
 
 
-def test_a_later_turn_that_the_earlier_answers_push_past_the_context_says_so(tmp_path, tiny_model_dir):
+def test_a_later_turn_that_the_earlier_answers_push_past_the_context_is_kept_unanswered(tmp_path, tiny_model_dir,
+                                                                                       capsys):
     """Turn 1 answered with up to max_new_tokens fills the 1024-token context, so turn 2's prompt (which holds it)
-    does not fit: the message said "shorten it" of a prompt the user never wrote (a new user, 2026-12-02)."""
-    from lp_runtime.config import ConfigError
-
+    does not fit. The run stopped there, losing turn 1's answer (a new user, 2026-12-04): now turn 1 is kept, turn 2
+    is written with no tokens and finish_reason "length", and one line says why."""
     q = tmp_path / "q.jsonl"
     # turn 1's prompt is 631 tokens and turn 2's, with an empty answer, 743: both fit. Turn 1's answer, capped at the
     # context (~390 tokens; a short turn 1 made it decode ~950 for the same overflow), pushes turn 2 past it.
-    q.write_text(json.dumps({"question_id": 5, "turns": ["word " * 600, "word " * 100]}) + "\n")
+    q.write_text(json.dumps({"question_id": 5, "turns": ["word " * 600, "word " * 100]}) + "\n"
+                 + json.dumps({"question_id": 6, "turns": ["Hi", "Bye"]}) + "\n")
     out = tmp_path / "answers.jsonl"
-    with pytest.raises(ConfigError) as e:
-        run_config(_args(tiny_model_dir, q, out, "progress=false", "generation.max_new_tokens=5000"))
-    assert re.fullmatch(r"question 5, turn 2: the prompt \(\d+ tokens\) fills the model's context of 1024 tokens; it "
-                        r"leaves no room for a new token: shorten it; this turn's prompt holds the earlier turns' "
-                        r"answers: a smaller generation.max_new_tokens \(now 5000\) leaves it room; the answers "
-                        r"written before this question are kept \(remove or shorten it, then re-run\)", str(e.value))
-    assert not out.exists()
+    run_config(_args(tiny_model_dir, q, out, "progress=false", "generation.max_new_tokens=5000",
+                     "decoding=lookahead"))
+    first, second = [json.loads(line)["choices"][0] for line in out.read_text().splitlines()]
+    assert first["new_tokens"][1] == 0 and first["output_ids"][1] == [] and first["turns"][1] == ""
+    assert first["decoding_steps"][1] == 0 and first["accept_lengths"][1] == []
+    assert first["finish_reason"] == ["length", "length"]
+    assert 631 + first["new_tokens"][0] == 1024  # turn 1 decoded up to the context's end
+    assert all(second["new_tokens"])  # the next question is answered as usual
+    assert ("[5] turn 2 not answered: the earlier turns' answers fill the model's context; a smaller "
+            "generation.max_new_tokens (now 5000) leaves it room") in capsys.readouterr().out.splitlines()
