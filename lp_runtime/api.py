@@ -6,7 +6,8 @@ Example::
     from lp_runtime import LookaheadGenerator
     from lp_runtime.config import SamplingConfig
 
-    gen = LookaheadGenerator.from_config()                       # bundled SmolLM2, conf defaults
+    gen = LookaheadGenerator.from_config()                       # bundled SmolLM2, conf defaults (progress=False: no
+                                                                 # loading bar)
     streamer = TextStreamer(gen.tokenizer, skip_prompt=True, skip_special_tokens=True)  # no <|im_end|> at the end
     out = gen.generate("Write a haiku about the sea.", streamer=streamer)
     print(out.text, out.decoding_steps, out.accept_lengths)
@@ -90,12 +91,14 @@ class LookaheadGenerator:
     @classmethod
     def from_config(cls, model: Optional[ModelConfig] = None, decoding: Optional[DecodingConfig] = None,
                     generation: Optional[GenerationConfig] = None,
-                    sampling: Optional[SamplingConfig] = None) -> "LookaheadGenerator":
-        """Load the model of ``model`` (default: the bundled SmolLM2) and build a generator."""
+                    sampling: Optional[SamplingConfig] = None, progress: bool = True) -> "LookaheadGenerator":
+        """Load the model of ``model`` (default: the bundled SmolLM2) and build a generator. ``progress=False``:
+        no progress bar while loading (transformers' "Loading weights", a download, the one-time GGUF conversion).
+        """
         model = model or ModelConfig()
         check_arg(model, ModelConfig, "model")
         _check_configs(decoding, generation, sampling)  # before the model loads
-        m, tok = load_model(model)
+        m, tok = load_model(model, progress=progress)
         return cls(m, tok, decoding, generation, step=step_for(m, model.compile), sampling=sampling)
 
     def encode(self, prompt: Prompt) -> list[int]:

@@ -2,6 +2,7 @@
 (``model_id``), whether its weights fit the device (``fit_problem``) and ``model.dtype=auto``."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -42,8 +43,8 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
                progress: bool = True) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) named by ``cfg``, in ``cfg.dtype`` on ``cfg.device``, in eval mode, with
     ``model.lp_model_id = model_id(cfg)``. ``model.dtype=auto``: ``_auto_dtype``, timing a step with
-    ``step_seconds(model)``. ``free_bytes``: the device's free memory (default: asked). ``progress=False``: the
-    bundled model's one-time conversion shows no progress bar.
+    ``step_seconds(model)``. ``free_bytes``: the device's free memory (default: asked). ``progress=False``: no
+    progress bar (the bundled model's one-time conversion, transformers' "Loading weights" and downloads).
 
     Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded or
     its weights do not fit the device's free memory (checked before anything loads)."""
@@ -60,10 +61,11 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     kwargs = dict(dtype=resolve_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation,
                   trust_remote_code=cfg.trust_remote_code)
     try:
-        if cfg.path.startswith(BUNDLED_PREFIX):
-            tokenizer, model = _load_bundled(cfg.path[len(BUNDLED_PREFIX):], kwargs, progress)
-        else:
-            tokenizer, model = _load_hf(cfg.path, cfg.gguf_file, kwargs)
+        with contextlib.nullcontext() if progress else _bars_off():
+            if cfg.path.startswith(BUNDLED_PREFIX):
+                tokenizer, model = _load_bundled(cfg.path[len(BUNDLED_PREFIX):], kwargs, progress)
+            else:
+                tokenizer, model = _load_hf(cfg.path, cfg.gguf_file, kwargs)
     except ImportError as e:  # flash_attention_2 or a hub kernel whose package is not installed here
         if cfg.attn_implementation in ("sdpa", "eager"):
             raise
@@ -73,6 +75,23 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     model.eval()
     model.lp_model_id = model_id(cfg)
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def _bars_off():
+    """transformers' and the hub's progress bars off inside, then as they were."""
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as hf_logging
+
+    was_on, hub_off = hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()  # the hub's too
+        if hub_off:
+            hub.disable_progress_bars()
 
 
 def check_attn_implementation(name: str) -> None:

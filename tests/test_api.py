@@ -23,3 +23,22 @@ def test_api_text_messages_ids_and_streamer(smollm2, smollm2_greedy, capsys):
     assert printed.strip() == out.text.strip() and out.text
     raw = gen.generate(ids, max_new_tokens=5)
     assert raw.output_ids == out.output_ids[:5] and raw.finish_reason == "length"
+
+
+def test_from_config_with_progress_false_loads_without_bars_and_puts_them_back(tiny_model_dir, capsys):
+    """transformers' "Loading weights" bar showed from the Python API, which has no way to hide it (a new user,
+    2026-12-03): ``progress=False`` hides it for the load only; the switch is as it was afterwards."""
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as hf_logging
+
+    from lp_runtime.config import DecodingConfig, ModelConfig
+
+    model = ModelConfig(path=str(tiny_model_dir), dtype="float32")
+    fixed = DecodingConfig(method="lookahead")
+    capsys.readouterr()
+    LookaheadGenerator.from_config(model, fixed)
+    assert "Loading weights" in capsys.readouterr().err  # shown by default, as transformers shows it
+    gen = LookaheadGenerator.from_config(model, fixed, progress=False)
+    assert "Loading weights" not in capsys.readouterr().err
+    assert hf_logging.is_progress_bar_enabled() and not hub.are_progress_bars_disabled()
+    assert gen.generate([1, 2, 3], max_new_tokens=4).output_ids  # and it decodes
