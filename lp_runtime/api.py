@@ -27,7 +27,9 @@ from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, 
 from .compiled import step_for
 from .decoder import Decoder, GenerationOutput
 from .models import check_limits, eos_token_ids, load_model
-from .auto import auto_policy
+from .auto import auto_policy, resolve_auto
+from .latency import curve_of
+from .policy import CostPolicy
 from .checks import check_arg, check_max_new_tokens, check_prompt_ids, vocab_size
 from .data import blank_kind, encode_messages, is_blank, lone_surrogate
 
@@ -65,11 +67,15 @@ class LookaheadGenerator:
 
     Args:
         model, tokenizer: a transformers causal LM and its tokenizer.
-        decoding: default ``DecodingConfig()`` (``decoding=auto``: the cost policy on this machine's latency
-            profile, ``auto.auto_policy``, measured once, then read from the cache).
+        decoding: default ``DecodingConfig()`` (``decoding=auto``, resolved as the main job resolves it:
+            ``auto.resolve_auto`` picks W from this machine's latency profile and turns the successor table on where
+            its calibration says it pays, printing one line; the profile and the calibration are measured once,
+            then read from the cache). Without a tokenizer (no calibration prompts): the cost policy on the profile
+            for the setting as given (``auto.auto_policy``).
         generation: default budget, stop strings and EOS ids (``GenerationConfig()``).
         step: the model step (default eager; ``compiled.step_for`` builds the compiled one).
         sampling: every call's default (``SamplingConfig()``: greedy); ``generate(..., sampling=...)`` replaces it.
+        progress: ``decoding=auto``'s calibration bar on stderr (its first use on this machine).
 
     Raises ``ConfigError`` for settings the model cannot take (``models.check_limits``: ids outside the
     vocabulary, a lookahead step longer than the context).
@@ -77,14 +83,20 @@ class LookaheadGenerator:
 
     def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None,
                  generation: Optional[GenerationConfig] = None, step=None,
-                 sampling: Optional[SamplingConfig] = None) -> None:
+                 sampling: Optional[SamplingConfig] = None, progress: bool = True) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.generation, self.sampling = generation or GenerationConfig(), sampling
         decoding = decoding or DecodingConfig()
         _check_configs(decoding, self.generation, sampling)
         check_limits(model, decoding, sampling, generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
-        policy = auto_policy(model, step=step) if decoding.method == "auto" else None
+        policy = None
+        if decoding.method == "auto" and tokenizer is None:
+            policy = auto_policy(model, step=step)
+        elif decoding.method == "auto":  # the main job's setting: W, the successor table, the policy's curve
+            decoding, entry = resolve_auto(model, tokenizer, decoding, step=step, progress=progress, make_decoder=(
+                lambda d, p: Decoder(model, d, eos_token_ids=eos, tokenizer=tokenizer, step_policy=p, step=step)))
+            policy = CostPolicy(curve_of(entry))
         self.decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, step_policy=policy, step=step,
                                sampling=sampling)
 
@@ -93,13 +105,13 @@ class LookaheadGenerator:
                     generation: Optional[GenerationConfig] = None,
                     sampling: Optional[SamplingConfig] = None, progress: bool = True) -> "LookaheadGenerator":
         """Load the model of ``model`` (default: the bundled SmolLM2) and build a generator. ``progress=False``:
-        no progress bar while loading (transformers' "Loading weights", a download, the one-time GGUF conversion).
-        """
+        no progress bar while loading (transformers' "Loading weights", a download, the one-time GGUF conversion)
+        or calibrating."""
         model = model or ModelConfig()
         check_arg(model, ModelConfig, "model")
         _check_configs(decoding, generation, sampling)  # before the model loads
         m, tok = load_model(model, progress=progress)
-        return cls(m, tok, decoding, generation, step=step_for(m, model.compile), sampling=sampling)
+        return cls(m, tok, decoding, generation, step=step_for(m, model.compile), sampling=sampling, progress=progress)
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of ``prompt`` (see the module docstring). ``ConfigError`` for an empty or blank prompt, a batch,

@@ -1305,3 +1305,31 @@ def test_a_later_turn_that_the_earlier_answers_push_past_the_context_is_kept_una
     assert all(second["new_tokens"])  # the next question is answered as usual
     assert ("[5] turn 2 not answered: the earlier turns' answers fill the model's context; a smaller "
             "generation.max_new_tokens (now 5000) leaves it room") in capsys.readouterr().out.splitlines()
+
+
+def test_the_python_apis_decoding_auto_decodes_as_the_main_job(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """``LookaheadGenerator``'s default ``DecodingConfig()`` (decoding=auto) took the preset's W = 0 and never the
+    successor table, while the main job takes W from the latency curve and the table where its calibration says
+    so (a review, 2026-12-04): the API was not "the main job's default" its README says. Now the same tokens and
+    the same steps, and the same one start-up line."""
+    from lp_runtime import LookaheadGenerator, latency, models
+    from lp_runtime.config import ModelConfig
+
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path / "cache"))
+    model_cfg = ModelConfig(path=str(tiny_model_dir), dtype="float32")
+    gen_model, _ = models.load_model(model_cfg, progress=False)
+    flat = {1: 0.01, 64: 0.01}  # a GPU-like curve: auto_window chooses W > 0 on it
+    latency.latency_profile(models.model_id_of(gen_model), latency.device_key(gen_model), "float32",
+                            measure=lambda: flat)
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"question_id": 1, "turns": ["Write a haiku about the sea."]}) + "\n")
+    out = tmp_path / "answers.jsonl"
+    run_config(_args(tiny_model_dir, q, out, "progress=false", "decoding=auto", "generation.max_new_tokens=48"))
+    job_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("decoding=auto:"))
+    choice = json.loads(out.read_text())["choices"][0]
+    gen = LookaheadGenerator.from_config(model_cfg, progress=False)
+    api_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert gen.decoder.cfg.window_size > 0  # from the flat curve, not the preset's 0
+    res = gen.generate("Write a haiku about the sea.", max_new_tokens=48)
+    assert (res.output_ids, res.decoding_steps) == (choice["output_ids"][0], choice["decoding_steps"][0])
+    assert api_line.split(", cost policy")[1] == job_line.split(", cost policy")[1]  # the same setting and estimate
