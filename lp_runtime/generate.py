@@ -183,7 +183,7 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
                                                                  cfg.progress)
     decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
                       sampling=cfg.sampling, step_policy=policy, step=step)
-    return decoder, tokenizer, cfg.model_id or (cfg.model.name if cfg.model.name else label), extra
+    return decoder, tokenizer, cfg.model_id or label, extra
 
 
 def _weight_bars_off(downloads: bool) -> None:
@@ -230,6 +230,8 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
     from lp_runtime import distributed, parallel
 
     decoder, tokenizer, model_id, extra = _load(cfg, ctx, todo, current, is_main)
+    model_id = records[0]["model_id"] if records else model_id  # resumed: the file's label (one made before 12-04
+                                                                # holds model.name without its fingerprint)
     mine = parallel.shard_questions(todo, ctx.dp_rank, ctx.dp_size)
     my_steps = 0
     # A context manager: on Ctrl-C the bar is closed (ends its line) before the "interrupted" line is printed.

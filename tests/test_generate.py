@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lp_runtime import metrics
+from lp_runtime import metrics, models
 from lp_runtime.answers import OutputError
 from lp_runtime.config import (DatasetConfig, DecodingConfig, GenerationConfig, ModelConfig, OutputConfig,
                                RunConfig)
@@ -98,7 +98,8 @@ def test_run_writes_answers_resumes_and_trims_a_partial_line(tiny_model_dir, tmp
     assert [r["question_id"] for r in records] == [81, 82]
     for r, num_turns in zip(records, (2, 1)):
         assert set(r) == {"question_id", "category", "question_digest", "answer_id", "model_id", "choices", "tstamp"}
-        assert r["model_id"] == "tiny-llama"
+        # model.name plus the model's fingerprint, as README says (it was written bare; a new user, 2026-12-04)
+        assert r["model_id"] == f"tiny-llama-{models.model_fingerprint(cfg.model)[:8]}"
         (choice,) = r["choices"]
         assert set(choice) == CHOICE_KEYS and choice["index"] == 0
         assert choice["seed"] == 0 and choice["temperature"] == 0.0  # per question, not per turn
@@ -135,6 +136,11 @@ def test_run_writes_answers_resumes_and_trims_a_partial_line(tiny_model_dir, tmp
     assert records3[0] == records[0]
     assert records3[1]["choices"][0]["output_ids"] == records[1]["choices"][0]["output_ids"]
     assert third["new_tokens"] == summary["new_tokens"]
+    # A file labelled before the fingerprint was added (model.name bare) resumes under its own label.
+    answers.write_text(lines[0].replace(records[0]["model_id"], "tiny-llama"))
+    run(cfg)
+    assert [r["model_id"] for r in _lines(answers)] == ["tiny-llama", "tiny-llama"]
+    answers.write_text("".join(lines))
 
     # A question edited since it was answered was taken as answered (its old answer kept; a new user): refused,
     # the file untouched; an answer written before the digest existed is not checked.
