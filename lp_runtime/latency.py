@@ -373,13 +373,27 @@ def _why_measure(cached: Optional[dict], measure: Measure,
     return None, []
 
 
+def _busy_record(model_id: str, device: str, step_s: Mapping[str, float], root: Optional[str]) -> Optional[str]:
+    """Why the dtype record ``step_s`` looks timed on a busy machine: a dtype's greedy step in it took
+    ``RECHECK_RATIO`` times or more the q = 1 step of that dtype's latency profile, measured here in rounds and
+    re-checked on every start; None when no profile says so."""
+    for dtype, seconds in sorted(step_s.items()):
+        profile = load_profile(profile_path(model_id, device, dtype, root))
+        q1 = curve_of(profile).get(1) if profile and profile.get("source") == "measured" else None
+        if q1 and seconds > RECHECK_RATIO * q1:
+            return (f"its {dtype} step took {1e3 * seconds:.1f} ms, against {1e3 * q1:.1f} ms at q=1 in the latency "
+                    "profile measured since")
+    return None
+
+
 def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, float]], *,
                  root: Optional[str] = None, retune: Optional[bool] = None, log: Callable[[str], None] = print,
                  method: str = "") -> str:
     """``model.dtype=auto``: float32 (exact against transformers' float32 greedy) unless another dtype's greedy
     step is more than ``DTYPE_MARGIN`` times faster. ``timings()`` -> {dtype: seconds} runs once per (model,
     device), cached beside the profiles with ``method``; a record of another method, or holding a time that is not
-    finite and > 0, is timed again. ``log`` gets one line naming the choice. ``ValueError`` for no timings;
+    finite and > 0, or one that a dtype's latency profile shows was timed on a busy machine (``_busy_record``), is
+    timed again. ``log`` gets one line naming the choice. ``ValueError`` for no timings;
     ``ConfigError`` before timing when the record's folder cannot be written."""
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     path = profile_path(model_id, device, "dtype-auto", root)
@@ -389,6 +403,10 @@ def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, 
     except (ValueError, KeyError, TypeError, AttributeError):
         saved = None
     if saved and not _valid_times(saved):  # NaN, inf, 0 or negative: an edited or corrupted record, timed again
+        saved = None
+    busy = _busy_record(model_id, device, saved, root) if saved else None
+    if busy:
+        log(f"model.dtype=auto: its cached timings look taken on a busy machine ({busy}): timing the dtypes again")
         saved = None
     if not saved:
         check_writable(os.path.dirname(path), "model.dtype=auto keeps this machine's dtype timings")

@@ -450,3 +450,30 @@ def test_a_round_the_budget_cut_short_does_not_count_as_a_round(tiny_llama, tmp_
                           root=str(tmp_path), log=lines.append)
     assert lines[0].startswith("measuring this machine's step latency for decoding=auto, again (its cached profile "
                                "holds 2 of 3 rounds")
+
+
+def test_choose_dtype_times_again_a_record_taken_on_a_busy_machine(tmp_path):
+    """A new user's first run timed float32 and bfloat16 under load (229.7 / 206.4 ms: float32, within 1.2x) and
+    every later run kept float32, though the float32 latency profile measured since gave 60 ms at q=1 and, timed
+    quietly, bfloat16 took 36.5 ms against 59.3 (2026-12-04): the record is timed again when a dtype's profile
+    shows it took RECHECK_RATIO x its step."""
+    lines, calls = [], []
+    kw = dict(root=str(tmp_path), log=lines.append)
+    busy = {"float32": 0.2297, "bfloat16": 0.2064}
+    assert latency.choose_dtype("m-1", "cpu-2t", lambda: busy, **kw) == "float32"
+    # no profile yet: the record stands
+    assert latency.choose_dtype("m-1", "cpu-2t", lambda: pytest.fail("timed"), **kw) == "float32"
+    latency.latency_profile("m-1", "cpu-2t", "float32", root=str(tmp_path), measure=lambda: {1: 0.060, 8: 0.065})
+    given = latency.load_profile(latency.profile_path("m-1", "cpu-2t", "float32", str(tmp_path)))
+    assert latency.choose_dtype("m-1", "cpu-2t", lambda: pytest.fail("timed"), **kw) == "float32"  # given, not measured
+    latency.save_profile(given["path"], {**given, "source": "measured"})
+
+    def quiet():
+        calls.append(1)
+        return {"float32": 0.0593, "bfloat16": 0.0365}
+
+    assert latency.choose_dtype("m-1", "cpu-2t", quiet, **kw) == "bfloat16" and calls == [1]
+    assert lines[-2] == ("model.dtype=auto: its cached timings look taken on a busy machine (its float32 step took "
+                         "229.7 ms, against 60.0 ms at q=1 in the latency profile measured since): timing the dtypes "
+                         "again")
+    assert latency.choose_dtype("m-1", "cpu-2t", quiet, **kw) == "bfloat16" and calls == [1]  # the new record stands
