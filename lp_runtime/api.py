@@ -15,7 +15,8 @@ Example::
     out = gen.generate("A limerick, please.", sampling=SamplingConfig(temperature=0.7, seed=1))  # this call samples
 
 A ``str`` prompt is a user message put through the model's chat template; a list of ``{"role", "content"}``
-dicts is a whole conversation; token ids (a list of ints, a 1-D or (1, n) tensor or array, or a tokenizer's
+dicts is a whole conversation (ending with an assistant message: the reply continues it, as transformers'
+text-generation pipeline does); token ids (a list of ints, a 1-D or (1, n) tensor or array, or a tokenizer's
 ``BatchEncoding``) are used as they are.
 """
 from __future__ import annotations

@@ -74,11 +74,14 @@ def build_prompt(tokenizer: Any, question: Question, previous_answers: list[str]
 
 
 def encode_messages(tokenizer: Any, messages: list[dict], template: bool = True) -> list[int]:
-    """Token ids of ``{"role", "content"}`` messages through the chat template with the generation prompt; without
-    a template (or ``template=False``) the contents joined by newlines."""
+    """Token ids of ``{"role", "content"}`` messages through the chat template with the generation prompt, or,
+    when the last message is the assistant's, ending inside it so that generation continues it (as transformers'
+    text-generation pipeline does); without a template (or ``template=False``) the contents joined by newlines."""
     if not template or not getattr(tokenizer, "chat_template", None):
         return list(tokenizer("\n".join(m["content"] for m in messages)).input_ids)
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)  # list, dict or tensor
+    cont = bool(messages) and messages[-1].get("role") == "assistant"
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=not cont, continue_final_message=cont,
+                                        tokenize=True)  # a list, a dict or a tensor
     if hasattr(out, "keys") and "input_ids" in out.keys():
         out = out["input_ids"]
     if hasattr(out, "tolist"):

@@ -42,3 +42,23 @@ def test_from_config_with_progress_false_loads_without_bars_and_puts_them_back(t
     assert "Loading weights" not in capsys.readouterr().err
     assert hf_logging.is_progress_bar_enabled() and not hub.are_progress_bars_disabled()
     assert gen.generate([1, 2, 3], max_new_tokens=4).output_ids  # and it decodes
+
+
+def test_a_conversation_ending_with_the_assistant_is_continued(tiny_model_dir):
+    """A conversation ending with an assistant message got a new assistant turn after it, so the reply started
+    afresh instead of continuing "Why did the chicken" (a new user, 2026-12-04): now the prompt ends inside that
+    message, as transformers' text-generation pipeline renders it, and generate continues it exactly."""
+    from lp_runtime.config import DecodingConfig, ModelConfig
+
+    from exactness import hf_greedy
+
+    gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"),
+                                         DecodingConfig(method="lookahead"), progress=False)
+    chat = [{"role": "user", "content": "Tell me a joke."}, {"role": "assistant", "content": "Why did the chicken"}]
+    ids = gen.encode(chat)
+    assert gen.tokenizer.decode(ids).endswith("<|im_start|>assistant\nWhy did the chicken")
+    assert ids == gen.tokenizer.apply_chat_template(chat, continue_final_message=True, tokenize=True,
+                                                    return_dict=True)["input_ids"]
+    assert gen.tokenizer.decode(gen.encode(chat[:1])).endswith("<|im_end|>\n<|im_start|>assistant\n")  # a new turn
+    out = gen.generate(chat, max_new_tokens=12)
+    assert out.output_ids == hf_greedy(gen.model, ids, 12)
