@@ -16,6 +16,13 @@ Per model shape (random Llama weights of SmolLM2-135M, Llama-3.2-1B, Llama-2-7B)
     S * t_hf / t(bucket). It assumes S carries over from the CPU run (a property of the model's predictions).
 (e) if time is left: ``torch.compile(mode="reduce-overhead")`` buckets for the smallest shape (compile time,
     greedy tokens/s), against the plain CUDA-graph capture.
+(f) lookahead parallelism's host time on this machine's CPU (7B shape; SmolLM2's in a dry run): the product's tree
+    for K = 1 and 8 ranks at a per-rank budget of ``LP_BUDGET`` tokens (``successors.successor_proposers``), K
+    ranks simulated in one process through the eager step, every token table filled with random rows first (so
+    the tree reaches its budget, as with a real model); host ms per step = the call's wall time - the step's
+    (device work waited for), beside the step's own ms. With weights this random, S means nothing; the host's
+    share is what LP on a GPU depends on (docs/benchmarks.md: LP at K over one GPU ~ S(K)/S(1) x (t + h(1)) / (t
+    + h(K) + the all-gather), t the per-rank step).
 
 Checks of issue 19 are stated at the end (7B captured q=1 <= 9 ms, q=64 <= 12 ms, compiled greedy >= 3x
 transformers' greedy). Writes OUTDIR/device_check.json (after every shape, so a kill keeps what was done) and
@@ -47,6 +54,7 @@ SHAPES = {  # LlamaConfig fields of the real models
                      num_attention_heads=32, num_key_value_heads=32, tie_word_embeddings=False, rope_theta=10000.0),
 }
 SETTINGS = ((0, 4, 2), (3, 4, 3), (15, 5, 15))  # the CPU default, the bench's windowed one, the paper's
+LP_KS, LP_BUDGET = (1, 8), 80  # (f): ranks simulated, tree tokens per rank (scripts/host_time.py's)
 PROMPT_LEN, CACHE_TOKENS = 48, 200
 
 
@@ -189,6 +197,69 @@ def predict(rec: dict, results_path: str, buckets) -> list[dict]:
     return out
 
 
+class TimedStep(EagerStep):
+    """``EagerStep`` that adds its own wall time, device work waited for, to ``seconds``."""
+
+    seconds = 0.0
+
+    def _timed(self, fn, *a, **kw):
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda device: None)
+        sync(self.device)
+        t0 = time.perf_counter()
+        out = fn(*a, **kw)
+        sync(self.device)
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def __call__(self, *a, **kw):
+        return self._timed(super().__call__, *a, **kw)
+
+    def prefill(self, *a, **kw):
+        return self._timed(super().prefill, *a, **kw)
+
+    def commit(self, *a, **kw):
+        return self._timed(super().commit, *a, **kw)
+
+
+def fill_table(table, vocab: int) -> None:
+    """A row of random successors for every token id in each of ``table``'s token tables, as a real model's
+    table holds after a few prompts: with random weights most ids would have no row, and the tree would stop far
+    below its budget."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for r, t in enumerate(getattr(table, "tables", [table])):
+        rows = rng.integers(0, vocab, (vocab, t.k))
+        table.update(range(vocab), rows, **({"owners": [r] * vocab} if hasattr(table, "tables") else {}))
+
+
+def lp_host(model, name, args, rec) -> None:
+    """(f): host and step ms per step of the product's tree for K ranks in one process (``LP_KS``)."""
+    from lp_runtime.parallel import LocalGroup
+    from lp_runtime.successors import successor_proposers
+
+    prompts = prompts_for(model.config.vocab_size, 3)
+    n = 16 if args.quick else 64
+    rec["lp_host"] = {}
+    for k in LP_KS:
+        decoding = DecodingConfig(method="lookahead", window_size=0, ngram_size=5, guess_set_size=15 * k,
+                                  max_depth=10, successors="true")
+        (prop,) = successor_proposers(decoding, model.config.vocab_size, lp_size=k, budget=LP_BUDGET - 1)
+        fill_table(prop.table, model.config.vocab_size)
+        step = TimedStep(model)
+        dec = Decoder(model, decoding, lp=LocalGroup(), proposers=[prop], copy_kv=False, step=step)
+        dec.generate(prompts[2], max_new_tokens=n)  # warm-up: the table, calibrations and allocator fill
+        step.seconds, start = 0.0, time.perf_counter()
+        outs = [dec.generate(p, max_new_tokens=n) for p in prompts[:2]]
+        wall = time.perf_counter() - start
+        steps = sum(o.decoding_steps for o in outs)
+        rec["lp_host"][k] = {"host_ms_per_step": 1e3 * (wall - step.seconds) / steps,
+                             "step_ms_per_step": 1e3 * step.seconds / steps, "steps": steps,
+                             "S": sum(len(o.output_ids) for o in outs) / steps,
+                             "fed_per_step": sum(sum(o.step_tokens) for o in outs) / steps}
+        log(f"lp host {name} K={k}: " + ", ".join(f"{key} {v:.2f}" for key, v in rec["lp_host"][k].items()))
+
+
 def reduce_overhead(model, name, args, rec) -> None:
     """(e): torch.compile(mode="reduce-overhead") for buckets 1 and 16: compile time, greedy tokens/s."""
     model.to(torch.bfloat16)
@@ -245,6 +316,13 @@ def markdown(report: dict, buckets) -> str:
         md += ["", f"reduce-overhead ({name}): compile {r['reduce_overhead_compile_s']:.1f} s, q=1 "
                    f"{1e3 * r['reduce_overhead_s'][1]:.2f} ms, q=16 {1e3 * r['reduce_overhead_s'][16]:.2f} ms, greedy "
                    f"{r['reduce_overhead_greedy_tokens_s']:.1f} tokens/s"]
+    for name, r in report["shapes"].items():
+        if r.get("lp_host"):
+            md += ["", f"## lookahead parallelism's host time ({name}, {LP_BUDGET} tree tokens per rank, K ranks in "
+                       "one process, eager step; random weights: S means nothing)", "",
+                   "| K | host ms / step | step ms / step | steps | tokens fed / step |", "|---|---|---|---|---|"]
+            md += [f"| {k} | {v['host_ms_per_step']:.2f} | {v['step_ms_per_step']:.2f} | {v['steps']} | "
+                   f"{v['fed_per_step']:.0f} |" for k, v in r["lp_host"].items()]
     md += ["", "## issue 19 checks", ""] + [f"- {c}" for c in checks(report)]
     md += ["", f"all exact: {report['all_exact']}; skipped: {report['skipped'] or 'none'}; errors: "
                f"{report['errors'] or 'none'}; {report['seconds']:.0f} s"]
@@ -269,8 +347,11 @@ def run_shape(name, args, buckets, report) -> None:
     log(f"{name}: built in {time.perf_counter() - t0:.1f}s, "
         f"{sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params")
     rec = report["shapes"].setdefault(name, {})
-    for part, fn in (("exactness", lambda: report["exactness"].extend(exactness(model, name, args, buckets))),
-                     ("speed", lambda: speed(model, name, args, buckets, rec))):
+    parts = [("exactness", lambda: report["exactness"].extend(exactness(model, name, args, buckets))),
+             ("speed", lambda: speed(model, name, args, buckets, rec))]
+    if name == "llama_7b" or args.quick:
+        parts.append(("lp host time", lambda: lp_host(model, name, args, rec)))
+    for part, fn in parts:
         try:
             fn()
         except Exception as e:  # a failed part is recorded and the check goes on
