@@ -39,11 +39,13 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from lp_runtime.compiled import BUCKETS, CapturedStep, bucket_for, step_latency  # noqa: E402
 from lp_runtime.config import DecodingConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.step import EagerStep  # noqa: E402
+from host_time import TimedStep  # noqa: E402
 
 SHAPES = {  # LlamaConfig fields of the real models
     "smollm2_135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -197,30 +199,6 @@ def predict(rec: dict, results_path: str, buckets) -> list[dict]:
     return out
 
 
-class TimedStep(EagerStep):
-    """``EagerStep`` that adds its own wall time, device work waited for, to ``seconds``."""
-
-    seconds = 0.0
-
-    def _timed(self, fn, *a, **kw):
-        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda device: None)
-        sync(self.device)
-        t0 = time.perf_counter()
-        out = fn(*a, **kw)
-        sync(self.device)
-        self.seconds += time.perf_counter() - t0
-        return out
-
-    def __call__(self, *a, **kw):
-        return self._timed(super().__call__, *a, **kw)
-
-    def prefill(self, *a, **kw):
-        return self._timed(super().prefill, *a, **kw)
-
-    def commit(self, *a, **kw):
-        return self._timed(super().commit, *a, **kw)
-
-
 def fill_table(table, vocab: int) -> None:
     """A row of random successors for every token id in each of ``table``'s token tables, as a real model's
     table holds after a few prompts: with random weights most ids would have no row, and the tree would stop far
@@ -246,7 +224,7 @@ def lp_host(model, name, args, rec) -> None:
                                   max_depth=10, successors="true")
         (prop,) = successor_proposers(decoding, model.config.vocab_size, lp_size=k, budget=LP_BUDGET - 1)
         fill_table(prop.table, model.config.vocab_size)
-        step = TimedStep(model)
+        step = TimedStep(EagerStep(model))
         dec = Decoder(model, decoding, lp=LocalGroup(), proposers=[prop], copy_kv=False, step=step)
         dec.generate(prompts[2], max_new_tokens=n)  # warm-up: the table, calibrations and allocator fill
         step.seconds, start = 0.0, time.perf_counter()

@@ -10,8 +10,7 @@ the host's share grows with K while the device's does not. This script decodes `
 chat template, SmolLM2-135M float32 greedy, ``--max-new-tokens``) with the product's proposer for K ranks in one
 process (``lp_scaling.proposer_for``; one ``Decoder`` per K, the tables kept across prompts) through a step that
 times itself (``TimedStep``: the forward pass, its argmax / top-k and the cache's prefill and commit, the previous
-step's logits freed inside it: on a CPU freeing ~100 MB of logits takes milliseconds that a GPU's caching
-allocator never spends), and prints per K: host ms per step = (the call's wall time - the step's) / steps.
+step's logits freed inside it), and prints per K: host ms per step = (the call's wall time - the step's) / steps.
 
 ``--base REV``: the same runs through ``REV``'s package (``git archive`` into a temporary folder) in a second
 process, the prompts alternating between the two (this first, then base, then base first for the next prompt), and
@@ -34,6 +33,44 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+class TimedStep:
+    """Any step (``step.py``'s methods, e.g. ``EagerStep(model)``) that adds the wall time of its forward passes,
+    prefills and commits to ``seconds``, device work waited for (CUDA: synchronized before and after). The previous
+    step's outputs are freed inside it, not in the caller: on a CPU freeing ~100 MB of logits takes milliseconds
+    that a GPU's caching allocator never spends. Other attributes are the wrapped step's."""
+
+    def __init__(self, step) -> None:
+        self.step, self.seconds, self.last = step, 0.0, None
+
+    def __getattr__(self, name):
+        return getattr(self.step, name)
+
+    def _sync(self) -> None:
+        if self.step.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.step.device)
+
+    def _timed(self, fn, *a, **kw):
+        self._sync()
+        t0 = time.perf_counter()
+        self.last = None
+        out = fn(*a, **kw)
+        self._sync()
+        self.last = out
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def __call__(self, *a, **kw):
+        return self._timed(self.step, *a, **kw)
+
+    def prefill(self, *a, **kw):
+        return self._timed(self.step.prefill, *a, **kw)
+
+    def commit(self, *a, **kw):
+        return self._timed(self.step.commit, *a, **kw)
+
+
 def worker(root: str) -> None:
     """Answer ``{"k": K, "prompt": i}`` lines on stdin with one JSON line each, through the package in ``root``."""
     sys.path[:0] = [root, os.path.join(root, "scripts")]
@@ -50,31 +87,6 @@ def worker(root: str) -> None:
     if not sys.modules["lp_runtime"].__file__.startswith(root):
         raise SystemExit(f"host_time: imported {sys.modules['lp_runtime'].__file__}, not the package in {root}")
 
-    class TimedStep(EagerStep):
-        """``EagerStep`` that adds its own wall time to ``seconds`` (device work waited for inside)."""
-        seconds, last = 0.0, None
-
-        def _timed(self, fn, *a, **kw):
-            t0 = time.perf_counter()
-            self.last = None  # the previous step's outputs are freed here, not in the caller
-            out = fn(*a, **kw)
-            if out is not None:
-                for t in (out if isinstance(out, torch.Tensor) else (out.argmax, out.topk)):
-                    if t is not None:
-                        t.sum().item()  # wait for the device
-            self.last = out
-            self.seconds += time.perf_counter() - t0
-            return out
-
-        def __call__(self, *a, **kw):
-            return self._timed(super().__call__, *a, **kw)
-
-        def prefill(self, *a, **kw):
-            return self._timed(super().prefill, *a, **kw)
-
-        def commit(self, *a, **kw):
-            return self._timed(super().commit, *a, **kw)
-
     args = json.loads(sys.stdin.readline())
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
@@ -89,7 +101,7 @@ def worker(root: str) -> None:
         k = job["k"]
         if k not in decoders:
             decoding, prop = proposer_for(model, k, flags)
-            step = TimedStep(model)
+            step = TimedStep(EagerStep(model))
             decoders[k] = step, Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=LocalGroup(),
                                         proposers=[prop], copy_kv=False, step=step)
         step, dec = decoders[k]
