@@ -62,3 +62,14 @@ def test_a_conversation_ending_with_the_assistant_is_continued(tiny_model_dir):
     assert gen.tokenizer.decode(gen.encode(chat[:1])).endswith("<|im_end|>\n<|im_start|>assistant\n")  # a new turn
     out = gen.generate(chat, max_new_tokens=12)
     assert out.output_ids == hf_greedy(gen.model, ids, 12)
+
+
+def test_auto_calibrates_only_where_it_has_prompts(tiny_model_dir):
+    """decoding=auto's calibration needs a tokenizer and the MT-Bench / HumanEval prompts; without them the
+    generator keeps the cost policy alone (``auto.auto_policy``) instead of failing."""
+    from transformers import AutoTokenizer
+
+    from lp_runtime.api import _can_calibrate
+
+    assert _can_calibrate(None) is False
+    assert _can_calibrate(AutoTokenizer.from_pretrained(tiny_model_dir)) is True  # both packages: installed here
