@@ -423,3 +423,19 @@ def test_bench_cli_smoke(bench_cli):
     partial = [json.loads(line) for line in (out / "rows_partial.jsonl").read_text().splitlines()]
     assert [(r["key"], r["method"], r["output_ids"]) for r in partial] == \
         [(r["key"], r["method"], r["output_ids"]) for r in result["rows"]]  # every prompt's rows, kept as it ran
+
+
+def test_device_checks_lp_host_part_grows_full_trees_and_times_the_host():
+    """scripts/device_check.py part f (run on the GPU machine): with every token table filled, the product's tree
+    reaches its budget at K = 1 and 8 even with random weights, and the host's and the step's ms are both counted."""
+    from argparse import Namespace
+
+    from fakes import llama
+    from scripts.device_check import LP_BUDGET, lp_host
+
+    rec = {}
+    lp_host(llama(max_position_embeddings=1024, vocab_size=8192), "tiny", Namespace(quick=True), rec)
+    one, eight = rec["lp_host"][1], rec["lp_host"][8]
+    assert one["fed_per_step"] > 0.9 * LP_BUDGET and eight["fed_per_step"] > 0.9 * 8 * LP_BUDGET
+    assert min(one["host_ms_per_step"], one["step_ms_per_step"], eight["host_ms_per_step"]) > 0
+    assert one["steps"] >= 2 and 1 <= one["S"] <= 16
