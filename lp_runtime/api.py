@@ -6,8 +6,7 @@ Example::
     from lp_runtime import LookaheadGenerator
     from lp_runtime.config import SamplingConfig
 
-    gen = LookaheadGenerator.from_config()                       # bundled SmolLM2, conf defaults (progress=False: no
-                                                                 # loading bar)
+    gen = LookaheadGenerator.from_config()                       # bundled SmolLM2 in float32, decoding=auto
     streamer = TextStreamer(gen.tokenizer, skip_prompt=True, skip_special_tokens=True)  # no <|im_end|> at the end
     out = gen.generate("Write a haiku about the sea.", streamer=streamer)
     print(out.text, out.decoding_steps, out.accept_lengths)

