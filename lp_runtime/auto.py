@@ -145,7 +145,9 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
     ``latency.model_profile`` (``step``: see ``auto_policy``), once per profile and setting, kept in
     the profile. Call on rank 0 only. In one process with ``successors`` "auto", the setting with the successor
     table is calibrated too when the policy fed at least ``TABLE_MIN_STEP_TOKENS`` a step without it, and chosen
-    when it is ``TABLE_MARGIN`` times faster. ``ConfigError`` before any work when the profile's folder is read-only."""
+    when it is ``TABLE_MARGIN`` times faster; the entry's ``successor_table_tried`` then holds the expected ratio
+    (table / without) and the calibration without it (None when not tried). ``ConfigError`` before any work when
+    the profile's folder is read-only."""
     limits = limits or DecodingConfig(method="auto")
     profile = model_profile(model, model_id_of(model), log=lambda line: print(line, flush=True),
                             **step_timing(step))
@@ -166,16 +168,19 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
             save_profile(profile["path"], profile)
         return calib
 
-    calib = calibrated(decoding)
+    calib, tried = calibrated(decoding), None
     if lp_size == 1 and decoding.successors == "auto" and calib["mean_step_tokens"] >= TABLE_MIN_STEP_TOKENS:
         table = replace(decoding, successors="true")
         with_table = calibrated(table)
+        tried = {"expected_ratio": with_table["expected_speedup"] / calib["expected_speedup"], "margin": TABLE_MARGIN,
+                 "without": calib}  # what a bench's measured ratio can be set against
         if with_table["expected_speedup"] >= TABLE_MARGIN * calib["expected_speedup"]:
             decoding, calib = table, with_table
     print(_start_line(model_name or model_id_of(model), decoding, dtype_name(model), profile, calib, lp_size),
           flush=True)
     entry = {"chosen": asdict(decoding), "expected_speedup": calib["expected_speedup"], "calibration": calib,
-             "profile": profile["path"], "reused_profile": profile["reused"], "latency_s": profile["latency_s"]}
+             "profile": profile["path"], "reused_profile": profile["reused"], "latency_s": profile["latency_s"],
+             "successor_table_tried": tried}
     return decoding, entry
 
 

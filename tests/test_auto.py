@@ -206,6 +206,10 @@ def test_auto_tries_the_successor_table_in_one_process_and_keeps_it_when_faster(
     d, entry = auto.resolve_auto(model, tok, limits, make_decoder=make_decoder, fallback_questions=fallback,
                                  max_new_tokens=4, progress=False)
     assert made == calibrated and d.successors == chosen
+    tried = entry["successor_table_tried"]  # kept for a bench to set its measured ratio against
+    assert tried is None if len(calibrated) == 1 else (
+        tried["expected_ratio"] == pytest.approx(len(plain) / len(table)) and tried["margin"] == auto.TABLE_MARGIN
+        and tried["without"]["mean_step_tokens"] == sum(plain) / len(plain))
     assert entry["chosen"]["successors"] == chosen and entry["calibration"]["mean_step_tokens"] == (
         sum(table) / len(table) if chosen == "true" else 6.0 if plain[0] == 6 else 2.0)
     assert (" + successor table, (W, N, G)" in capsys.readouterr().out) == (chosen == "true")
