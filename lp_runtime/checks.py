@@ -65,6 +65,12 @@ def context_length(model) -> Optional[int]:
     return getattr(_text_config(model), "max_position_embeddings", None)
 
 
+def fills_context(model, num_tokens: int) -> bool:
+    """Whether a prompt of ``num_tokens`` leaves no room in the model's context for one new token."""
+    ctx = context_length(model)
+    return ctx is not None and num_tokens >= ctx
+
+
 def position_limit(model) -> Optional[int]:
     """Bound on a step's fed positions: the context, or less where a length-dependent rope would change its
     frequencies for the whole step (the decoder then takes plain steps near it); None when neither is known."""
@@ -189,7 +195,7 @@ def check_request(model, prompt_ids: Sequence, max_new_tokens) -> tuple[list[int
     prompt = check_prompt_ids(prompt_ids, vocab_size(model))
     budget = check_max_new_tokens(max_new_tokens)
     ctx = context_length(model)
-    if ctx is not None and len(prompt) >= ctx:
+    if fills_context(model, len(prompt)):
         raise ConfigError(f"the prompt ({len(prompt)} tokens) fills the model's context of {ctx} tokens; "
                           "it leaves no room for a new token: shorten it")
     # Rope on what was asked: a dynamic-NTK model is meant to run past its context, where we stop.

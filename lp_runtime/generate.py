@@ -33,15 +33,14 @@ register_configs()
 def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: RunConfig, model_id: str) -> dict:
     """One answers-JSONL line (docs/design.md section 5): every turn of ``question``, each prompt holding the
     answers so far."""
-    from lp_runtime.checks import context_length
+    from lp_runtime.checks import fills_context
     from lp_runtime.decoder import GenerationOutput
 
     sampling = cfg.sampling.for_category(question.category)  # MT-Bench's per-category temperature, if listed
     texts, outs = [], []
-    ctx = context_length(decoder.model)
     for turn in range(len(question.turns)):
         prompt = data.build_prompt(tokenizer, question, texts)
-        if turn and ctx is not None and len(prompt) >= ctx:  # the earlier answers filled the context: keep them
+        if turn and fills_context(decoder.model, len(prompt)):  # the earlier answers filled it: keep them
             outs.append(GenerationOutput(output_ids=[], finish_reason="length", decoding_steps=0))
             texts.append("")
             continue

@@ -205,10 +205,10 @@ def fill_table(table, vocab: int) -> None:
     below its budget."""
     import numpy as np
 
-    rng = np.random.default_rng(0)
-    for r, t in enumerate(getattr(table, "tables", [table])):
-        rows = rng.integers(0, vocab, (vocab, t.k))
-        table.update(range(vocab), rows, **({"owners": [r] * vocab} if hasattr(table, "tables") else {}))
+    tables = getattr(table, "tables", [table])  # RankTables: one table per rank, filled in one update
+    ids = np.tile(np.arange(vocab), len(tables))
+    rows = np.random.default_rng(0).integers(0, vocab, (ids.size, tables[0].k))
+    table.update(ids, rows, **({"owners": np.repeat(np.arange(len(tables)), vocab)} if len(tables) > 1 else {}))
 
 
 def lp_host(model, name, args, rec) -> None:
