@@ -160,8 +160,9 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     from lp_runtime import blas, compiled, latency, models
     from lp_runtime.decoder import Decoder
 
-    _weight_bars_off(downloads=cfg.progress and is_main)
-    model, tokenizer = models.load_model(cfg.model, progress=cfg.progress and is_main)  # the GGUF conversion's bar
+    # transformers' per-tensor "Loading weights" bars never (every rank printed them); downloads and the GGUF
+    # conversion's bar as the job shows bars
+    model, tokenizer = models.load_model(cfg.model, progress=cfg.progress and is_main, weight_bars=False)
     current["model.fingerprint"] = fingerprint = models.model_fingerprint(cfg.model)  # a download may fill it
     # model.dtype=auto's choice can differ between runs (a machine under load, two sweep jobs timing at once): a
     # resumed file keeps one dtype
@@ -183,18 +184,6 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
                       sampling=cfg.sampling, step_policy=policy, step=step)
     return decoder, tokenizer, cfg.model_id or label, extra
-
-
-def _weight_bars_off(downloads: bool) -> None:
-    """transformers' per-tensor "Loading weights" bars off (every rank printed them); the hub's download bars,
-    which that switch turns off too, back on when ``downloads`` and the environment allows them."""
-    import huggingface_hub.utils as hub
-    from transformers.utils import logging as hf_logging
-
-    downloads = downloads and not hub.are_progress_bars_disabled()
-    hf_logging.disable_progress_bar()
-    if downloads:
-        hub.enable_progress_bars()
 
 
 def check_category_keys(table: Optional[dict], questions: list) -> None:

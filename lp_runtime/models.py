@@ -40,11 +40,13 @@ def resolve_dtype(dtype: str) -> torch.dtype:
 
 def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedModel], float]] = None,
                free_bytes: Optional[int] = None,
-               progress: bool = True) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+               progress: bool = True,
+               weight_bars: Optional[bool] = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) named by ``cfg``, in ``cfg.dtype`` on ``cfg.device``, in eval mode, with
     ``model.lp_model_id = model_id(cfg)``. ``model.dtype=auto``: ``_auto_dtype``, timing a step with
     ``step_seconds(model)``. ``free_bytes``: the device's free memory (default: asked). ``progress=False``: no
-    progress bar (the bundled model's one-time conversion, transformers' "Loading weights" and downloads).
+    progress bar (the bundled model's one-time conversion, downloads, and transformers' "Loading weights" unless
+    ``weight_bars`` (default ``progress``) says otherwise); the switches are as they were afterwards.
 
     Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded or
     its weights do not fit the device's free memory (checked before anything loads)."""
@@ -53,7 +55,8 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     check_model_files(cfg)
     device = resolve_device(cfg.device)
     if cfg.dtype == "auto":
-        cfg = dataclasses.replace(cfg, dtype=_auto_dtype(cfg, device, step_seconds, free_bytes, progress))
+        cfg = dataclasses.replace(cfg, dtype=_auto_dtype(cfg, device, step_seconds, free_bytes, progress,
+                                                         weight_bars))
     problem = fit_problem(cfg, device, cfg.dtype, free_bytes)
     if problem:
         raise ModelLoadError(problem)
@@ -61,7 +64,7 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
     kwargs = dict(dtype=resolve_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation,
                   trust_remote_code=cfg.trust_remote_code)
     try:
-        with contextlib.nullcontext() if progress else _bars_off():
+        with _progress_bars(weights=progress if weight_bars is None else weight_bars, downloads=progress):
             if cfg.path.startswith(BUNDLED_PREFIX):
                 tokenizer, model = _load_bundled(cfg.path[len(BUNDLED_PREFIX):], kwargs, progress)
             else:
@@ -78,20 +81,24 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
 
 
 @contextlib.contextmanager
-def _bars_off():
-    """transformers' and the hub's progress bars off inside, then as they were."""
+def _progress_bars(weights: bool, downloads: bool):
+    """transformers' per-tensor "Loading weights" bars and the hub's download bars off inside where False (on where
+    True, as far as the environment allows), then as they were."""
     import huggingface_hub.utils as hub
     from transformers.utils import logging as hf_logging
 
     was_on, hub_off = hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
-    hf_logging.disable_progress_bar()
+    if not weights:
+        hf_logging.disable_progress_bar()  # the hub's too
+    if downloads and not hub_off:
+        hub.enable_progress_bars()
+    elif not downloads:
+        hub.disable_progress_bars()
     try:
         yield
     finally:
-        if was_on:
-            hf_logging.enable_progress_bar()  # the hub's too
-        if hub_off:
-            hub.disable_progress_bars()
+        (hf_logging.enable_progress_bar if was_on else hf_logging.disable_progress_bar)()  # the hub's too
+        (hub.disable_progress_bars if hub_off else hub.enable_progress_bars)()
 
 
 def check_attn_implementation(name: str) -> None:
@@ -109,7 +116,7 @@ DTYPE_ROUNDS = 3  # model.dtype=auto: float32 and bfloat16 timed in turn this ma
 
 
 def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[Callable],
-                free_bytes: Optional[int], progress: bool = True) -> str:
+                free_bytes: Optional[int], progress: bool = True, weight_bars: Optional[bool] = None) -> str:
     """``latency.choose_dtype`` from float32 and bfloat16 greedy step times (default ``latency.measure_latency`` at
     q = 1), or bfloat16 unmeasured when float32 does not fit. Under torchrun rank 0 decides for every rank."""
     if fit_problem(cfg, device, "float32", free_bytes):
@@ -118,7 +125,8 @@ def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[C
 
     def timings():  # interleaved rounds, the fastest of each dtype: a burst of load decides nothing alone
         timer = step_seconds or (lambda m: latency.measure_latency(m, (1,), reps=5, warmup=2)[1])
-        model, _ = load_model(dataclasses.replace(cfg, dtype="float32"), free_bytes=free_bytes, progress=progress)
+        model, _ = load_model(dataclasses.replace(cfg, dtype="float32"), free_bytes=free_bytes, progress=progress,
+                              weight_bars=weight_bars)
         out: dict[str, float] = {}
         for _ in range(DTYPE_ROUNDS):  # this copy is only timed: bfloat16 -> float32 and back loses nothing needed
             for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
