@@ -27,7 +27,7 @@ from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, 
 from .compiled import step_for
 from .decoder import Decoder, GenerationOutput
 from .models import check_limits, eos_token_ids, load_model
-from .auto import auto_policy, calibration_prompts, resolve_auto
+from .auto import NoCalibrationPrompts, auto_policy, resolve_auto
 from .latency import curve_of
 from .policy import CostPolicy
 from .checks import check_arg, check_max_new_tokens, check_prompt_ids, vocab_size
@@ -62,14 +62,6 @@ def _check_text(text: str, where: str, wanted: str) -> None:
                           "Unicode text")
 
 
-def _can_calibrate(tokenizer) -> bool:
-    """Whether ``decoding=auto``'s calibration has prompts: a tokenizer and the MT-Bench / HumanEval packages."""
-    try:
-        return tokenizer is not None and bool(calibration_prompts(tokenizer))
-    except ValueError:  # neither package installed
-        return False
-
-
 class LookaheadGenerator:
     """A loaded model + tokenizer and one decoding setting, reused across calls.
 
@@ -78,8 +70,8 @@ class LookaheadGenerator:
         decoding: default ``DecodingConfig()`` (``decoding=auto``, resolved as the main job resolves it:
             ``auto.resolve_auto`` picks W from this machine's latency profile and turns the successor table on where
             its calibration says it pays, printing one line; the profile and the calibration are measured once,
-            then read from the cache). Without calibration prompts (no tokenizer, or neither the MT-Bench nor the
-            HumanEval package installed): the cost policy on the profile for the setting as given
+            then read from the cache). Where a calibration must run and has no prompts (no tokenizer, or neither the
+            MT-Bench nor the HumanEval package installed): the cost policy on the profile for the setting as given
             (``auto.auto_policy``).
         generation: default budget, stop strings and EOS ids (``GenerationConfig()``).
         step: the model step (default eager; ``compiled.step_for`` builds the compiled one).
@@ -100,12 +92,13 @@ class LookaheadGenerator:
         check_limits(model, decoding, sampling, generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
         policy = None
-        if decoding.method == "auto" and not _can_calibrate(tokenizer):
-            policy = auto_policy(model, step=step)
-        elif decoding.method == "auto":  # the main job's setting: W, the successor table, the policy's curve
-            decoding, entry = resolve_auto(model, tokenizer, decoding, step=step, progress=progress, make_decoder=(
-                lambda d, p: Decoder(model, d, eos_token_ids=eos, tokenizer=tokenizer, step_policy=p, step=step)))
-            policy = CostPolicy(curve_of(entry))
+        if decoding.method == "auto":  # the main job's setting: W, the successor table, the policy's curve
+            try:
+                decoding, entry = resolve_auto(model, tokenizer, decoding, step=step, progress=progress, make_decoder=(
+                    lambda d, p: Decoder(model, d, eos_token_ids=eos, tokenizer=tokenizer, step_policy=p, step=step)))
+                policy = CostPolicy(curve_of(entry))
+            except NoCalibrationPrompts:  # nothing calibrated yet and nothing to calibrate on: the curve's policy
+                policy = auto_policy(model, step=step)
         self.decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, step_policy=policy, step=step,
                                sampling=sampling)
 

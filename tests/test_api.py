@@ -64,12 +64,26 @@ def test_a_conversation_ending_with_the_assistant_is_continued(tiny_model_dir):
     assert out.output_ids == hf_greedy(gen.model, ids, 12)
 
 
-def test_auto_calibrates_only_where_it_has_prompts(tiny_model_dir):
-    """decoding=auto's calibration needs a tokenizer and the MT-Bench / HumanEval prompts; without them the
-    generator keeps the cost policy alone (``auto.auto_policy``) instead of failing."""
-    from transformers import AutoTokenizer
+def test_auto_without_calibration_prompts_keeps_the_curves_policy(tiny_model_dir, tmp_path, monkeypatch):
+    """decoding=auto's calibration needs prompts; a generator without a tokenizer keeps the cost policy on the
+    latency curve (``auto.auto_policy``) and the setting as given, instead of failing; the prompts are asked for
+    only when a calibration has to run (they were built at every construction, then again to calibrate)."""
+    import pytest
 
-    from lp_runtime.api import _can_calibrate
+    from lp_runtime import latency, models
+    from lp_runtime.auto import NoCalibrationPrompts, calibration_prompts
+    from lp_runtime.config import DecodingConfig, ModelConfig
+    from lp_runtime.policy import CostPolicy
 
-    assert _can_calibrate(None) is False
-    assert _can_calibrate(AutoTokenizer.from_pretrained(tiny_model_dir)) is True  # both packages: installed here
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    model, _ = models.load_model(ModelConfig(name="tiny", path=str(tiny_model_dir), device="cpu"), progress=False)
+    curve = {1: 0.01, 2: 0.011, 64: 0.04}
+    latency.latency_profile(models.model_id_of(model), latency.device_key(model), "float32", measure=lambda: curve)
+    with pytest.raises(NoCalibrationPrompts, match="^decoding=auto's calibration needs a tokenizer to build its "
+                                                   "prompts$"):
+        calibration_prompts(None)
+    given = DecodingConfig(method="auto", window_size=0, ngram_size=4, guess_set_size=2)
+    gen = LookaheadGenerator(model, None, given, progress=False)
+    policy = gen.decoder.step_policy
+    assert isinstance(policy, CostPolicy) and gen.decoder.cfg == given
+    assert [policy.curve(q) for q in (1, 2, 64)] == pytest.approx(list(curve.values()))
