@@ -1,6 +1,6 @@
 """GPU check of lp_runtime's eager and captured steps (issue 19), without Hydra: needs only torch + transformers.
 
-    python scripts/device_check.py OUTDIR                                   # one H200: < 8 minutes
+    python scripts/device_check.py OUTDIR                                   # one H200: 5 minutes (2026-12-04)
     python scripts/device_check.py OUTDIR --device cpu --quick --backend aot_eager --buckets 1,4,16  # CPU dry run
 
 Per model shape (random Llama weights of SmolLM2-135M, Llama-3.2-1B, Llama-2-7B):
@@ -14,8 +14,10 @@ Per model shape (random Llama weights of SmolLM2-135M, Llama-3.2-1B, Llama-2-7B)
 (d) predicted speedup of each method of a CPU bench run (``--results``: S and tokens fed per step) on the
     captured curve: over our compiled greedy S * t(1) / t(bucket of the step), over transformers' greedy
     S * t_hf / t(bucket). It assumes S carries over from the CPU run (a property of the model's predictions).
-(e) if time is left: ``torch.compile(mode="reduce-overhead")`` buckets for the smallest shape (compile time,
-    greedy tokens/s), against the plain CUDA-graph capture.
+(e) if time is left: ``torch.compile(mode="reduce-overhead")`` buckets 1, 16, 64 for one shape
+    (``--reduce-overhead-shape``, default the smallest; compile time, latency, greedy tokens/s), against the plain
+    CUDA-graph capture. ``--shapes '' --reduce-overhead-shape llama_7b`` runs it alone on the 7B shape (278 s on an
+    H200, 2026-12-04).
 (f) lookahead parallelism's host time on this machine's CPU (7B shape; SmolLM2's in a dry run): the product's tree
     for K = 1 and 8 ranks at a per-rank budget of ``LP_BUDGET`` tokens (``successors.successor_proposers``), K
     ranks simulated in one process through the eager step, every token table filled with random rows first (so
@@ -352,7 +354,7 @@ def main() -> None:
     ap.add_argument("--backend", default=None,
                     help="CapturedStep backend (default: cudagraph on CUDA, inductor on CPU)")
     ap.add_argument("--buckets", default=",".join(map(str, BUCKETS)), help="comma-separated step buckets")
-    ap.add_argument("--results", default="results/bench_cpu/results.json",
+    ap.add_argument("--results", default="results/bench_zen4_2026-12-04b/results.json",
                     help="bench results JSON (S measured on CPU)")
     ap.add_argument("--budget-s", type=float, default=400.0, help="start no new shape or part past this many seconds")
     ap.add_argument("--shapes", default=None, help="comma-separated subset of " + ",".join(SHAPES) + " ('' for none)")

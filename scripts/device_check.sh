@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU check of the eager and captured steps (issue 19): exactness in fp32, per-bucket latency in bf16, greedy
-# tokens/s, predicted speedup; needs only torch + transformers (no Hydra). One H200: < 8 minutes.
+# tokens/s, predicted speedup; needs only torch + transformers (no Hydra). One H200: 5 minutes (2026-12-04).
 #   scripts/device_check.sh OUTDIR                                   # GPU machine
 #   scripts/device_check.sh OUTDIR --device cpu --quick --backend aot_eager --buckets 1,4,16   # CPU dry run
-#   scripts/device_check.sh OUTDIR --results results/bench_cpu/results.json    # S from a CPU bench run (the default)
+#   scripts/device_check.sh OUTDIR --results results/bench_zen4_2026-12-04b/results.json   # S from a CPU bench (the default)
 # On the device tool: run "scripts/device_check.sh \$OUT"; the results JSON must travel (it is committed).
 # Optional wheels in .whl/ (see the device README) are installed first when present.
 set -euo pipefail
