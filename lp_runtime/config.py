@@ -169,6 +169,12 @@ class DecodingConfig:
 MIN_TEMPERATURE = 1e-6  # smallest positive sampling temperature (logits / t must stay finite in float32)
 
 
+# The fields sampling=model takes from the model's generation_config (``sampling.model_sampling``) and the per-category
+# temperatures that would replace one of them
+MODEL_TAKEN = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "suppress_tokens",
+               "category_temperature")
+
+
 @dataclass
 class SamplingConfig:
     """Logits processing and sampling, the same for plain and lookahead decoding (README, "Configuration").
@@ -218,6 +224,12 @@ class SamplingConfig:
             self.category_temperature = {c: float(t) for c, t in table.items()}
         _check(all(_is_int(t) and t >= 0 for t in self.suppress_tokens or []),
                f"sampling.suppress_tokens={self.suppress_tokens!r} is not allowed; it must be a list of token ids >= 0")
+        if self.from_model:  # a value set beside sampling=model was ignored, and recorded as if applied
+            given = [f"sampling.{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                     if f.name in MODEL_TAKEN and getattr(self, f.name) != f.default]
+            _check(not given, f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not allowed with "
+                   f"sampling=model, which takes {', '.join(MODEL_TAKEN[:-1])} from the model's generation_config; "
+                   "use sampling=default to set them (sampling.seed applies to both)")
 
     @property
     def do_sample(self) -> bool:

@@ -110,9 +110,12 @@ def load_run(path: Path) -> dict[str, Any]:
 
 
 def is_greedy(run: dict) -> bool:
-    """Greedy tokens (temperature 0, no per-category temperature): answers comparable token by token."""
+    """Greedy tokens (temperature 0, no per-category temperature, and every answer recorded at temperature 0,
+    which ``sampling=model`` takes from the model): answers comparable token by token."""
     s = run["settings"]
-    return not s.get("sampling.temperature") and not s.get("sampling.category_temperature")
+    return (not s.get("sampling.temperature") and not s.get("sampling.category_temperature")
+            and not any(c.get("temperature") for r in run["records"] for c in r.get("choices", [])[:1]
+                        if isinstance(c, dict)))
 
 
 def differing_keys(runs: Sequence[dict]) -> list[str]:
@@ -122,15 +125,19 @@ def differing_keys(runs: Sequence[dict]) -> list[str]:
 
 
 def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
-    """Index of the baseline run: ``choice`` as a row number or a path (suffix), else the greedy run that shares
-    the most questions with the runs (``shared``; the first on ties), else 0."""
+    """Index of the baseline run: ``choice`` as a row number, or the path of a run's answers file or of the folder
+    holding only that run (relative to the working directory, or absolute), else the greedy run that shares the
+    most questions with the runs (``shared``; the first on ties), else 0."""
     if choice is not None:
         if choice.isdigit() and int(choice) < len(runs):
             return int(choice)
-        for i, r in enumerate(runs):
-            want = choice.rstrip("/")
-            if str(r["path"]).endswith(want) or (r["path"].name == "answers.jsonl" and str(r["path"].parent).endswith(want)):
-                return i
+        want = Path(os.path.expanduser(choice)).resolve()
+        named = [i for i, r in enumerate(runs) if want in (r["path"].resolve(), r["path"].resolve().parent)]
+        if len(named) == 1:
+            return named[0]
+        if named:
+            raise ReportError(f"--baseline {choice!r} is the folder of {len(named)} runs; give one of their files: "
+                              f"{', '.join(str(runs[i]['path']) for i in named)}")
         raise ReportError(f"--baseline {choice!r} is neither a row number (0..{len(runs) - 1}) nor the path of one "
                           f"of the runs: {', '.join(str(r['path']) for r in runs)}")
     greedy = [i for i, r in enumerate(runs) if r["settings"].get("decoding.method") == "greedy" and is_greedy(r)]
@@ -350,7 +357,8 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lp_runtime.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", metavar="PATH", help="a sweep folder, run folders or answers files")
-    parser.add_argument("--baseline", help="row number or path of the baseline run (default: the first greedy run)")
+    parser.add_argument("--baseline", help="row number or path of the baseline run (default: the greedy run that "
+                                           "shares the most questions with the others)")
     parser.add_argument("--out", help="folder for report.csv/.json/.md/.png (default: the first PATH's folder)")
     parser.add_argument("--no-figure", action="store_true", help="skip report.png")
     args = parser.parse_args(argv)

@@ -206,3 +206,33 @@ def test_an_answer_is_shown_on_one_short_line(qid, shown):
     from lp_runtime.answers import first_line
 
     assert first_line({"question_id": qid, "choices": [{"turns": ["Hello there\nmore"]}]}) == shown
+
+
+def test_sampling_model_records_the_temperature_it_applied_and_refuses_values_beside_it(tiny_model_dir, tmp_path):
+    """sampling=model decoded with the model's generation_config while the answers recorded the config's
+    temperature (0.0 for a sampling model, so report compared sampled answers as greedy), and a temperature given
+    beside it was ignored but recorded (a new user, 2026-12-04)."""
+    import shutil
+
+    from lp_runtime.config import ConfigError, SamplingConfig
+    from lp_runtime.generate import run
+    from lp_runtime.report import is_greedy, load_run
+
+    with pytest.raises(ConfigError) as err:
+        SamplingConfig(from_model=True, temperature=1.5, seed=1)
+    assert str(err.value) == (
+        "sampling.temperature=1.5 is not allowed with sampling=model, which takes temperature, top_k, top_p, min_p, "
+        "repetition_penalty, suppress_tokens from the model's generation_config; use sampling=default to set them "
+        "(sampling.seed applies to both)")
+    sampled = tmp_path / "sampled"
+    shutil.copytree(tiny_model_dir, sampled)
+    gen = json.loads((sampled / "generation_config.json").read_text())
+    (sampled / "generation_config.json").write_text(json.dumps({**gen, "do_sample": True, "temperature": 0.6}))
+    for model_dir, want in ((tiny_model_dir, 0.0), (sampled, 0.6)):
+        (tmp_path / str(want)).mkdir()
+        cfg = _run_config(model_dir, tmp_path / str(want), method="greedy")
+        cfg.sampling = SamplingConfig(from_model=True, seed=1)
+        run(cfg)
+        got = load_run(Path(cfg.output.path))
+        assert [r["choices"][0]["temperature"] for r in got["records"]] == [want, want]
+        assert is_greedy(got) is (want == 0.0)

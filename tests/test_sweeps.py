@@ -52,9 +52,17 @@ def test_report_baseline_by_flag_and_errors(tmp_path):
     assert pick_baseline(runs, None) == 3
     runs.pop(0)
     assert pick_baseline(runs, "1") == 1 and pick_baseline(runs, "a.jsonl") == 0 and pick_baseline(runs, "b/") == 1
-    with pytest.raises(ReportError, match=r"^--baseline 'zz' is neither a row number \(0\.\.2\) nor the path of one "
-                                          r"of the runs: \S+, \S+, \S+$"):
-        pick_baseline(runs, "zz")
+    # paths as a shell gives them (a new user, 2026-12-04: './b/answers.jsonl' and absolute paths were refused, a
+    # mere suffix such as 'y' or '1/answers.jsonl' for '11/answers.jsonl' picked a run)
+    assert pick_baseline(runs, "./b/answers.jsonl") == 1 and pick_baseline(runs, str(Path("c").resolve())) == 2
+    for wrong in ("zz", "y", "answers.jsonl"):
+        with pytest.raises(ReportError, match=rf"^--baseline '{wrong}' is neither a row number \(0\.\.2\) nor the "
+                                              r"path of one of the runs: \S+, \S+, \S+$"):
+            pick_baseline(runs, wrong)
+    two = [{**runs[0], "path": Path("d/x.jsonl")}, {**runs[0], "path": Path("d/y.jsonl")}]
+    with pytest.raises(ReportError, match=r"^--baseline 'd' is the folder of 2 runs; give one of their files: "
+                                          r"d/x.jsonl, d/y.jsonl$"):
+        pick_baseline(two, "d")
     with pytest.raises(ReportError, match="holds no answers file"):
         from lp_runtime.report import find_runs
         find_runs([str(tmp_path)])
