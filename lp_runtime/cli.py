@@ -315,6 +315,11 @@ def main(app: Callable[[], None], *, interrupted: str,
             print(f"error: cannot make the run folder {e.filename}: {e.strerror} (set by hydra.run.dir, or "
                   "hydra.sweep.dir with -m; the launch scripts' RUN_DIR)", file=sys.stderr)
             sys.exit(2)
+        submitit = sys.modules.get("submitit.core.utils")
+        if submitit is not None and isinstance(e, submitit.FailedJobError):  # sbatch refused the job array
+            print(f"error: Slurm's sbatch refused the sweep's jobs: {one_line(e)}; no job was submitted (the "
+                  "hydra.launcher.* settings are sbatch's options)", file=sys.stderr)
+            sys.exit(2)
         refused = _job_error_line(e)
         if refused:  # a sweep job (submitit: lp_local, lp_slurm) refused its input: its line, not the launcher's trace
             print(f"error: a sweep job stopped: {refused}", file=sys.stderr)

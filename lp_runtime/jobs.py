@@ -130,9 +130,14 @@ def validate_sweep(config: Any) -> None:
     loader = GlobalHydra.instance().config_loader()
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     launcher = config.hydra.get("launcher") or {}
-    if str(launcher.get("_target_", "")).endswith("SlurmLauncher") and shutil.which("sbatch") is None:
+    slurm = str(launcher.get("_target_", "")).endswith("SlurmLauncher")
+    if slurm and shutil.which("sbatch") is None:
         raise ConfigError("hydra/launcher=lp_slurm submits each job with Slurm's sbatch, which this machine does not "
                           "have; run the sweep on a Slurm login node, or try it here with hydra/launcher=lp_local")
+    if slurm and shutil.which("srun") is None:  # submitit's RuntimeError traceback otherwise
+        raise ConfigError("hydra/launcher=lp_slurm starts each job's ranks with Slurm's srun, which this machine "
+                          "does not have (sbatch is here); run the sweep on a Slurm login node, or try it here with "
+                          "hydra/launcher=lp_local")
     nodes, tasks = launcher.get("nodes"), launcher.get("tasks_per_node")  # submitit's (lp_local, lp_slurm)
     for key, value in (("nodes", nodes), ("tasks_per_node", tasks)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):

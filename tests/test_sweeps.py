@@ -395,6 +395,17 @@ def sweep_cli(tiny_model_dir, tmp_path_factory):
     if NO_SLURM:
         calls.append(Call(["-m", "hydra/launcher=lp_slurm", "decoding=lookahead,greedy", "dataset.limit=1",
                            f"hydra.sweep.dir={tmp / 'slurm_sweep'}"]))
+        # a Slurm whose sbatch refuses the job array, and one without srun: stand-ins on PATH
+        for name, tools in (("refusing", ("sbatch", "srun")), ("no_srun", ("sbatch",))):
+            (tmp / name).mkdir()
+            for tool in tools:
+                script = tmp / name / tool
+                script.write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: gpu' >&2\nexit 1\n")
+                script.chmod(0o755)
+            calls.append(Call(["-m", "hydra/launcher=lp_slurm", "hydra.launcher.partition=gpu",
+                               "decoding=lookahead", "decoding.window_size=0,2", *_sweep_args(tiny_model_dir, tmp),
+                               f"hydra.sweep.dir={tmp / name / 'sweep'}"],
+                              env={"PATH": f"{tmp / name}:{os.environ['PATH']}"}))
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     env.pop("HYDRA_FULL_ERROR", None)
     return tmp, run_cli(calls, env, timeout=900)
@@ -445,6 +456,21 @@ def test_slurm_launcher_without_slurm_is_one_line(sweep_cli):
         "error: hydra/launcher=lp_slurm submits each job with Slurm's sbatch, which this machine does not have; run "
         "the sweep on a Slurm login node, or try it here with hydra/launcher=lp_local"]
     assert not (tmp_path / "slurm_sweep").exists()
+
+
+@pytest.mark.skipif(not NO_SLURM, reason="this machine has Slurm")
+def test_a_submission_slurm_refuses_and_a_missing_srun_are_one_line(sweep_cli):
+    """sbatch refusing the sweep's job array (a bad partition) gave submitit's 57-line traceback, exit 1; sbatch
+    without srun gave submitit's "Could not detect srun" traceback (a new user, 2026-12-04)."""
+    _, results = sweep_cli
+    refused, no_srun = results[4], results[5]
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        "error: Slurm's sbatch refused the sweep's jobs: sbatch: error: invalid partition specified: gpu; no job was "
+        "submitted (the hydra.launcher.* settings are sbatch's options)"), refused.stderr[-3000:]
+    assert "Traceback" not in refused.stderr
+    assert no_srun.returncode == 2 and no_srun.stderr.strip().splitlines() == [
+        "error: hydra/launcher=lp_slurm starts each job's ranks with Slurm's srun, which this machine does not have "
+        "(sbatch is here); run the sweep on a Slurm login node, or try it here with hydra/launcher=lp_local"]
 
 
 @pytest.mark.parametrize("executor", ["slurm", "local"])
