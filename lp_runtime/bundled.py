@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import site
+import socket
 import sys
 import tempfile
 from typing import Callable, Optional
@@ -163,6 +164,28 @@ def check_copy(reference, out: str, ids) -> None:
         json.dump({"text_ids": ids[0].tolist(), "equal": True, "logits_shape": list(want.shape)}, f)
 
 
+def _owner() -> str:
+    """``<host>-<pid>``: whose temporary folder it is (a shared cache may serve several hosts)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _remove_leftovers(root: str, cache_name: str) -> None:
+    """Remove the temporary folders that conversions on this host left when killed (no ``finally`` ran: each kept
+    up to the whole copy's 517 MB), i.e. whose process is gone; other hosts' and live processes' stay."""
+    for kind in ("tmp", "old"):
+        prefix = f".{cache_name}.{kind}-{socket.gethostname()}-"
+        for entry in os.listdir(root):
+            pid = entry[len(prefix):].split("-", 1)[0]
+            if not (entry.startswith(prefix) and pid.isdigit()):
+                continue
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                shutil.rmtree(os.path.join(root, entry), ignore_errors=True)
+            except OSError:  # alive, another user's
+                pass
+
+
 def bundled_cache(name: str, convert: Callable[[str, str, str], None] = convert_gguf) -> str:
     """Folder of the float32 safetensors copy of bundled model ``name``, made with ``convert(folder, gguf_file,
     out)`` when absent, incomplete or of another GGUF. ``ModelLoadError`` as ``bundled_gguf``, ``ConfigError``
@@ -175,7 +198,8 @@ def bundled_cache(name: str, convert: Callable[[str, str, str], None] = convert_
     if _cache_is_complete(final, stamp):
         return final
     check_writable(root, f"lp_runtime keeps the float32 copy of bundled:{name}")
-    tmp = tempfile.mkdtemp(prefix=f".{cache_name}.tmp-", dir=root)
+    _remove_leftovers(root, cache_name)
+    tmp = tempfile.mkdtemp(prefix=f".{cache_name}.tmp-{_owner()}-", dir=root)
     try:
         convert(src_folder, gguf_file, tmp)
         files = {n: os.path.getsize(os.path.join(tmp, n)) for n in sorted(os.listdir(tmp))}
@@ -184,7 +208,7 @@ def bundled_cache(name: str, convert: Callable[[str, str, str], None] = convert_
         if _cache_is_complete(final, stamp):  # another rank finished first
             return final
         if os.path.exists(final):  # stale or broken: move aside (atomic) before replacing
-            aside = tempfile.mkdtemp(prefix=f".{cache_name}.old-", dir=root)
+            aside = tempfile.mkdtemp(prefix=f".{cache_name}.old-{_owner()}-", dir=root)
             try:
                 os.rename(final, os.path.join(aside, "old"))
             except OSError:

@@ -107,6 +107,26 @@ def test_cache_built_once_and_rebuilt_when_broken(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["smollm2-135m-instruct"]  # no temp folders left behind
 
 
+def test_folders_of_killed_conversions_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    """A conversion killed with SIGKILL (or out of memory) ran no ``finally``: its temporary folder (213 MB when a
+    new user killed one, 2026-12-04) stayed, and each kill added one. The next conversion removes those of this host
+    whose process is gone; a live process's and another host's stay."""
+    import socket
+    import subprocess
+
+    monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host = socket.gethostname()
+    left = [f".smollm2-135m-instruct.tmp-{host}-{gone.pid}-abc", f".smollm2-135m-instruct.old-{host}-{gone.pid}-x"]
+    kept = [f".smollm2-135m-instruct.tmp-{host}-{os.getpid()}-def", f".smollm2-135m-instruct.tmp-other-{gone.pid}-g"]
+    for name in left + kept:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_text("x")
+    final = bundled.bundled_cache("smollm2", _fake_convert([]))
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(final), *kept])
+
+
 def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path))
 
