@@ -30,7 +30,7 @@ from .models import check_limits, eos_token_ids, load_model
 from .auto import NoCalibrationPrompts, auto_policy, resolve_auto
 from .latency import curve_of
 from .policy import CostPolicy
-from .checks import check_arg, check_max_new_tokens, check_prompt_ids, vocab_size
+from .checks import check_arg, check_max_new_tokens, check_prompt_ids, one_sequence, vocab_size
 from .data import blank_kind, encode_messages, is_blank, lone_surrogate
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
@@ -118,15 +118,7 @@ class LookaheadGenerator:
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of ``prompt`` (see the module docstring). ``ConfigError`` for an empty or blank prompt, a batch,
         a malformed message, or token ids that are not integers or lie outside the model's vocabulary."""
-        if not isinstance(prompt, (str, list, tuple)) and hasattr(prompt, "keys") and "input_ids" in prompt.keys():
-            prompt = prompt["input_ids"]  # a tokenizer's BatchEncoding: tok(text, return_tensors="pt")
-        if getattr(prompt, "ndim", None) == 2 and hasattr(prompt, "tolist"):  # (batch, n): one row only
-            if prompt.shape[0] != 1:
-                raise ConfigError(f"the prompt is a batch of {prompt.shape[0]} sequences (shape "
-                                  f"{tuple(prompt.shape)}); give one: a (1, n) or 1-D tensor of token ids")
-            prompt = prompt[0]
-        if getattr(prompt, "ndim", None) == 1 and hasattr(prompt, "tolist"):  # a 1-D tensor or array of ids
-            prompt = prompt.tolist()  # as Decoder.generate takes them
+        prompt = one_sequence(prompt)  # a BatchEncoding, a (1, n) or 1-D tensor: a list of ids
         if not isinstance(prompt, (str, list, tuple)):
             raise ConfigError(f"the prompt is {type(prompt).__name__}; give text (str), a list of messages "
                               "({'role', 'content'} dicts) or a list (or 1-D tensor) of token ids")

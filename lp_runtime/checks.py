@@ -113,12 +113,31 @@ def vocab_size(model) -> Optional[int]:
     return getattr(_text_config(model), "vocab_size", None)
 
 
+def one_sequence(prompt):
+    """``prompt`` with a tokenizer's ``BatchEncoding`` replaced by its ``input_ids``, a (1, n) tensor, array or
+    list of lists by its row and a 1-D tensor or array by a list; anything else as given. ``ConfigError`` for a
+    batch of several sequences (decoding is one sequence at a time)."""
+    if not isinstance(prompt, (str, list, tuple)) and hasattr(prompt, "keys") and "input_ids" in prompt.keys():
+        prompt = prompt["input_ids"]  # tok(text, return_tensors="pt")
+    rows = prompt.shape[0] if getattr(prompt, "ndim", None) == 2 else (
+        len(prompt) if isinstance(prompt, (list, tuple)) and prompt and all(
+            isinstance(r, (list, tuple)) or getattr(r, "ndim", None) == 1 for r in prompt) else None)
+    if rows is not None and rows != 1:
+        shape = f" (shape {tuple(prompt.shape)})" if hasattr(prompt, "shape") else ""
+        raise ConfigError(f"the prompt is a batch of {rows} sequences{shape}; give one sequence of token ids (a "
+                          "list, a 1-D or (1, n) tensor): a step decodes one sequence at a time")
+    if rows == 1:
+        prompt = prompt[0]
+    return prompt.tolist() if getattr(prompt, "ndim", None) == 1 and hasattr(prompt, "tolist") else prompt
+
+
 def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
-    """``prompt_ids`` as a list of ints; ``ConfigError`` for an empty prompt, a non-integer, or an id outside
-    ``0..vocab-1`` (on a GPU a bad id is a device-side assert that kills the process)."""
+    """``prompt_ids`` (``one_sequence``) as a list of ints; ``ConfigError`` for an empty prompt, a batch, a
+    non-integer, or an id outside ``0..vocab-1`` (on a GPU a bad id is a device-side assert that kills the
+    process)."""
     if isinstance(prompt_ids, (str, bytes)):
         raise ConfigError("the prompt must be a list of token ids here, not text")
-    raw = list(prompt_ids)
+    raw = list(one_sequence(prompt_ids))
     ids = [_as_int(t) for t in raw]
     if None in ids:
         i = ids.index(None)

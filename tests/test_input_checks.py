@@ -100,6 +100,11 @@ def test_unknown_key_without_plus_is_one_line_listing_its_groups_keys(config_nam
 @pytest.mark.parametrize("sampling", ["greedy", "default", "model", "mt_bench"])
 def test_category_temperature_override(sampling):
     cfg = _compose("generate", [f"sampling={sampling}", "sampling.category_temperature={writing: 0.3}"])
+    if sampling == "model":  # the model's temperature applies: one beside it was ignored (a new user, 2026-12-04)
+        with pytest.raises(ConfigError, match=r"^sampling.category_temperature=\{'writing': 0.3\} is not allowed "
+                                              "with sampling=model, which takes temperature, "):
+            OmegaConf.to_object(cfg)
+        return
     assert OmegaConf.to_object(cfg).sampling.category_temperature["writing"] == 0.3
     cfg = _compose("generate", [f"sampling={sampling}", "sampling.category_temperature={writing: -1}"])
     with pytest.raises(ConfigError) as e:
@@ -544,10 +549,18 @@ def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
     from transformers import BatchEncoding
     assert gen.generate(torch.tensor([ids]), max_new_tokens=4).output_ids == want
     assert gen.generate(BatchEncoding({"input_ids": torch.tensor([ids])}), max_new_tokens=4).output_ids == want
-    with pytest.raises(ConfigError) as e:
-        gen.generate(torch.tensor([ids, ids]), max_new_tokens=4)
-    assert str(e.value) == ("the prompt is a batch of 2 sequences (shape (2, 3)); give one: a (1, n) or 1-D tensor "
-                            "of token ids")
+    # Decoder.generate takes what the API takes (it said "prompt token 0 is tensor([...]); token ids must be
+    # integers" for a (1, n) tensor and "prompt token 0 is 'input_ids'" for a BatchEncoding: a new user, 2026-12-04)
+    assert gen.decoder.generate(torch.tensor([ids]), max_new_tokens=4).output_ids == want
+    assert gen.decoder.generate(BatchEncoding({"input_ids": torch.tensor([ids])}), max_new_tokens=4).output_ids == want
+    batch = "give one sequence of token ids (a list, a 1-D or (1, n) tensor): a step decodes one sequence at a time"
+    for call in (gen.generate, gen.decoder.generate):
+        with pytest.raises(ConfigError) as e:
+            call(torch.tensor([ids, ids]), max_new_tokens=4)
+        assert str(e.value) == f"the prompt is a batch of 2 sequences (shape (2, 3)); {batch}"
+        with pytest.raises(ConfigError) as e:
+            call([[1, 2], [3, 4]], max_new_tokens=4)
+        assert str(e.value) == f"the prompt is a batch of 2 sequences; {batch}"
     with pytest.raises(ConfigError) as e:
         gen.generate("", max_new_tokens=4)
     assert str(e.value) == "the prompt is empty text; give a non-empty user turn"
