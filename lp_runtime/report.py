@@ -80,7 +80,26 @@ def jobs_without_answers(paths: Sequence[str]) -> list[str]:
             except (OSError, ValueError):
                 overrides = "overrides unreadable"
             out.append(f"{job.relative_to(p) if job != p else job} ({overrides})")
+        out += _jobs_not_started(p)
     return out
+
+
+def _jobs_not_started(sweep: Path) -> list[str]:
+    """``"<num> (<its overrides>, not started)"`` for each job a sweep folder's ``multirun.yaml`` lists whose folder
+    Hydra never made (a sweep stopped before it); none when the jobs' folders are not named by job number."""
+    from omegaconf import OmegaConf
+
+    from .jobs import sweep_jobs
+
+    try:
+        record = OmegaConf.load(sweep / "multirun.yaml")
+        if OmegaConf.to_container(record.hydra.sweep, resolve=False).get("subdir") != "${hydra.job.num}":
+            return []
+        jobs, swept = sweep_jobs(list(record.hydra.overrides.task))
+    except Exception:  # noqa: BLE001 - no record, or one this Hydra cannot read: nothing more to list
+        return []
+    return [f"{num} ({' '.join(o for o in job if o.split('=', 1)[0].lstrip('+~') in swept) or 'no overrides'}, "
+            "not started)" for num, job in enumerate(jobs) if not (sweep / str(num) / ".hydra").is_dir()]
 
 
 def _answered_elsewhere(job: Path) -> bool:
@@ -346,6 +365,8 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
                                      encoding="utf-8")
         if figure and (png := plot(rows, out_dir)):
             files["png"] = png
+        elif os.path.isfile(os.path.join(out_dir, "report.png")):  # an earlier report's: it would not match
+            os.remove(os.path.join(out_dir, "report.png"))
     except OSError as e:  # a folder that cannot be made or written (/proc/x, read-only): the OS error named no option
         name = e.filename and os.path.dirname(os.path.abspath(e.filename)) == os.path.abspath(out_dir)
         what = f" {os.path.basename(e.filename)}" if name else ""

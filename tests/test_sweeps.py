@@ -134,6 +134,31 @@ def test_report_does_not_list_a_run_folder_whose_answers_went_elsewhere(tmp_path
     assert jobs_without_answers([str(tmp_path)]) == []
 
 
+def test_report_lists_the_jobs_a_stopped_sweep_never_started_and_drops_an_old_figure(tmp_path):
+    """A sweep of 3 jobs stopped during job 1: the report named job 1 (its folder, no answers) but not job 2, whose
+    folder Hydra never made, though README says it lists the jobs "not run yet"; and ``--no-figure`` kept an
+    earlier report's report.png beside the new table (a new user, 2026-12-04)."""
+    from lp_runtime.report import jobs_without_answers, report
+
+    sweep = tmp_path / "sweep"
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- decoding.window_size=0\n- dataset.limit=1\n")
+    line = {"question_id": 1, "choices": [{"output_ids": [[1]], "new_tokens": [1], "decoding_steps": [1],
+                                           "wall_time": [0.1], "accept_lengths": [[1]]}]}
+    (sweep / "0" / "answers.jsonl").write_text(json.dumps(line) + "\n")
+    (sweep / "0" / "answers.settings.json").write_text('{"decoding.method": "greedy"}\n')
+    (sweep / "1" / ".hydra").mkdir(parents=True)
+    (sweep / "1" / ".hydra" / "overrides.yaml").write_text("- decoding.window_size=3\n- dataset.limit=1\n")
+    (sweep / "multirun.yaml").write_text("hydra:\n  sweep:\n    dir: sweep\n    subdir: ${hydra.job.num}\n"
+                                         "  overrides:\n    task:\n    - decoding.window_size=0,3,5\n"
+                                         "    - dataset.limit=1\n")
+    assert jobs_without_answers([str(sweep)]) == ["1 (decoding.window_size=3 dataset.limit=1)",
+                                                  "2 (decoding.window_size=5, not started)"]
+    (sweep / "report.png").write_bytes(b"an earlier report's figure")
+    out = report([str(sweep)], figure=False)
+    assert "png" not in out["files"] and not (sweep / "report.png").exists()
+
+
 # ------------------------------------------------------------------------------ resume checks settings
 
 def _cfg(model_dir: Path, tmp: Path, **decoding) -> RunConfig:
