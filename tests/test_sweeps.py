@@ -78,6 +78,13 @@ def test_report_given_a_record_beside_answers_reports_that_run(tmp_path):
     for name in ("answers.jsonl", "answers.settings.json", "answers.summary.json"):
         (d / name).write_text("{}\n")
     assert find_runs([str(d / "answers.settings.json"), str(d / "answers.summary.json")]) == [d / "answers.jsonl"]
+    # output.path=a.txt (which a run takes) writes a.txt.settings.json: its folder "held no answers file" (a new
+    # user, 2026-12-04); a record whose answers file is gone names no run
+    e = tmp_path / "od"
+    e.mkdir()
+    for name in ("a.txt", "a.txt.settings.json", "gone.summary.json"):
+        (e / name).write_text("{}\n")
+    assert find_runs([str(e)]) == find_runs([str(e / "a.txt.settings.json")]) == [e / "a.txt"]
 
 
 def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
