@@ -107,6 +107,10 @@ def _read_humaneval(path: str) -> list[Question]:
     return [Question(question_id=r["task_id"], category="coding", turns=[r["prompt"]], raw=True) for r in rows]
 
 
+_ARCHIVES = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"),
+             (b"\x28\xb5\x2f\xfd", "zstd"))  # magic bytes: a compressed question file
+
+
 def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     """Questions of a JSONL question file; ``name`` is how messages refer to it."""
     if not path or not os.path.isfile(path):
@@ -120,6 +124,9 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
             where = f"{path}, line {lineno}"
             if lineno == 1 and raw.startswith(codecs.BOM_UTF8):  # what Notepad and Excel write first
                 raw = raw[len(codecs.BOM_UTF8):]
+            packed = next((k for m, k in _ARCHIVES if lineno == 1 and raw.startswith(m)), None)
+            if packed:  # its first byte that is not UTF-8 told the user to convert from latin1
+                raise DatasetError(f"{name} is a {packed} file; unpack it first, then give the JSONL file inside")
             line = decode_line(raw, where)
             if not line.strip():
                 continue
@@ -163,10 +170,10 @@ def _parse_row(row: Any, where: str) -> Question:
         raise DatasetError(f"{where}: field 'question_id' is missing; it must be an int or a string")
     qid = row["question_id"]
     if isinstance(qid, bool) or not isinstance(qid, (int, str)):
-        raise DatasetError(f"{where}: field 'question_id' is {qid!r}; it must be an int or a string")
+        raise DatasetError(f"{where}: field 'question_id' is {_short(qid)}; it must be an int or a string")
     category = row.get("category", "default")
     if not isinstance(category, str):
-        raise DatasetError(f"{where}: field 'category' is {category!r}; it must be a string (or left out)")
+        raise DatasetError(f"{where}: field 'category' is {_short(category)}; it must be a string (or left out)")
     if "turns" not in row:
         raise DatasetError(f"{where}: field 'turns' is missing; it must be a non-empty list of non-blank strings")
     turns = row["turns"]
@@ -240,5 +247,6 @@ def lone_surrogate(text: str) -> Optional[int]:
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
+    """A JSON value as the file spells it (null, true, "a"; invisible characters escaped), cut at ``limit``."""
+    text = json.dumps(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -92,29 +92,32 @@ def test_jsonl_not_object(tmp_path):
 @pytest.mark.parametrize("row, message", [
     ({"turns": ["a"]}, "field 'question_id' is missing; it must be an int or a string"),
     ({"question_id": 1.5, "turns": ["a"]}, "field 'question_id' is 1.5; it must be an int or a string"),
-    ({"question_id": True, "turns": ["a"]}, "field 'question_id' is True; it must be an int or a string"),
+    ({"question_id": True, "turns": ["a"]}, "field 'question_id' is true; it must be an int or a string"),
     ({"question_id": 1, "category": 3, "turns": ["a"]},
      "field 'category' is 3; it must be a string (or left out)"),
+    # values as JSON spells them: "is None" for a null (a new user, 2026-12-04)
+    ({"question_id": 1, "category": None, "turns": ["a"]},
+     "field 'category' is null; it must be a string (or left out)"),
     ({"question_id": 1}, "field 'turns' is missing; it must be a non-empty list of non-blank strings"),
-    ({"question_id": 1, "turns": "a"}, "field 'turns' is 'a'; it must be a non-empty list of non-blank strings"),
+    ({"question_id": 1, "turns": "a"}, "field 'turns' is \"a\"; it must be a non-empty list of non-blank strings"),
     ({"question_id": 1, "turns": []}, "field 'turns' is []; it must be a non-empty list of non-blank strings"),
     ({"question_id": 1, "turns": ["a", ""]},
-     "field 'turns' is ['a', '']; it must be a non-empty list of non-blank strings"),
+     "field 'turns' is [\"a\", \"\"]; it must be a non-empty list of non-blank strings"),
     ({"question_id": 1, "turns": ["ok", "a\ud800b"]},  # valid JSON ("\\ud800"); the tokenizer raised a TypeError
      "turn 2 holds a lone UTF-16 surrogate '\\ud800' at character 1; a turn must be valid Unicode text (a pair "
      "such as \\ud83d\\ude00 is one character and fine)"),
     ({"question_id": 1, "turns": [" \n\t"]},
-     "field 'turns' is [' \\n\\t']; it must be a non-empty list of non-blank strings"),
+     "field 'turns' is [\" \\n\\t\"]; it must be a non-empty list of non-blank strings"),
     # invisible format characters show nothing, as whitespace: a zero-width space alone was accepted (a new user)
     ({"question_id": 1, "turns": ["\u200b"]},
-     "field 'turns' is ['\\u200b']; it must be a non-empty list of non-blank strings (turn 1 is only invisible "
+     "field 'turns' is [\"\\u200b\"]; it must be a non-empty list of non-blank strings (turn 1 is only invisible "
      "characters (U+200B))"),
     ({"question_id": 1, "turns": ["ok", " \u200c\u200d\u2060\ufeff\u200c "]},
-     "field 'turns' is ['ok', ' \\u200c\\u200d\\u2060\\ufeff\\u200c ']; it must be a non-empty list of "
+     "field 'turns' is [\"ok\", \" \\u200c\\u200d\\u2060\\ufeff\\u200c \"]; it must be a non-empty list of "
      "non-blank strings (turn 2 is only whitespace and invisible characters (U+200C, U+200D, U+2060, U+FEFF))"),
     # a control character other than whitespace shows nothing either: a turn of one NUL was answered (a new user)
     ({"question_id": 1, "turns": ["\u0000"]},
-     "field 'turns' is ['\\x00']; it must be a non-empty list of non-blank strings (turn 1 is only invisible "
+     "field 'turns' is [\"\\u0000\"]; it must be a non-empty list of non-blank strings (turn 1 is only invisible "
      "characters (U+0000))"),
 ])
 def test_jsonl_bad_field(tmp_path, row, message):
@@ -181,3 +184,23 @@ def test_build_prompt_without_chat_template(smollm2):
         assert build_prompt(tok, q, ["Hello."]) == tok("Hi.\nHello.\nAgain.").input_ids
     finally:
         tok.chat_template = saved
+
+
+@pytest.mark.parametrize("kind", ["gzip", "bzip2", "xz", "zip"])
+def test_a_compressed_question_file_is_named_as_such(tmp_path, kind):
+    """A gzipped question file was told "byte 2 (b'\\x8b') is not UTF-8; save the file as UTF-8 (e.g. iconv -f
+    latin1 ...)" (a new user, 2026-12-04)."""
+    import bz2
+    import gzip
+    import lzma
+    import zipfile
+
+    text = json.dumps({"question_id": 1, "turns": ["a"]}).encode() + b"\n"
+    path = tmp_path / "q.jsonl.packed"
+    if kind == "zip":
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("q.jsonl", text)
+    else:
+        path.write_bytes({"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[kind](text))
+    assert _error(str(path)) == (f"dataset.path={str(path)!r} is a {kind} file; unpack it first, then give the "
+                                 "JSONL file inside")
