@@ -5,9 +5,10 @@
 
 Per model shape (random Llama weights of SmolLM2-135M, Llama-3.2-1B, Llama-2-7B):
 
-(a) exactness in float32 (TF32 off): transformers' greedy ``generate`` against lookahead (several W, N, G) through
-    the eager step AND through ``compiled.CapturedStep`` (CUDA graphs per bucket over the static cache, split
-    attention); a divergence reports the top-2 logit gap at the first differing token (< 1e-4 is a tie).
+(a) exactness in float32 (TF32 off): transformers' greedy ``generate`` against lookahead (several W, N, G, and the
+    product's successor-table tree of ~80 nodes with its tables filled) through the eager step AND through
+    ``compiled.CapturedStep`` (CUDA graphs per bucket over the static cache, split attention); a divergence
+    reports the top-2 logit gap at the first differing token (< 1e-4 is a tie).
 (b) bfloat16 step latency per bucket q = 1, 2, 4, ..., 256 over a 200-token cache, eager and captured
     (``step_latency``: the same timing for both), plus the capture time.
 (c) greedy tokens/s in bfloat16: transformers' ``generate`` (eager) against our captured 1-token step.
@@ -59,6 +60,7 @@ SHAPES = {  # LlamaConfig fields of the real models
 }
 SETTINGS = ((0, 4, 2), (3, 4, 3), (15, 5, 15))  # the CPU default, the bench's windowed one, the paper's
 LP_KS, LP_BUDGET = (1, 8), 80  # (f): ranks simulated, tree tokens per rank (scripts/host_time.py's)
+TABLE_SETTING = (0, 5, 15)  # (a): the suffix lookup's (W, N, G) beside the successor table
 PROMPT_LEN, CACHE_TOKENS = 48, 200
 
 
@@ -109,11 +111,11 @@ def prompts_for(vocab: int, num: int) -> list[list[int]]:
 
 def compare(model, name, path, decoder, prompts, refs, setting) -> dict:
     """One exactness row: ``decoder``'s tokens against transformers' greedy ``refs``."""
-    same = steps = tokens = 0
+    same = steps = tokens = fed = 0
     worst = None
     for p, ref in zip(prompts, refs):
         out = decoder.generate(p, max_new_tokens=len(ref))
-        tokens, steps = tokens + len(out.output_ids), steps + out.decoding_steps
+        tokens, steps, fed = tokens + len(out.output_ids), steps + out.decoding_steps, fed + sum(out.step_tokens)
         if out.output_ids == ref:
             same += 1
             continue
@@ -123,9 +125,10 @@ def compare(model, name, path, decoder, prompts, refs, setting) -> dict:
         worst = {"first_diff": i, "top2_gap": gap} if worst is None or gap > worst["top2_gap"] else worst
     w, n, g = setting
     row = {"model": name, "path": path, "W": w, "N": n, "G": g, "identical": same, "prompts": len(prompts),
-           "S": tokens / max(steps, 1), "divergence": worst,
+           "S": tokens / max(steps, 1), "fed_per_step": fed / max(steps, 1), "divergence": worst,
            "ok": same == len(prompts) or (worst is not None and worst["top2_gap"] < 1e-4)}
-    log(f"exactness {name} {path} W{w} N{n} G{g}: {same}/{len(prompts)} identical, S={row['S']:.2f}"
+    log(f"exactness {name} {path} W{w} N{n} G{g}: {same}/{len(prompts)} identical, S={row['S']:.2f}, "
+        f"{row['fed_per_step']:.1f} tokens fed a step"
         + (f", worst divergence {worst}" if worst else ""))
     return row
 
@@ -146,8 +149,23 @@ def exactness(model, name, args, buckets) -> list[dict]:
         cfg = DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2], max_depth=10)
         dec = Decoder(model, cfg, step=captured)
         rows.append(compare(model, name, "captured", dec, prompts, refs, s))
+    for path, step in (("eager+table", None), ("captured+table", captured)):  # the product's tree, ~80 nodes
+        rows.append(compare(model, name, path, table_decoder(model, step), prompts, refs, TABLE_SETTING))
     model.set_attn_implementation("sdpa")  # the eager timings below run transformers' own attention
     return rows
+
+
+def table_decoder(model, step) -> Decoder:
+    """A decoder with the product's successor-table tree at ``LP_BUDGET`` tokens a step in one process, its token
+    tables filled (``fill_table``), so trees of ~80 nodes (bucket 128) go through ``step``."""
+    from lp_runtime.successors import successor_proposers
+
+    w, n, g = TABLE_SETTING
+    decoding = DecodingConfig(method="lookahead", window_size=w, ngram_size=n, guess_set_size=g, max_depth=10,
+                              successors="true")
+    (prop,) = successor_proposers(decoding, model.config.vocab_size, budget=LP_BUDGET - 1)
+    fill_table(prop.table, model.config.vocab_size)
+    return Decoder(model, decoding, proposers=[prop], step=step)
 
 
 def greedy_rate(fn, n: int, device) -> float:
@@ -274,9 +292,10 @@ def markdown(report: dict, buckets) -> str:
     env = report["env"]
     md = [f"# device check ({env['gpu'] or env['device']}, torch {env['torch']}, transformers {env['transformers']})",
           "", "## exactness (float32, lookahead vs transformers greedy; eager step and captured buckets)", "",
-          "| model | step | W | N | G | identical | S | worst divergence |", "|---|---|---|---|---|---|---|---|"]
+          "| model | step | W | N | G | identical | S | fed / step | worst divergence |",
+          "|---|---|---|---|---|---|---|---|---|"]
     md += [f"| {r['model']} | {r['path']} | {r['W']} | {r['N']} | {r['G']} | {r['identical']}/{r['prompts']} | "
-           f"{r['S']:.2f} | {r['divergence'] or '-'} |" for r in report["exactness"]]
+           f"{r['S']:.2f} | {r['fed_per_step']:.1f} | {r['divergence'] or '-'} |" for r in report["exactness"]]
     shapes = {n: r for n, r in report["shapes"].items() if "captured_s" in r}
     md += ["", f"## step latency per bucket, eager / captured (ms, {env['speed_dtype']}, {CACHE_TOKENS}-token cache)",
            "", "| q | " + " | ".join(shapes) + " |", "|---|" + "---|" * len(shapes)]

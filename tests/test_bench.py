@@ -439,3 +439,19 @@ def test_device_checks_lp_host_part_grows_full_trees_and_times_the_host():
     assert one["fed_per_step"] > 0.9 * LP_BUDGET and eight["fed_per_step"] > 0.9 * 8 * LP_BUDGET
     assert min(one["host_ms_per_step"], one["step_ms_per_step"], eight["host_ms_per_step"]) > 0
     assert one["steps"] >= 2 and 1 <= one["S"] <= 16
+
+
+def test_device_checks_exactness_part_runs_the_products_full_tree_through_the_buckets():
+    """scripts/device_check.py part a (run on the GPU machine) checks the product's successor-table tree too: with
+    its tables filled, ~80 nodes a step go through the eager step and the captured bucket of 128, and every output
+    equals transformers' greedy."""
+    from argparse import Namespace
+
+    from fakes import llama
+    from scripts.device_check import LP_BUDGET, exactness
+
+    model = llama(max_position_embeddings=1024, vocab_size=8192)
+    rows = exactness(model, "tiny", Namespace(quick=True, backend="aot_eager"), (1, 16, 128))
+    table = [r for r in rows if r["path"].endswith("+table")]
+    assert [r["path"] for r in table] == ["eager+table", "captured+table"]
+    assert all(r["identical"] == r["prompts"] == 2 and r["fed_per_step"] > 0.9 * LP_BUDGET for r in table), table
