@@ -169,6 +169,13 @@ class DecodingConfig:
 MIN_TEMPERATURE = 1e-6  # smallest positive sampling temperature (logits / t must stay finite in float32)
 
 
+def model_sampling_refusal(given: list[str]) -> str:
+    """The line refusing ``given`` (``"sampling.temperature=1.5"``, ...) beside ``sampling=model``."""
+    return (f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not allowed with sampling.from_model=true "
+            f"(sampling=model), which takes {', '.join(MODEL_TAKEN[:-1])} from the model's generation_config; use "
+            "sampling=model alone, or sampling=default to set them (sampling.seed applies to both)")
+
+
 # The fields sampling=model takes from the model's generation_config (``sampling.model_sampling``) and the per-category
 # temperatures that would replace one of them
 MODEL_TAKEN = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "suppress_tokens",
@@ -227,9 +234,7 @@ class SamplingConfig:
         if self.from_model:  # a value set beside sampling=model was ignored, and recorded as if applied
             given = [f"sampling.{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
                      if f.name in MODEL_TAKEN and getattr(self, f.name) != f.default]
-            _check(not given, f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not allowed with "
-                   f"sampling=model, which takes {', '.join(MODEL_TAKEN[:-1])} from the model's generation_config; "
-                   "use sampling=default to set them (sampling.seed applies to both)")
+            _check(not given, model_sampling_refusal(given))
 
     @property
     def do_sample(self) -> bool:

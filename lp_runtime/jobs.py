@@ -19,7 +19,7 @@ from omegaconf import OmegaConf, open_dict
 
 from lp_runtime.cli import (CONFIG_FLAGS, INFO_CHOICES, INFO_FLAGS, MULTIRUN_FLAGS, fail, is_bad_input, one_line,
                             override_positions)
-from lp_runtime.config import ConfigError, RunConfig, to_object
+from lp_runtime.config import MODEL_TAKEN, ConfigError, RunConfig, model_sampling_refusal, to_object
 
 
 def command_line_overrides() -> list[str]:
@@ -85,6 +85,17 @@ def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
                               f"decoding=lookahead to run {key}={shown}")
 
 
+def check_model_sampling_keys(dict_cfg: Any, overrides: list[str]) -> None:
+    """``ConfigError`` when the command line (``overrides``) sets a field ``sampling=model`` takes from the model,
+    even to its default value (which ``SamplingConfig`` cannot tell from unset)."""
+    if not OmegaConf.select(dict_cfg, "sampling.from_model"):
+        return
+    given = [f"{_key(o)}={o.split('=', 1)[1]}" for o in overrides
+             if _key(o).startswith("sampling.") and _key(o).split(".")[1] in MODEL_TAKEN]
+    if given:
+        raise ConfigError(model_sampling_refusal(given))
+
+
 def check_true_false(dict_cfg: Any, overrides: list[str]) -> None:
     """``ConfigError`` for an integer other than 0 and 1 given to a true/false setting, which OmegaConf reads as
     true (``dataset.first_turn_only=2``)."""
@@ -101,6 +112,7 @@ def check_job(dict_cfg: Any, overrides: list[str]) -> Any:
     cfg = to_object(dict_cfg)  # refuses keys no setting has, and bad values
     check_true_false(dict_cfg, overrides)
     check_auto_keys(dict_cfg, {_key(o) for o in overrides})
+    check_model_sampling_keys(dict_cfg, overrides)
     assert isinstance(cfg, RunConfig)
     return cfg
 

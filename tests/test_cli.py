@@ -876,7 +876,14 @@ def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
             "latency curve; add decoding=lookahead to run decoding.window_size=7"),
            ("auto_pool", ["decoding.pool_from_prompt=false"],
             "decoding.pool_from_prompt=false is ignored under decoding=auto, which always seeds the n-gram pool from "
-            "the prompt; add decoding=lookahead to run decoding.pool_from_prompt=false")]
+            "the prompt; add decoding=lookahead to run decoding.pool_from_prompt=false"),
+           # a value beside sampling=model equal to the default: the model's temperature applied, the settings
+           # recorded 0.0 (a new user, 2026-12-04)
+           ("model_sampling_default", ["sampling=model", "sampling.temperature=0", "sampling.top_p=1.0"],
+            "sampling.temperature=0, sampling.top_p=1.0 are not allowed with sampling.from_model=true "
+            "(sampling=model), which takes temperature, top_k, top_p, min_p, repetition_penalty, suppress_tokens "
+            "from the model's generation_config; use sampling=model alone, or sampling=default to set them "
+            "(sampling.seed applies to both)")]
     for name, sweep, message in [
         ("sweep_bad_last_job", ["decoding=lookahead", "decoding.guess_set_size=1,-1"],
          "sweep job 1 (decoding.guess_set_size=-1): decoding.guess_set_size=-1 is negative; G must be >= 0"),
@@ -1116,7 +1123,7 @@ def test_summary_path_that_would_overwrite_another_file(bad_input, case):
         assert [p.name for p in folder.iterdir()] == ["fifo"] and (folder / "fifo").is_fifo()
 
 
-@pytest.mark.parametrize("case", ["auto_window", "auto_pool"])
+@pytest.mark.parametrize("case", ["auto_window", "auto_pool", "model_sampling_default"])
 def test_setting_that_auto_ignores_is_refused(bad_input, case):
     _check(bad_input, case)
 

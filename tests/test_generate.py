@@ -221,9 +221,9 @@ def test_sampling_model_records_the_temperature_it_applied_and_refuses_values_be
     with pytest.raises(ConfigError) as err:
         SamplingConfig(from_model=True, temperature=1.5, seed=1)
     assert str(err.value) == (
-        "sampling.temperature=1.5 is not allowed with sampling=model, which takes temperature, top_k, top_p, min_p, "
-        "repetition_penalty, suppress_tokens from the model's generation_config; use sampling=default to set them "
-        "(sampling.seed applies to both)")
+        "sampling.temperature=1.5 is not allowed with sampling.from_model=true (sampling=model), which takes "
+        "temperature, top_k, top_p, min_p, repetition_penalty, suppress_tokens from the model's generation_config; "
+        "use sampling=model alone, or sampling=default to set them (sampling.seed applies to both)")
     sampled = tmp_path / "sampled"
     shutil.copytree(tiny_model_dir, sampled)
     gen = json.loads((sampled / "generation_config.json").read_text())

@@ -102,7 +102,7 @@ def test_category_temperature_override(sampling):
     cfg = _compose("generate", [f"sampling={sampling}", "sampling.category_temperature={writing: 0.3}"])
     if sampling == "model":  # the model's temperature applies: one beside it was ignored (a new user, 2026-12-04)
         with pytest.raises(ConfigError, match=r"^sampling.category_temperature=\{'writing': 0.3\} is not allowed "
-                                              "with sampling=model, which takes temperature, "):
+                                              r"with sampling.from_model=true \(sampling=model\), which takes "):
             OmegaConf.to_object(cfg)
         return
     assert OmegaConf.to_object(cfg).sampling.category_temperature["writing"] == 0.3
