@@ -114,11 +114,16 @@ def vocab_size(model) -> Optional[int]:
 
 
 def one_sequence(prompt):
-    """``prompt`` with a tokenizer's ``BatchEncoding`` replaced by its ``input_ids``, a (1, n) tensor, array or
-    list of lists by its row and a 1-D tensor or array by a list; anything else as given. ``ConfigError`` for a
-    batch of several sequences (decoding is one sequence at a time)."""
+    """``prompt`` with a tokenizer's ``BatchEncoding`` replaced by its ``input_ids`` less the positions its
+    ``attention_mask`` masks (padding), a (1, n) tensor, array or list of lists by its row and a 1-D tensor or
+    array by a list; anything else as given. ``ConfigError`` for a batch of several sequences (decoding is one
+    sequence at a time)."""
     if not isinstance(prompt, (str, list, tuple)) and hasattr(prompt, "keys") and "input_ids" in prompt.keys():
-        prompt = prompt["input_ids"]  # tok(text, return_tensors="pt")
+        mask = prompt.get("attention_mask")  # tok(..., padding=...): padding decoded as prompt gave other text
+        prompt = one_sequence(prompt["input_ids"])  # tok(text, return_tensors="pt")
+        mask = None if mask is None else one_sequence(mask)
+        if mask is not None and len(mask) == len(prompt):
+            prompt = [t for t, m in zip(prompt, mask) if m]
     rows = prompt.shape[0] if getattr(prompt, "ndim", None) == 2 else (
         len(prompt) if isinstance(prompt, (list, tuple)) and prompt and all(
             isinstance(r, (list, tuple)) or getattr(r, "ndim", None) == 1 for r in prompt) else None)

@@ -553,6 +553,12 @@ def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
     # integers" for a (1, n) tensor and "prompt token 0 is 'input_ids'" for a BatchEncoding: a new user, 2026-12-04)
     assert gen.decoder.generate(torch.tensor([ids]), max_new_tokens=4).output_ids == want
     assert gen.decoder.generate(BatchEncoding({"input_ids": torch.tensor([ids])}), max_new_tokens=4).output_ids == want
+    # a padded encoding (tok(..., padding="max_length")): its padding was decoded as prompt (a new user's second
+    # pass, 2026-12-04); left or right, the masked positions are dropped
+    for padded, mask in (([2, 2] + ids, [0, 0, 1, 1, 1]), (ids + [2], [1, 1, 1, 0])):
+        enc = BatchEncoding({"input_ids": torch.tensor([padded]), "attention_mask": torch.tensor([mask])})
+        assert gen.generate(enc, max_new_tokens=4).output_ids == want
+        assert gen.decoder.generate(enc, max_new_tokens=4).output_ids == want
     batch = "give one sequence of token ids (a list, a 1-D or (1, n) tensor): a step decodes one sequence at a time"
     for call in (gen.generate, gen.decoder.generate):
         with pytest.raises(ConfigError) as e:
