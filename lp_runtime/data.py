@@ -111,6 +111,16 @@ _ARCHIVES = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"\xfd7zXZ\x00", "x
              (b"\x28\xb5\x2f\xfd", "zstd"))  # magic bytes: a compressed question file
 
 
+def check_not_packed(first: bytes, name: str, error=None) -> None:
+    """``error`` (default ``DatasetError``) saying that ``name`` is a compressed file when its ``first`` bytes are
+    one's magic bytes: its first byte that is not UTF-8 told the user to convert it from latin1."""
+    packed = next((kind for magic, kind in _ARCHIVES if first.startswith(magic)), None)
+    if packed:
+        article = "an" if packed[0] in "aeiox" else "a"
+        raise (error or DatasetError)(f"{name} is {article} {packed} file; unpack it first, then give the JSONL file "
+                                      "inside")
+
+
 def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     """Questions of a JSONL question file; ``name`` is how messages refer to it."""
     if not path or not os.path.isfile(path):
@@ -124,9 +134,8 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
             where = f"{path}, line {lineno}"
             if lineno == 1 and raw.startswith(codecs.BOM_UTF8):  # what Notepad and Excel write first
                 raw = raw[len(codecs.BOM_UTF8):]
-            packed = next((k for m, k in _ARCHIVES if lineno == 1 and raw.startswith(m)), None)
-            if packed:  # its first byte that is not UTF-8 told the user to convert from latin1
-                raise DatasetError(f"{name} is a {packed} file; unpack it first, then give the JSONL file inside")
+            if lineno == 1:
+                check_not_packed(raw, name)
             line = decode_line(raw, where)
             if not line.strip():
                 continue
@@ -143,7 +152,8 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
             key = str(q.question_id)  # as answers are matched on resume: 1 and "1" are one question
             if key in first_line:
                 line, other = first_line[key]
-                raise DatasetError(f"{where}: question_id {q.question_id!r} repeats {other!r} on line {line}; "
+                raise DatasetError(f"{where}: question_id {_short(q.question_id)} repeats {_short(other)} on line "
+                                   f"{line}; "
                                    "question ids must be unique (compared as text: 1 and \"1\" are the same id)")
             first_line[key] = (lineno, q.question_id)
             questions.append(q)
@@ -171,9 +181,11 @@ def _parse_row(row: Any, where: str) -> Question:
     qid = row["question_id"]
     if isinstance(qid, bool) or not isinstance(qid, (int, str)):
         raise DatasetError(f"{where}: field 'question_id' is {_short(qid)}; it must be an int or a string")
-    category = row.get("category", "default")
+    category = row.get("category")
+    category = "default" if category is None else category  # left out, or null (Python's json.dump of None)
     if not isinstance(category, str):
-        raise DatasetError(f"{where}: field 'category' is {_short(category)}; it must be a string (or left out)")
+        raise DatasetError(f"{where}: field 'category' is {_short(category)}; it must be a string (or null, or left "
+                           "out)")
     if "turns" not in row:
         raise DatasetError(f"{where}: field 'turns' is missing; it must be a non-empty list of non-blank strings")
     turns = row["turns"]

@@ -39,10 +39,12 @@ def test_jsonl_valid(tmp_path):
         json.dumps({"question_id": 1, "category": "math", "turns": ["a", "b"]}),
         "",
         json.dumps({"question_id": "x2", "turns": ["c"]}),
+        json.dumps({"question_id": 3, "category": None, "turns": ["d"]}),  # Python's json.dump of None
     ])
     assert load_questions(DatasetConfig(name="jsonl", path=path)) == [
         Question(1, "math", ["a", "b"], False),
         Question("x2", "default", ["c"], False),
+        Question(3, "default", ["d"], False),
     ]
 
 
@@ -93,11 +95,11 @@ def test_jsonl_not_object(tmp_path):
     ({"turns": ["a"]}, "field 'question_id' is missing; it must be an int or a string"),
     ({"question_id": 1.5, "turns": ["a"]}, "field 'question_id' is 1.5; it must be an int or a string"),
     ({"question_id": True, "turns": ["a"]}, "field 'question_id' is true; it must be an int or a string"),
+    # values as JSON spells them (a new user, 2026-12-04: "is None"; a null category is now no category)
     ({"question_id": 1, "category": 3, "turns": ["a"]},
-     "field 'category' is 3; it must be a string (or left out)"),
-    # values as JSON spells them: "is None" for a null (a new user, 2026-12-04)
-    ({"question_id": 1, "category": None, "turns": ["a"]},
-     "field 'category' is null; it must be a string (or left out)"),
+     "field 'category' is 3; it must be a string (or null, or left out)"),
+    ({"question_id": 1, "category": [], "turns": ["a"]},
+     "field 'category' is []; it must be a string (or null, or left out)"),
     ({"question_id": 1}, "field 'turns' is missing; it must be a non-empty list of non-blank strings"),
     ({"question_id": 1, "turns": "a"}, "field 'turns' is \"a\"; it must be a non-empty list of non-blank strings"),
     ({"question_id": 1, "turns": []}, "field 'turns' is []; it must be a non-empty list of non-blank strings"),
@@ -143,8 +145,8 @@ def test_jsonl_turn_with_invisible_characters_and_text_is_kept(tmp_path):
     assert load_questions(DatasetConfig(name="jsonl", path=path))[0].turns == turns
 
 
-@pytest.mark.parametrize("ids, shown", [((7, 7), "7 repeats 7"), (("7", 7), "7 repeats '7'"),
-                                        ((7, "7"), "'7' repeats 7")])
+@pytest.mark.parametrize("ids, shown", [((7, 7), "7 repeats 7"), (("7", 7), '7 repeats "7"'),
+                                        ((7, "7"), '"7" repeats 7')])
 def test_jsonl_duplicate_id(tmp_path, ids, shown):
     """Ids are compared as text, as resume matches answers to questions: 7 and "7" would be one question there."""
     path = _write(tmp_path, [json.dumps({"question_id": i, "turns": ["a"]}) for i in ids])
@@ -202,5 +204,20 @@ def test_a_compressed_question_file_is_named_as_such(tmp_path, kind):
             z.writestr("q.jsonl", text)
     else:
         path.write_bytes({"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[kind](text))
-    assert _error(str(path)) == (f"dataset.path={str(path)!r} is a {kind} file; unpack it first, then give the "
-                                 "JSONL file inside")
+    article = "an" if kind == "xz" else "a"
+    assert _error(str(path)) == (f"dataset.path={str(path)!r} is {article} {kind} file; unpack it first, then give "
+                                 "the JSONL file inside")
+
+
+def test_a_compressed_answers_file_is_named_as_such(tmp_path):
+    """A gzipped answers file given to the report (or as output.path) was "byte 2 (b'\\x8b') is not UTF-8; an
+    answers file is written as UTF-8, so this one was changed elsewhere" (a new user's second pass, 2026-12-04)."""
+    import gzip
+
+    from lp_runtime.answers import OutputError, load_answers
+
+    path = tmp_path / "answers.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"question_id": 1}\n'))
+    with pytest.raises(OutputError) as e:
+        load_answers(path, trim=False)
+    assert str(e.value) == f"{path} is a gzip file; unpack it first, then give the JSONL file inside"
