@@ -102,11 +102,11 @@ def _jobs_not_started(sweep: Path) -> list[str]:
         record = OmegaConf.load(sweep / "multirun.yaml")
         if OmegaConf.to_container(record.hydra.sweep, resolve=False).get("subdir") != "${hydra.job.num}":
             return []
-        jobs, swept = sweep_jobs(list(record.hydra.overrides.task))
+        jobs, _ = sweep_jobs(list(record.hydra.overrides.task))
     except Exception:  # noqa: BLE001 - no record, or one this Hydra cannot read: nothing more to list
         return []
-    return [f"{num} ({' '.join(o for o in job if o.split('=', 1)[0].lstrip('+~') in swept) or 'no overrides'}, "
-            "not started)" for num, job in enumerate(jobs) if not (sweep / str(num) / ".hydra").is_dir()]
+    return [f"{num} ({' '.join(job) or 'no overrides'}, not started)"  # as the started jobs' overrides show
+            for num, job in enumerate(jobs) if not (sweep / str(num) / ".hydra").is_dir()]
 
 
 def _answered_elsewhere(job: Path) -> bool:

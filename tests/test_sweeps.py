@@ -160,7 +160,7 @@ def test_report_lists_the_jobs_a_stopped_sweep_never_started_and_drops_an_old_fi
                                          "  overrides:\n    task:\n    - decoding.window_size=0,3,5\n"
                                          "    - dataset.limit=1\n")
     assert jobs_without_answers([str(sweep)]) == ["1 (decoding.window_size=3 dataset.limit=1)",
-                                                  "2 (decoding.window_size=5, not started)"]
+                                                  "2 (decoding.window_size=5 dataset.limit=1, not started)"]
     (sweep / "report.png").write_bytes(b"an earlier report's figure")
     out = report([str(sweep)], figure=False)
     assert "png" not in out["files"] and not (sweep / "report.png").exists()
