@@ -124,6 +124,9 @@ def one_sequence(prompt):
         mask = None if mask is None else one_sequence(mask)
         if mask is not None and len(mask) == len(prompt):
             prompt = [t for t, m in zip(prompt, mask) if m]
+    if (getattr(prompt, "ndim", None) or 0) > 2:
+        raise ConfigError(f"the prompt has {prompt.ndim} dimensions (shape {tuple(prompt.shape)}); give one sequence "
+                          "of token ids (a list, a 1-D or (1, n) tensor)")
     rows = prompt.shape[0] if getattr(prompt, "ndim", None) == 2 else (
         len(prompt) if isinstance(prompt, (list, tuple)) and prompt and all(
             isinstance(r, (list, tuple)) or getattr(r, "ndim", None) == 1 for r in prompt) else None)

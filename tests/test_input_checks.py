@@ -567,6 +567,10 @@ def test_api_prompt_of_the_wrong_kind(tiny_model_dir):
         with pytest.raises(ConfigError) as e:
             call([[1, 2], [3, 4]], max_new_tokens=4)
         assert str(e.value) == f"the prompt is a batch of 2 sequences; {batch}"
+        with pytest.raises(ConfigError) as e:  # was "prompt token 0 is tensor([[...]])" / "the prompt is Tensor"
+            call(torch.tensor([[ids]]), max_new_tokens=4)
+        assert str(e.value) == ("the prompt has 3 dimensions (shape (1, 1, 3)); give one sequence of token ids (a "
+                                "list, a 1-D or (1, n) tensor)")
     with pytest.raises(ConfigError) as e:
         gen.generate("", max_new_tokens=4)
     assert str(e.value) == "the prompt is empty text; give a non-empty user turn"
