@@ -32,6 +32,13 @@ def beside(answers_path: Path, suffix: str) -> Path:
     return Path(jsonl_base(str(answers_path)) + suffix)
 
 
+def answers_of(record: Path) -> Path:
+    """``beside``'s inverse: the answers file a ``.summary.json`` / ``.settings.json`` record describes, ``X`` for
+    ``X.settings.json`` when ``X`` is a file not ending in .jsonl (``output.path=a.txt``), else ``X.jsonl``."""
+    base = Path(str(record)[: -len(record.suffixes[-2] + ".json")])
+    return base if base.suffix != ".jsonl" and base.is_file() else base.with_name(base.name + ".jsonl")
+
+
 def write_json(path: Path, obj: Any, indent: int = 2) -> None:
     """Write ``obj`` as JSON atomically: to a temporary file beside ``path`` (per process), then renamed over it."""
     path.parent.mkdir(parents=True, exist_ok=True)

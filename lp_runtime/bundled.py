@@ -172,18 +172,17 @@ def _owner() -> str:
 def _remove_leftovers(root: str, cache_name: str) -> None:
     """Remove the temporary folders that conversions on this host left when killed (no ``finally`` ran: each kept
     up to the whole copy's 517 MB), i.e. whose process is gone; other hosts' and live processes' stay."""
-    for kind in ("tmp", "old"):
-        prefix = f".{cache_name}.{kind}-{socket.gethostname()}-"
-        for entry in os.listdir(root):
-            pid = entry[len(prefix):].split("-", 1)[0]
-            if not (entry.startswith(prefix) and pid.isdigit()):
-                continue
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                shutil.rmtree(os.path.join(root, entry), ignore_errors=True)
-            except OSError:  # alive, another user's
-                pass
+    prefixes = tuple(f".{cache_name}.{kind}-{socket.gethostname()}-" for kind in ("tmp", "old"))  # equal lengths
+    for entry in os.listdir(root):
+        pid = entry[len(prefixes[0]):].split("-", 1)[0]
+        if not (entry.startswith(prefixes) and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, entry), ignore_errors=True)
+        except OSError:  # alive, another user's
+            pass
 
 
 def bundled_cache(name: str, convert: Callable[[str, str, str], None] = convert_gguf) -> str:

@@ -127,9 +127,10 @@ def one_sequence(prompt):
     if (getattr(prompt, "ndim", None) or 0) > 2:
         raise ConfigError(f"the prompt has {prompt.ndim} dimensions (shape {tuple(prompt.shape)}); give one sequence "
                           "of token ids (a list, a 1-D or (1, n) tensor)")
-    rows = prompt.shape[0] if getattr(prompt, "ndim", None) == 2 else (
-        len(prompt) if isinstance(prompt, (list, tuple)) and prompt and all(
-            isinstance(r, (list, tuple)) or getattr(r, "ndim", None) == 1 for r in prompt) else None)
+    rows = prompt.shape[0] if getattr(prompt, "ndim", None) == 2 else None
+    if isinstance(prompt, (list, tuple)) and prompt and all(
+            isinstance(r, (list, tuple)) or getattr(r, "ndim", None) == 1 for r in prompt):  # a list of rows
+        rows = len(prompt)
     if rows is not None and rows != 1:
         shape = f" (shape {tuple(prompt.shape)})" if hasattr(prompt, "shape") else ""
         raise ConfigError(f"the prompt is a batch of {rows} sequences{shape}; give one sequence of token ids (a "

@@ -169,17 +169,17 @@ class DecodingConfig:
 MIN_TEMPERATURE = 1e-6  # smallest positive sampling temperature (logits / t must stay finite in float32)
 
 
+# The fields sampling=model takes from the model's generation_config (``sampling.model_sampling``) and the per-category
+# temperatures that would replace one of them
+MODEL_TAKEN = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "suppress_tokens",
+               "category_temperature")
+
+
 def model_sampling_refusal(given: list[str]) -> str:
     """The line refusing ``given`` (``"sampling.temperature=1.5"``, ...) beside ``sampling=model``."""
     return (f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not allowed with sampling.from_model=true "
             f"(sampling=model), which takes {', '.join(MODEL_TAKEN[:-1])} from the model's generation_config; use "
             "sampling=model alone, or sampling=default to set them (sampling.seed applies to both)")
-
-
-# The fields sampling=model takes from the model's generation_config (``sampling.model_sampling``) and the per-category
-# temperatures that would replace one of them
-MODEL_TAKEN = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "suppress_tokens",
-               "category_temperature")
 
 
 @dataclass

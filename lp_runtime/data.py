@@ -108,7 +108,7 @@ def _read_humaneval(path: str) -> list[Question]:
 
 
 _ARCHIVES = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"),
-             (b"\x28\xb5\x2f\xfd", "zstd"))  # magic bytes: a compressed question file
+             (b"\x28\xb5\x2f\xfd", "zstd"))  # magic bytes: a compressed question or answers file
 
 
 def check_not_packed(first: bytes, name: str, error=None) -> None:
@@ -132,10 +132,9 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is reported with its number, not a traceback
         for lineno, raw in enumerate(f, start=1):
             where = f"{path}, line {lineno}"
-            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):  # what Notepad and Excel write first
-                raw = raw[len(codecs.BOM_UTF8):]
             if lineno == 1:
                 check_not_packed(raw, name)
+                raw = raw[len(codecs.BOM_UTF8):] if raw.startswith(codecs.BOM_UTF8) else raw  # Notepad's, Excel's
             line = decode_line(raw, where)
             if not line.strip():
                 continue
@@ -153,8 +152,8 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
             if key in first_line:
                 line, other = first_line[key]
                 raise DatasetError(f"{where}: question_id {_short(q.question_id)} repeats {_short(other)} on line "
-                                   f"{line}; "
-                                   "question ids must be unique (compared as text: 1 and \"1\" are the same id)")
+                                   f"{line}; question ids must be unique (compared as text: 1 and \"1\" are the "
+                                   "same id)")
             first_line[key] = (lineno, q.question_id)
             questions.append(q)
     if not questions:

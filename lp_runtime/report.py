@@ -44,12 +44,12 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
     for p in map(Path, paths):
         if p.is_dir():  # the answers file of each record (any name: output.path=a.txt writes a.txt.settings.json)
             hits = sorted({a for r in (*p.rglob("*.summary.json"), *p.rglob("*.settings.json"))
-                           if (a := _answers_of(r)).is_file()})
+                           if (a := answers.answers_of(r)).is_file()})
             if not hits:
                 problems.append(f"{p} holds no answers file with a summary or settings beside it")
             found += hits
         elif p.name.endswith((".summary.json", ".settings.json")):  # a record beside its answers: that run
-            found.append(_answers_of(p))
+            found.append(answers.answers_of(p))
         elif p.is_file():
             found.append(p)
         else:
@@ -61,13 +61,6 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
     for f in found:  # one row per file however it was named (b.jsonl, ./b.jsonl, an absolute path)
         seen.setdefault(f.resolve(), f)
     return list(seen.values())
-
-
-def _answers_of(record: Path) -> Path:
-    """The answers file a ``.summary.json`` / ``.settings.json`` record describes (``answers.beside``): ``X`` for
-    ``X.settings.json`` when ``X`` is a file not ending in .jsonl, else ``X.jsonl``."""
-    base = Path(str(record)[: -len(record.suffixes[-2] + ".json")])
-    return base if base.suffix != ".jsonl" and base.is_file() else base.with_name(base.name + ".jsonl")
 
 
 def jobs_without_answers(paths: Sequence[str]) -> list[str]:
