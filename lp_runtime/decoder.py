@@ -57,6 +57,8 @@ class GenerationOutput:
         wall_time: seconds from the call to its return, prefill included.
         step_tokens: input tokens this process fed to each step's forward pass (pending + window + candidates;
             under LP this rank's share), what the step's cost depends on.
+        sampling: the ``SamplingConfig`` applied (under ``sampling=model`` the model's ``generation_config``
+            values); None only for a result built without decoding.
     """
 
     output_ids: list[int]
@@ -65,6 +67,7 @@ class GenerationOutput:
     accept_lengths: list[int] = field(default_factory=list)
     wall_time: float = 0.0
     step_tokens: list[int] = field(default_factory=list)
+    sampling: Optional[SamplingConfig] = None
 
 
 @dataclass
@@ -213,7 +216,8 @@ class Decoder:
         return GenerationOutput(output_ids=list(state.stopper.output),
                                 finish_reason=state.stopper.finish_reason or "length",
                                 decoding_steps=state.steps, accept_lengths=state.accept_lengths,
-                                wall_time=time.perf_counter() - start, step_tokens=state.step_tokens)
+                                wall_time=time.perf_counter() - start, step_tokens=state.step_tokens,
+                                sampling=state.sampler.cfg)
 
     def _loop(self, state: SequenceState, streamer) -> None:
         """Steps until the stopper finishes (or the context is full)."""

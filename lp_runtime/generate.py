@@ -35,11 +35,8 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
     answers so far."""
     from lp_runtime.checks import fills_context
     from lp_runtime.decoder import GenerationOutput
-    from lp_runtime.sampling import model_sampling
 
     sampling = cfg.sampling.for_category(question.category)  # MT-Bench's per-category temperature, if listed
-    applied = (model_sampling(getattr(decoder.model, "generation_config", None), sampling) if sampling.from_model
-               else sampling)  # sampling=model: the model's own, as the decoder applies them
     texts, outs = [], []
     for turn in range(len(question.turns)):
         prompt = data.build_prompt(tokenizer, question, texts)
@@ -61,8 +58,8 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
     choice = {"index": 0, "turns": texts, "output_ids": [list(o.output_ids) for o in outs],
               "new_tokens": [len(o.output_ids) for o in outs], "decoding_steps": [o.decoding_steps for o in outs],
               "wall_time": [o.wall_time for o in outs], "accept_lengths": [list(o.accept_lengths) for o in outs],
-              "finish_reason": [o.finish_reason for o in outs], "seed": applied.seed,
-              "temperature": applied.temperature}
+              "finish_reason": [o.finish_reason for o in outs], "seed": outs[0].sampling.seed,
+              "temperature": outs[0].sampling.temperature}  # as applied (sampling=model: the model's own)
     return {
         "question_id": question.question_id,
         "category": question.category,

@@ -291,6 +291,7 @@ def test_7_sampling_model_applies_generation_config(gen):
         for setting in SETTINGS:
             out = Decoder(model, setting, sampling=SamplingConfig(from_model=True)).generate(PROMPT7, max_new_tokens=16)
             assert out.output_ids == want, setting
+            assert {k: getattr(out.sampling, k) for k in gen} == gen  # the settings as applied
     plain = hf_greedy(model, PROMPT7, 16, repetition_penalty=1.0, suppress_tokens=None)
     assert plain != want  # the defaults change the output: ignoring them silently would be visible
 
