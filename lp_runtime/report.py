@@ -321,6 +321,15 @@ def shared_note(rows: list[dict]) -> str:
             f"dataset, question id and generation.max_new_tokens): {'; '.join(parts)}") if parts else ""
 
 
+def baseline_note(base: dict, label: str, choice: Optional[str]) -> str:
+    """The line under the table when no ``--baseline`` was given and no plain greedy run was among the runs (the
+    first run is then the baseline, so its speedup of 1.000 is over itself); "" otherwise."""
+    if choice is not None or (base["settings"].get("decoding.method") == "greedy" and is_greedy(base)):
+        return ""
+    return (f"no plain greedy run (decoding=greedy, greedy sampling) among these: speedup is over {label}, the first "
+            "run; give a decoding=greedy run of the same questions for speedup over greedy, or choose with --baseline")
+
+
 def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Optional[str] = None,
            figure: bool = True) -> dict[str, Any]:
     """Build, print and write the table; ``{"rows", "keys", "text", "files", "missing"}``. Raises ``ReportError``."""
@@ -340,12 +349,12 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
         blocked = next((p for p in (Path(out_dir), *Path(out_dir).parents) if p.exists() and not p.is_dir()), None)
         if blocked is not None:  # --out file or --out file/sub: an OS error otherwise
             raise ReportError(f"--out {out_dir}: {blocked} is a file; give a folder for report.csv/.json/.md/.png")
-    rows, keys = build_table(runs, pick_baseline(runs, baseline))
+    base = pick_baseline(runs, baseline)
+    rows, keys = build_table(runs, base)
     columns = table_columns(keys)
     text = format_table(rows, columns=columns, left=1 + len(keys))
-    note = shared_note(rows)
-    if note:
-        text += "\n" + note
+    for note in (shared_note(rows), baseline_note(runs[base], rows[base]["run"], baseline)):
+        text += "\n" + note if note else ""
     if missing:
         text += "\njobs without answers (refused, failed or not run yet): " + "; ".join(missing)
     cut = [str(run["path"]) for run in runs if answers.cut_last_line(run["path"])]

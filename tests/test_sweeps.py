@@ -91,7 +91,7 @@ def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
     """A baseline on other prompts gave a speedup of 0.311 and "identical 0/0" without a word (a new user,
     2026-12-02): speedups are taken over the questions both runs answered from the same dataset, '-' when none."""
     from lp_runtime import metrics
-    from lp_runtime.report import build_table, shared_note, table_columns
+    from lp_runtime.report import baseline_note, build_table, shared_note, table_columns
 
     def run(path, method, dataset, answers, tokens=16):  # answers: {question id: (new tokens, seconds)}
         records = [{"question_id": q, "choices": [{"output_ids": [[7] * n], "new_tokens": [n], "decoding_steps": [n],
@@ -119,6 +119,13 @@ def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
     rows[1]["questions"] = 2  # as if it had answered one more question, not shared
     assert shared_note(rows).endswith(f": fewer than all for {names[1]}; none for {names[2]}, {names[3]} ('-')")
     assert shared_note(build_table([base, base], 0)[0]) == ""
+    # no greedy run: the first run is the baseline, its speedup 1.000 over itself (a sampled or lookahead run's
+    # report said nothing of it); a greedy baseline or one chosen with --baseline needs no line
+    assert baseline_note(fast, "l", None) == (
+        "no plain greedy run (decoding=greedy, greedy sampling) among these: speedup is over l, the first run; give "
+        "a decoding=greedy run of the same questions for speedup over greedy, or choose with --baseline")
+    assert baseline_note(base, "g", None) == baseline_note(fast, "l", "l") == ""
+    assert baseline_note({**base, "settings": {**base["settings"], "sampling.temperature": 0.7}}, "g", None) != ""
 
 
 def test_report_does_not_list_a_run_folder_whose_answers_went_elsewhere(tmp_path):
