@@ -197,22 +197,33 @@ def remove_refused_run_dir() -> None:
     if not HydraConfig.initialized() or HydraConfig.get().mode == RunMode.MULTIRUN:
         return
     hc = HydraConfig.get()
-    run_dir = Path(hc.runtime.output_dir)
     records = {f"{hc.output_subdir}/{n}" for n in ("config.yaml", "hydra.yaml", "overrides.yaml")} if hc.output_subdir else set()
-    allowed = records | {f"{hc.job.name}.log", hc.output_subdir}
+    _remove_made(Path(hc.runtime.output_dir), lambda rel, p: rel in records | {f"{hc.job.name}.log", hc.output_subdir}
+                 and not (rel.endswith(".log") and p.stat().st_size > 0))
+
+
+def remove_refused_sweep_dir() -> None:
+    """After Slurm's sbatch refused a sweep's jobs, remove the sweep folder when it holds only what the launcher
+    wrote for them (``multirun.yaml``, ``.submitit/``), then the empty folders above it that the run made."""
+    if HydraConfig.initialized():
+        _remove_made(Path(HydraConfig.get().sweep.dir), lambda rel, p: rel == "multirun.yaml"
+                     or rel.split("/")[0] == ".submitit")
+
+
+def _remove_made(root: Path, allowed: Callable[[str, Path], bool]) -> None:
+    """Remove ``root`` when every path under it is ``allowed(relative path, path)`` and ``root`` changed since this
+    process started (else: an earlier run's), then the empty folders above it that were not there before."""
     try:
-        found = {str(p.relative_to(run_dir)): p for p in run_dir.rglob("*")}
-        if not run_dir.is_dir() or any(rel not in allowed for rel in found):
+        found = {str(p.relative_to(root)): p for p in root.rglob("*")}
+        if not root.is_dir() or not all(allowed(rel, p) for rel, p in found.items()):
             return
-        if run_dir.stat().st_mtime < _STARTED - 1.0:  # nothing made in it by this run: an earlier run's records
+        if root.stat().st_mtime < _STARTED - 1.0:  # nothing made in it by this run: an earlier run's records
             return
-        if any(rel.endswith(".log") and p.stat().st_size > 0 for rel, p in found.items()):
-            return
-        for rel in sorted(found, key=len, reverse=True):  # files, then .hydra/, then the run folder
+        for rel in sorted(found, key=len, reverse=True):  # files, then their folders, then root
             (found[rel].rmdir if found[rel].is_dir() else found[rel].unlink)()
-        run_dir.rmdir()
+        root.rmdir()
         cwd = Path.cwd().resolve()
-        for parent in run_dir.resolve().parents:
+        for parent in root.resolve().parents:
             if parent == cwd or cwd not in parent.parents or str(parent) in _DIRS_BEFORE or any(parent.iterdir()):
                 break
             parent.rmdir()
@@ -317,6 +328,7 @@ def main(app: Callable[[], None], *, interrupted: str,
             sys.exit(2)
         submitit = sys.modules.get("submitit.core.utils")
         if submitit is not None and isinstance(e, submitit.FailedJobError):  # sbatch refused the job array
+            remove_refused_sweep_dir()
             print(f"error: Slurm's sbatch refused the sweep's jobs: {one_line(e)}; no job was submitted (the "
                   "hydra.launcher.* settings are sbatch's options)", file=sys.stderr)
             sys.exit(2)

@@ -499,17 +499,41 @@ def test_slurm_launcher_without_slurm_is_one_line(sweep_cli):
 
 @pytest.mark.skipif(not NO_SLURM, reason="this machine has Slurm")
 def test_a_submission_slurm_refuses_and_a_missing_srun_are_one_line(sweep_cli):
-    """sbatch refusing the sweep's job array (a bad partition) gave submitit's 57-line traceback, exit 1; sbatch
-    without srun gave submitit's "Could not detect srun" traceback (a new user, 2026-12-04)."""
-    _, results = sweep_cli
+    """sbatch refusing the sweep's job array (a bad partition) gave submitit's 57-line traceback, exit 1, and left
+    the sweep folder holding multirun.yaml and .submitit/ for jobs that never existed; sbatch without srun gave
+    submitit's "Could not detect srun" traceback (a new user, 2026-12-04)."""
+    tmp_path, results = sweep_cli
     refused, no_srun = results[4], results[5]
     assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
         "error: Slurm's sbatch refused the sweep's jobs: sbatch: error: invalid partition specified: gpu; no job was "
         "submitted (the hydra.launcher.* settings are sbatch's options)"), refused.stderr[-3000:]
     assert "Traceback" not in refused.stderr
+    assert not (tmp_path / "refusing" / "sweep").exists()
     assert no_srun.returncode == 2 and no_srun.stderr.strip().splitlines() == [
         "error: hydra/launcher=lp_slurm starts each job's ranks with Slurm's srun, which this machine does not have "
         "(sbatch is here); run the sweep on a Slurm login node, or try it here with hydra/launcher=lp_local"]
+
+
+def test_a_refused_sweeps_folder_is_removed_only_when_it_holds_nothing_else(tmp_path, monkeypatch):
+    """What remove_refused_sweep_dir removes (cli._remove_made): the launcher's files of this run only; a sweep
+    folder holding an earlier job's answers, or not changed by this run, stays."""
+    from lp_runtime import cli
+
+    monkeypatch.chdir(tmp_path)
+    def made(name, *files):
+        for f in files:
+            (tmp_path / name / f).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / f).write_text("x")
+        return tmp_path / name
+    allowed = lambda rel, p: rel == "multirun.yaml" or rel.split("/")[0] == ".submitit"  # noqa: E731
+    cli._remove_made(made("a/b/sweep", "multirun.yaml", ".submitit/x.pkl"), allowed)
+    assert not (tmp_path / "a").exists()  # and the empty folders above it that the run made
+    cli._remove_made(made("old", "multirun.yaml", ".submitit/x.pkl", "0/answers.jsonl"), allowed)
+    assert (tmp_path / "old" / "0" / "answers.jsonl").exists() and (tmp_path / "old" / "multirun.yaml").exists()
+    before = made("before", "multirun.yaml")
+    os.utime(before, (cli._STARTED - 60, cli._STARTED - 60))
+    cli._remove_made(before, allowed)
+    assert (before / "multirun.yaml").exists()
 
 
 @pytest.mark.parametrize("executor", ["slurm", "local"])
