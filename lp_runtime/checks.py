@@ -65,10 +65,11 @@ def context_length(model) -> Optional[int]:
     return getattr(_text_config(model), "max_position_embeddings", None)
 
 
-def fills_context(model, num_tokens: int) -> bool:
-    """Whether a prompt of ``num_tokens`` leaves no room in the model's context for one new token."""
-    ctx = context_length(model)
-    return ctx is not None and num_tokens >= ctx
+def fills_context(model, num_tokens: int, capacity: Optional[int] = None) -> bool:
+    """Whether a prompt of ``num_tokens`` leaves no room for one new token in the model's context or in a static KV
+    cache of ``capacity`` tokens (a step's ``max_positions``)."""
+    limits = [n for n in (context_length(model), capacity) if n is not None]
+    return bool(limits) and num_tokens >= min(limits)
 
 
 def position_limit(model) -> Optional[int]:
@@ -216,16 +217,23 @@ def _as_int(value) -> Optional[int]:
         return None
 
 
-def check_request(model, prompt_ids: Sequence, max_new_tokens) -> tuple[list[int], int]:
+def check_request(model, prompt_ids: Sequence, max_new_tokens,
+                  capacity: Optional[int] = None) -> tuple[list[int], int]:
     """(prompt ids, token budget capped to the model's context) of one ``Decoder.generate`` call, before any forward
-    pass. ``ConfigError`` for a bad prompt or budget, a prompt filling the context, or a length the model cannot
-    decode exactly."""
+    pass. ``ConfigError`` for a bad prompt or budget, a prompt filling the context, a request past a static KV
+    cache of ``capacity`` tokens (the step's ``max_positions``), or a length the model cannot decode exactly."""
     prompt = check_prompt_ids(prompt_ids, vocab_size(model))
     budget = check_max_new_tokens(max_new_tokens)
     ctx = context_length(model)
     if fills_context(model, len(prompt)):
         raise ConfigError(f"the prompt ({len(prompt)} tokens) fills the model's context of {ctx} tokens; "
                           "it leaves no room for a new token: shorten it")
+    reach = len(prompt) + (budget if ctx is None else min(budget, ctx - len(prompt)))
+    if capacity is not None and reach > capacity:  # a write past the cache's slots failed mid-decode (ValueError)
+        raise ConfigError(f"the prompt ({len(prompt)} tokens) plus max_new_tokens ({budget}) may reach {reach} tokens; "
+                          f"this decoder's static KV cache (model.compile's static and compiled paths) holds "
+                          f"{capacity}: lower max_new_tokens, shorten the prompt, or set model.compile=false (a cache "
+                          f"that grows up to the model's context{f' of {ctx} tokens' if ctx else ''})")
     # Rope on what was asked: a dynamic-NTK model is meant to run past its context, where we stop.
     rope = length_dependent_rope(model)
     if rope is not None:

@@ -31,10 +31,10 @@ from .attention import use_split_attention
 from .bundled import cache_root
 from .checks import position_limit
 from .latency import REPS, step_latency  # step_latency: also compiled.step_latency (scripts/device_check.py)
-from .static_cache import SlotCache, SlotStep
+from .static_cache import STEP_ROOM, SlotCache, SlotStep
 from .step import StepInputs, StepOutputs
 
-BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, STEP_ROOM)  # the largest is the room a static cache keeps for a step
 
 
 def bucket_for(q: int, buckets: Sequence[int] = BUCKETS) -> int:
@@ -58,7 +58,7 @@ class CapturedStep(SlotStep):
             raise ValueError(f"buckets={tuple(buckets)} must be ascending, distinct and >= 1")
         if max_len < max(buckets) + 1:
             raise ValueError(f"max_len={max_len} must exceed the largest bucket ({max(buckets)})")
-        super().__init__(model, max_len)
+        super().__init__(model, max_len, room=max(buckets))
         self.on_cuda = self.device.type == "cuda"
         self.backend = backend or ("cudagraph" if self.on_cuda else "inductor")
         if self.backend == "cudagraph" and not self.on_cuda:
@@ -168,6 +168,11 @@ class CapturedStep(SlotStep):
         self.cache.set_length(past + q)
         return logits[: keep.numel()]
 
+    def fits(self, past: int, q: int) -> bool:
+        """Whether a step of ``q`` tokens after ``past`` entries fits, padded to its bucket (kept rows may be q + 1;
+        past every bucket it runs eagerly, by length)."""
+        return past + (bucket_for(q + 1, self.buckets) if q < self.buckets[-1] else q) <= self.cache.max_len
+
     @property
     def latency_variant(self) -> str:
         """The variant keying this step's latency profile (``latency.model_profile``)."""
@@ -270,7 +275,7 @@ def chosen_path(model, setting: str, root: Optional[str], log: Callable[[str], N
 
 def default_max_len(model) -> int:
     """Slots for any request: the position limit (<= ``MAX_DEFAULT_LEN``) + the largest bucket."""
-    return min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + BUCKETS[-1]
+    return min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + STEP_ROOM
 
 
 def step_for(model, setting: str, *, root: Optional[str] = None,
@@ -281,7 +286,7 @@ def step_for(model, setting: str, *, root: Optional[str] = None,
         raise ValueError(f"model.compile={setting!r} is not allowed; use one of auto, true, false")
     path = chosen_path(model, setting, root, log)
     if path != "compiled":
-        return SlotStep(model, default_max_len(model)) if path == "static" else None
+        return SlotStep(model, default_max_len(model), room=STEP_ROOM) if path == "static" else None
     step = CapturedStep(model, default_max_len(model))
     slow = " (inductor compiles each bucket on a CPU: minutes in all)" if not step.on_cuda else ""
     log(f"model.compile={setting}: capturing {len(step.buckets)} step buckets ({step.backend} on {step.device})"

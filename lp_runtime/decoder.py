@@ -169,7 +169,8 @@ class Decoder:
         self.device = self.step.device
         self.layouts = LayoutCache(self.device, model.dtype)
         self._mask = MaskBuffer(model.dtype, self.device)
-        self.context_length = checks.position_limit(model)  # every fed position stays below this
+        limits = [n for n in (checks.position_limit(model), self.step.max_positions) if n is not None]
+        self.context_length = min(limits) if limits else None  # every fed position stays below this
         self.topk = max((p.topk for p in self.proposers), default=0)
         self.prefill_topk = max((getattr(p, "prefill_topk", 0) for p in self.proposers), default=0)
         self._lock = threading.Lock()
@@ -237,7 +238,7 @@ class Decoder:
         """Check the request, prefill all but the last prompt token (the first step's pending token)."""
         sampler = self.sampler if sampling is None else Sampler(sampling, self.extra_processors,
                                                                 getattr(self.model, "generation_config", None))
-        prompt, max_new_tokens = checks.check_request(self.model, prompt_ids, max_new_tokens)
+        prompt, max_new_tokens = checks.check_request(self.model, prompt_ids, max_new_tokens, self.step.max_positions)
         stopper = StopChecker(max_new_tokens, self.eos_token_ids, stop_strings, self.tokenizer)
         if streamer is not None:
             streamer.put(torch.tensor([prompt]))
@@ -272,9 +273,10 @@ class Decoder:
         ctx, past, pending = self.context_length, state.past, state.pending
         span = len(pending) - 1 + max(max(plan.depths, default=0),
                                       reach(self.window_size, self.ngram_size) if plan.num_columns else 0)
-        if ctx is not None and past + span >= ctx:  # near the context's end: plain steps
+        fed = len(pending) + (state.window.step_tokens if plan.num_columns else 0) + len(tree)  # all ranks' (a bound)
+        if (ctx is not None and past + span >= ctx) or not self.step.fits(past, fed):  # near the end: plain steps
             plan = StepPlan(proposed, CandidateTree(), (), 0, [])
-            if past + len(pending) > ctx:
+            if (ctx is not None and past + len(pending) > ctx) or not self.step.fits(past, len(pending)):
                 return None
         return plan
 

@@ -106,13 +106,23 @@ class SlotCache(Cache):
         self.set_length(0)
 
 
+STEP_ROOM = 256  # slots the product's static caches keep past the context for one step (compiled.BUCKETS[-1])
+
+
 class SlotStep(EagerStep):
     """``step.EagerStep`` on one reused ``SlotCache`` of ``max_len`` slots instead of a growing ``DynamicCache``
-    (the middle path between eager and ``compiled.CapturedStep``)."""
+    (the middle path between eager and ``compiled.CapturedStep``). A sequence may reach ``max_positions`` = max_len -
+    ``room`` tokens (``room``: slots kept for a padded step; the decoder refuses longer requests and takes plain
+    steps where a larger one has no room)."""
 
-    def __init__(self, model, max_len: int) -> None:
+    def __init__(self, model, max_len: int, room: int = 0) -> None:
         super().__init__(model)
         self.cache = SlotCache.for_model(model, max_len)
+        self.max_positions = max(max_len - room, 1)
+
+    def fits(self, past: int, q: int) -> bool:
+        """Whether a step of ``q`` tokens after ``past`` entries fits in the cache's slots."""
+        return past + q <= self.cache.max_len
 
     def new_cache(self) -> SlotCache:
         """This step's one cache, emptied (its buffers keep their addresses: compiled graphs write them)."""

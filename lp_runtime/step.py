@@ -84,11 +84,19 @@ class StepRows:
 
 
 class EagerStep:
-    """Steps through the model's eager forward on a ``DynamicCache``; ``model`` is never modified."""
+    """Steps through the model's eager forward on a ``DynamicCache``; ``model`` is never modified.
+
+    ``max_positions``: tokens a sequence may reach in this step's cache (None: it grows to the model's context)."""
+
+    max_positions: Optional[int] = None
 
     def __init__(self, model) -> None:
         self.model = model
         self.device = next(model.parameters()).device
+
+    def fits(self, past: int, q: int) -> bool:
+        """Whether a step of ``q`` tokens after ``past`` cache entries has room in the cache (a growing one: yes)."""
+        return True
 
     def new_cache(self) -> DynamicCache:
         return kv.new_cache()

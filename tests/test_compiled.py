@@ -173,6 +173,17 @@ def test_inductor_greedy_equals_eager():
     assert step.greedy(PROMPT, 12) == greedy(tiny_llama(layers=1), DynamicCache(), PROMPT, 12)
 
 
+def test_captured_room_counts_the_padded_bucket():
+    """A captured step pads q tokens (and q + 1 kept rows) to a bucket, so near the cache's end a step fits only if
+    its bucket does; past every bucket it runs eagerly, by length. The sequence may reach max_len - the largest
+    bucket (``max_positions``), where a plain step's bucket always fits."""
+    step = CapturedStep(tiny_llama(layers=1), max_len=20, buckets=(1, 2, 4))
+    assert step.max_positions == 16
+    assert [step.fits(past, 3) for past in (16, 17)] == [True, False]  # q = 3 keeps up to 4 rows: bucket 4
+    assert [step.fits(past, 1) for past in (18, 19)] == [True, False]  # bucket 2
+    assert [step.fits(past, 6) for past in (14, 15)] == [True, False]  # past every bucket: 6 slots
+
+
 def test_model_compile_setting(tmp_path):
     import json
 

@@ -95,3 +95,27 @@ def test_slot_step_decodes_as_eager_step():
         ref = Decoder(model, decoding).generate(PROMPT * 3, max_new_tokens=20)
         out = Decoder(model, decoding, step=SlotStep(model, max_len=128)).generate(PROMPT * 3, max_new_tokens=20)
         assert (out.output_ids, out.step_tokens) == (ref.output_ids, ref.step_tokens)
+
+
+def test_a_request_reaches_the_static_cache_end_exactly_and_past_it_is_refused():
+    """A static cache holds the model's context at most 8,192 positions (``compiled.default_max_len``); a request past
+    them failed mid-decode with SlotCache's ValueError, and a window step near its end wrote past its slots (found
+    2026-12-04 with a 20,000-position model and an 8,514-token prompt). Now the request is refused in one line and,
+    up to the end, steps that do not fit are plain steps: the tokens of the growing cache."""
+    from lp_runtime.config import ConfigError
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.static_cache import SlotStep
+
+    model, setting = tiny_llama(), lookahead(window_size=3, ngram_size=4, guess_set_size=2)
+    step = SlotStep(model, max_len=48, room=8)
+    assert step.max_positions == 40 and step.fits(37, 11) and not step.fits(38, 11)
+    ref = Decoder(model, setting).generate(PROMPT, max_new_tokens=30)
+    out = Decoder(model, setting, step=step).generate(PROMPT, max_new_tokens=30)  # 10 + 30 = 40 positions
+    assert out.output_ids == ref.output_ids and len(out.output_ids) == 30
+    assert max(out.step_tokens) > 8 and out.step_tokens[-1] == 1  # window steps, then plain ones at the end
+    with pytest.raises(ConfigError) as e:
+        Decoder(model, setting, step=step).generate(PROMPT, max_new_tokens=31)
+    assert str(e.value) == (
+        "the prompt (10 tokens) plus max_new_tokens (31) may reach 41 tokens; this decoder's static KV cache "
+        "(model.compile's static and compiled paths) holds 40: lower max_new_tokens, shorten the prompt, or set "
+        "model.compile=false (a cache that grows up to the model's context of 512 tokens)")
