@@ -19,6 +19,10 @@ Per model shape (random Llama weights of SmolLM2-135M, Llama-3.2-1B, Llama-2-7B)
     (``--reduce-overhead-shape``, default the smallest; compile time, latency, greedy tokens/s), against the plain
     CUDA-graph capture. ``--shapes '' --reduce-overhead-shape llama_7b`` runs it alone on the 7B shape (278 s on an
     H200, 2026-12-04).
+(g) the product's default step: ``compiled.step_for(model, "auto")`` with nothing recorded (the captured path on
+    CUDA since 2026-12-04; eager on a CPU), its capture time and its bfloat16 latency at q = 1, 16, 128 with the
+    product's cache size (``default_max_len``: the model's context + 256 slots, every one read by a captured
+    step), beside part (b)'s captured step over a cache sized for the check.
 (f) lookahead parallelism's host time on this machine's CPU (7B shape; SmolLM2's in a dry run): the product's tree
     for K = 1 and 8 ranks at a per-rank budget of ``LP_BUDGET`` tokens (``successors.successor_proposers``), K
     ranks simulated in one process through the eager step, every token table filled with random rows first (so
@@ -201,6 +205,26 @@ def speed(model, name, args, buckets, rec) -> None:
     model.set_attn_implementation("sdpa")
 
 
+def default_step(model, name, args, rec) -> None:
+    """(g): the step ``model.compile=auto`` builds with nothing recorded, timed at the product's cache size."""
+    import tempfile
+
+    from lp_runtime.compiled import default_max_len, step_for
+
+    model.to(torch.bfloat16 if not args.quick else torch.float32)
+    with tempfile.TemporaryDirectory() as root:  # no verdict recorded: the default of a fresh machine
+        start = time.perf_counter()
+        step = step_for(model, "auto", root=root, log=lambda line: log(f"{name}: {line}"))
+        rec["default_path"] = type(step).__name__ if step is not None else "eager"
+        rec["default_build_s"] = time.perf_counter() - start
+    rec["default_max_len"] = default_max_len(model)
+    if step is not None:
+        rec["default_s"] = step_latency(step, (1, 16, 128), cache_tokens=CACHE_TOKENS, reps=2 if args.quick else 5)
+    log(f"default step {name}: {rec['default_path']} over {rec['default_max_len']} slots, built in "
+        f"{rec['default_build_s']:.1f} s, " + ", ".join(f"q={q} {1e3 * t:.2f}ms" for q, t in rec.get("default_s", {}).items()))
+    model.set_attn_implementation("sdpa")
+
+
 def predict(rec: dict, results_path: str, buckets) -> list[dict]:
     """(d): predicted speedups per method of a bench results JSON (group "all") on the captured curve."""
     with open(results_path, encoding="utf-8") as f:
@@ -311,6 +335,11 @@ def markdown(report: dict, buckets) -> str:
                "|---|---|---|---|---|---|"]
         md += [f"| {r['method']} | {r['S_cpu']:.2f} | {r['tokens_per_step']:.1f} | {r['bucket']} | "
                f"{r['over_compiled_greedy']:.2f}x | {r['over_hf_greedy']:.2f}x |" for r in rows]
+    for name, r in report["shapes"].items():
+        if "default_path" in r:
+            qs = ", ".join(f"q={q} {1e3 * t:.2f} ms" for q, t in r.get("default_s", {}).items())
+            md += ["", f"default step ({name}, model.compile=auto, nothing recorded): {r['default_path']} over "
+                       f"{r['default_max_len']} slots, built in {r['default_build_s']:.1f} s{', ' + qs if qs else ''}"]
     ro = {n: r for n, r in report["shapes"].items() if "reduce_overhead_s" in r}
     for name, r in ro.items():
         qs = ", ".join(f"q={q} {1e3 * t:.2f} ms" for q, t in r["reduce_overhead_s"].items())
@@ -348,7 +377,8 @@ def run_shape(name, args, buckets, report) -> None:
         f"{sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params")
     rec = report["shapes"].setdefault(name, {})
     parts = [("exactness", lambda: report["exactness"].extend(exactness(model, name, args, buckets))),
-             ("speed", lambda: speed(model, name, args, buckets, rec))]
+             ("speed", lambda: speed(model, name, args, buckets, rec)),
+             ("default step", lambda: default_step(model, name, args, rec))]
     if name == "llama_7b" or args.quick:
         parts.append(("lp host time", lambda: lp_host(model, name, args, rec)))
     for part, fn in parts:
