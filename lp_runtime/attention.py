@@ -54,6 +54,10 @@ def _as_bias(mask: Optional[torch.Tensor], q: int, device) -> torch.Tensor:
     return mask
 
 
+UNSUPPORTED = {"s_aux": "attention sinks", "sinks": "attention sinks", "softcap": "logit soft-capping",
+               "sliding_window": "a sliding window"}  # transformers' attention kwargs split_attention refuses
+
+
 def split_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: Optional[torch.Tensor], scaling: Optional[float] = None, dropout: float = 0.0,
                     lp_past: Optional[torch.Tensor] = None, **kwargs) -> tuple[torch.Tensor, None]:
@@ -64,7 +68,14 @@ def split_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch
     tensor = the keys are a ``SlotCache`` buffer whose slots < lp_past are the prefix and whose slots
     lp_past .. lp_past+q-1 hold the step. ``attention_mask``: the step's (q, q) tree mask (4D, float additive or
     bool), None (causal), or without ``lp_past`` a dense (q, kv) mask (then transformers' sdpa runs).
+    ``ValueError`` for attention it does not compute (``UNSUPPORTED``: attention sinks, logit soft-capping, a
+    sliding window), which it would otherwise drop without a word.
     """
+    dropped = {k: v for k, v in kwargs.items() if k in UNSUPPORTED and v is not None}
+    if dropped:
+        raise ValueError(f"the split attention of the static and compiled paths does not compute "
+                         f"{', '.join(f'{k} ({UNSUPPORTED[k]})' for k in dropped)}, which this model's attention "
+                         "uses; set model.compile=false")
     q = query.shape[2]
     scale = module.scaling if scaling is None else scaling
     past = key.shape[2] - q

@@ -219,28 +219,27 @@ def _as_int(value) -> Optional[int]:
 
 def check_request(model, prompt_ids: Sequence, max_new_tokens,
                   capacity: Optional[int] = None) -> tuple[list[int], int]:
-    """(prompt ids, token budget capped to the model's context) of one ``Decoder.generate`` call, before any forward
-    pass. ``ConfigError`` for a bad prompt or budget, a prompt filling the context, a request past a static KV
-    cache of ``capacity`` tokens (the step's ``max_positions``), or a length the model cannot decode exactly."""
+    """(prompt ids, token budget capped to the model's context and to a static KV cache of ``capacity`` tokens, the
+    step's ``max_positions``) of one ``Decoder.generate`` call, before any forward pass. ``ConfigError`` for a bad
+    prompt or budget, a prompt filling the context or the cache, or a length the model cannot decode exactly."""
     prompt = check_prompt_ids(prompt_ids, vocab_size(model))
     budget = check_max_new_tokens(max_new_tokens)
     ctx = context_length(model)
     if fills_context(model, len(prompt)):
         raise ConfigError(f"the prompt ({len(prompt)} tokens) fills the model's context of {ctx} tokens; "
                           "it leaves no room for a new token: shorten it")
-    reach = len(prompt) + (budget if ctx is None else min(budget, ctx - len(prompt)))
-    if capacity is not None and reach > capacity:  # a write past the cache's slots failed mid-decode (ValueError)
-        raise ConfigError(f"the prompt ({len(prompt)} tokens) plus max_new_tokens ({budget}) may reach {reach} tokens; "
-                          f"this decoder's static KV cache (model.compile's static and compiled paths) holds "
-                          f"{capacity}: lower max_new_tokens, shorten the prompt, or set model.compile=false (a cache "
-                          f"that grows up to the model's context{f' of {ctx} tokens' if ctx else ''})")
+    limit = position_limit(model)
+    static = capacity if capacity is not None and (limit is None or capacity < limit) else None  # where it binds
+    if static is not None and len(prompt) >= static:  # a write past the cache's slots failed mid-decode (ValueError)
+        raise ConfigError(f"the prompt ({len(prompt)} tokens) fills this decoder's static KV cache of {static} tokens "
+                          "(model.compile's static and compiled paths); shorten it, or set model.compile=false (a "
+                          f"cache that grows up to the model's context{f' of {ctx} tokens' if ctx else ''})")
     # Rope on what was asked: a dynamic-NTK model is meant to run past its context, where we stop.
     rope = length_dependent_rope(model)
     if rope is not None:
         _refuse_past(model, len(prompt) + budget, rope[1], f"uses rope scaling {rope[0]!r}, whose frequencies "
                                                            f"change once the sequence passes {rope[1]} tokens")
-    if ctx is not None:
-        budget = min(budget, ctx - len(prompt))
+    budget = min([budget] + [n - len(prompt) for n in (ctx, static) if n is not None])
     # Window and candidates past the sequence are not counted: the decoder keeps fed positions < position_limit.
     span = attention_span(model)
     if span is not None:

@@ -267,8 +267,8 @@ def chosen_path(model, setting: str, root: Optional[str], log: Callable[[str], N
     if setting != "auto":
         return "compiled" if setting == "true" else "eager"
     path = verdict_path(model, root)
-    if not os.path.isfile(path):
-        if next(model.parameters()).device.type != "cuda":
+    if not os.path.isfile(path):  # a CPU, or an attention the user chose (model.attn_implementation): eager
+        if next(model.parameters()).device.type != "cuda" or model.config._attn_implementation not in (None, "sdpa"):
             return "eager"
         log("model.compile=auto: compiled steps (CUDA graphs per step bucket; nothing recorded for this model here: "
             "scripts/compile_bench.py --record measures; model.compile=false for eager steps)")
@@ -287,24 +287,41 @@ def default_max_len(model) -> int:
     return min(position_limit(model) or MAX_DEFAULT_LEN, MAX_DEFAULT_LEN) + STEP_ROOM
 
 
-def step_for(model, setting: str, *, root: Optional[str] = None,
-             log: Callable[[str], None] = print) -> Optional[SlotStep]:
-    """The step for ``model.compile`` = ``setting`` (``chosen_path``): None (eager), a ``SlotStep`` (static) or a
-    warmed-up ``CapturedStep``, of ``default_max_len`` slots. ``ValueError`` for a setting not auto, true, false."""
+def static_capacity(model, path: str) -> Optional[int]:
+    """Tokens a sequence may reach on ``path`` (``chosen_path``'s): None on the eager path (the model's context)."""
+    return None if path == "eager" else default_max_len(model) - STEP_ROOM
+
+
+def step_for(model, setting: str, *, root: Optional[str] = None, log: Callable[[str], None] = print,
+             path: Optional[str] = None) -> Optional[SlotStep]:
+    """The step for ``model.compile`` = ``setting`` on ``path`` (default ``chosen_path``'s): None (eager), a
+    ``SlotStep`` (static) or a warmed-up ``CapturedStep``, of ``default_max_len`` slots (one line logged where they
+    hold less than the model's context). Under ``auto`` a step that fails to capture falls back to eager (the
+    model's attention restored, one line logged), except under torch.distributed, where every rank must take the
+    same path. ``ValueError`` for a setting not auto, true, false."""
     if setting not in ("auto", "true", "false"):
         raise ValueError(f"model.compile={setting!r} is not allowed; use one of auto, true, false")
-    path = chosen_path(model, setting, root, log)
-    if path != "compiled":
-        return SlotStep(model, default_max_len(model), room=STEP_ROOM) if path == "static" else None
+    path = path or chosen_path(model, setting, root, log)
+    if path == "eager":
+        return None
+    limit, cap = position_limit(model), static_capacity(model, path)
+    if limit is None or cap < limit:
+        log(f"model.compile={setting}: the static KV cache holds {cap} tokens, fewer than the model's "
+            f"{limit or 'unstated'} context: answers stop there (finish_reason length); model.compile=false for more")
+    if path == "static":
+        return SlotStep(model, default_max_len(model), room=STEP_ROOM)
+    attention = model.config._attn_implementation
     try:
         step = CapturedStep(model, default_max_len(model))
         slow = " (inductor compiles each bucket on a CPU: minutes in all)" if not step.on_cuda else ""
         log(f"model.compile={setting}: capturing {len(step.buckets)} step buckets ({step.backend} on {step.device})"
             f"{slow} ...")
         step.warm_up(log=log)
-    except Exception as e:  # an architecture the captured path does not run: auto falls back, true says so
-        if setting != "auto":
+    except Exception as e:  # e.g. an attention split_attention refuses: auto falls back, true says so
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if setting != "auto" or (distributed and torch.distributed.get_world_size() > 1):
             raise
+        model.set_attn_implementation(attention)
         log(f"model.compile=auto: capturing the step failed ({type(e).__name__}: {str(e)[:200]}); eager steps")
         return None
     return step

@@ -173,10 +173,12 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     answers.check_settings(Path(cfg.output.path), Path(cfg.output.resolved_settings_path), current, _sweep_hint())
     label = models.model_label(cfg.model, fingerprint)
     models.check_limits(model, cfg.decoding, cfg.sampling, cfg.generation)  # ids in the vocabulary, a step fits
-    check_prompts(model, tokenizer, todo, cfg.generation.max_new_tokens)
+    log = print if is_main else lambda line: None
+    path = compiled.chosen_path(model, cfg.model.compile, None, log)  # the prompts checked against its cache
+    check_prompts(model, tokenizer, todo, cfg.generation.max_new_tokens, compiled.static_capacity(model, path))
     eos = models.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)
     decoding, policy, extra = cfg.decoding, None, {}
-    step = compiled.step_for(model, cfg.model.compile, log=print if is_main else lambda line: None)
+    step = compiled.step_for(model, cfg.model.compile, log=log, path=path)
     if decoding.method == "auto":
         decoding, extra["auto_decoding"], policy = _resolve_auto(model, tokenizer, label, decoding, eos, todo,
                                                                  cfg.parallel.timeout_s, ctx.lp_group.size, step,
@@ -199,14 +201,15 @@ def check_category_keys(table: Optional[dict], questions: list) -> None:
                               f"exactly); did you mean {near[0]!r}? This run's categories: {', '.join(categories)}")
 
 
-def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: int) -> None:
-    """``ConfigError`` naming the question when a first-turn prompt fails ``checks.check_request`` (later turns
-    hold the answers: checked when they come)."""
+def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: int,
+                  capacity: Optional[int] = None) -> None:
+    """``ConfigError`` naming the question when a first-turn prompt fails ``checks.check_request`` (``capacity``:
+    the static KV cache's, ``compiled.static_capacity``; later turns hold the answers: checked when they come)."""
     from lp_runtime.checks import check_request
 
     for q in questions:
         try:
-            check_request(model, data.build_prompt(tokenizer, q, []), max_new_tokens)
+            check_request(model, data.build_prompt(tokenizer, q, []), max_new_tokens, capacity)
         except ConfigError as e:
             raise ConfigError(f"question {q.question_id!r}, turn 1: {e}; no question was answered (remove or "
                               "shorten it, then re-run)") from None

@@ -21,8 +21,8 @@ Per model shape (random Llama weights of SmolLM2-135M, Llama-3.2-1B, Llama-2-7B)
     H200, 2026-12-04).
 (g) the product's default step: ``compiled.step_for(model, "auto")`` with nothing recorded (the captured path on
     CUDA since 2026-12-04; eager on a CPU), its capture time and its bfloat16 latency at q = 1, 16, 128 with the
-    product's cache size (``default_max_len``: the model's context + 256 slots, every one read by a captured
-    step), beside part (b)'s captured step over a cache sized for the check.
+    product's cache size (``default_max_len``: min(the model's context, 8192) + 256 slots, every one read by a
+    captured step), beside part (b)'s captured step over a cache sized for the check.
 (f) lookahead parallelism's host time on this machine's CPU (7B shape; SmolLM2's in a dry run): the product's tree
     for K = 1 and 8 ranks at a per-rank budget of ``LP_BUDGET`` tokens (``successors.successor_proposers``), K
     ranks simulated in one process through the eager step, every token table filled with random rows first (so

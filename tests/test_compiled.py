@@ -186,6 +186,31 @@ def test_captured_room_counts_the_padded_bucket():
     assert [step.fits(past, 6) for past in (14, 15)] == [True, False]  # past every bucket: 6 slots
 
 
+def test_an_attention_the_split_attention_does_not_compute_is_refused(tmp_path):
+    """Attention sinks (gpt-oss), logit soft-capping and sliding windows (Gemma-2) reached split_attention as keyword
+    arguments it dropped: the captured path decoded other tokens without a word (a review, 2026-12-04). Now the
+    capture refuses them; under model.compile=auto the model steps eagerly with its own attention."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from lp_runtime.compiled import record_verdict, step_for
+
+    torch.manual_seed(0)
+    model = Gemma2ForCausalLM(Gemma2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                           max_position_embeddings=256)).eval()  # eager attention: no sdpa here
+    refusal = ("the split attention of the static and compiled paths does not compute sliding_window (a sliding "
+               "window), softcap (logit soft-capping), which this model's attention uses; set model.compile=false")
+    with pytest.raises(ValueError) as e:
+        CapturedStep(model, max_len=64, buckets=(1, 2), backend="aot_eager")
+    assert str(e.value) == refusal
+    model.set_attn_implementation("eager")
+    record_verdict(model, {"eager": 1.0, "compiled": 2.0}, root=str(tmp_path))
+    lines = []
+    assert step_for(model, "auto", root=str(tmp_path), log=lines.append) is None
+    assert lines[-1] == f"model.compile=auto: capturing the step failed (ValueError: {refusal}); eager steps"
+    assert model.config._attn_implementation == "eager"
+
+
 def test_model_compile_setting(tmp_path):
     import json
 
@@ -209,6 +234,9 @@ def test_model_compile_setting(tmp_path):
             return iter([types.SimpleNamespace(device=torch.device("cuda"))])
 
     assert chosen_path(OnCuda(), "auto", str(tmp_path), lines.append) == "compiled"
+    model.config._attn_implementation = "eager"  # an attention the user chose (model.attn_implementation): kept
+    assert chosen_path(OnCuda(), "auto", str(tmp_path), lines.append) == "eager"
+    model.set_attn_implementation("sdpa")
     assert lines == ["model.compile=auto: compiled steps (CUDA graphs per step bucket; nothing recorded for this model "
                      "here: scripts/compile_bench.py --record measures; model.compile=false for eager steps)"]
     record_verdict(model, {"eager": 10.0, "static": 11.0, "compiled": 12.5}, root=str(tmp_path))
@@ -230,6 +258,17 @@ def test_model_compile_setting(tmp_path):
         record_verdict(model, {"fast": 1.0}, root=str(tmp_path))
     with pytest.raises(ValueError, match="model.compile='yes' is not allowed"):
         step_for(model, "yes")
+    # a model of more positions than a static cache holds: one line says where answers stop
+    from fakes import llama
+
+    from lp_runtime.compiled import static_capacity
+
+    long = llama(num_hidden_layers=1, max_position_embeddings=20000)
+    assert (static_capacity(long, "static"), static_capacity(long, "compiled"), static_capacity(long, "eager")) == (
+        8192, 8192, None)
+    assert type(step_for(long, "auto", root=str(tmp_path), log=lines.append, path="static")) is SlotStep
+    assert lines[-1] == ("model.compile=auto: the static KV cache holds 8192 tokens, fewer than the model's 20000 "
+                         "context: answers stop there (finish_reason length); model.compile=false for more")
     # a model the captured path cannot run: auto says so and steps eagerly; true raises
     from transformers import LlamaForCausalLM
 
@@ -241,5 +280,6 @@ def test_model_compile_setting(tmp_path):
     record_verdict(odd, {"eager": 1.0, "compiled": 2.0}, root=str(tmp_path))
     assert step_for(odd, "auto", root=str(tmp_path), log=lines.append) is None
     assert lines[-1] == "model.compile=auto: capturing the step failed (RuntimeError: no static shapes here); eager steps"
+    assert odd.config._attn_implementation == "sdpa"  # its own attention again (the capture had set split attention)
     with pytest.raises(RuntimeError, match="no static shapes here"):
         step_for(odd, "true", root=str(tmp_path), log=lines.append)

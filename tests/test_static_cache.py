@@ -97,11 +97,12 @@ def test_slot_step_decodes_as_eager_step():
         assert (out.output_ids, out.step_tokens) == (ref.output_ids, ref.step_tokens)
 
 
-def test_a_request_reaches_the_static_cache_end_exactly_and_past_it_is_refused():
-    """A static cache holds the model's context at most 8,192 positions (``compiled.default_max_len``); a request past
-    them failed mid-decode with SlotCache's ValueError, and a window step near its end wrote past its slots (found
-    2026-12-04 with a 20,000-position model and an 8,514-token prompt). Now the request is refused in one line and,
-    up to the end, steps that do not fit are plain steps: the tokens of the growing cache."""
+def test_a_static_cache_ends_a_decode_as_the_context_does():
+    """A static cache holds the model's context, at most 8,192 positions (``compiled.default_max_len``); a request
+    past them failed mid-decode with SlotCache's ValueError, and a window step near its end wrote past its slots
+    (found 2026-12-04 with a 20,000-position model and an 8,514-token prompt). Now the cache ends a decode as the
+    model's context does: up to its end, steps that do not fit are plain steps (the growing cache's tokens), the
+    budget stops there (finish_reason length), and a prompt filling it is refused in one line."""
     from lp_runtime.config import ConfigError
     from lp_runtime.decoder import Decoder
     from lp_runtime.static_cache import SlotStep
@@ -113,9 +114,11 @@ def test_a_request_reaches_the_static_cache_end_exactly_and_past_it_is_refused()
     out = Decoder(model, setting, step=step).generate(PROMPT, max_new_tokens=30)  # 10 + 30 = 40 positions
     assert out.output_ids == ref.output_ids and len(out.output_ids) == 30
     assert max(out.step_tokens) > 8 and out.step_tokens[-1] == 1  # window steps, then plain ones at the end
+    longer = Decoder(model, setting, step=step).generate(PROMPT, max_new_tokens=31)
+    assert (longer.output_ids, longer.finish_reason) == (out.output_ids, "length")
     with pytest.raises(ConfigError) as e:
-        Decoder(model, setting, step=step).generate(PROMPT, max_new_tokens=31)
+        Decoder(model, setting, step=step).generate(PROMPT * 4, max_new_tokens=1)
     assert str(e.value) == (
-        "the prompt (10 tokens) plus max_new_tokens (31) may reach 41 tokens; this decoder's static KV cache "
-        "(model.compile's static and compiled paths) holds 40: lower max_new_tokens, shorten the prompt, or set "
-        "model.compile=false (a cache that grows up to the model's context of 512 tokens)")
+        "the prompt (40 tokens) fills this decoder's static KV cache of 40 tokens (model.compile's static and "
+        "compiled paths); shorten it, or set model.compile=false (a cache that grows up to the model's context of "
+        "512 tokens)")
