@@ -23,14 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
+import torch
+
 from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
 from .compiled import step_for
 from .decoder import Decoder, GenerationOutput
-from .models import check_limits, eos_token_ids, load_model
+from .models import eos_token_ids, load_model
 from .auto import NoCalibrationPrompts, auto_policy, resolve_auto
 from .latency import curve_of
 from .policy import CostPolicy
-from .checks import check_arg, check_max_new_tokens, check_prompt_ids, one_sequence, vocab_size
+from .checks import check_arg, check_limits, check_max_new_tokens, check_prompt_ids, one_sequence, vocab_size
 from .data import blank_kind, encode_messages, is_blank, lone_surrogate
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
@@ -78,13 +80,17 @@ class LookaheadGenerator:
         sampling: every call's default (``SamplingConfig()``: greedy); ``generate(..., sampling=...)`` replaces it.
         progress: ``decoding=auto``'s calibration bar on stderr (its first use on this machine).
 
-    Raises ``ConfigError`` for settings the model cannot take (``models.check_limits``: ids outside the
+    Raises ``ConfigError`` for settings the model cannot take (``checks.check_limits``: ids outside the
     vocabulary, a lookahead step longer than the context).
     """
 
     def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None,
                  generation: Optional[GenerationConfig] = None, step=None,
                  sampling: Optional[SamplingConfig] = None, progress: bool = True) -> None:
+        check_arg(model, torch.nn.Module, "model")
+        if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
+            raise ConfigError(f"tokenizer is {type(tokenizer).__name__}; give the model's transformers tokenizer, or "
+                              "None for token-id prompts")
         self.model, self.tokenizer = model, tokenizer
         self.generation, self.sampling = generation or GenerationConfig(), sampling
         decoding = decoding or DecodingConfig()
@@ -122,6 +128,10 @@ class LookaheadGenerator:
         if not isinstance(prompt, (str, list, tuple)):
             raise ConfigError(f"the prompt is {type(prompt).__name__}; give text (str), a list of messages "
                               "({'role', 'content'} dicts) or a list (or 1-D tensor) of token ids")
+        if isinstance(prompt, str) or (prompt and isinstance(prompt[0], dict)):
+            if self.tokenizer is None:
+                raise ConfigError("a text or messages prompt needs a tokenizer; this generator has none "
+                                  "(tokenizer=None): give token ids")
         if isinstance(prompt, str):
             _check_text(prompt, "the prompt", "a non-empty user turn")
             prompt = [{"role": "user", "content": prompt}]
@@ -147,8 +157,6 @@ class LookaheadGenerator:
         sampling = self.sampling if sampling is None else sampling  # the generator's own: read (and checked) anew,
         if sampling is not None:                                     # as the decoding and generation configs are
             check_arg(sampling, SamplingConfig, "sampling")
-        check_arg(self.decoder.cfg, DecodingConfig, "decoding")  # a field set after construction: checked again,
-        check_limits(self.model, self.decoder.cfg, sampling)     # the step's length against the context included
         out = self.decoder.generate(self.encode(prompt), max_new_tokens=budget, streamer=streamer, sampling=sampling,
                                     stop_strings=self.generation.stop_strings if stop_strings is None else stop_strings)
         text = self.tokenizer.decode(out.output_ids, skip_special_tokens=True) if self.tokenizer is not None else ""

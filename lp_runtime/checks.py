@@ -11,9 +11,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from .config import ConfigError, ModelOutputError
+from .config import ConfigError, DecodingConfig, GenerationConfig, ModelOutputError, SamplingConfig
 from .layout import full_mask
 from .step import EagerStep, StepInputs
+from .window import step_tokens
 
 
 def _text_config(model):
@@ -364,3 +365,37 @@ def check_device(device: str) -> None:
             why = "this torch is built without CUDA"
         raise ConfigError(f"model.device={device!r} is not available: {why}; available devices: "
                           f"{', '.join(available)} (or model.device=auto)")
+
+
+def check_limits(model, decoding: DecodingConfig, sampling: Optional[SamplingConfig] = None,
+                 generation: Optional[GenerationConfig] = None) -> None:
+    """``ConfigError`` naming key, value and bound for a setting only the loaded model can bound: a token id
+    (``generation.eos_token_ids``, ``sampling.suppress_tokens``) outside ``0..vocab-1``, ``suppress_tokens``
+    leaving no id, or a lookahead step, 1 + (W-1) + (N-2)*W window tokens + G candidates of ``candidate_depth``
+    tokens (W = 0 with ``decoding=auto``; docs/design.md section 1), beyond ``max_position_embeddings``."""
+    vocab = vocab_size(model)
+    lists = {"generation.eos_token_ids": getattr(generation, "eos_token_ids", None),
+             "sampling.suppress_tokens": getattr(sampling, "suppress_tokens", None)}
+    for key, ids in lists.items():
+        bad = [t for t in ids or [] if vocab is not None and not 0 <= t < vocab]
+        if bad:
+            raise ConfigError(f"{key}={list(ids)} is not allowed: token id {bad[0]} is outside the model's vocabulary "
+                              f"of {vocab} ids (0..{vocab - 1})")
+    suppressed = set(lists["sampling.suppress_tokens"] or [])
+    if vocab is not None and len(suppressed) >= vocab:  # every logit -inf: token 0 came out every step
+        raise ConfigError(f"sampling.suppress_tokens suppresses all {vocab} token ids of the model's vocabulary; "
+                          "leave at least one")
+    ctx = context_length(model)
+    if ctx is None or decoding.method == "greedy":
+        return
+    W = 0 if decoding.method == "auto" else decoding.window_size
+    N, G, depth = decoding.ngram_size, decoding.guess_set_size, decoding.candidate_depth
+    step = 1 + step_tokens(W, N - 2) + G * depth
+    if step > ctx:
+        window = f"decoding.window_size={W}, " if decoding.method != "auto" else ""
+        depth_key = "" if decoding.method == "paper" else f", decoding.max_depth={decoding.max_depth}"
+        raise ConfigError(
+            f"{window}decoding.ngram_size={N}, decoding.guess_set_size={G}{depth_key} make a lookahead step of "
+            f"{step} tokens ({'1 + (W-1) + (N-2)*W window tokens' if W else '1 pending token'} + G candidates of "
+            f"{depth} tokens), more than the model's context of {ctx} tokens (max_position_embeddings); lower "
+            "them so that a step fits")

@@ -151,6 +151,7 @@ class Decoder:
         self.extra_processors = check_processors(logits_processor or ())
         self.sampler = Sampler(sampling, self.extra_processors, getattr(model, "generation_config", None))
         warn_model_defaults(model, self.sampler.cfg)
+        checks.check_limits(model, decoding, sampling)  # ids in the vocabulary, a lookahead step within the context
         checks.check_attention(model)  # ConfigError for attention that ignores position_ids / the 4D mask
         if step_policy is None and decoding.method == "auto":
             raise ConfigError("decoding.method='auto' needs its cost policy: pass step_policy=lp_runtime.auto."
@@ -205,6 +206,7 @@ class Decoder:
         checks.check_arg(self.cfg, DecodingConfig, "decoding")  # again: a field may be set after construction
         if sampling is not None:
             checks.check_arg(sampling, SamplingConfig, "sampling")
+        checks.check_limits(self.model, self.cfg, sampling)
         try:
             with self._lock:
                 state = self._start(prompt_ids, max_new_tokens, stop_strings, streamer, sampling)

@@ -157,7 +157,7 @@ def _sweep_hint() -> Optional[str]:
 def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) -> tuple[Any, Any, str, dict]:
     """(``Decoder``, tokenizer, the answers' ``model_id``, summary entries): the model loaded and checked against
     the settings and every first-turn prompt, ``decoding=auto`` resolved."""
-    from lp_runtime import blas, compiled, latency, models
+    from lp_runtime import blas, checks, compiled, latency, models
     from lp_runtime.decoder import Decoder
 
     # transformers' per-tensor "Loading weights" bars never (every rank printed them); downloads and the GGUF
@@ -172,7 +172,7 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
         current["model.mkl_mode"] = mkl or "default"
     answers.check_settings(Path(cfg.output.path), Path(cfg.output.resolved_settings_path), current, _sweep_hint())
     label = models.model_label(cfg.model, fingerprint)
-    models.check_limits(model, cfg.decoding, cfg.sampling, cfg.generation)  # ids in the vocabulary, a step fits
+    checks.check_limits(model, cfg.decoding, cfg.sampling, cfg.generation)  # ids in the vocabulary, a step fits
     log = print if is_main else lambda line: None
     path = compiled.chosen_path(model, cfg.model.compile, None, log)  # the prompts checked against its cache
     check_prompts(model, tokenizer, todo, cfg.generation.max_new_tokens, compiled.static_capacity(model, path))

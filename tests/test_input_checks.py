@@ -447,7 +447,7 @@ def _tiny(ctx=256, vocab=96):
 
 def test_token_ids_outside_the_vocabulary():
     from lp_runtime.config import SamplingConfig
-    from lp_runtime.models import check_limits
+    from lp_runtime.checks import check_limits
 
     model = _tiny()
     with pytest.raises(ConfigError) as e:
@@ -474,7 +474,7 @@ def test_token_ids_outside_the_vocabulary():
     (dict(max_depth=100000, window_size=0), 1 + 2 * 100000),
 ])
 def test_lookahead_step_must_fit_the_context(over, step):
-    from lp_runtime.models import check_limits
+    from lp_runtime.checks import check_limits
 
     cfg = lookahead(**{"window_size": 3, "ngram_size": 4, "guess_set_size": 2, **over})
     with pytest.raises(ConfigError) as e:
@@ -489,7 +489,7 @@ def test_lookahead_step_must_fit_the_context(over, step):
 
 
 def test_largest_step_that_fits_is_accepted():
-    from lp_runtime.models import check_limits
+    from lp_runtime.checks import check_limits
 
     check_limits(_tiny(ctx=1 + 2 + 2 * 3 + 2 * 10), lookahead(window_size=3, ngram_size=4, guess_set_size=2))
     with pytest.raises(ConfigError):
@@ -783,3 +783,31 @@ def test_a_cache_folder_under_a_file_is_named(tmp_path, monkeypatch):
                                 "folder (lp_runtime keeps the converted bundled model and the latency profiles there)")
     monkeypatch.setenv("LP_RUNTIME_CACHE", str(tmp_path / "new" / "cache"))
     assert cache_root() == str(tmp_path / "new" / "cache")
+
+
+def test_the_generator_refuses_a_model_or_tokenizer_of_another_kind_and_decoder_checks_the_step_limits():
+    """A new user (2026-12-04): LookaheadGenerator(model, None) answered a text prompt with "TypeError: 'NoneType'
+    object is not callable", a str tokenizer with "'str' object is not callable", a None model with an
+    AttributeError; Decoder took a lookahead step longer than the context, which LookaheadGenerator refused."""
+    from fakes import llama, lookahead
+
+    from lp_runtime import LookaheadGenerator
+    from lp_runtime.config import ConfigError
+    from lp_runtime.decoder import Decoder
+
+    model = llama()
+    with pytest.raises(ConfigError, match=r"^a text or messages prompt needs a tokenizer; this generator has none "
+                                          r"\(tokenizer=None\): give token ids$"):
+        LookaheadGenerator(model, None, lookahead()).generate("hi", max_new_tokens=3)
+    assert len(LookaheadGenerator(model, None, lookahead()).generate([5, 6, 7], max_new_tokens=3).output_ids) == 3
+    with pytest.raises(ConfigError, match="^tokenizer is str; give the model's transformers tokenizer, or None for "
+                                          "token-id prompts$"):
+        LookaheadGenerator(model, "tok", lookahead())
+    with pytest.raises(ConfigError, match="^model is NoneType; give a Module$"):
+        LookaheadGenerator(None, None, lookahead())
+    with pytest.raises(ConfigError, match=r"^decoding.window_size=1000000, .* make a lookahead step of 3000020 "):
+        Decoder(model, lookahead(window_size=10**6))
+    dec = Decoder(model, lookahead())
+    dec.cfg.window_size = 10**6  # set after construction: checked at the call
+    with pytest.raises(ConfigError, match=r"^decoding.window_size=1000000, "):
+        dec.generate([5, 6, 7], max_new_tokens=3)
