@@ -141,6 +141,10 @@ class DecodingConfig:
         _check(self.window_size >= 0, f"decoding.window_size={self.window_size} is negative; W must be >= 0")
         _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")
         _check(self.guess_set_size >= 0, f"decoding.guess_set_size={self.guess_set_size} is negative; G must be >= 0")
+        _check(self.method != "auto" or self.guess_set_size > 0 or self.successors == "true",
+               "decoding.guess_set_size=0 leaves decoding=auto nothing to propose (its window is W = 0; its suffix "
+               "lookup proposes G n-grams); set G > 0, decoding.successors=true (the successor table alone), or use "
+               "decoding=greedy")
         if self.method in ("lookahead", "paper"):
             _check(self.guess_set_size > 0 or self.window_size > 0,
                    "decoding.window_size=0 and decoding.guess_set_size=0 leave lookahead decoding nothing to do; "

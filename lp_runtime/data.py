@@ -109,11 +109,18 @@ def _read_humaneval(path: str) -> list[Question]:
 
 _ARCHIVES = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"),
              (b"\x28\xb5\x2f\xfd", "zstd"))  # magic bytes: a compressed question or answers file
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
+              (codecs.BOM_UTF16_BE, "UTF-16"))  # UTF-32 first: its little-endian mark starts with UTF-16's
 
 
 def check_not_packed(first: bytes, name: str, error=None) -> None:
-    """``error`` (default ``DatasetError``) saying that ``name`` is a compressed file when its ``first`` bytes are
-    one's magic bytes: its first byte that is not UTF-8 told the user to convert it from latin1."""
+    """``error`` (default ``DatasetError``) saying that ``name`` is a compressed file or UTF-16/32 text when its
+    ``first`` bytes are one's magic bytes or byte-order mark: its first byte that is not UTF-8 told the user to
+    convert it from latin1."""
+    wide = next((kind for bom, kind in _WIDE_BOMS if first.startswith(bom)), None)
+    if wide:
+        raise (error or DatasetError)(f"{name} is {wide} text (it starts with a {wide} byte-order mark); save it as "
+                                      f"UTF-8 (e.g. iconv -f {wide} -t UTF-8)")
     packed = next((kind for magic, kind in _ARCHIVES if first.startswith(magic)), None)
     if packed:
         article = "an" if packed[0] in "aeiox" else "a"

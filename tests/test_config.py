@@ -71,6 +71,10 @@ def test_successors_from_the_command_line_and_the_paper_preset():
     (dict(method="paper", successors=True),
      "decoding.successors=true is not allowed with decoding=paper (the paper's algorithm as published has no successor "
      "table); use decoding=lookahead or decoding=auto with it, or decoding.successors=false"),
+    # decoding=auto with G = 0 decoded plain greedy without a word (a new user, 2026-12-04); the table alone is a choice
+    (dict(guess_set_size=0), "decoding.guess_set_size=0 leaves decoding=auto nothing to propose (its window is W = 0; "
+     "its suffix lookup proposes G n-grams); set G > 0, decoding.successors=true (the successor table alone), or use "
+     "decoding=greedy"),
 ])
 def test_successors_refuses_bad_values(setting, message):
     with pytest.raises(ConfigError) as e:
@@ -87,6 +91,7 @@ def test_successors_refuses_bad_values(setting, message):
     ("greedy", "true", {1: False, 8: False}),         # no candidate tree to join
 ])
 def test_successors_on(method, successors, on_at_lp):
+    assert DecodingConfig(guess_set_size=0, successors="true").successors_on(1)  # auto, G = 0: the table alone
     cfg = DecodingConfig(method=method, successors=successors)
     assert {k: cfg.successors_on(k) for k in on_at_lp} == on_at_lp
 

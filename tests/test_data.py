@@ -209,6 +209,18 @@ def test_a_compressed_question_file_is_named_as_such(tmp_path, kind):
                                  "the JSONL file inside")
 
 
+@pytest.mark.parametrize("encoding, name", [("utf-16", "UTF-16"), ("utf-16-be", None), ("utf-32", "UTF-32")])
+def test_a_utf16_or_utf32_question_file_is_named_as_such(tmp_path, encoding, name):
+    """A UTF-16 question file (Windows' "Unicode") was told "byte 1 (b'\\xff') is not UTF-8; save the file as UTF-8
+    (e.g. iconv -f latin1 ...)", which would garble it (a new user, 2026-12-04)."""
+    path = tmp_path / "q.jsonl"
+    text = json.dumps({"question_id": 1, "turns": ["a"]}) + "\n"
+    path.write_bytes(("\ufeff" + text).encode(encoding) if name is None else text.encode(encoding))
+    name = name or "UTF-16"
+    assert _error(str(path)) == (f"dataset.path={str(path)!r} is {name} text (it starts with a {name} byte-order "
+                                 f"mark); save it as UTF-8 (e.g. iconv -f {name} -t UTF-8)")
+
+
 def test_a_compressed_answers_file_is_named_as_such(tmp_path):
     """A gzipped answers file given to the report (or as output.path) was "byte 2 (b'\\x8b') is not UTF-8; an
     answers file is written as UTF-8, so this one was changed elsewhere" (a new user's second pass, 2026-12-04)."""
