@@ -30,7 +30,7 @@ class Question:
     """One prompt: ``turns`` are the user messages in order; ``raw`` = a plain completion prompt (no chat template)."""
 
     question_id: Union[int, str]
-    category: str
+    category: Optional[str]  # None: the question has none
     turns: list[str]
     raw: bool = False
 
@@ -187,9 +187,8 @@ def _parse_row(row: Any, where: str) -> Question:
     qid = row["question_id"]
     if isinstance(qid, bool) or not isinstance(qid, (int, str)):
         raise DatasetError(f"{where}: field 'question_id' is {_short(qid)}; it must be an int or a string")
-    category = row.get("category")
-    category = "default" if category is None else category  # left out, or null (Python's json.dump of None)
-    if not isinstance(category, str):
+    category = row.get("category")  # left out, or null (Python's json.dump of None): no category
+    if category is not None and not isinstance(category, str):
         raise DatasetError(f"{where}: field 'category' is {_short(category)}; it must be a string (or null, or left "
                            "out)")
     if "turns" not in row:

@@ -192,7 +192,7 @@ def check_category_keys(table: Optional[dict], questions: list) -> None:
     """``ConfigError`` for a ``sampling.category_temperature`` key that matches a category only in another case
     ("Writing" for writing) or is one typo away from one ("wrting": ``difflib`` ratio >= 0.8). A key far from every
     category may name one past ``dataset.limit`` or of another dataset (a preset's): allowed."""
-    categories = sorted({q.category for q in questions})
+    categories = sorted({q.category for q in questions if q.category is not None})
     for key in table or {}:
         near = ([c for c in categories if c.lower() == key.lower() and c != key]
                 or difflib.get_close_matches(key, categories, n=1, cutoff=0.8))  # "wrting" for writing: a typo

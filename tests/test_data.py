@@ -43,8 +43,8 @@ def test_jsonl_valid(tmp_path):
     ])
     assert load_questions(DatasetConfig(name="jsonl", path=path)) == [
         Question(1, "math", ["a", "b"], False),
-        Question("x2", "default", ["c"], False),
-        Question(3, "default", ["d"], False),
+        Question("x2", None, ["c"], False),  # no category: written as null (it was "default", which README's
+        Question(3, None, ["d"], False),     # "no category" was not, and which a category "default" would merge with)
     ]
 
 
@@ -64,7 +64,7 @@ def test_jsonl_with_a_byte_order_mark(tmp_path, newline):
     rows = [{"question_id": 1, "category": "c", "turns": ["héllo"]}, {"question_id": "b", "turns": ["x", "y"]}]
     path.write_bytes(b"\xef\xbb\xbf" + b"".join(json.dumps(r, ensure_ascii=False).encode() + newline for r in rows))
     qs = load_questions(DatasetConfig(name="jsonl", path=str(path)))
-    assert [(q.question_id, q.category, q.turns) for q in qs] == [(1, "c", ["héllo"]), ("b", "default", ["x", "y"])]
+    assert [(q.question_id, q.category, q.turns) for q in qs] == [(1, "c", ["héllo"]), ("b", None, ["x", "y"])]
     # Only a file's first bytes are a BOM: one inside a later line is still what it is, a bad character.
     path.write_bytes(json.dumps(rows[0]).encode() + newline + b"\xef\xbb\xbf" + json.dumps(rows[1]).encode() + newline)
     with pytest.raises(DatasetError, match=r"line 2: not valid JSON"):
