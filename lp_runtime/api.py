@@ -28,11 +28,12 @@ import torch
 from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
 from .compiled import step_for
 from .decoder import Decoder, GenerationOutput
-from .models import eos_token_ids, load_model
+from .models import load_model
 from .auto import NoCalibrationPrompts, auto_policy, resolve_auto
 from .latency import curve_of
 from .policy import CostPolicy
-from .checks import check_arg, check_limits, check_max_new_tokens, check_prompt_ids, one_sequence, vocab_size
+from .checks import (check_arg, check_limits, check_max_new_tokens, check_prompt_ids, eos_token_ids, one_sequence,
+                     vocab_size)
 from .data import blank_kind, encode_messages, is_blank, lone_surrogate
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]

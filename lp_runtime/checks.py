@@ -185,6 +185,18 @@ def check_streamer(streamer) -> None:
                           "TextStreamer or TextIteratorStreamer, or an object with those two methods")
 
 
+def eos_token_ids(model, tokenizer, override: Optional[Sequence[int]]) -> list[int]:
+    """``override``, else the model's ``generation_config.eos_token_id``, else ``tokenizer.eos_token_id``, without
+    repeats; may be empty (then only ``max_new_tokens`` and stop strings end generation)."""
+    value = override
+    if value is None:
+        value = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if value is None and tokenizer is not None:
+        value = tokenizer.eos_token_id
+    ids = [] if value is None else [value] if isinstance(value, int) else list(value)
+    return list(dict.fromkeys(int(i) for i in ids))
+
+
 def check_eos_ids(eos_token_ids, vocab: Optional[int]) -> list[int]:
     """``eos_token_ids`` (one id or a sequence of ids) as a list; ``ConfigError`` for a non-integer or an id outside
     ``0..vocab-1``."""

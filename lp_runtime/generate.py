@@ -176,7 +176,7 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     log = print if is_main else lambda line: None
     path = compiled.chosen_path(model, cfg.model.compile, None, log)  # the prompts checked against its cache
     check_prompts(model, tokenizer, todo, cfg.generation.max_new_tokens, compiled.static_capacity(model, path))
-    eos = models.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)
+    eos = checks.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)
     decoding, policy, extra = cfg.decoding, None, {}
     step = compiled.step_for(model, cfg.model.compile, log=log, path=path)
     if decoding.method == "auto":

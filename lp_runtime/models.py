@@ -196,19 +196,6 @@ def fit_problem(cfg: ModelConfig, device: torch.device, dtype: str, free_bytes: 
             f"parameters){each}, but {device} has {free / _GB:.1f} GB free; {hint}")
 
 
-def eos_token_ids(model: PreTrainedModel, tokenizer: Optional[PreTrainedTokenizerBase],
-                  override: Optional[list[int]]) -> list[int]:
-    """``override``, else the model's ``generation_config.eos_token_id``, else ``tokenizer.eos_token_id``, without
-    repeats; may be empty (then only ``max_new_tokens`` and stop strings end generation)."""
-    value = override
-    if value is None:
-        value = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if value is None and tokenizer is not None:
-        value = tokenizer.eos_token_id
-    ids = [] if value is None else [value] if isinstance(value, int) else list(value)
-    return list(dict.fromkeys(int(i) for i in ids))
-
-
 _CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 _EDGE_BYTES = 1 << 20  # bytes read from each end of a weight file

@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from lp_runtime import auto, data  # noqa: E402
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
-from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.checks import eos_token_ids  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
 from lp_runtime.policy import CostPolicy  # noqa: E402
 
 CURVES = {  # seconds; SmolLM2-135M float32: a 2-core CPU (docs/design.md 7b), one H200 (results/device_h200)

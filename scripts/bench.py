@@ -573,7 +573,7 @@ def check_partings(rows: list[dict], methods: Sequence[Method], models_by_dtype:
 
 def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     """Load the model once per dtype, benchmark every method, write results and figures; return the results dict."""
-    from lp_runtime import auto, models
+    from lp_runtime import auto, checks, models
     from lp_runtime.decoder import Decoder
     from lp_runtime.latency import dtype_name
     from lp_runtime.parallel import setup_parallel
@@ -582,7 +582,7 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
     if ctx.dp_size > 1:
         raise ConfigError(f"the benchmark runs one LP group; launch {cfg.parallel.lp} ranks (world = parallel.lp)")
     model, tok = models.load_model(cfg.model)
-    eos = models.eos_token_ids(model, tok, cfg.generation.eos_token_ids)
+    eos = checks.eos_token_ids(model, tok, cfg.generation.eos_token_ids)
     model_label = models.model_label(cfg.model, models.model_fingerprint(cfg.model))
     prompts, questions = load_prompts(cfg, tok)
     n_new = cfg.generation.max_new_tokens

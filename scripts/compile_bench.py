@@ -31,7 +31,8 @@ from lp_runtime.compiled import BUCKETS, CapturedStep, default_max_len, record_v
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
-from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.checks import eos_token_ids  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
 from lp_runtime.static_cache import SlotStep  # noqa: E402
 
 METHODS = {m: DecodingConfig(method=m) for m in ("greedy", "lookahead", "auto")}  # conf/decoding/'s presets

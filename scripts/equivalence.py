@@ -118,7 +118,8 @@ def tiny_part(lp=None, price_lp: int = 1) -> dict:
 
 def smollm2_part() -> dict:
     from lp_runtime.config import ModelConfig
-    from lp_runtime.models import eos_token_ids, load_model
+    from lp_runtime.checks import eos_token_ids
+    from lp_runtime.models import load_model
 
     model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
     prompts = []

@@ -36,7 +36,8 @@ from lp_runtime import parallel, successors  # noqa: E402
 from lp_runtime.config import DatasetConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
-from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.checks import eos_token_ids  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup  # noqa: E402
 from lp_scaling import proposer_for  # noqa: E402
 

@@ -79,7 +79,8 @@ def worker(root: str) -> None:
     from lp_runtime.config import DatasetConfig, ModelConfig
     from lp_runtime.data import build_prompt, load_questions
     from lp_runtime.decoder import Decoder
-    from lp_runtime.models import eos_token_ids, load_model
+    from lp_runtime.checks import eos_token_ids
+    from lp_runtime.models import load_model
     from lp_runtime.parallel import LocalGroup
     from lp_runtime.step import EagerStep
     from lp_scaling import proposer_for

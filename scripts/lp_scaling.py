@@ -47,7 +47,8 @@ from lp_runtime.checks import vocab_size  # noqa: E402
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import DatasetError, build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
-from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.checks import eos_token_ids  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
 from lp_runtime.successors import accepted_path, successor_proposers  # noqa: E402
 from s_table import hf_greedy  # noqa: E402

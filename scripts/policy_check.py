@@ -24,7 +24,8 @@ from scripts.bench import select_per_category  # noqa: E402
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.policy import FeedAll  # noqa: E402
-from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.checks import eos_token_ids  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
 from lp_runtime.policy import AcceptanceCalibration, CostPolicy  # noqa: E402
 
 # The issue-9 curves (ms; SmolLM2, 2-core CPU, 2026-11-30; docs/design.md section 7b).

@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from lp_runtime.checks import vocab_size  # noqa: E402
 from lp_runtime.config import DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
-from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.checks import eos_token_ids  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
 from lp_runtime.policy import CostPolicy, LatencyCurve  # noqa: E402
 from lp_runtime.proposers import AnswerStore, SuffixProposer  # noqa: E402

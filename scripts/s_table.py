@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT))
 from lp_runtime.config import ConfigError, DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
-from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.checks import eos_token_ids  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
 from lp_runtime.proposers import SuffixProposer, proposers_for  # noqa: E402
 from lp_runtime.verify import greedy_verify  # noqa: E402

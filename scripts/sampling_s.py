@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig, SamplingConfig  # noqa: E402
 from lp_runtime.data import build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
-from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.checks import eos_token_ids  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
 
 
 def main() -> None:

@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from lp_runtime.config import DecodingConfig, ModelConfig  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
-from lp_runtime.models import eos_token_ids, load_model  # noqa: E402
+from lp_runtime.checks import eos_token_ids  # noqa: E402
+from lp_runtime.models import load_model  # noqa: E402
 from lp_runtime.proposers import proposers_for  # noqa: E402
 from s_table import hf_greedy, prompt_set  # noqa: E402
 

@@ -150,7 +150,7 @@ def smollm2_greedy(smollm2):
     from exactness import SMOLLM2_NEW, hf_greedy
     from lp_runtime.config import DatasetConfig
     from lp_runtime.data import build_prompt, load_questions
-    from lp_runtime.models import eos_token_ids
+    from lp_runtime.checks import eos_token_ids
 
     model, tok = smollm2
     questions = load_questions(DatasetConfig(name="mt_bench", limit=1, first_turn_only=True))

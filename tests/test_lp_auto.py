@@ -111,7 +111,7 @@ def _job_in_one_process(model_dir, questions, summary, table):
     product's proposers for K = 2 (``table``: None = as ``decoding.successors`` says, False = none), one decoder
     over the questions in order. ([(output_ids, decoding_steps)] per question, transformers' greedy outputs)."""
     from exactness import hf_greedy
-    from lp_runtime import data, latency, models
+    from lp_runtime import checks, data, latency, models
     from lp_runtime.checks import vocab_size
     from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig
     from lp_runtime.decoder import Decoder
@@ -121,7 +121,7 @@ def _job_in_one_process(model_dir, questions, summary, table):
     decoding = DecodingConfig(**summary["auto_decoding"]["chosen"])
     policy = CostPolicy(latency.curve_of(summary["auto_decoding"]))
     policy.price_lp(2, decoding.window_size)
-    eos = models.eos_token_ids(model, tok, None)
+    eos = checks.eos_token_ids(model, tok, None)
     dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, step_policy=policy, copy_kv=False,
                   proposers=successor_proposers(decoding, vocab_size(model), lp_size=2, table=table))
     prompts = [data.build_prompt(tok, q, []) for q in data.load_questions(DatasetConfig(name="jsonl",

@@ -24,7 +24,7 @@ from transformers.generation.logits_process import (
 from lp_runtime.config import ConfigError, DatasetConfig, SamplingConfig
 from lp_runtime.data import build_prompt, load_questions
 from lp_runtime.decoder import Decoder
-from lp_runtime.models import eos_token_ids
+from lp_runtime.checks import eos_token_ids
 from lp_runtime.tree import child_tokens, depths
 from lp_runtime.verify import node_outcome, walk_outcomes
 
