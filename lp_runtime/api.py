@@ -158,6 +158,8 @@ class LookaheadGenerator:
         sampling = self.sampling if sampling is None else sampling  # the generator's own: read (and checked) anew,
         if sampling is not None:                                     # as the decoding and generation configs are
             check_arg(sampling, SamplingConfig, "sampling")
+        check_arg(self.decoder.cfg, DecodingConfig, "decoding")  # a field set after construction: checked again,
+        check_limits(self.model, self.decoder.cfg, sampling)     # the step's length against the context included
         out = self.decoder.generate(self.encode(prompt), max_new_tokens=budget, streamer=streamer, sampling=sampling,
                                     stop_strings=self.generation.stop_strings if stop_strings is None else stop_strings)
         text = self.tokenizer.decode(out.output_ids, skip_special_tokens=True) if self.tokenizer is not None else ""

@@ -119,7 +119,8 @@ class Decoder:
     Args:
         model: a transformers ``PreTrainedModel`` for causal LM; never modified.
         decoding: method, W, N, G (``DecodingConfig``).
-        eos_token_ids: ids that end generation (may be empty).
+        eos_token_ids: ids that end generation; None (default): the model's ``generation_config.eos_token_id``, else
+            the tokenizer's, as transformers' ``generate`` stops (``checks.eos_token_ids``); ``()``: none.
         tokenizer: needed for stop strings only.
         lp: the lookahead-parallel group (``parallel.LocalGroup`` for one process).
         sampling: logits processing and sampling (``SamplingConfig``; default greedy, no processing).
@@ -137,7 +138,7 @@ class Decoder:
     Concurrent ``generate`` calls on one decoder are serialised (a lock): each returns what it would alone.
     """
 
-    def __init__(self, model, decoding: DecodingConfig, *, eos_token_ids: Sequence[int] = (),
+    def __init__(self, model, decoding: DecodingConfig, *, eos_token_ids: Optional[Sequence[int]] = None,
                  tokenizer=None, lp=None, sampling: Optional[SamplingConfig] = None,
                  logits_processor: Sequence = (), step_policy=None, proposers: Optional[Sequence] = None,
                  step=None, copy_kv: Optional[bool] = None) -> None:
@@ -146,12 +147,12 @@ class Decoder:
         if sampling is not None:
             checks.check_arg(sampling, SamplingConfig, "sampling")
         self.model, self.cfg, self.tokenizer = model, decoding, tokenizer
-        self.eos_token_ids = checks.check_eos_ids(eos_token_ids, checks.vocab_size(model))
+        given = eos_token_ids if eos_token_ids is not None else checks.eos_token_ids(model, tokenizer, None)
+        self.eos_token_ids = checks.check_eos_ids(given, checks.vocab_size(model))
         self.lp = lp if lp is not None else LocalGroup()
         self.extra_processors = check_processors(logits_processor or ())
         self.sampler = Sampler(sampling, self.extra_processors, getattr(model, "generation_config", None))
         warn_model_defaults(model, self.sampler.cfg)
-        checks.check_limits(model, decoding, sampling)  # ids in the vocabulary, a lookahead step within the context
         checks.check_attention(model)  # ConfigError for attention that ignores position_ids / the 4D mask
         if step_policy is None and decoding.method == "auto":
             raise ConfigError("decoding.method='auto' needs its cost policy: pass step_policy=lp_runtime.auto."
@@ -206,7 +207,6 @@ class Decoder:
         checks.check_arg(self.cfg, DecodingConfig, "decoding")  # again: a field may be set after construction
         if sampling is not None:
             checks.check_arg(sampling, SamplingConfig, "sampling")
-        checks.check_limits(self.model, self.cfg, sampling)
         try:
             with self._lock:
                 state = self._start(prompt_ids, max_new_tokens, stop_strings, streamer, sampling)

@@ -785,10 +785,10 @@ def test_a_cache_folder_under_a_file_is_named(tmp_path, monkeypatch):
     assert cache_root() == str(tmp_path / "new" / "cache")
 
 
-def test_the_generator_refuses_a_model_or_tokenizer_of_another_kind_and_decoder_checks_the_step_limits():
+def test_the_generator_refuses_a_model_or_tokenizer_of_another_kind():
     """A new user (2026-12-04): LookaheadGenerator(model, None) answered a text prompt with "TypeError: 'NoneType'
     object is not callable", a str tokenizer with "'str' object is not callable", a None model with an
-    AttributeError; Decoder took a lookahead step longer than the context, which LookaheadGenerator refused."""
+    AttributeError."""
     from fakes import llama, lookahead
 
     from lp_runtime import LookaheadGenerator
@@ -805,9 +805,27 @@ def test_the_generator_refuses_a_model_or_tokenizer_of_another_kind_and_decoder_
         LookaheadGenerator(model, "tok", lookahead())
     with pytest.raises(ConfigError, match="^model is NoneType; give a Module$"):
         LookaheadGenerator(None, None, lookahead())
+    gen = LookaheadGenerator(model, None, lookahead())
+    gen.decoder.cfg.window_size = 10**6  # set after construction: checked at the call
     with pytest.raises(ConfigError, match=r"^decoding.window_size=1000000, .* make a lookahead step of 3000020 "):
-        Decoder(model, lookahead(window_size=10**6))
-    dec = Decoder(model, lookahead())
-    dec.cfg.window_size = 10**6  # set after construction: checked at the call
-    with pytest.raises(ConfigError, match=r"^decoding.window_size=1000000, "):
-        dec.generate([5, 6, 7], max_new_tokens=3)
+        gen.generate([5, 6, 7], max_new_tokens=3)
+    # Decoder, the lower-level class, feeds a step only what the context leaves room for: generate's tokens
+    out = Decoder(model, lookahead(window_size=10**3), eos_token_ids=()).generate([5, 6, 7], max_new_tokens=6)
+    assert out.output_ids == Decoder(model, lookahead(), eos_token_ids=()).generate([5, 6, 7], max_new_tokens=6).output_ids
+
+
+def test_decoder_stops_where_transformers_generate_stops_by_default():
+    """A new user (2026-12-04): Decoder without eos_token_ids ran past the model's EOS into a made-up next turn,
+    where transformers' generate stops. Its default is now the model's generation_config EOS; () turns it off."""
+    from fakes import llama, lookahead
+
+    from lp_runtime.decoder import Decoder
+
+    model, prompt = llama(), [5, 17, 3, 44, 9, 61]
+    free = Decoder(model, lookahead(), eos_token_ids=()).generate(prompt, max_new_tokens=20).output_ids
+    model.generation_config.eos_token_id = free[6]  # a token greedy reaches 7th
+    ids = torch.tensor([prompt])
+    want = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=20)[0, 6:].tolist()
+    out = Decoder(model, lookahead()).generate(prompt, max_new_tokens=20)
+    assert out.output_ids == want == free[:free.index(free[6]) + 1] and out.finish_reason == "stop"
+    assert Decoder(model, lookahead(), eos_token_ids=()).generate(prompt, max_new_tokens=20).output_ids == free
