@@ -31,9 +31,17 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_types(section: str, obj: Any, ints: tuple = (), reals: tuple = ()) -> None:
-    """``ConfigError`` naming the first of ``ints`` that is not an integer or of ``reals`` that is not a finite
-    number (the Python API takes any value); numpy's numbers become Python's."""
+def _check_types(section: str, obj: Any, ints: tuple = (), reals: tuple = (), bools: tuple = (),
+                 strs: tuple = ()) -> None:
+    """``ConfigError`` naming the first of ``ints`` that is not an integer, of ``reals`` that is not a finite number,
+    of ``bools`` that is not True or False, or of ``strs`` that is neither a string nor None (the Python API takes
+    any value: "no" was a true flag); numpy's numbers become Python's."""
+    for name in bools:
+        _check(isinstance(getattr(obj, name), bool),
+               f"{section}.{name}={getattr(obj, name)!r} is not allowed; it must be True or False")
+    for name in strs:
+        _check(isinstance(getattr(obj, name), (str, type(None))),
+               f"{section}.{name}={getattr(obj, name)!r} is not allowed; it must be a string (or None)")
     for name in ints + reals:
         v = getattr(obj, name)
         ok = isinstance(v, numbers.Integral) if name in ints else isinstance(v, numbers.Real) and math.isfinite(v)
@@ -70,6 +78,7 @@ class ModelConfig:
     compile: str = "auto"
 
     def __post_init__(self) -> None:
+        _check_types("model", self, bools=("trust_remote_code",), strs=("name", "gguf_file", "attn_implementation"))
         self.compile = str(self.compile).lower()  # YAML / the command line give true/false as booleans
         _check(self.compile in ("auto", "true", "false"),
                f"model.compile={self.compile!r} is not allowed; use one of auto, true, false")
@@ -130,7 +139,8 @@ class DecodingConfig:
         for name, value in PRESETS[self.method].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
-        _check_types("decoding", self, ints=("window_size", "ngram_size", "guess_set_size", "max_depth", "seed"))
+        _check_types("decoding", self, ints=("window_size", "ngram_size", "guess_set_size", "max_depth", "seed"),
+                     bools=("pool_from_prompt",))
         self.successors = str(self.successors).lower()  # YAML / the command line give true/false as booleans
         _check(self.successors in SUCCESSORS,
                f"decoding.successors={self.successors!r} is not allowed; use one of {', '.join(SUCCESSORS)}")
@@ -211,7 +221,8 @@ class SamplingConfig:
     from_model: bool = False
 
     def __post_init__(self) -> None:
-        _check_types("sampling", self, ints=("top_k",), reals=("temperature", "top_p", "min_p", "repetition_penalty"))
+        _check_types("sampling", self, ints=("top_k",), reals=("temperature", "top_p", "min_p", "repetition_penalty"),
+                     bools=("from_model",))
         _check(self.temperature >= 0, f"sampling.temperature={self.temperature} is not allowed; it must be >= 0 (0 = greedy)")
         _check(not 0 < self.temperature < MIN_TEMPERATURE,  # logits / t overflow float32 to inf: token 0 came out
                f"sampling.temperature={self.temperature} is too small to sample with (logits / temperature overflow); "
@@ -300,6 +311,7 @@ class DatasetConfig:
     first_turn_only: bool = False
 
     def __post_init__(self) -> None:
+        _check_types("dataset", self, bools=("first_turn_only",), strs=("path",))
         self.path = os.path.expanduser(self.path) if self.path else self.path
         allowed = ("mt_bench", "humaneval", "jsonl")
         _check(self.name in allowed, f"dataset.name={self.name!r} is not allowed; use one of {', '.join(allowed)}")
@@ -330,6 +342,7 @@ class ParallelConfig:
     debug_check: bool = False
 
     def __post_init__(self) -> None:
+        _check_types("parallel", self, bools=("debug_check",))
         _check(self.lp >= 1, f"parallel.lp={self.lp} is not allowed; it must be >= 1")
         allowed = ("auto", "gloo", "nccl")
         _check(self.backend in allowed, f"parallel.backend={self.backend!r} is not allowed; use one of {', '.join(allowed)}")

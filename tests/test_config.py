@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 from fakes import lookahead
 from lp_runtime.cli import CONF_DIR
 from lp_runtime import answers
-from lp_runtime.config import PRESETS, ConfigError, DecodingConfig, RunConfig, SamplingConfig, register_configs
+from lp_runtime.config import (PRESETS, ConfigError, DatasetConfig, DecodingConfig, ModelConfig, ParallelConfig, RunConfig,
+                               SamplingConfig, register_configs)
 
 
 def _composed(*overrides: str) -> RunConfig:
@@ -125,6 +126,14 @@ def test_greedy_runs_ignore_successors():
     (lambda: SamplingConfig(temperature="0.7"), "sampling.temperature='0.7' is not allowed; it must be a finite number"),
     (lambda: SamplingConfig(top_k=2.5), "sampling.top_k=2.5 is not allowed; it must be an integer"),
     (lambda: SamplingConfig(top_p=float("nan")), "sampling.top_p=nan is not allowed; it must be a finite number"),
+    # a flag of "no" was true, a name of 3 was taken (a new user, 2026-12-04)
+    (lambda: DecodingConfig(method="lookahead", pool_from_prompt="no"),
+     "decoding.pool_from_prompt='no' is not allowed; it must be True or False"),
+    (lambda: ModelConfig(trust_remote_code="yes"), "model.trust_remote_code='yes' is not allowed; it must be True or False"),
+    (lambda: ModelConfig(name=3), "model.name=3 is not allowed; it must be a string (or None)"),
+    (lambda: DatasetConfig(first_turn_only=1), "dataset.first_turn_only=1 is not allowed; it must be True or False"),
+    (lambda: SamplingConfig(from_model="true"), "sampling.from_model='true' is not allowed; it must be True or False"),
+    (lambda: ParallelConfig(debug_check=None), "parallel.debug_check=None is not allowed; it must be True or False"),
 ])
 def test_python_api_values_of_the_wrong_type_get_one_config_error(make, message):
     """The Python API takes any value (the command line has Hydra's typed schema): a string W raised a bare
