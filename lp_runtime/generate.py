@@ -18,7 +18,7 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig
 from tqdm import tqdm
@@ -72,12 +72,24 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
     }
 
 
-def unanswered_turns(record: dict, max_new_tokens: int) -> list[str]:
-    """One line for each later turn of ``record`` that got no token because the earlier answers filled the
-    model's context (written with no tokens, no steps and ``finish_reason`` "length")."""
+def _alone_fills(decoder: Any, tokenizer: Any, question: data.Question) -> Callable[[int], bool]:
+    """``unanswered_turns``' test: whether turn t's prompt fills the context with every earlier answer empty."""
+    from lp_runtime.checks import fills_context
+
+    return lambda t: fills_context(decoder.model, len(data.build_prompt(tokenizer, question, [""] * t)),
+                                   decoder.step.max_positions)
+
+
+def unanswered_turns(record: dict, max_new_tokens: int, alone_fills: Callable[[int], bool] = lambda turn: False
+                     ) -> list[str]:
+    """One line for each later turn of ``record`` that got no token because its prompt filled the model's context
+    (written with no tokens, no steps and ``finish_reason`` "length"); ``alone_fills(turn)``: whether the turn's
+    prompt fills it even with every earlier answer empty (then no smaller budget helps)."""
     c = record["choices"][0]
-    return [f"[{record['question_id']}] turn {t + 1} not answered: the earlier turns' answers fill the model's "
-            f"context; a smaller generation.max_new_tokens (now {max_new_tokens}) leaves it room"
+    why = {True: "its prompt fills the model's context even without the earlier turns' answers; shorten the question",
+           False: f"the earlier turns' answers fill the model's context; a smaller generation.max_new_tokens (now "
+                  f"{max_new_tokens}) leaves it room"}
+    return [f"[{record['question_id']}] turn {t + 1} not answered: {why[alone_fills(t)]}"
             for t in range(1, len(c["turns"])) if not c["new_tokens"][t] and c["finish_reason"][t] == "length"]
 
 
@@ -242,7 +254,8 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
                 records.append(new[str(question.question_id)])
                 answers.append_line(Path(cfg.output.path), records[-1])
                 tqdm.write(answers.first_line(records[-1]))
-                for note in unanswered_turns(records[-1], cfg.generation.max_new_tokens):
+                for note in unanswered_turns(records[-1], cfg.generation.max_new_tokens,
+                                             _alone_fills(decoder, tokenizer, question)):
                     tqdm.write(note)
                 bar.update(1)
     if ctx.lp_group.size > 1:  # rank 0's view; every rank of a group takes part in each collective

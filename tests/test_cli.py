@@ -1312,6 +1312,14 @@ def test_a_later_turn_that_the_earlier_answers_push_past_the_context_is_kept_una
     assert all(second["new_tokens"])  # the next question is answered as usual
     assert ("[5] turn 2 not answered: the earlier turns' answers fill the model's context; a smaller "
             "generation.max_new_tokens (now 5000) leaves it room") in capsys.readouterr().out.splitlines()
+    # a turn whose own text fills the context: no smaller budget helps, and the line said one would (a new user,
+    # 2026-12-04: "now 1")
+    from lp_runtime.generate import unanswered_turns
+
+    record = {"question_id": 7, "choices": [{"turns": ["a", ""], "new_tokens": [3, 0], "finish_reason": ["stop", "length"]}]}
+    assert unanswered_turns(record, 1, lambda turn: turn == 1) == [
+        "[7] turn 2 not answered: its prompt fills the model's context even without the earlier turns' answers; "
+        "shorten the question"]
 
 
 def test_the_python_apis_decoding_auto_decodes_as_the_main_job(tmp_path, tiny_model_dir, monkeypatch, capsys):
