@@ -189,6 +189,21 @@ class AnswersLock:
                     break
 
 
+def lock_holder(answers_path: Path) -> Optional[str]:
+    """Who holds ``answers_path``'s ``AnswersLock`` ("pid N on host H"), or None when no run does."""
+    try:
+        fd = os.open(beside(answers_path, ".lock"), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # taken (and released at close) when the holder has gone
+        return None
+    except BlockingIOError:
+        return os.read(fd, 200).decode("utf-8", "replace").strip() or "an unknown process"
+    finally:
+        os.close(fd)
+
+
 ANSWER_KEYS = ("output_ids", "new_tokens", "decoding_steps", "wall_time", "accept_lengths")
 OUTPUT_ADVICE = "move the file away or choose another output.path"
 LINE_START = b'{"question_id": '  # how append_line's answer lines begin (the record's first key)

@@ -197,7 +197,8 @@ def identical(run: dict, base: dict, ids: set[str]) -> tuple[Optional[int], int]
 def _labels(runs: Sequence[dict]) -> list[str]:
     """Short run names: the path below the runs' common folder (a job folder for ``<job>/answers.jsonl``)."""
     paths = [r["path"].resolve() for r in runs]
-    root = Path(os.path.commonpath([p.parent for p in paths])) if len(paths) > 1 else paths[0].parent
+    root = (Path(os.path.commonpath([p.parent for p in paths])) if len(paths) > 1  # one run: its folder's name for
+            else paths[0].parent.parent if paths[0].name == "answers.jsonl" else paths[0].parent)  # <job>/answers.jsonl
     out = []
     for p in paths:
         rel = p.relative_to(root)
@@ -357,6 +358,9 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
         text += "\n" + note if note else ""
     if missing:
         text += "\njobs without answers (refused, failed or not run yet): " + "; ".join(missing)
+    running = [f"{run['path']} ({holder})" for run in runs if (holder := answers.lock_holder(run["path"]))]
+    if running:  # its rows count the answers written so far
+        text += "\nstill being written by a running job, counted as far as written: " + "; ".join(running)
     cut = [str(run["path"]) for run in runs if answers.cut_last_line(run["path"])]
     if cut:  # a killed run's partial line: not counted, and the next run of the job cuts it and answers it again
         text += ("\nthe last line of " + "; ".join(cut) + " was cut off (a run stopped while writing it) and is "

@@ -330,6 +330,23 @@ def test_report_lists_jobs_without_answers(tmp_path):
                             "answers: 0 (decoding.guess_set_size=-1)")
 
 
+def test_report_names_a_lone_job_by_its_folder_and_notes_a_run_still_writing(tmp_path):
+    """A sweep with one answered job was reported as "answers.jsonl (baseline)", and a run still writing its file
+    gave a table without a word of it (a new user, 2026-12-04)."""
+    from lp_runtime.answers import AnswersLock
+    from lp_runtime.report import report
+
+    _job(tmp_path / "0", ["decoding.guess_set_size=1"], answered=True)
+    _job(tmp_path / "1", ["decoding.guess_set_size=2"], answered=False)
+    assert [r["run"] for r in report([str(tmp_path)], figure=False)["rows"]] == ["0"]
+    path = tmp_path / "0" / "answers.jsonl"
+    with AnswersLock(path):  # as a running job holds it
+        text = report([str(tmp_path)], figure=False)["text"]
+    assert (f"still being written by a running job, counted as far as written: {path} (pid {os.getpid()} on host "
+            f"{socket.gethostname()})") in text.splitlines()
+    assert "still being written" not in report([str(tmp_path)], figure=False)["text"]
+
+
 def test_report_notes_an_answers_file_whose_last_line_was_cut(tmp_path):
     from lp_runtime.report import report
 
