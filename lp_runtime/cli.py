@@ -19,6 +19,7 @@ from typing import Callable, NoReturn, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, HydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig
@@ -245,9 +246,27 @@ def hydra_app(config_name: str, job: Callable[[DictConfig], None]) -> Callable[[
             if not is_bad_input(e) or interrupted():
                 raise
             remove_refused_run_dir()  # README: a refused setting leaves no new file or folder
-            fail(e)
+            fail(in_sweep_job(e))
 
     return _app
+
+
+def in_sweep_job(e: BaseException) -> BaseException:
+    """``e`` naming the sweep job it stopped where Hydra's default launcher runs a sweep's jobs one after another in
+    this process (its line said nothing of the job, nor that the earlier jobs had finished), else ``e``."""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return e
+    hc = HydraConfig.get()
+    if not str(hc.launcher.get("_target_", "")).endswith("BasicLauncher"):  # submitit's: its own line (main)
+        return e
+    try:
+        given = OverridesParser.create().parse_overrides([a for a in sys.argv[1:] if not a.startswith("-")])
+        swept = {o.key_or_group for o in given if o.is_sweep_override()}
+    except HydraException:
+        swept = set()
+    point = " ".join(o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
+    return ConfigError(f"sweep job {hc.job.num}{f' ({point})' if point else ''}: {one_line(e)}; the jobs before it "
+                       "finished (their answers are kept), the later ones were not run")
 
 
 class Terminated(KeyboardInterrupt):

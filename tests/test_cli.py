@@ -1034,6 +1034,12 @@ def bad_input(tmp_path_factory, tiny_model_dir):
                            f"model.path={tiny_model_dir}", "model.dtype=float32", "dataset=jsonl",
                            f"dataset.path={d / 'q.jsonl'}", "generation.max_new_tokens=16", "progress=false",
                            f"hydra.sweep.dir={d / 'sweep'}"]), None)
+    d = _folder(tmp, "sweep_refused_at_load")  # test_a_sweep_job_refused_once_its_model_loaded_is_named
+    (d / "q.jsonl").write_text(json.dumps({"question_id": 1, "turns": ["Hi"]}) + "\n")
+    cases[d.name] = (Call(["--multirun", "decoding=lookahead", "decoding.window_size=0,2000", "decoding.ngram_size=5",
+                           f"model.path={tiny_model_dir}", "model.dtype=float32", "dataset=jsonl",
+                           f"dataset.path={d / 'q.jsonl'}", "generation.max_new_tokens=4", "progress=false",
+                           f"hydra.sweep.dir={d / 'sweep'}"]), None)
     d = _folder(tmp, "auto_unwritable_cache")  # test_decoding_auto_with_an_unwritable_cache_folder_is_one_line_...
     cases[d.name] = (Call([f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=auto", "dataset=jsonl",
                            f"dataset.path={_questions(d, 1)}", "generation.max_new_tokens=4",
@@ -1061,6 +1067,18 @@ def bad_input(tmp_path_factory, tiny_model_dir):
     env.pop("HYDRA_FULL_ERROR", None)
     results = run_cli(calls, env)
     return {name: (tmp / name, res, message) for (name, (_, message)), res in zip(cases.items(), results)}
+
+
+def test_a_sweep_job_refused_once_its_model_loaded_is_named(bad_input):
+    """Hydra's own launcher runs a sweep's jobs in this process: a job refused once its model loaded (a step longer
+    than the context) printed its error without saying which job, nor that job 0 had finished (a new user,
+    2026-12-04)."""
+    folder, res, _ = bad_input["sweep_refused_at_load"]
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    line = res.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: sweep job 1 (decoding.window_size=2000): decoding.window_size=2000, "), line
+    assert line.endswith("; the jobs before it finished (their answers are kept), the later ones were not run"), line
+    assert len((folder / "sweep" / "0" / "answers.jsonl").read_text().splitlines()) == 1
 
 
 def _assert_fails_with(result: subprocess.CompletedProcess, message: str) -> None:
