@@ -367,8 +367,10 @@ def first_line(record: dict, width: int = 120) -> str:
 
 
 FORMAT = 1
-# Display and bookkeeping keys; dataset.limit only extends or shortens the list of questions answered.
-NOT_COMPARED = ("progress", "output.path", "output.summary_path", "parallel.timeout_s", "dataset.limit")
+# Display and bookkeeping keys; dataset.limit only extends or shortens the list of questions answered; the LP
+# collectives' backend and the debug check move the same small outputs, so the answers are the same.
+NOT_COMPARED = ("progress", "output.path", "output.summary_path", "parallel.timeout_s", "dataset.limit",
+                "parallel.backend", "parallel.debug_check")
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -314,6 +314,10 @@ def test_settings_differences_cover_new_fields_and_skip_display_ones():
     old["sampling.min_p"] = 0.1
     old["progress"] = False
     assert answers.differences(old, current) == [("sampling.min_p", 0.1, 0.0)]
+    # the LP backend (auto is gloo on a CPU) and the debug check change no answer: a resume under torchrun with
+    # parallel.backend=gloo was refused over answers written with auto (a new user, 2026-12-04)
+    old = {**current, "parallel.backend": "auto", "parallel.debug_check": False}
+    assert answers.differences(old, {**current, "parallel.backend": "gloo", "parallel.debug_check": True}) == []
 
 
 def test_a_question_file_spelled_another_way_is_the_same_file(tmp_path, monkeypatch):
