@@ -28,25 +28,35 @@ def _check(cond: bool, msg: str) -> None:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer, numpy's included; not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _check_types(section: str, obj: Any, ints: tuple = (), reals: tuple = (), bools: tuple = (),
-                 strs: tuple = ()) -> None:
+                 strs: tuple = (), optional: tuple = ()) -> None:
     """``ConfigError`` naming the first of ``ints`` that is not an integer, of ``reals`` that is not a finite number,
-    of ``bools`` that is not True or False, or of ``strs`` that is neither a string nor None (the Python API takes
-    any value: "no" was a true flag); numpy's numbers become Python's."""
+    of ``bools`` that is not True or False, or of ``strs`` that is not a string, None allowed for the names in
+    ``optional`` (the Python API takes any value: "no" was a true flag); numpy's numbers and bools become Python's."""
+    key = lambda name: f"{section}.{name}" if section else name  # noqa: E731  (RunConfig's own: no section)
     for name in bools:
-        _check(isinstance(getattr(obj, name), bool),
-               f"{section}.{name}={getattr(obj, name)!r} is not allowed; it must be True or False")
+        v = getattr(obj, name)
+        _check(isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_")),
+               f"{key(name)}={v!r} is not allowed; it must be True or False")
+        setattr(obj, name, bool(v))
     for name in strs:
-        _check(isinstance(getattr(obj, name), (str, type(None))),
-               f"{section}.{name}={getattr(obj, name)!r} is not allowed; it must be a string (or None)")
+        v = getattr(obj, name)
+        v = os.fspath(v) if isinstance(v, os.PathLike) else v  # a pathlib.Path: its string
+        setattr(obj, name, v)
+        _check(isinstance(v, str) or (name in optional and v is None),
+               f"{key(name)}={v!r} is not allowed; it must be a string{' (or None)' if name in optional else ''}")
     for name in ints + reals:
         v = getattr(obj, name)
+        if v is None and name in optional:
+            continue
         ok = isinstance(v, numbers.Integral) if name in ints else isinstance(v, numbers.Real) and math.isfinite(v)
-        _check(ok and not isinstance(v, bool), f"{section}.{name}={v!r} is not allowed; it must be "
-                                               f"{'an integer' if name in ints else 'a finite number'}")
+        _check(ok and not isinstance(v, bool), f"{key(name)}={v!r} is not allowed; it must be "
+                                               f"{'an integer' if name in ints else 'a finite number'}"
+                                               f"{' (or None)' if name in optional else ''}")
         setattr(obj, name, int(v) if name in ints else v if isinstance(v, int) else float(v))  # numpy's: Python's
 
 
@@ -78,7 +88,8 @@ class ModelConfig:
     compile: str = "auto"
 
     def __post_init__(self) -> None:
-        _check_types("model", self, bools=("trust_remote_code",), strs=("name", "gguf_file", "attn_implementation"))
+        _check_types("model", self, bools=("trust_remote_code",), strs=("name", "gguf_file", "attn_implementation"),
+                     optional=("name", "gguf_file"))
         self.compile = str(self.compile).lower()  # YAML / the command line give true/false as booleans
         _check(self.compile in ("auto", "true", "false"),
                f"model.compile={self.compile!r} is not allowed; use one of auto, true, false")
@@ -221,8 +232,8 @@ class SamplingConfig:
     from_model: bool = False
 
     def __post_init__(self) -> None:
-        _check_types("sampling", self, ints=("top_k",), reals=("temperature", "top_p", "min_p", "repetition_penalty"),
-                     bools=("from_model",))
+        _check_types("sampling", self, ints=("top_k", "seed"), reals=("temperature", "top_p", "min_p",
+                     "repetition_penalty"), bools=("from_model",))
         _check(self.temperature >= 0, f"sampling.temperature={self.temperature} is not allowed; it must be >= 0 (0 = greedy)")
         _check(not 0 < self.temperature < MIN_TEMPERATURE,  # logits / t overflow float32 to inf: token 0 came out
                f"sampling.temperature={self.temperature} is too small to sample with (logits / temperature overflow); "
@@ -232,19 +243,20 @@ class SamplingConfig:
         _check(0 <= self.min_p < 1, f"sampling.min_p={self.min_p} is not allowed; it must be in [0, 1) (0 = off)")
         _check(self.repetition_penalty > 0,
                f"sampling.repetition_penalty={self.repetition_penalty} is not allowed; it must be > 0 (1 = off)")
-        _check(_is_int(self.seed), f"sampling.seed={self.seed!r} is not allowed; it must be an integer")
         table = self.category_temperature
         _check(table is None or (isinstance(table, dict) and all(isinstance(c, str) for c in table)),
                f"sampling.category_temperature={table!r} is not allowed; give null or {{category: temperature}}, "
                "e.g. sampling.category_temperature='{writing: 0.7, math: 0}'")
         for cat, t in (table or {}).items():  # the bad entry named, not the whole table (a preset's has 8)
-            _check(isinstance(t, (int, float)) and not isinstance(t, bool), f"sampling.category_temperature[{cat!r}]="
-                   f"{t!r} is not allowed; a temperature is a number: 0 (greedy) or >= {MIN_TEMPERATURE}")
+            _check(isinstance(t, numbers.Real) and not isinstance(t, bool) and math.isfinite(t),
+                   f"sampling.category_temperature[{cat!r}]={t!r} is not allowed; a temperature is a finite number: 0 "
+                   f"(greedy) or >= {MIN_TEMPERATURE}")
             _check(t >= 0 and not 0 < t < MIN_TEMPERATURE, f"sampling.category_temperature[{cat!r}]={t} is not "
                    f"allowed; it must be 0 (greedy) or >= {MIN_TEMPERATURE}")
         if table is not None:
             self.category_temperature = {c: float(t) for c, t in table.items()}
-        _check(all(_is_int(t) and t >= 0 for t in self.suppress_tokens or []),
+        _check(self.suppress_tokens is None or (isinstance(self.suppress_tokens, (list, tuple))
+                                                and all(_is_int(t) and t >= 0 for t in self.suppress_tokens)),
                f"sampling.suppress_tokens={self.suppress_tokens!r} is not allowed; it must be a list of token ids >= 0")
         if self.from_model:  # a value set beside sampling=model was ignored, and recorded as if applied
             given = [f"sampling.{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
@@ -291,6 +303,7 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         _check(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
                f"generation.max_new_tokens={self.max_new_tokens!r} is not allowed; it must be an integer >= 1")
+        self.max_new_tokens = int(self.max_new_tokens)
         self.stop_strings = check_stop_strings(self.stop_strings)
         if _is_int(self.eos_token_ids):
             self.eos_token_ids = [self.eos_token_ids]
@@ -298,7 +311,7 @@ class GenerationConfig:
                                               and all(_is_int(t) and t >= 0 for t in self.eos_token_ids)),
             f"generation.eos_token_ids={self.eos_token_ids!r} is not allowed; give null or a list of token ids >= 0")
         if self.eos_token_ids is not None:
-            self.eos_token_ids = list(self.eos_token_ids)
+            self.eos_token_ids = [int(t) for t in self.eos_token_ids]
 
 
 @dataclass
@@ -311,7 +324,8 @@ class DatasetConfig:
     first_turn_only: bool = False
 
     def __post_init__(self) -> None:
-        _check_types("dataset", self, bools=("first_turn_only",), strs=("path",))
+        _check_types("dataset", self, ints=("limit",), bools=("first_turn_only",), strs=("name", "path"),
+                     optional=("limit", "path"))
         self.path = os.path.expanduser(self.path) if self.path else self.path
         allowed = ("mt_bench", "humaneval", "jsonl")
         _check(self.name in allowed, f"dataset.name={self.name!r} is not allowed; use one of {', '.join(allowed)}")
@@ -342,7 +356,7 @@ class ParallelConfig:
     debug_check: bool = False
 
     def __post_init__(self) -> None:
-        _check_types("parallel", self, bools=("debug_check",))
+        _check_types("parallel", self, ints=("lp",), reals=("timeout_s",), bools=("debug_check",), strs=("backend",))
         _check(self.lp >= 1, f"parallel.lp={self.lp} is not allowed; it must be >= 1")
         allowed = ("auto", "gloo", "nccl")
         _check(self.backend in allowed, f"parallel.backend={self.backend!r} is not allowed; use one of {', '.join(allowed)}")
@@ -359,6 +373,7 @@ class OutputConfig:
     summary_path: Optional[str] = None
 
     def __post_init__(self) -> None:
+        _check_types("output", self, strs=("path", "summary_path"), optional=("summary_path",))
         _check(bool(self.path), "output.path is empty; give a file path for the answers JSONL")
         self.path = os.path.expanduser(str(self.path))  # a quoted '~/a.jsonl' (the shell expands no ~ after '=')
         self.summary_path = os.path.expanduser(self.summary_path) if self.summary_path else self.summary_path
@@ -403,6 +418,10 @@ class RunConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self)[:7]:  # the groups: a dict or a string given for one was taken
+            _check(isinstance(getattr(self, f.name), f.default_factory),
+                   f"{f.name}={getattr(self, f.name)!r:.60} is not allowed; give a {f.default_factory.__name__}")
+        _check_types("", self, bools=("progress",), strs=("model_id",), optional=("model_id",))
         shown = f"model_id={self.model_id!r} is only whitespace" if self.model_id else "model_id is empty"
         _check(self.model_id is None or bool(str(self.model_id).strip()),
                f"{shown}; give the label the answers are to carry (model_id=my-model), or leave it null for the "

@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 from fakes import lookahead
 from lp_runtime.cli import CONF_DIR
 from lp_runtime import answers
-from lp_runtime.config import (PRESETS, ConfigError, DatasetConfig, DecodingConfig, ModelConfig, ParallelConfig, RunConfig,
-                               SamplingConfig, register_configs)
+from lp_runtime.config import (PRESETS, ConfigError, DatasetConfig, DecodingConfig, ModelConfig, OutputConfig,
+                               ParallelConfig, RunConfig, SamplingConfig, register_configs)
 
 
 def _composed(*overrides: str) -> RunConfig:
@@ -134,6 +134,15 @@ def test_greedy_runs_ignore_successors():
     (lambda: DatasetConfig(first_turn_only=1), "dataset.first_turn_only=1 is not allowed; it must be True or False"),
     (lambda: SamplingConfig(from_model="true"), "sampling.from_model='true' is not allowed; it must be True or False"),
     (lambda: ParallelConfig(debug_check=None), "parallel.debug_check=None is not allowed; it must be True or False"),
+    # a second pass (2026-12-04): tracebacks from comparisons, values taken through str(), groups given as strings
+    (lambda: ParallelConfig(lp="2"), "parallel.lp='2' is not allowed; it must be an integer"),
+    (lambda: ParallelConfig(timeout_s=None), "parallel.timeout_s=None is not allowed; it must be a finite number"),
+    (lambda: DatasetConfig(limit=2.5), "dataset.limit=2.5 is not allowed; it must be an integer (or None)"),
+    (lambda: SamplingConfig(suppress_tokens=5),
+     "sampling.suppress_tokens=5 is not allowed; it must be a list of token ids >= 0"),
+    (lambda: OutputConfig(path=["a"]), "output.path=['a'] is not allowed; it must be a string"),
+    (lambda: RunConfig(model="yes"), "model='yes' is not allowed; give a ModelConfig"),
+    (lambda: RunConfig(progress="no"), "progress='no' is not allowed; it must be True or False"),
 ])
 def test_python_api_values_of_the_wrong_type_get_one_config_error(make, message):
     """The Python API takes any value (the command line has Hydra's typed schema): a string W raised a bare
@@ -153,6 +162,15 @@ def test_python_api_takes_numpy_numbers_as_python_ones():
     assert [type(v) for v in (s.temperature, s.top_k, s.top_p)] == [float, int, float]
     d = DecodingConfig(method="lookahead", window_size=np.int32(3))
     assert d.window_size == 3 and type(d.window_size) is int
+    # and everywhere else (a second pass, 2026-12-04: seed, max_new_tokens, eos ids, category temperatures, bools)
+    from lp_runtime.config import GenerationConfig
+
+    s = SamplingConfig(seed=np.int64(2), category_temperature={"writing": np.float32(0.5)})
+    g = GenerationConfig(max_new_tokens=np.int64(2), eos_token_ids=[np.int64(3)])
+    d = DecodingConfig(method="lookahead", pool_from_prompt=np.True_)
+    assert (s.seed, s.category_temperature, g.max_new_tokens, g.eos_token_ids, d.pool_from_prompt) == (
+        2, {"writing": 0.5}, 2, [3], True)
+    assert [type(v) for v in (s.seed, g.max_new_tokens, g.eos_token_ids[0], d.pool_from_prompt)] == [int, int, int, bool]
     inf = np.float32("inf")
     with pytest.raises(ConfigError) as e:
         SamplingConfig(temperature=inf)

@@ -123,6 +123,12 @@ def test_category_temperature_not_a_table():
     with pytest.raises(ConfigError) as e:
         OmegaConf.to_object(cfg)
     assert str(e.value) == ("sampling.category_temperature['writing']='abc' is not allowed; a temperature is a "
+                            "finite number: 0 (greedy) or >= 1e-06")
+    # inf was refused as "sampling.temperature=inf", a key the user had not set (a new user, 2026-12-04)
+    cfg = _compose("generate", ["sampling.category_temperature={writing: inf}"])
+    with pytest.raises(ConfigError) as e:
+        OmegaConf.to_object(cfg)
+    assert str(e.value) == ("sampling.category_temperature['writing']=inf is not allowed; a temperature is a finite "
                             "number: 0 (greedy) or >= 1e-06")
 
 
