@@ -23,8 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-import torch
-
 from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
 from .compiled import step_for
 from .decoder import Decoder, GenerationOutput
@@ -32,8 +30,8 @@ from .models import load_model
 from .auto import NoCalibrationPrompts, auto_policy, resolve_auto
 from .latency import curve_of
 from .policy import CostPolicy
-from .checks import (check_arg, check_limits, check_max_new_tokens, check_prompt_ids, eos_token_ids, one_sequence,
-                     vocab_size)
+from .checks import (check_arg, check_limits, check_max_new_tokens, check_model, check_prompt_ids, check_tokenizer,
+                     eos_token_ids, one_sequence, vocab_size)
 from .data import blank_kind, encode_messages, is_blank, lone_surrogate
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
@@ -88,10 +86,8 @@ class LookaheadGenerator:
     def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None,
                  generation: Optional[GenerationConfig] = None, step=None,
                  sampling: Optional[SamplingConfig] = None, progress: bool = True) -> None:
-        check_arg(model, torch.nn.Module, "model")
-        if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
-            raise ConfigError(f"tokenizer is {type(tokenizer).__name__}; give the model's transformers tokenizer, or "
-                              "None for token-id prompts")
+        check_model(model)
+        check_tokenizer(tokenizer)
         self.model, self.tokenizer = model, tokenizer
         self.generation, self.sampling = generation or GenerationConfig(), sampling
         decoding = decoding or DecodingConfig()

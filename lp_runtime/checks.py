@@ -23,9 +23,8 @@ def _text_config(model):
 
 
 def _arch(model) -> str:
-    cfg = _text_config(model)
-    archs = getattr(model.config, "architectures", None) or [type(model).__name__]
-    return f"{archs[0]} (model_type {getattr(cfg, 'model_type', '?')!r})"
+    cfg = _text_config(model)  # the class given (a base LlamaModel's config.architectures names LlamaForCausalLM)
+    return f"{type(model).__name__} (model_type {getattr(cfg, 'model_type', '?')!r})"
 
 
 def _rope_entries(cfg) -> list[dict]:
@@ -148,7 +147,10 @@ def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
     process)."""
     if isinstance(prompt_ids, (str, bytes)):
         raise ConfigError("the prompt must be a list of token ids here, not text")
-    raw = list(one_sequence(prompt_ids))
+    raw = one_sequence(prompt_ids)
+    if not isinstance(raw, (list, tuple)):  # None, a number, a dict: "'NoneType' object is not iterable"
+        raise ConfigError(f"the prompt is {type(raw).__name__}; give a list (or 1-D tensor) of token ids")
+    raw = list(raw)
     ids = [_as_int(t) for t in raw]
     if None in ids:
         i = ids.index(None)
@@ -161,6 +163,23 @@ def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
                 raise ConfigError(f"prompt token id {t} (at index {i}) is outside the model's vocabulary of "
                                   f"{vocab} ids (0..{vocab - 1})")
     return ids
+
+
+def check_model(model) -> None:
+    """``ConfigError`` unless ``model`` is a ``torch.nn.Module`` with a ``config``, as a transformers causal LM is
+    (one without an LM head is named by ``check_attention``'s probe)."""
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise ConfigError(f"model is {type(model).__name__}; give a transformers causal LM, e.g. "
+                          "AutoModelForCausalLM.from_pretrained(...)")
+
+
+def check_tokenizer(tokenizer, encodes: bool = True) -> None:
+    """``ConfigError`` unless ``tokenizer`` is None or has a callable ``decode`` and, with ``encodes`` (text prompts),
+    is callable itself, as a transformers tokenizer is."""
+    usable = callable(getattr(tokenizer, "decode", None)) and (callable(tokenizer) or not encodes)
+    if tokenizer is not None and (isinstance(tokenizer, (str, bytes)) or not usable):  # bytes has a decode
+        raise ConfigError(f"tokenizer is {type(tokenizer).__name__}; give the model's transformers tokenizer "
+                          "(AutoTokenizer.from_pretrained(...)), or None for token-id prompts")
 
 
 def check_arg(value, kind: type, what: str) -> None:
@@ -310,6 +329,8 @@ def _probe(model, alibi_types: Sequence[str] = ALIBI_MODEL_TYPES) -> Optional[st
     try:
         chain, wrong, tree = _probe_steps(model)
     except Exception as e:  # the model's own attention code refused our inputs
+        if isinstance(e, AttributeError) and "logits" in str(e):  # a base model (LlamaModel): hidden states
+            return "it returns no logits (a model without an LM head: load its causal-LM class, AutoModelForCausalLM)"
         return f"a tree step fails inside the model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     if tree.shape != chain.shape:
         return f"a tree step returned logits of shape {tuple(tree.shape)}, expected {tuple(chain.shape)}"

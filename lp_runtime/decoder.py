@@ -142,7 +142,8 @@ class Decoder:
                  tokenizer=None, lp=None, sampling: Optional[SamplingConfig] = None,
                  logits_processor: Sequence = (), step_policy=None, proposers: Optional[Sequence] = None,
                  step=None, copy_kv: Optional[bool] = None) -> None:
-        checks.check_arg(model, torch.nn.Module, "model")
+        checks.check_model(model)
+        checks.check_tokenizer(tokenizer, encodes=False)  # stop strings decode
         checks.check_arg(decoding, DecodingConfig, "decoding")
         if sampling is not None:
             checks.check_arg(sampling, SamplingConfig, "sampling")

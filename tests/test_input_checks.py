@@ -688,7 +688,8 @@ def test_api_arguments_of_the_wrong_kind_get_one_config_error(tiny_model_dir):
         (lambda: LookaheadGenerator.from_config({"path": str(tiny_model_dir)}), "model is dict; give a ModelConfig"),
         (lambda: LookaheadGenerator(model, gen.tokenizer, {"method": "lookahead"}), "decoding is dict; give a "
                                                                                       "DecodingConfig"),
-        (lambda: Decoder("gpt2", DecodingConfig(method="lookahead")), "model is str; give a Module"),
+        (lambda: Decoder("gpt2", DecodingConfig(method="lookahead")),
+         "model is str; give a transformers causal LM, e.g. AutoModelForCausalLM.from_pretrained(...)"),
         (lambda: ModelConfig(path=5), "model.path=5 is not allowed; give a HuggingFace id, a local folder or "
                                       "'bundled:smollm2'"),
         # refused before the model loads (a nonexistent path would fail the load first)
@@ -806,11 +807,27 @@ def test_the_generator_refuses_a_model_or_tokenizer_of_another_kind():
                                           r"\(tokenizer=None\): give token ids$"):
         LookaheadGenerator(model, None, lookahead()).generate("hi", max_new_tokens=3)
     assert len(LookaheadGenerator(model, None, lookahead()).generate([5, 6, 7], max_new_tokens=3).output_ids) == 3
-    with pytest.raises(ConfigError, match="^tokenizer is str; give the model's transformers tokenizer, or None for "
-                                          "token-id prompts$"):
-        LookaheadGenerator(model, "tok", lookahead())
-    with pytest.raises(ConfigError, match="^model is NoneType; give a Module$"):
-        LookaheadGenerator(None, None, lookahead())
+    tokenizer_refusal = ("tokenizer is {}; give the model's transformers tokenizer (AutoTokenizer.from_pretrained(...)), "
+                         "or None for token-id prompts")
+    for bad in ("tok", b"tok", model):  # and to Decoder, whose stop strings failed on it mid-decode (a second pass)
+        for build in (lambda: LookaheadGenerator(model, bad, lookahead()),
+                      lambda: Decoder(model, lookahead(), tokenizer=bad)):
+            with pytest.raises(ConfigError) as e:
+                build()
+            assert str(e.value) == tokenizer_refusal.format(type(bad).__name__)
+    for bad in (None, torch.nn.Linear(2, 2)):  # a Module without a config: "'Linear' object has no attribute 'config'"
+        with pytest.raises(ConfigError) as e:
+            LookaheadGenerator(bad, None, lookahead())
+        assert str(e.value) == (f"model is {type(bad).__name__}; give a transformers causal LM, e.g. "
+                                "AutoModelForCausalLM.from_pretrained(...)")
+    with pytest.raises(ConfigError) as e:  # a base model: "LlamaForCausalLM ... a tree step fails (AttributeError)"
+        Decoder(model.model, lookahead())
+    assert str(e.value).startswith("LlamaModel (model_type 'llama') is not supported by lp_runtime: it returns no "
+                                   "logits (a model without an LM head: load its causal-LM class, AutoModelForCausalLM)")
+    for bad in (None, 5):  # "'NoneType' object is not iterable"
+        with pytest.raises(ConfigError) as e:
+            Decoder(model, lookahead()).generate(bad, max_new_tokens=3)
+        assert str(e.value) == f"the prompt is {type(bad).__name__}; give a list (or 1-D tensor) of token ids"
     gen = LookaheadGenerator(model, None, lookahead())
     gen.decoder.cfg.window_size = 10**6  # set after construction: checked at the call
     with pytest.raises(ConfigError, match=r"^decoding.window_size=1000000, .* make a lookahead step of 3000020 "):
