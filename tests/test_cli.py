@@ -644,7 +644,7 @@ def test_launch_scripts_keep_the_callers_directory(tmp_path, script):
 # or scripts/bench.py) command lines in one fresh interpreter, each with its own files, run folder and output path
 # under tmp/<case>.
 
-FORMAT = 'each line must be a JSON object {{"question_id": int or str, "category": str, "turns": [str, ...]}}'
+FORMAT = 'each line must be a JSON object {{"question_id": int or str, "category": str or null (optional), "turns": [str, ...]}}'
 EMPTY_DATASET_MESSAGE = "dataset.path='{path}' holds no questions; " + FORMAT
 BAD_LINE_MESSAGE = "{path}, line 2: not valid JSON (Expecting property name enclosed in double quotes); " + FORMAT
 

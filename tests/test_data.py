@@ -48,7 +48,7 @@ def test_jsonl_valid(tmp_path):
     ]
 
 
-FORMAT = 'each line must be a JSON object {"question_id": int or str, "category": str, "turns": [str, ...]}'
+FORMAT = 'each line must be a JSON object {"question_id": int or str, "category": str or null (optional), "turns": [str, ...]}'
 
 
 def _error(path):
@@ -219,6 +219,16 @@ def test_a_utf16_or_utf32_question_file_is_named_as_such(tmp_path, encoding, nam
     name = name or "UTF-16"
     assert _error(str(path)) == (f"dataset.path={str(path)!r} is {name} text (it starts with a {name} byte-order "
                                  f"mark); save it as UTF-8 (e.g. iconv -f {name} -t UTF-8)")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le"])
+def test_a_utf16_question_file_without_a_mark_is_named_as_such(tmp_path, encoding):
+    """Without a byte-order mark the same file was "line 1: not valid JSON (Expecting property name ...)" (a second
+    new-user pass, 2026-12-04)."""
+    path = tmp_path / "q.jsonl"
+    path.write_bytes((json.dumps({"question_id": 1, "turns": ["a"]}) + "\n").encode(encoding))
+    assert _error(str(path)) == (f"dataset.path={str(path)!r} holds NUL bytes in its first line, as UTF-16 or UTF-32 "
+                                 "text does; save it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)")
 
 
 def test_a_compressed_answers_file_is_named_as_such(tmp_path):
