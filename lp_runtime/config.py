@@ -356,11 +356,12 @@ class ParallelConfig:
     debug_check: bool = False
 
     def __post_init__(self) -> None:
-        _check_types("parallel", self, ints=("lp",), reals=("timeout_s",), bools=("debug_check",), strs=("backend",))
+        _check_types("parallel", self, ints=("lp",), bools=("debug_check",), strs=("backend",))
         _check(self.lp >= 1, f"parallel.lp={self.lp} is not allowed; it must be >= 1")
         allowed = ("auto", "gloo", "nccl")
         _check(self.backend in allowed, f"parallel.backend={self.backend!r} is not allowed; use one of {', '.join(allowed)}")
-        _check(0 < self.timeout_s <= MAX_TIMEOUT_S, f"parallel.timeout_s={self.timeout_s} is not allowed; it must be "
+        _check(isinstance(self.timeout_s, numbers.Real) and not isinstance(self.timeout_s, bool)
+               and 0 < self.timeout_s <= MAX_TIMEOUT_S, f"parallel.timeout_s={self.timeout_s!r} is not allowed; it must be "
                f"a number of seconds > 0 and <= {MAX_TIMEOUT_S} (a week)")
 
 

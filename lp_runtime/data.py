@@ -126,7 +126,8 @@ def check_not_packed(first: bytes, name: str, error=None) -> None:
         article = "an" if packed[0] in "aeiox" else "a"
         raise (error or DatasetError)(f"{name} is {article} {packed} file; unpack it first, then give the JSONL file "
                                       "inside")
-    if b"\x00" in first[:64]:  # UTF-16/32 without a mark: every ASCII character has NUL bytes beside it
+    head = first.rstrip(b"\r\n\x00")[:32]
+    if len(head) >= 4 and (not any(head[1::2]) or not any(head[0::2])):  # UTF-16/32 without a mark: ASCII, NUL, ...
         raise (error or DatasetError)(f"{name} holds NUL bytes in its first line, as UTF-16 or UTF-32 text does; save "
                                       "it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)")
 

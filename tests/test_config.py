@@ -136,7 +136,8 @@ def test_greedy_runs_ignore_successors():
     (lambda: ParallelConfig(debug_check=None), "parallel.debug_check=None is not allowed; it must be True or False"),
     # a second pass (2026-12-04): tracebacks from comparisons, values taken through str(), groups given as strings
     (lambda: ParallelConfig(lp="2"), "parallel.lp='2' is not allowed; it must be an integer"),
-    (lambda: ParallelConfig(timeout_s=None), "parallel.timeout_s=None is not allowed; it must be a finite number"),
+    (lambda: ParallelConfig(timeout_s=None), "parallel.timeout_s=None is not allowed; it must be a number of seconds > "
+     "0 and <= 604800 (a week)"),
     (lambda: DatasetConfig(limit=2.5), "dataset.limit=2.5 is not allowed; it must be an integer (or None)"),
     (lambda: SamplingConfig(suppress_tokens=5),
      "sampling.suppress_tokens=5 is not allowed; it must be a list of token ids >= 0"),
