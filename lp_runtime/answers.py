@@ -221,7 +221,7 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
     if not path.exists():
         return []
     raw = path.read_bytes()
-    data.check_not_packed(raw, str(path), OutputError)
+    data.check_first_bytes(raw, str(path), OutputError)
     bom = raw.startswith(codecs.BOM_UTF8)  # an editor's (Notepad's)
     raw = raw[len(codecs.BOM_UTF8):] if bom else raw
     complete = raw[: raw.rfind(b"\n") + 1]

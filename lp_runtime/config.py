@@ -361,7 +361,8 @@ class ParallelConfig:
         allowed = ("auto", "gloo", "nccl")
         _check(self.backend in allowed, f"parallel.backend={self.backend!r} is not allowed; use one of {', '.join(allowed)}")
         _check(isinstance(self.timeout_s, numbers.Real) and not isinstance(self.timeout_s, bool)
-               and 0 < self.timeout_s <= MAX_TIMEOUT_S, f"parallel.timeout_s={self.timeout_s!r} is not allowed; it must be "
+               and 0 < self.timeout_s <= MAX_TIMEOUT_S,
+               f"parallel.timeout_s={self.timeout_s!r} is not allowed; it must be "
                f"a number of seconds > 0 and <= {MAX_TIMEOUT_S} (a week)")
 
 
@@ -419,7 +420,7 @@ class RunConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self)[:7]:  # the groups: a dict or a string given for one was taken
+        for f in (f for f in dataclasses.fields(self) if f.default_factory is not dataclasses.MISSING):  # the groups
             _check(isinstance(getattr(self, f.name), f.default_factory),
                    f"{f.name}={getattr(self, f.name)!r:.60} is not allowed; give a {f.default_factory.__name__}")
         _check_types("", self, bools=("progress",), strs=("model_id",), optional=("model_id",))

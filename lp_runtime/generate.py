@@ -40,7 +40,7 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
     texts, outs = [], []
     for turn in range(len(question.turns)):
         prompt = data.build_prompt(tokenizer, question, texts)
-        if turn and fills_context(decoder.model, len(prompt), decoder.step.max_positions):  # the earlier answers filled it: keep them
+        if turn and fills_context(decoder.model, len(prompt), decoder.step.max_positions):  # earlier answers filled it
             outs.append(GenerationOutput(output_ids=[], finish_reason="length", decoding_steps=0))
             texts.append("")
             continue

@@ -137,6 +137,11 @@ def is_greedy(run: dict) -> bool:
                         if isinstance(c, dict)))
 
 
+def is_plain_greedy(run: dict) -> bool:
+    """A ``decoding=greedy`` run with greedy tokens (``is_greedy``): what speedups are best taken over."""
+    return run["settings"].get("decoding.method") == "greedy" and is_greedy(run)
+
+
 def differing_keys(runs: Sequence[dict]) -> list[str]:
     """Setting keys whose value is not the same in every run (sorted)."""
     keys = sorted({k for r in runs for k in r["settings"]} - set(_IGNORED))
@@ -159,7 +164,7 @@ def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
                               f"{', '.join(str(runs[i]['path']) for i in named)}")
         raise ReportError(f"--baseline {choice!r} is neither a row number (0..{len(runs) - 1}) nor the path of one "
                           f"of the runs: {', '.join(str(r['path']) for r in runs)}")
-    greedy = [i for i, r in enumerate(runs) if r["settings"].get("decoding.method") == "greedy" and is_greedy(r)]
+    greedy = [i for i, r in enumerate(runs) if is_plain_greedy(r)]
     return max(greedy, key=lambda i: (sum(len(shared(runs[i], r)) for r in runs), -i), default=0)
 
 
@@ -325,7 +330,7 @@ def shared_note(rows: list[dict]) -> str:
 def baseline_note(base: dict, label: str, choice: Optional[str]) -> str:
     """The line under the table when no ``--baseline`` was given and no plain greedy run was among the runs (the
     first run is then the baseline, so its speedup of 1.000 is over itself); "" otherwise."""
-    if choice is not None or (base["settings"].get("decoding.method") == "greedy" and is_greedy(base)):
+    if choice is not None or is_plain_greedy(base):
         return ""
     return (f"no plain greedy run (decoding=greedy, greedy sampling) among these: speedup is over {label}, the first "
             "run; give a decoding=greedy run of the same questions for speedup over greedy, or choose with --baseline")

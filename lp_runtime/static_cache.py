@@ -112,8 +112,8 @@ STEP_ROOM = 256  # slots the product's static caches keep past the context for o
 class SlotStep(EagerStep):
     """``step.EagerStep`` on one reused ``SlotCache`` of ``max_len`` slots instead of a growing ``DynamicCache``
     (the middle path between eager and ``compiled.CapturedStep``). A sequence may reach ``max_positions`` = max_len -
-    ``room`` tokens (``room``: slots kept for a padded step; the decoder refuses longer requests and takes plain
-    steps where a larger one has no room)."""
+    ``room`` tokens (``room``: slots kept for a padded step; the decoder ends a decode there as at the model's
+    context, and takes plain steps where a larger one has no room)."""
 
     def __init__(self, model, max_len: int, room: int = 0) -> None:
         super().__init__(model)
