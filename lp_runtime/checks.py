@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .config import ConfigError, DecodingConfig, GenerationConfig, ModelOutputError, SamplingConfig
+from .config import ConfigError, DecodingConfig, GenerationConfig, ModelOutputError, SamplingConfig, a_or_an
 from .layout import full_mask
 from .step import EagerStep, StepInputs
 from .window import step_tokens
@@ -192,16 +192,60 @@ def check_arg(value, kind: type, what: str) -> None:
         lp_runtime.config.ConfigError: sampling is list; give a dict
     """
     if not isinstance(value, kind):
-        raise ConfigError(f"{what} is {type(value).__name__}; give a {kind.__name__}")
+        raise ConfigError(f"{what} is {type(value).__name__}; give {a_or_an(kind.__name__)}")
     if dataclasses.is_dataclass(value):
         dataclasses.replace(value)
 
 
+def check_methods(value, what: str, methods: Sequence[str], give: str) -> None:
+    """``ConfigError`` unless ``value`` has every one of ``methods`` (callables; ``what`` names the argument,
+    ``give`` says what to pass instead): duck-typed arguments (a streamer, a step, a proposer) refused in one line
+    instead of an AttributeError mid-decode.
+
+        >>> check_methods(object(), "streamer", ("put", "end"), "a TextStreamer")
+        Traceback (most recent call last):
+        lp_runtime.config.ConfigError: streamer is object, without put() and end(); give a TextStreamer
+    """
+    missing = [m for m in methods if not callable(getattr(value, m, None))]
+    if missing:
+        names = [m + "()" for m in missing]
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        raise ConfigError(f"{what} is {type(value).__name__}, without {listed}; give {give}")
+
+
 def check_streamer(streamer) -> None:
     """``ConfigError`` unless ``streamer`` is None or has ``put`` and ``end`` (transformers' ``TextStreamer``)."""
-    if streamer is not None and not all(callable(getattr(streamer, m, None)) for m in ("put", "end")):
-        raise ConfigError(f"streamer is {type(streamer).__name__}, without put() and end(); give a transformers "
-                          "TextStreamer or TextIteratorStreamer, or an object with those two methods")
+    if streamer is not None:
+        check_methods(streamer, "streamer", ("put", "end"), "a transformers TextStreamer or TextIteratorStreamer, "
+                      "or an object with those two methods")
+
+
+def check_parts(*, lp=None, step_policy=None, proposers=None, step=None, copy_kv=None) -> None:
+    """``ConfigError`` for a ``Decoder`` part of the wrong kind (None: the default): ``lp`` (``parallel.LPGroup``),
+    ``step_policy`` (``policy.StepPolicy``), ``proposers`` (a list of ``proposers.Proposer``), ``step``
+    (``step.EagerStep`` or another with its methods), ``copy_kv`` (a bool)."""
+    if lp is not None:
+        check_methods(lp, "lp", ("plan", "merge", "check_consistent"), "the LPGroup of parallel.setup_parallel(), "
+                      "or leave it out for one process")
+    if step_policy is not None:
+        check_methods(step_policy, "step_policy", ("choose", "observe"), "a policy.StepPolicy, e.g. "
+                      "lp_runtime.auto.auto_policy(model)")
+    if proposers is not None:
+        if isinstance(proposers, (str, bytes)) or not isinstance(proposers, (list, tuple)):
+            raise ConfigError(f"proposers is {type(proposers).__name__}; give a list of proposers.Proposer objects "
+                              "(e.g. proposers.SuffixProposer), or leave it out for the decoding setting's own")
+        for i, p in enumerate(proposers):
+            check_methods(p, f"proposers[{i}]", ("begin", "observe", "propose", "end", "reset"),
+                          "a proposers.Proposer (docs/architecture.md)")
+            for name in ("topk", "max_depth"):
+                value = getattr(p, name, None)
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ConfigError(f"proposers[{i}].{name}={value!r} is not allowed; it must be an integer >= 0")
+    if step is not None:
+        check_methods(step, "step", ("new_cache", "prefill", "commit", "fits", "__call__"), "step.EagerStep(model), "
+                      "compiled.CapturedStep, or leave it out for the eager step")
+    if copy_kv is not None and type(copy_kv).__name__ not in ("bool", "bool_"):  # numpy's bools are taken too
+        raise ConfigError(f"copy_kv={copy_kv!r} is not allowed; give True, False, or None for the method's default")
 
 
 def eos_token_ids(model, tokenizer, override: Optional[Sequence[int]]) -> list[int]:

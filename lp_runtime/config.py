@@ -22,6 +22,11 @@ class ModelOutputError(RuntimeError):
     """No token can be chosen from the model's output (NaN or inf logits); the message names step and position."""
 
 
+def a_or_an(name: str) -> str:
+    """``name`` after its indefinite article: ``a DecodingConfig``, ``an OutputConfig``."""
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)
@@ -90,6 +95,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _check_types("model", self, bools=("trust_remote_code",), strs=("name", "gguf_file", "attn_implementation"),
                      optional=("name", "gguf_file"))
+        _check(self.name is None or bool(self.name.strip()), f"model.name={self.name!r} is blank; give the label "
+               "answers and reports are to carry (model.name=my-model), or leave it null for the model's own")
         self.compile = str(self.compile).lower()  # YAML / the command line give true/false as booleans
         _check(self.compile in ("auto", "true", "false"),
                f"model.compile={self.compile!r} is not allowed; use one of auto, true, false")
@@ -422,7 +429,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         for f in (f for f in dataclasses.fields(self) if f.default_factory is not dataclasses.MISSING):  # the groups
             _check(isinstance(getattr(self, f.name), f.default_factory),
-                   f"{f.name}={getattr(self, f.name)!r:.60} is not allowed; give a {f.default_factory.__name__}")
+                   f"{f.name}={getattr(self, f.name)!r:.60} is not allowed; give "
+                   f"{a_or_an(f.default_factory.__name__)}")
         _check_types("", self, bools=("progress",), strs=("model_id",), optional=("model_id",))
         shown = f"model_id={self.model_id!r} is only whitespace" if self.model_id else "model_id is empty"
         _check(self.model_id is None or bool(str(self.model_id).strip()),

@@ -192,6 +192,9 @@ def _parse_row(row: Any, where: str) -> Question:
     qid = row["question_id"]
     if isinstance(qid, bool) or not isinstance(qid, (int, str)):
         raise DatasetError(f"{where}: field 'question_id' is {_short(qid)}; it must be an int or a string")
+    if isinstance(qid, str) and is_blank(qid):
+        raise DatasetError(f"{where}: field 'question_id' is {_short(qid)}, blank; it must name the question (an int "
+                           "or a non-blank string: answers are matched to questions by it)")
     category = row.get("category")  # left out, or null (Python's json.dump of None): no category
     if category is not None and not isinstance(category, str):
         raise DatasetError(f"{where}: field 'category' is {_short(category)}; it must be a string (or null, or left "

@@ -147,6 +147,7 @@ class Decoder:
         checks.check_arg(decoding, DecodingConfig, "decoding")
         if sampling is not None:
             checks.check_arg(sampling, SamplingConfig, "sampling")
+        checks.check_parts(lp=lp, step_policy=step_policy, proposers=proposers, step=step, copy_kv=copy_kv)
         self.model, self.cfg, self.tokenizer = model, decoding, tokenizer
         given = eos_token_ids if eos_token_ids is not None else checks.eos_token_ids(model, tokenizer, None)
         self.eos_token_ids = checks.check_eos_ids(given, checks.vocab_size(model))
@@ -164,7 +165,7 @@ class Decoder:
         self.ngram_size = decoding.ngram_size
         self.proposers = list(successor_proposers(decoding, checks.vocab_size(model), lp_size=self.lp.size, table=None)
                               if proposers is None else proposers)
-        copy = decoding.method != "paper" if copy_kv is None else copy_kv
+        copy = decoding.method != "paper" if copy_kv is None else bool(copy_kv)
         self.copy_kv = copy and self.lp.size == 1
         if self.lp.size > 1 and getattr(self.step_policy, "lp_size", None) == 1:
             self.step_policy.price_lp(self.lp.size, self.window_size)  # a step costs its busiest rank's tokens

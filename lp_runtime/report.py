@@ -354,7 +354,8 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
     if out_dir is not None:
         blocked = next((p for p in (Path(out_dir), *Path(out_dir).parents) if p.exists() and not p.is_dir()), None)
         if blocked is not None:  # --out file or --out file/sub: an OS error otherwise
-            raise ReportError(f"--out {out_dir}: {blocked} is a file; give a folder for report.csv/.json/.md/.png")
+            kind = "a file" if blocked.is_file() else "not a folder"  # /dev/null: a device
+            raise ReportError(f"--out {out_dir}: {blocked} is {kind}; give a folder for report.csv/.json/.md/.png")
     base = pick_baseline(runs, baseline)
     rows, keys = build_table(runs, base)
     columns = table_columns(keys)

@@ -379,6 +379,8 @@ def test_report_refuses_an_empty_answers_file_and_a_file_for_out(tmp_path):
         ([tmp_path / "0"], tmp_path / "afile" / "sub",
          f"--out {tmp_path / 'afile' / 'sub'}: {tmp_path / 'afile'} is a file; give a folder for "
          "report.csv/.json/.md/.png"),
+        ([tmp_path / "0"], Path("/dev/null"),  # a device (session 22: it was called "a file")
+         "--out /dev/null: /dev/null is not a folder; give a folder for report.csv/.json/.md/.png"),
         ([tmp_path / "nosuch.jsonl"], None, f"{tmp_path / 'nosuch.jsonl'} does not exist; give answers files of "
                                             "python -m lp_runtime.generate, or a folder holding them"),
     ]:

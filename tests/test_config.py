@@ -144,6 +144,11 @@ def test_greedy_runs_ignore_successors():
     (lambda: OutputConfig(path=["a"]), "output.path=['a'] is not allowed; it must be a string"),
     (lambda: RunConfig(model="yes"), "model='yes' is not allowed; give a ModelConfig"),
     (lambda: RunConfig(progress="no"), "progress='no' is not allowed; it must be True or False"),
+    (lambda: RunConfig(output=OutputConfig), "output=<class 'lp_runtime.config.OutputConfig'> is not allowed; give "
+                                             "an OutputConfig"),
+    # session 22: a blank label was taken (the answers carried "" as their model)
+    (lambda: ModelConfig(name=" "), "model.name=' ' is blank; give the label answers and reports are to carry "
+                                    "(model.name=my-model), or leave it null for the model's own"),
 ])
 def test_python_api_values_of_the_wrong_type_get_one_config_error(make, message):
     """The Python API takes any value (the command line has Hydra's typed schema): a string W raised a bare

@@ -95,6 +95,8 @@ def test_jsonl_not_object(tmp_path):
     ({"turns": ["a"]}, "field 'question_id' is missing; it must be an int or a string"),
     ({"question_id": 1.5, "turns": ["a"]}, "field 'question_id' is 1.5; it must be an int or a string"),
     ({"question_id": True, "turns": ["a"]}, "field 'question_id' is true; it must be an int or a string"),
+    ({"question_id": " ", "turns": ["a"]}, "field 'question_id' is \" \", blank; it must name the question (an int "
+                                          "or a non-blank string: answers are matched to questions by it)"),
     # values as JSON spells them (a new user, 2026-12-04: "is None"; a null category is now no category)
     ({"question_id": 1, "category": 3, "turns": ["a"]},
      "field 'category' is 3; it must be a string (or null, or left out)"),

@@ -669,6 +669,7 @@ def test_api_arguments_of_the_wrong_kind_get_one_config_error(tiny_model_dir):
     from lp_runtime.api import LookaheadGenerator
     from lp_runtime.config import DecodingConfig, SamplingConfig
     from lp_runtime.decoder import Decoder
+    from lp_runtime.proposers import SuffixProposer
 
     gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"),
                                          DecodingConfig(method="lookahead"))
@@ -700,6 +701,28 @@ def test_api_arguments_of_the_wrong_kind_get_one_config_error(tiny_model_dir):
          "sampling.temperature=inf is not allowed; it must be a finite number"),
         (lambda: Decoder(model, _set(DecodingConfig(method="lookahead"), window_size="3")),
          "decoding.window_size='3' is not allowed; it must be an integer"),
+        # the duck-typed parts (session 22; before: "no" a true flag, the others AttributeErrors mid-decode)
+        (lambda: Decoder(model, DecodingConfig(method="lookahead"), copy_kv="no"),
+         "copy_kv='no' is not allowed; give True, False, or None for the method's default"),
+        (lambda: Decoder(model, DecodingConfig(method="lookahead"), lp=2),
+         "lp is int, without plan(), merge() and check_consistent(); give the LPGroup of parallel.setup_parallel(), "
+         "or leave it out for one process"),
+        (lambda: Decoder(model, DecodingConfig(method="lookahead"), step_policy="auto"),
+         "step_policy is str, without choose() and observe(); give a policy.StepPolicy, e.g. "
+         "lp_runtime.auto.auto_policy(model)"),
+        (lambda: Decoder(model, DecodingConfig(method="lookahead"), proposers="suffix"),
+         "proposers is str; give a list of proposers.Proposer objects (e.g. proposers.SuffixProposer), or leave it "
+         "out for the decoding setting's own"),
+        (lambda: Decoder(model, DecodingConfig(method="lookahead"), proposers=[object()]),
+         "proposers[0] is object, without begin(), observe(), propose(), end() and reset(); give a "
+         "proposers.Proposer (docs/architecture.md)"),
+        (lambda: Decoder(model, DecodingConfig(method="lookahead"), step=model),
+         "step is LlamaForCausalLM, without new_cache(), prefill(), commit() and fits(); give step.EagerStep(model), "
+         "compiled.CapturedStep, or leave it out for the eager step"),
+        (lambda: Decoder(model, DecodingConfig(method="lookahead"), proposers=[_set(SuffixProposer(4, 2), topk="8")]),
+         "proposers[0].topk='8' is not allowed; it must be an integer >= 0"),
+        (lambda: RunConfig(output={"path": "a"}),
+         "output={'path': 'a'} is not allowed; give an OutputConfig"),
     ]:
         with pytest.raises(ConfigError) as e:
             call()

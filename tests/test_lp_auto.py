@@ -80,8 +80,10 @@ def test_decoder_prices_lp_steps_and_refuses_auto_without_a_shared_curve():
     from lp_runtime.config import ConfigError, DecodingConfig
     from lp_runtime.decoder import Decoder
 
-    class FakeLP:  # only what Decoder.__init__ reads
-        size, rank, debug = 2, 0, False
+    from lp_runtime.parallel import LocalGroup
+
+    class FakeLP(LocalGroup):  # two ranks, as Decoder.__init__ reads a group
+        size = 2
 
     model = lp_driver.tiny_model()
     policy = CostPolicy(KNEE)

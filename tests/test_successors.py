@@ -3,6 +3,7 @@ import numpy as np
 import torch
 import pytest
 
+from lp_runtime.parallel import LocalGroup
 from lp_runtime.tree import CandidateTree
 from lp_runtime.step import StepRows
 from lp_runtime.successors import (RankCalibration, RankTables, SuccessorProposer, SuccessorTable,
@@ -385,10 +386,9 @@ def test_longest_tree_prefix_is_the_binary_search_over_plans(seed):
 
 
 # ------------------------------------------------------------------------------------------------ the product option
-class _Ranks:  # the LP degree, as Decoder.__init__ reads a group (the decodes under real ranks: test_lp_auto.py)
-    rank, debug = 0, False
-
+class _Ranks(LocalGroup):  # the LP degree, as Decoder.__init__ reads a group (decodes under real ranks: test_lp_auto.py)
     def __init__(self, size: int) -> None:
+        super().__init__()
         self.size = size
 
 
