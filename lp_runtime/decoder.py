@@ -119,8 +119,9 @@ class Decoder:
     Args:
         model: a transformers ``PreTrainedModel`` for causal LM; never modified.
         decoding: method, W, N, G (``DecodingConfig``).
-        eos_token_ids: ids that end generation; None (default): the model's ``generation_config.eos_token_id``, else
-            the tokenizer's, as transformers' ``generate`` stops (``checks.eos_token_ids``); ``()``: none.
+        eos_token_ids: ids that end generation; None (default): the model's ``generation_config.eos_token_id``, as
+            transformers' ``generate`` stops (not the tokenizer's, which ``generate`` ignores; ``LookaheadGenerator``
+            and the main job fall back to it); ``()``: none.
         tokenizer: needed for stop strings only.
         lp: the lookahead-parallel group (``parallel.LocalGroup`` for one process).
         sampling: logits processing and sampling (``SamplingConfig``; default greedy, no processing).
@@ -149,7 +150,7 @@ class Decoder:
             checks.check_arg(sampling, SamplingConfig, "sampling")
         checks.check_parts(lp=lp, step_policy=step_policy, proposers=proposers, step=step, copy_kv=copy_kv)
         self.model, self.cfg, self.tokenizer = model, decoding, tokenizer
-        given = eos_token_ids if eos_token_ids is not None else checks.eos_token_ids(model, tokenizer, None)
+        given = eos_token_ids if eos_token_ids is not None else checks.eos_token_ids(model, None, None)
         self.eos_token_ids = checks.check_eos_ids(given, checks.vocab_size(model))
         self.lp = lp if lp is not None else LocalGroup()
         self.extra_processors = check_processors(logits_processor or ())
@@ -243,7 +244,7 @@ class Decoder:
         sampler = self.sampler if sampling is None else Sampler(sampling, self.extra_processors,
                                                                 getattr(self.model, "generation_config", None))
         prompt, max_new_tokens = checks.check_request(self.model, prompt_ids, max_new_tokens, self.step.max_positions)
-        stopper = StopChecker(max_new_tokens, self.eos_token_ids, stop_strings, self.tokenizer)
+        stopper = StopChecker(max_new_tokens, self.eos_token_ids, stop_strings, self.tokenizer, prompt)
         if streamer is not None:
             streamer.put(torch.tensor([prompt]))
         cache = self.step.new_cache()

@@ -2,9 +2,10 @@
 so nothing after it is emitted, streamed, counted or cached. Checked token by token: EOS ("stop"), a completed stop
 string ("stop"), the budget ("length"); EOS and stop strings win over the budget on the same token.
 
-Stop strings are matched by transformers' ``StopStringCriteria`` (as ``generate``) on the generated text only,
-after every accepted token, so a string spanning any number of tokens or steps is found at the token completing
-it; tokenizers it cannot probe (word-level) fall back to searching the decoded text."""
+Stop strings are matched by transformers' ``StopStringCriteria`` as ``generate`` matches them: on the prompt's end
+and the generated text, a hit ending in a new token (so a string that starts in the prompt and ends in the first
+new token stops there), after every accepted token, so a string spanning any number of tokens or steps is found at
+the token completing it; tokenizers it cannot probe (word-level) fall back to searching the decoded text."""
 from __future__ import annotations
 
 import functools
@@ -35,10 +36,11 @@ class StopChecker:
         eos_token_ids: ids that end generation (may be empty).
         stop_strings: non-empty texts that end generation once the generated text contains them (a single string
             is one; ``ConfigError`` for anything else, e.g. a number or an empty string).
-        tokenizer: needed with stop strings (``ConfigError``, a ``ValueError``, if missing then)."""
+        tokenizer: needed with stop strings (``ConfigError``, a ``ValueError``, if missing then).
+        prompt: the prompt's token ids (its end may begin a stop string)."""
 
     def __init__(self, max_new_tokens: int, eos_token_ids: Iterable[int] = (),
-                 stop_strings: Sequence[str] = (), tokenizer=None) -> None:
+                 stop_strings: Sequence[str] = (), tokenizer=None, prompt: Sequence[int] = ()) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens}; it must be >= 1")
         stop_strings = check_stop_strings(stop_strings, key="stop_strings")  # ConfigError: a number, an empty one
@@ -51,9 +53,12 @@ class StopChecker:
         self.tokenizer = tokenizer
         probe = self.stop_strings and hasattr(tokenizer, "get_vocab")
         self._criteria = _criteria(tokenizer, self.stop_strings) if probe else None
-        # one token per character at most: the tail of the output it reads
-        self._tail = self._criteria.maximum_token_len if self._criteria is not None else 0
-        self._decoded_len = 0  # fallback matcher: length of the text decoded before the newest token
+        # one token per character at most: the tail of the text it reads (the prompt's end before any output)
+        self._tail = self._criteria.maximum_token_len if self._criteria is not None else \
+            max(map(len, self.stop_strings), default=0)
+        self._prefix = [int(t) for t in prompt[len(prompt) - self._tail:]] if self._tail else []
+        # fallback matcher: length of the text decoded before the newest token
+        self._decoded_len = len(tokenizer.decode(self._prefix)) if self._prefix and self._criteria is None else 0
         self.output: list[int] = []
         self.finish_reason: Optional[str] = None
 
@@ -83,8 +88,9 @@ class StopChecker:
         if not self.stop_strings:
             return False
         if self._criteria is not None:
-            return bool(self._criteria(torch.tensor([self.output[-self._tail :]]), None)[0])
-        text = self.tokenizer.decode(self.output)
+            tail = (self._prefix + self.output[-self._tail:])[-self._tail:]
+            return bool(self._criteria(torch.tensor([tail]), None)[0])
+        text = self.tokenizer.decode(self._prefix + self.output)
         before, self._decoded_len = self._decoded_len, len(text)
         # A hit must end in the newest token's text: start the search where such a hit could begin.
         return any(s in text[max(0, before - len(s) + 1) :] for s in self.stop_strings)

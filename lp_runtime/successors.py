@@ -161,6 +161,8 @@ class RankTables:
     def update(self, tokens: Sequence[int], successors, owners: Optional[Sequence[int]] = None, *,
                only_empty: bool = False) -> None:
         """``SuccessorTable.update`` on the table of ``owners[i]`` for row i (-1 or no ``owners``: every table)."""
+        if len(tokens) == 0:  # e.g. a one-token prompt's prefill rows
+            return
         owners = np.asarray(owners if owners is not None else [-1] * len(tokens), dtype=np.int64).reshape(-1)
         rows = np.asarray(successors, dtype=np.int64)
         for r, table in enumerate(self.tables):

@@ -875,3 +875,9 @@ def test_decoder_stops_where_transformers_generate_stops_by_default():
     out = Decoder(model, lookahead()).generate(prompt, max_new_tokens=20)
     assert out.output_ids == want == free[:free.index(free[6]) + 1] and out.finish_reason == "stop"
     assert Decoder(model, lookahead(), eos_token_ids=()).generate(prompt, max_new_tokens=20).output_ids == free
+    # a model without an EOS of its own: generate ignores the tokenizer's, and so does Decoder (a review, session 22)
+    model.generation_config.eos_token_id = None
+    from fakes import char_tokenizer
+
+    tok = char_tokenizer()  # its </s> is 2
+    assert tok.eos_token_id == 2 and Decoder(model, lookahead(), tokenizer=tok).eos_token_ids == []

@@ -60,3 +60,34 @@ def test_stop_strings_without_a_tokenizer_are_a_config_error():
         StopChecker(8, stop_strings=["sea"])
     assert str(e.value) == ("stop_strings=['sea'] need a tokenizer to decode the output; give Decoder(..., "
                             "tokenizer=...) or no stop strings")
+
+
+def test_a_stop_string_begun_in_the_prompt_stops_where_generate_stops(tiny_model_dir):
+    """transformers' ``generate`` matches stop strings on the whole sequence, so one that starts in the prompt and
+    ends in the first new token stops there; the checker read only the generated text and ran on to the budget (a
+    review, 2026-12-04)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    for text in ("Hello world", "def f(x):\n    return"):
+        prompt = tok(text)["input_ids"]
+        ids = torch.tensor([prompt])
+        kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=8, pad_token_id=0)
+        free = model.generate(ids, **kw)[0, len(prompt):].tolist()
+        stop = text[-3:] + tok.decode(free[:1])[:1]  # the prompt's last 3 characters and the first new one
+        ref = model.generate(ids, **kw, stop_strings=[stop], tokenizer=tok)[0, len(prompt):].tolist()
+        assert ref == free[:1]
+        for setting in (lookahead(method="greedy"), lookahead(window_size=2)):
+            out = Decoder(model, setting, eos_token_ids=(), tokenizer=tok).generate(prompt, max_new_tokens=8,
+                                                                                 stop_strings=[stop])
+            assert (out.output_ids, out.finish_reason) == (ref, "stop")
+
+
+def test_a_word_level_stop_string_begun_in_the_prompt_stops_at_its_first_new_word():
+    tok = word_level(pre_tokenizers.Whitespace())
+    ids = {w: i for i, w in enumerate(WORDS)}
+    stop = StopChecker(10, [], ["the end"], tok, prompt=[ids["hello"], ids["the"]])
+    assert stop.push([ids["end"], ids["world"]]) == [ids["end"]] and stop.finish_reason == "stop"
+    stop = StopChecker(10, [], ["the end"], tok, prompt=[ids["the"], ids["hello"]])  # not at the prompt's end
+    assert stop.push([ids["end"], ids["world"]]) == [ids["end"], ids["world"]] and stop.finish_reason is None

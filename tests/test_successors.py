@@ -571,3 +571,21 @@ def test_tree_plan_splits_a_heavy_subtree_repeating_its_ancestor_chain():
             gathered[r, 1 + i, 1:] = 10 * n + r
     assert _global_rows(gathered, plans, 0, 5)[:, 1:].tolist() == [
         [100, 100], [1, 1], [11, 11], [20, 20], [31, 31], [42, 42]]
+
+
+def test_rank_tables_take_an_empty_update_and_a_one_token_prompt_with_prefill_rows():
+    """A one-token prompt has no prefill rows: RankTables.update([]) raised 'cannot reshape array of size 0' (a
+    review, 2026-12-04); now it changes nothing, and the decode equals one without the table's prefill."""
+    from fakes import llama
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.successors import successor_proposers
+
+    tables = RankTables(96, 4, ranks=2)
+    before = tables.state()
+    tables.update([], np.zeros((0, 4), dtype=np.int64), only_empty=True)
+    assert tables.state() == before
+    cfg = lookahead(window_size=0, ngram_size=3, guess_set_size=2)
+    model = llama()
+    plain = Decoder(model, lookahead(method="greedy")).generate([7], max_new_tokens=6).output_ids
+    dec = Decoder(model, cfg, proposers=successor_proposers(cfg, 96, lp_size=2, prefill=True))
+    assert dec.generate([7], max_new_tokens=6).output_ids == plain
