@@ -76,14 +76,7 @@ class SuccessorTable:
         < 0), in time order: for a key given twice the later row wins. ``only_empty`` (context 1): write only keys
         with no row yet (the prompt's rows must not replace rows computed in answers). ``ValueError`` when the
         lengths differ, a row is shorter than k, an id is outside the vocabulary, or ``only_empty`` in context 2."""
-        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        rows = np.asarray(successors, dtype=np.int64)
-        if rows.ndim != 2 or rows.shape[0] != ids.shape[0] or rows.shape[1] < self.k:
-            raise ValueError(f"update: {ids.shape[0]} tokens and successors of shape {rows.shape}; need "
-                             f"({ids.shape[0]}, >= {self.k})")
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab or rows[:, : self.k].min() < 0
-                         or rows[:, : self.k].max() >= self.vocab):
-            raise ValueError(f"update: token ids must be in 0..{self.vocab - 1}")
+        ids, rows = _checked(tokens, successors, self.k, self.vocab)
         if only_empty:
             if self.keys is not None:
                 raise ValueError("update(only_empty=True) is for a context-1 table")
@@ -130,6 +123,19 @@ class SuccessorTable:
         return self.updates, hashlib.blake2b(self.table.tobytes(), digest_size=8).hexdigest()  # hash() is salted
 
 
+def _checked(tokens, successors, k: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """``update``'s rows as int64 arrays (n,) and (n, >= k); ``ValueError`` for other shapes or ids outside the
+    vocabulary."""
+    ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    rows = np.asarray(successors, dtype=np.int64)
+    if rows.ndim != 2 or rows.shape[0] != ids.shape[0] or rows.shape[1] < k:
+        raise ValueError(f"update: {ids.shape[0]} tokens and successors of shape {rows.shape}; need "
+                         f"({ids.shape[0]}, >= {k})")
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab or rows[:, :k].min() < 0 or rows[:, :k].max() >= vocab):
+        raise ValueError(f"update: token ids must be in 0..{vocab - 1}")
+    return ids, rows
+
+
 class RankTables:
     """Under LP, ``ranks`` token tables (``SuccessorTable(vocab_size, k)`` each, ``ranks`` x 4 x vocab_size x k
     bytes: 25 MB for SmolLM2 at k = 16 and 8 ranks), read as one: a token's row interleaves the tables' rows by
@@ -161,15 +167,27 @@ class RankTables:
     def update(self, tokens: Sequence[int], successors, owners: Optional[Sequence[int]] = None, *,
                only_empty: bool = False) -> None:
         """``SuccessorTable.update`` on the table of ``owners[i]`` for row i (-1 or no ``owners``: every table)."""
-        if len(tokens) == 0:  # e.g. a one-token prompt's prefill rows
+        ids, rows = _checked(tokens, successors, self.k, self.tables[0].vocab)
+        if ids.size == 0:  # e.g. a one-token prompt's prefill rows
             return
-        owners = np.asarray(owners if owners is not None else [-1] * len(tokens), dtype=np.int64).reshape(-1)
-        rows = np.asarray(successors, dtype=np.int64)
-        for r, table in enumerate(self.tables):
-            mine = np.flatnonzero((owners == r) | (owners < 0))
-            if mine.size:
-                table.update([tokens[i] for i in mine], rows[mine], only_empty=only_empty)
-        touched = np.unique(np.asarray(tokens, dtype=np.int64))
+        owners = np.asarray(owners if owners is not None else [-1] * ids.size, dtype=np.int64).reshape(-1)
+        ranks = len(self.tables)
+        every = np.flatnonzero(owners < 0)  # row i of every table: (token, rank, i) for each rank
+        index = np.concatenate([np.flatnonzero(owners >= 0), np.repeat(every, ranks)])
+        rank = np.concatenate([owners[owners >= 0], np.tile(np.arange(ranks), every.size)])
+        token = ids[index]
+        if only_empty:  # as each table's update: only keys without a row before this batch
+            empty = self.rows[token, 0, rank] < 0
+            index, rank, token = index[empty], rank[empty], token[empty]
+            if index.size == 0:
+                return
+        order = np.lexsort((index, token * ranks + rank))  # by (token, rank), then time: the last row of each wins
+        key = (token * ranks + rank)[order]
+        last = order[np.append(key[1:] != key[:-1], True)]
+        self.rows[token[last], :, rank[last]] = rows[index[last], :self.k]
+        for r in np.unique(rank):
+            self.tables[r].updates += 1
+        touched = np.unique(ids)
         self.merged[touched] = _first_ids(self.rows[touched].reshape(touched.size, -1), self.k)
 
     def successors(self, token: int, prev: int = -1) -> list[int]:
@@ -281,19 +299,16 @@ class GrownTree:
 
 def _first_ids(rows: np.ndarray, width: int) -> np.ndarray:
     """Each row's first ``width`` distinct ids >= 0, in row order: int (n, L) -> int64 (n, width), -1 padded."""
-    order = np.argsort(rows, axis=1, kind="stable")
-    ranked = np.take_along_axis(rows, order, axis=1)
-    first = np.ones(ranked.shape, dtype=bool)
-    first[:, 1:] = ranked[:, 1:] != ranked[:, :-1]  # a repeated id: its first place only (the sort is stable)
-    keep = np.empty_like(first)
-    np.put_along_axis(keep, order, first, axis=1)
-    keep &= rows >= 0
-    place = np.cumsum(keep, axis=1) - 1
-    keep &= place < width
-    out = np.full((rows.shape[0], width), -1, dtype=np.int64)
-    r, c = np.nonzero(keep)
-    out[r, place[r, c]] = rows[r, c]
-    return out
+    n, length = rows.shape
+    rows = rows.astype(np.int64)
+    key = np.sort(rows * length + np.arange(length), axis=1)  # by id, then place
+    ids = key // length  # -1 for an empty entry (floor division)
+    repeat = np.zeros(key.shape, dtype=bool)
+    repeat[:, 1:] = ids[:, 1:] == ids[:, :-1]
+    places = np.sort(np.where(repeat | (ids < 0), length, key - ids * length), axis=1)[:, :width]  # first places
+    out = np.take_along_axis(rows, np.minimum(places, length - 1), axis=1)
+    out[places >= length] = -1
+    return out if width <= length else np.pad(out, ((0, 0), (0, width - length)), constant_values=-1)
 
 
 EXPAND = 64  # grow_tree: nodes expanded at once, the best first

@@ -589,3 +589,35 @@ def test_rank_tables_take_an_empty_update_and_a_one_token_prompt_with_prefill_ro
     plain = Decoder(model, lookahead(method="greedy")).generate([7], max_new_tokens=6).output_ids
     dec = Decoder(model, cfg, proposers=successor_proposers(cfg, 96, lp_size=2, prefill=True))
     assert dec.generate([7], max_new_tokens=6).output_ids == plain
+
+
+def test_rank_tables_update_in_one_pass_equals_each_tables_own_update():
+    """RankTables writes every rank's rows in one vectorised pass (session 22, for the host time under LP): the same
+    tables, update counts and merged rows as each SuccessorTable updated in turn, with repeated keys (the later row
+    wins), rows for every table (owner -1), only_empty, and rows holding repeated ids across ranks."""
+    from lp_runtime.successors import SuccessorTable, _first_ids
+
+    rng = np.random.default_rng(1)
+    for trial in range(40):
+        ranks, k, vocab = int(rng.integers(1, 5)), int(rng.integers(1, 5)), 12
+        tables, alone = RankTables(vocab, k, ranks), [SuccessorTable(vocab, k) for _ in range(ranks)]
+        for batch in range(4):
+            n = int(rng.integers(0, 9))
+            tokens = rng.integers(0, vocab, n)
+            rows = rng.integers(0, 6, (n, k + 1))  # few ids: repeats within and across rows
+            owners = rng.integers(-1, ranks, n)
+            only_empty = bool(rng.integers(0, 2))
+            tables.update(tokens, rows, owners, only_empty=only_empty)
+            for r, t in enumerate(alone):
+                mine = (owners == r) | (owners < 0)
+                if mine.any():
+                    t.update(tokens[mine], rows[mine], only_empty=only_empty)
+            for r, t in enumerate(alone):
+                assert (tables.tables[r].table == t.table).all() and tables.tables[r].updates == t.updates
+            for token in range(vocab):  # the merged row: each rank's best, then each one's second, ..., first places
+                seq = [int(t.table[token, j]) for j in range(k) for t in alone]
+                want = list(dict.fromkeys(x for x in seq if x >= 0))
+                assert tables.successors(token) == want, (trial, batch, token)
+                row = tables.rows_of(np.array([token]), None, k)[0].tolist()  # the merged row kept by update
+                assert row == (want + [-1] * k)[:k], (trial, batch, token)
+                assert _first_ids(np.array([seq]), k + 3)[0].tolist() == (want + [-1] * (k + 3))[:k + 3]
