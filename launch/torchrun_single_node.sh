@@ -7,7 +7,8 @@
 # Every rank runs @hydra.main, so all get the same hydra.run.dir, fixed here (${now:} would differ per rank).
 # A sweep (-m) is refused: every rank would run the whole sweep (sweep with hydra/launcher=lp_local instead).
 # Ctrl-C: torchrun passes it to the ranks, rank 0 prints one "interrupted; ..." line, exit 130 (SIGTERM to the
-# process group, e.g. timeout: the same line, exit 143; a SIGTERM to this script alone ends only it); a bad setting:
+# process group, e.g. timeout or scancel: the same line, exit 143, once torchrun and its ranks have ended; a SIGTERM
+# to this script alone is held until the run ends, then exit 143); a bad setting:
 # the first rank's "error: ..." line, exit 2; a rank killed by a signal (kill -9, out of memory): one line naming
 # it, exit 1. What torchrun prints then (its warnings, a traceback and a failure report) and the other ranks'
 # copies of the error line are replaced by launch/until_interrupted.py.
@@ -37,12 +38,16 @@ fi
 PY=python3
 if [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python; fi
 trap '' INT   # this script and the filter ignore Ctrl-C; torchrun installs its own handler and stops the ranks
-# (the filter also ignores SIGTERM: sent to the whole group, e.g. by timeout, it must outlive torchrun's ranks)
+# (the filter also ignores SIGTERM: sent to the whole group, e.g. by timeout, it must outlive torchrun's ranks; this
+# script notes it and exits after the pipeline, so it never returns while torchrun and the filter still run)
+TERMINATED=
+trap 'TERMINATED=1' TERM
 set +e
 { "$TORCHRUN" --standalone --nproc-per-node="${NPROC:-1}" \
     -m lp_runtime.generate hydra.run.dir="$RUN_DIR" "$@" 2>&1 1>&3 3>&- \
     | (trap '' TERM; exec "$PY" "$ROOT/launch/until_interrupted.py") 3>&-; } 3>&1
 codes=("${PIPESTATUS[@]}")
+if [ -n "$TERMINATED" ]; then exit 143; fi
 if [ "${codes[1]}" = 130 ]; then exit 130; fi
 if [ "${codes[1]}" = 2 ] && [ "${codes[0]}" != 0 ]; then   # a rank refused a setting
     # README: a refused setting leaves no new folder; each rank removes its own, but a slower rank's Hydra can

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import socket
 from pathlib import Path
 from typing import Any, Optional
@@ -461,7 +462,7 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
     answers passes; reads only. ``new_path_hint``: where to write instead (default: the next free <name>-N.jsonl)."""
     if not has_answers(answers_path):
         return
-    hint = new_path_hint or f"output.path={next_free(jsonl_base(str(answers_path)), '.jsonl')}"
+    hint = new_path_hint or shlex.quote(f"output.path={next_free(jsonl_base(str(answers_path)), '.jsonl')}")
     if not settings_path.is_file():
         raise SettingsMismatchError(
             f"{answers_path} holds answers but no record of the settings that made them ({settings_path} is "

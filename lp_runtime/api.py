@@ -30,11 +30,16 @@ from .models import load_model
 from .auto import NoCalibrationPrompts, auto_policy, resolve_auto
 from .latency import curve_of
 from .policy import CostPolicy
-from .checks import (check_arg, check_limits, check_max_new_tokens, check_model, check_prompt_ids, check_tokenizer,
-                     eos_token_ids, one_sequence, vocab_size)
+from .checks import (check_arg, check_eos_ids, check_limits, check_max_new_tokens, check_model, check_prompt_ids,
+                     check_tokenizer, eos_token_ids, one_sequence, vocab_size)
 from .data import blank_kind, encode_messages, is_blank, lone_surrogate
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
+
+
+def _check_progress(progress) -> None:
+    if type(progress).__name__ not in ("bool", "bool_"):  # "no" was a true flag (a new user, session 22)
+        raise ConfigError(f"progress={progress!r} is not allowed; it must be True or False")
 
 
 @dataclass
@@ -88,6 +93,7 @@ class LookaheadGenerator:
                  sampling: Optional[SamplingConfig] = None, progress: bool = True) -> None:
         check_model(model)
         check_tokenizer(tokenizer)
+        _check_progress(progress)
         self.model, self.tokenizer = model, tokenizer
         self.generation, self.sampling = generation or GenerationConfig(), sampling
         decoding = decoding or DecodingConfig()
@@ -114,6 +120,7 @@ class LookaheadGenerator:
         or calibrating."""
         model = model or ModelConfig()
         check_arg(model, ModelConfig, "model")
+        _check_progress(progress)
         _check_configs(decoding, generation, sampling)  # before the model loads
         m, tok = load_model(model, progress=progress)
         return cls(m, tok, decoding, generation, step=step_for(m, model.compile), sampling=sampling, progress=progress)
@@ -150,7 +157,11 @@ class LookaheadGenerator:
         """Decode one prompt; ``streamer`` (e.g. ``transformers.TextStreamer``) gets every token in order.
         ``max_new_tokens``, ``stop_strings`` (a single string counts as one), ``sampling``: None = the generator's.
         ``ConfigError`` for ``max_new_tokens`` < 1 or sampling ids outside the vocabulary."""
+        check_arg(self.generation, GenerationConfig, "generation")  # a field set after construction: checked again
         budget = self.generation.max_new_tokens if max_new_tokens is None else check_max_new_tokens(max_new_tokens)
+        eos = check_eos_ids(eos_token_ids(self.model, self.tokenizer, self.generation.eos_token_ids),
+                            vocab_size(self.model))
+        self.decoder.eos_token_ids = eos  # generation.eos_token_ids set after construction applies too
         sampling = self.sampling if sampling is None else sampling  # the generator's own: read (and checked) anew,
         if sampling is not None:                                     # as the decoding and generation configs are
             check_arg(sampling, SamplingConfig, "sampling")

@@ -313,7 +313,8 @@ def step_for(model, setting: str, *, root: Optional[str] = None, log: Callable[[
     attention = model.config._attn_implementation
     try:
         step = CapturedStep(model, default_max_len(model))
-        slow = " (inductor compiles each bucket on a CPU: minutes in all)" if not step.on_cuda else ""
+        slow = (" (inductor compiles each bucket on a CPU: minutes in all, before the first answer; the default "
+                "model.compile=auto runs eager steps on a CPU)") if not step.on_cuda else ""
         log(f"model.compile={setting}: capturing {len(step.buckets)} step buckets ({step.backend} on {step.device})"
             f"{slow} ...")
         step.warm_up(log=log)

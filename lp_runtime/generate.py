@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
+import shlex
 import time
 import uuid
 from pathlib import Path
@@ -72,24 +73,13 @@ def _answer_record(decoder: Any, tokenizer: Any, question: data.Question, cfg: R
     }
 
 
-def _alone_fills(decoder: Any, tokenizer: Any, question: data.Question) -> Callable[[int], bool]:
-    """``unanswered_turns``' test: whether turn t's prompt fills the context with every earlier answer empty."""
-    from lp_runtime.checks import fills_context
-
-    return lambda t: fills_context(decoder.model, len(data.build_prompt(tokenizer, question, [""] * t)),
-                                   decoder.step.max_positions)
-
-
-def unanswered_turns(record: dict, max_new_tokens: int, alone_fills: Callable[[int], bool] = lambda turn: False
-                     ) -> list[str]:
-    """One line for each later turn of ``record`` that got no token because its prompt filled the model's context
-    (written with no tokens, no steps and ``finish_reason`` "length"); ``alone_fills(turn)``: whether the turn's
-    prompt fills it even with every earlier answer empty (then no smaller budget helps)."""
+def unanswered_turns(record: dict, max_new_tokens: int) -> list[str]:
+    """One line for each later turn of ``record`` that got no token because the earlier answers filled the model's
+    context (written with no tokens, no steps and ``finish_reason`` "length"; a turn whose prompt fills it even
+    with the earlier answers empty is refused before any question, ``check_prompts``)."""
     c = record["choices"][0]
-    why = {True: "its prompt fills the model's context even without the earlier turns' answers; shorten the question",
-           False: f"the earlier turns' answers fill the model's context; a smaller generation.max_new_tokens (now "
-                  f"{max_new_tokens}) leaves it room"}
-    return [f"[{record['question_id']}] turn {t + 1} not answered: {why[alone_fills(t)]}"
+    return [f"[{record['question_id']}] turn {t + 1} not answered: the earlier turns' answers fill the model's "
+            f"context; a smaller generation.max_new_tokens (now {max_new_tokens}) leaves it room"
             for t in range(1, len(c["turns"])) if not c["new_tokens"][t] and c["finish_reason"][t] == "length"]
 
 
@@ -215,16 +205,19 @@ def check_category_keys(table: Optional[dict], questions: list) -> None:
 
 def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: int,
                   capacity: Optional[int] = None) -> None:
-    """``ConfigError`` naming the question when a first-turn prompt fails ``checks.check_request`` (``capacity``:
-    the static KV cache's, ``compiled.static_capacity``; later turns hold the answers: checked when they come)."""
+    """``ConfigError`` naming the question and turn when a turn's prompt fails ``checks.check_request`` with every
+    earlier answer left empty (``capacity``: the static KV cache's, ``compiled.static_capacity``): no budget would let
+    it be answered. A later turn whose prompt the earlier answers fill is written unanswered, with a note."""
     from lp_runtime.checks import check_request
 
     for q in questions:
-        try:
-            check_request(model, data.build_prompt(tokenizer, q, []), max_new_tokens, capacity)
-        except ConfigError as e:
-            raise ConfigError(f"question {q.question_id!r}, turn 1: {e}; no question was answered (remove or "
-                              "shorten it, then re-run)") from None
+        for turn in range(len(q.turns)):
+            try:
+                check_request(model, data.build_prompt(tokenizer, q, [""] * turn), max_new_tokens, capacity)
+            except ConfigError as e:
+                empty = " with the earlier turns' answers left empty" if turn else ""
+                raise ConfigError(f"question {q.question_id!r}, turn {turn + 1}{empty}: {e}; no question was "
+                                  "answered (remove or shorten it, then re-run)") from None
 
 
 def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: dict, is_main: bool) -> dict:
@@ -254,8 +247,7 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
                 records.append(new[str(question.question_id)])
                 answers.append_line(Path(cfg.output.path), records[-1])
                 tqdm.write(answers.first_line(records[-1]))
-                for note in unanswered_turns(records[-1], cfg.generation.max_new_tokens,
-                                             _alone_fills(decoder, tokenizer, question)):
+                for note in unanswered_turns(records[-1], cfg.generation.max_new_tokens):
                     tqdm.write(note)
                 bar.update(1)
     if ctx.lp_group.size > 1:  # rank 0's view; every rank of a group takes part in each collective
@@ -278,7 +270,7 @@ def check_unchanged(records: list, questions: list, answers_path: Path, cfg: Run
             raise answers.OutputError(
                 f"{answers_path} answers question {record['question_id']!r} as it read then, and its text in "
                 f"{source} has changed since; remove that answer's line to answer the question as it reads now, or "
-                f"write to a new output path (output.path={new})")
+                f"write to a new output path ({shlex.quote('output.path=' + new)})")
 
 
 def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_main: bool, *,

@@ -117,14 +117,20 @@ def check_job(dict_cfg: Any, overrides: list[str]) -> Any:
     return cfg
 
 
-def sweep_jobs(task_overrides: list[str]) -> tuple[list[list[str]], set[str]]:
+def sweep_jobs(task_overrides: list[str], refuse_repeats: bool = False) -> tuple[list[list[str]], set[str]]:
     """The override list of each job of a basic sweep, in job order (the cartesian product Hydra's basic sweeper
-    launches, a repeated key keeping its first place and last value), and the keys the sweep varies."""
+    launches, a repeated key keeping its first place and last value), and the keys the sweep varies.
+    ``refuse_repeats``: ``ConfigError`` for a value swept twice (a sweep about to start; a finished one is read as
+    it ran)."""
     parsed = OverridesParser.create().parse_overrides(task_overrides)
     choices: dict[str, list[str]] = {}
     for o in parsed:
         key = o.get_key_element()
-        values = o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()]
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None and refuse_repeats:  # two jobs of one setting, each in its own folder (session 22)
+            raise ConfigError(f"{key}={','.join(values)} sweeps {twice} twice: two jobs would run the same setting; "
+                              "give each value once; no job was run")
         choices[key] = [f"{key}={v}" for v in values]
     swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
     return [list(job) for job in itertools.product(*choices.values())], swept
@@ -140,7 +146,7 @@ def validate_sweep(config: Any) -> None:
     from lp_runtime.models import check_local_path, check_model_files  # torch: the sweep's jobs import it too
 
     loader = GlobalHydra.instance().config_loader()
-    jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+    jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False), refuse_repeats=True)
     launcher = config.hydra.get("launcher") or {}
     slurm = str(launcher.get("_target_", "")).endswith("SlurmLauncher")
     if slurm and shutil.which("sbatch") is None:

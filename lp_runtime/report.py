@@ -327,6 +327,22 @@ def shared_note(rows: list[dict]) -> str:
             f"dataset, question id and generation.max_new_tokens): {'; '.join(parts)}") if parts else ""
 
 
+def precision_note(rows: list[dict], runs: Sequence[dict]) -> str:
+    """The line under the table when a greedy run in a 16-bit dtype (or against a baseline in one) is not identical
+    on every question it shares: there greedy may part at a rounding tie without a fault; "" otherwise."""
+    half = {r["run"]: run["settings"].get("model.resolved_dtype") for r, run in zip(rows, runs)
+            if run["settings"].get("model.resolved_dtype") in ("bfloat16", "float16")}
+    base = next(r for r in rows if r["baseline"])
+    parted = [r["run"] for r in rows if r["compared"] and r["identical"] < r["compared"]
+              and (r["run"] in half or base["run"] in half)]
+    if not parted:
+        return ""
+    dtypes = " / ".join(sorted(set(half.values())))
+    return (f"{', '.join(parted)}: not identical on every question, with {dtypes} in the comparison: greedy in a "
+            "16-bit dtype may part at a rounding tie (the two largest logits within its rounding) without a fault; "
+            "README, Precision (scripts/bench.py checks each parting)")
+
+
 def baseline_note(base: dict, label: str, choice: Optional[str]) -> str:
     """The line under the table when no ``--baseline`` was given and no plain greedy run was among the runs (the
     first run is then the baseline, so its speedup of 1.000 is over itself); "" otherwise."""
@@ -360,7 +376,8 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
     rows, keys = build_table(runs, base)
     columns = table_columns(keys)
     text = format_table(rows, columns=columns, left=1 + len(keys))
-    for note in (shared_note(rows), baseline_note(runs[base], rows[base]["run"], baseline)):
+    notes = shared_note(rows), baseline_note(runs[base], rows[base]["run"], baseline), precision_note(rows, runs)
+    for note in notes:
         text += "\n" + note if note else ""
     if missing:
         text += "\njobs without answers (refused, failed or not run yet): " + "; ".join(missing)

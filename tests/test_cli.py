@@ -599,10 +599,11 @@ def test_bad_setting_under_the_torchrun_script_is_one_line_and_exit_2(tmp_path):
 
 
 def test_sigterm_to_the_torchrun_scripts_group_keeps_rank0s_line(tmp_path):
-    """SIGTERM to the launch script's whole process group (``timeout``; a new user, 2026-12-02): the script ends
-    at once (killed by it), the filter, which ignores SIGTERM, still passes rank 0's line and drops torchrun's
-    "closing signal SIGTERM" lines (it was killed with the rest, and the line was lost). A stub torchrun prints
-    what torchrun 2.13 printed then."""
+    """SIGTERM to the launch script's whole process group (``timeout``; a new user, 2026-12-02): the filter, which
+    ignores SIGTERM, still passes rank 0's line and drops torchrun's "closing signal SIGTERM" lines (it was killed
+    with the rest, and the line was lost). A stub torchrun prints what torchrun 2.13 printed then. The script
+    exits 143 only once torchrun and the filter have ended (it returned at once, before them, and the line came
+    after the shell's prompt; a new user, session 22)."""
     stub = tmp_path / "torchrun"
     stub.write_text("#!/usr/bin/env bash\n"
                     "trap 'echo \"W1202 17:15:30.693000 1 api.py:1028] Sending process 2 closing signal SIGTERM\" >&2; "
@@ -615,7 +616,9 @@ def test_sigterm_to_the_torchrun_scripts_group_keeps_rank0s_line(tmp_path):
     assert proc.stdout.readline() == "started\n"
     os.killpg(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
-    assert (proc.returncode, err, out) == (-signal.SIGTERM, INTERRUPTED + "\n", "")
+    assert (proc.returncode, err, out) == (143, INTERRUPTED + "\n", "")
+    with pytest.raises(ProcessLookupError):  # nothing of the group left running
+        os.killpg(proc.pid, 0)
 
 
 # ------------------------------------------------------------------------------ launch scripts: paths are the caller's
@@ -920,6 +923,9 @@ def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("sweep_missing_model", ["model.path=bundled:smollm2,/nonexistent"],
          "sweep job 1 (model.path=/nonexistent): model.path='/nonexistent' is not an existing folder. Use a local "
          "folder, a HuggingFace id, or bundled:smollm2"),
+        # a value swept twice: two jobs of one setting (a new user, session 22)
+        ("sweep_repeated_value", ["decoding=lookahead", "decoding.window_size=0,3,0"],
+         "decoding.window_size=0,3,0 sweeps 0 twice: two jobs would run the same setting; give each value once"),
         # LP degrees the launcher's ranks cannot hold: each job's ranks refused it, as a launcher traceback (a new
         # user's third pass); here with Hydra's launcher, whose jobs run in this one process
         ("sweep_lp_over_ranks", ["decoding=lookahead", "parallel.lp=1,2"],
@@ -1349,14 +1355,16 @@ def test_a_later_turn_that_the_earlier_answers_push_past_the_context_is_kept_una
     assert all(second["new_tokens"])  # the next question is answered as usual
     assert ("[5] turn 2 not answered: the earlier turns' answers fill the model's context; a smaller "
             "generation.max_new_tokens (now 5000) leaves it room") in capsys.readouterr().out.splitlines()
-    # a turn whose own text fills the context: no smaller budget helps, and the line said one would (a new user,
-    # 2026-12-04: "now 1")
-    from lp_runtime.generate import unanswered_turns
+    # a later turn whose own text fills the context: no budget helps, and it was written unanswered with exit 0 (a
+    # new user, session 22): refused before any question, as a first turn is
+    from lp_runtime.config import ConfigError
 
-    record = {"question_id": 7, "choices": [{"turns": ["a", ""], "new_tokens": [3, 0], "finish_reason": ["stop", "length"]}]}
-    assert unanswered_turns(record, 1, lambda turn: turn == 1) == [
-        "[7] turn 2 not answered: its prompt fills the model's context even without the earlier turns' answers; "
-        "shorten the question"]
+    q.write_text(json.dumps({"question_id": 8, "turns": ["Say hi.", "word " * 1100]}) + "\n")
+    with pytest.raises(ConfigError, match=r"^question 8, turn 2 with the earlier turns' answers left empty: the prompt "
+                                          r"\(\d+ tokens\) fills the model's context of 1024 tokens; it leaves no "
+                                          r"room for a new token: shorten it; no question was answered"):
+        run_config(_args(tiny_model_dir, q, tmp_path / "b.jsonl", "progress=false", "decoding=lookahead"))
+    assert not (tmp_path / "b.jsonl").exists()
 
 
 def test_the_python_apis_decoding_auto_decodes_as_the_main_job(tmp_path, tiny_model_dir, monkeypatch, capsys):
@@ -1385,3 +1393,34 @@ def test_the_python_apis_decoding_auto_decodes_as_the_main_job(tmp_path, tiny_mo
     res = gen.generate("Write a haiku about the sea.", max_new_tokens=48)
     assert (res.output_ids, res.decoding_steps) == (choice["output_ids"][0], choice["decoding_steps"][0])
     assert api_line.split(", cost policy")[1] == job_line.split(", cost policy")[1]  # the same setting and estimate
+
+
+def test_report_says_why_a_bfloat16_greedy_run_may_not_be_identical(tmp_path):
+    """A bfloat16 sweep showed "identical 0/2" with no word why (a new user, session 22; README's Precision): a line
+    says a 16-bit greedy run may part at a rounding tie; none for float32 runs, or for 16-bit runs identical on all."""
+    from lp_runtime.report import report
+
+    def run(name: str, method: str, dtype: str, ids: list) -> None:
+        (tmp_path / name).mkdir()
+        rec = _answer(1)
+        rec["choices"][0]["output_ids"] = [ids]
+        (tmp_path / name / "answers.jsonl").write_text(json.dumps(rec) + "\n")
+        (tmp_path / name / "answers.settings.json").write_text(json.dumps(
+            {"format": 1, "settings": {"decoding.method": method, "model.resolved_dtype": dtype}}))
+
+    run("greedy", "greedy", "bfloat16", [1, 2])
+    run("lookahead", "lookahead", "bfloat16", [1, 3])
+    lines = report([str(tmp_path)], figure=False)["text"].splitlines()
+    assert lines[-1] == ("lookahead: not identical on every question, with bfloat16 in the comparison: greedy in a "
+                         "16-bit dtype may part at a rounding tie (the two largest logits within its rounding) without "
+                         "a fault; README, Precision (scripts/bench.py checks each parting)")
+    for dtype, ids in (("float32", [1, 3]), ("bfloat16", [1, 2])):
+        for name in ("greedy", "lookahead"):
+            settings = tmp_path / name / "answers.settings.json"
+            record = json.loads(settings.read_text())
+            record["settings"]["model.resolved_dtype"] = dtype
+            settings.write_text(json.dumps(record))
+        rec = _answer(1)
+        rec["choices"][0]["output_ids"] = [ids]
+        (tmp_path / "lookahead" / "answers.jsonl").write_text(json.dumps(rec) + "\n")
+        assert "rounding tie" not in report([str(tmp_path)], figure=False)["text"]

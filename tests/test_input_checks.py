@@ -881,3 +881,30 @@ def test_decoder_stops_where_transformers_generate_stops_by_default():
 
     tok = char_tokenizer()  # its </s> is 2
     assert tok.eos_token_id == 2 and Decoder(model, lookahead(), tokenizer=tok).eos_token_ids == []
+
+
+def test_generation_eos_set_after_construction_applies_and_progress_must_be_a_bool(tiny_model_dir):
+    """A new user (session 22): ``gen.generation.eos_token_ids = []`` after construction was ignored (the EOS chosen
+    at construction still stopped the call) and ``[10**9]`` was not refused, where max_new_tokens and stop strings
+    set so are read anew; ``progress="no"`` showed the bars."""
+    from lp_runtime.api import LookaheadGenerator
+    from lp_runtime.config import DecodingConfig
+
+    gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"),
+                                         DecodingConfig(method="lookahead"), GenerationConfig(max_new_tokens=24))
+    ids = [1, 504, 3250]
+    free = gen.decoder.generate(ids, max_new_tokens=24)  # the tokenizer's EOS stops it, or the budget
+    gen.generation.eos_token_ids = [free.output_ids[2]]  # the third token is now an EOS
+    out = gen.generate(ids)
+    assert (out.output_ids, out.finish_reason) == (free.output_ids[:free.output_ids.index(free.output_ids[2]) + 1],
+                                                   "stop")
+    gen.generation.eos_token_ids = [10 ** 9]
+    with pytest.raises(ConfigError) as e:
+        gen.generate(ids)
+    vocab = gen.model.config.vocab_size
+    assert str(e.value) == f"eos_token_ids holds {10 ** 9}, outside the model's vocabulary of {vocab} ids (0..{vocab - 1})"
+    for call in (lambda: LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir)), progress="no"),
+                 lambda: LookaheadGenerator(gen.model, gen.tokenizer, DecodingConfig(method="lookahead"), progress=1)):
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert str(e.value).startswith("progress=") and str(e.value).endswith("is not allowed; it must be True or False")

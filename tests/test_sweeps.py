@@ -572,3 +572,16 @@ def test_submitit_task_becomes_a_rank(monkeypatch, executor):
     assert distributed.detect() == want
     assert os.environ["MASTER_PORT"] == "24242" and os.environ["LOCAL_RANK"] == "1"
     assert executor == "slurm" or os.environ["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_the_suggested_new_output_path_is_quoted_for_the_shell(tmp_path):
+    """A path with a space was suggested bare, "(output.path=/x/my answers-2.jsonl)", which a shell splits when
+    pasted (a new user, session 22); README asks for such overrides quoted."""
+    from lp_runtime import answers
+
+    path = tmp_path / "my answers.jsonl"
+    path.write_text(json.dumps({"question_id": 1, "choices": [{"turns": ["a"]}]}) + "\n")
+    with pytest.raises(answers.SettingsMismatchError) as e:
+        answers.check_settings(path, tmp_path / "my answers.settings.json", {})
+    assert str(e.value).endswith(f"choose a new output path ('output.path={tmp_path / 'my answers-2.jsonl'}') or "
+                                 "move the file away")
