@@ -456,13 +456,27 @@ def next_free(base: str, suffix: str = "") -> str:
     return f"{base}-{n}{suffix}"
 
 
+def override_arg(key: str, value: str) -> str:
+    """``key=value`` as one shell word that Hydra parses back to ``value`` (a suggested path pasted into a command
+    line): the value in Hydra's double quotes where it holds a character its grammar does not take bare (a space,
+    a comma, which would make a sweep, brackets, non-ASCII letters), then quoted for the shell.
+
+        >>> print(override_arg("output.path", "runs/a-2.jsonl"), override_arg("output.path", "my runs/a-2.jsonl"))
+        output.path=runs/a-2.jsonl 'output.path="my runs/a-2.jsonl"'
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_./+@%:-]*", value):
+        backslashes = len(value) - len(value.rstrip("\\"))  # a closing quote after them must stay one
+        value = '"' + value.replace('"', '\\"') + "\\" * backslashes + '"'
+    return shlex.quote(f"{key}={value}")
+
+
 def check_settings(answers_path: Path, settings_path: Path, current: dict[str, Any],
                    new_path_hint: Optional[str] = None) -> None:
     """``SettingsMismatchError`` unless the answers in ``answers_path`` were made with ``current``; a file without
     answers passes; reads only. ``new_path_hint``: where to write instead (default: the next free <name>-N.jsonl)."""
     if not has_answers(answers_path):
         return
-    hint = new_path_hint or shlex.quote(f"output.path={next_free(jsonl_base(str(answers_path)), '.jsonl')}")
+    hint = new_path_hint or override_arg("output.path", next_free(jsonl_base(str(answers_path)), ".jsonl"))
     if not settings_path.is_file():
         raise SettingsMismatchError(
             f"{answers_path} holds answers but no record of the settings that made them ({settings_path} is "

@@ -220,10 +220,11 @@ def check_streamer(streamer) -> None:
                       "or an object with those two methods")
 
 
-def check_parts(*, lp=None, step_policy=None, proposers=None, step=None, copy_kv=None) -> None:
+def check_parts(*, lp=None, step_policy=None, proposers=None, step=None, copy_kv=None) -> Optional[list]:
     """``ConfigError`` for a ``Decoder`` part of the wrong kind (None: the default): ``lp`` (``parallel.LPGroup``),
-    ``step_policy`` (``policy.StepPolicy``), ``proposers`` (a list of ``proposers.Proposer``), ``step``
-    (``step.EagerStep`` or another with its methods), ``copy_kv`` (a bool)."""
+    ``step_policy`` (``policy.StepPolicy``), ``proposers`` (an iterable of ``proposers.Proposer``), ``step``
+    (``step.EagerStep`` or another with its methods), ``copy_kv`` (a bool). Returns ``proposers`` as a list (None:
+    None), so a generator is read once."""
     if lp is not None:
         check_methods(lp, "lp", ("plan", "merge", "check_consistent"), "the LPGroup of parallel.setup_parallel(), "
                       "or leave it out for one process")
@@ -231,21 +232,23 @@ def check_parts(*, lp=None, step_policy=None, proposers=None, step=None, copy_kv
         check_methods(step_policy, "step_policy", ("choose", "observe"), "a policy.StepPolicy, e.g. "
                       "lp_runtime.auto.auto_policy(model)")
     if proposers is not None:
-        if isinstance(proposers, (str, bytes)) or not isinstance(proposers, (list, tuple)):
+        if isinstance(proposers, (str, bytes, dict)) or not hasattr(proposers, "__iter__"):
             raise ConfigError(f"proposers is {type(proposers).__name__}; give a list of proposers.Proposer objects "
                               "(e.g. proposers.SuffixProposer), or leave it out for the decoding setting's own")
+        proposers = list(proposers)
         for i, p in enumerate(proposers):
             check_methods(p, f"proposers[{i}]", ("begin", "observe", "propose", "end", "reset"),
                           "a proposers.Proposer (docs/architecture.md)")
             for name in ("topk", "max_depth"):
                 value = getattr(p, name, None)
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                if _as_int(value) is None or value < 0:  # numpy integers too
                     raise ConfigError(f"proposers[{i}].{name}={value!r} is not allowed; it must be an integer >= 0")
     if step is not None:
         check_methods(step, "step", ("new_cache", "prefill", "commit", "fits", "__call__"), "step.EagerStep(model), "
                       "compiled.CapturedStep, or leave it out for the eager step")
     if copy_kv is not None and type(copy_kv).__name__ not in ("bool", "bool_"):  # numpy's bools are taken too
         raise ConfigError(f"copy_kv={copy_kv!r} is not allowed; give True, False, or None for the method's default")
+    return proposers
 
 
 def eos_token_ids(model, tokenizer, override: Optional[Sequence[int]]) -> list[int]:
@@ -256,7 +259,7 @@ def eos_token_ids(model, tokenizer, override: Optional[Sequence[int]]) -> list[i
         value = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if value is None and tokenizer is not None:
         value = tokenizer.eos_token_id
-    ids = [] if value is None else [value] if isinstance(value, int) else list(value)
+    ids = [] if value is None else [value] if _as_int(value) is not None else list(value)
     return list(dict.fromkeys(int(i) for i in ids))
 
 

@@ -148,7 +148,7 @@ class Decoder:
         checks.check_arg(decoding, DecodingConfig, "decoding")
         if sampling is not None:
             checks.check_arg(sampling, SamplingConfig, "sampling")
-        checks.check_parts(lp=lp, step_policy=step_policy, proposers=proposers, step=step, copy_kv=copy_kv)
+        proposers = checks.check_parts(lp=lp, step_policy=step_policy, proposers=proposers, step=step, copy_kv=copy_kv)
         self.model, self.cfg, self.tokenizer = model, decoding, tokenizer
         given = eos_token_ids if eos_token_ids is not None else checks.eos_token_ids(model, None, None)
         self.eos_token_ids = checks.check_eos_ids(given, checks.vocab_size(model))

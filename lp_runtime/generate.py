@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
-import shlex
 import time
 import uuid
 from pathlib import Path
@@ -153,7 +152,7 @@ def _sweep_hint() -> Optional[str]:
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return None
     folder = answers.next_free(str(HydraConfig.get().sweep.dir).rstrip("/"))
-    return f"hydra.sweep.dir={folder}: each job of the sweep writes into its own folder there"
+    return f"{answers.override_arg('hydra.sweep.dir', folder)}: each job of the sweep writes into its own folder there"
 
 
 def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) -> tuple[Any, Any, str, dict]:
@@ -270,7 +269,7 @@ def check_unchanged(records: list, questions: list, answers_path: Path, cfg: Run
             raise answers.OutputError(
                 f"{answers_path} answers question {record['question_id']!r} as it read then, and its text in "
                 f"{source} has changed since; remove that answer's line to answer the question as it reads now, or "
-                f"write to a new output path ({shlex.quote('output.path=' + new)})")
+                f"write to a new output path ({answers.override_arg('output.path', new)})")
 
 
 def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_main: bool, *,

@@ -127,11 +127,12 @@ def sweep_jobs(task_overrides: list[str], refuse_repeats: bool = False) -> tuple
     for o in parsed:
         key = o.get_key_element()
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
-        if twice is not None and refuse_repeats:  # two jobs of one setting, each in its own folder (session 22)
-            raise ConfigError(f"{key}={','.join(values)} sweeps {twice} twice: two jobs would run the same setting; "
-                              "give each value once; no job was run")
         choices[key] = [f"{key}={v}" for v in values]
+    for key, values in choices.items() if refuse_repeats else ():  # a key's last override is what runs
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:  # two jobs of one setting, each in its own folder (a new user, session 22)
+            raise ConfigError(f"{key} sweeps {twice.split('=', 1)[1]} twice: two jobs would run the same setting; "
+                              "give each value once; no job was run")
     swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
     return [list(job) for job in itertools.product(*choices.values())], swept
 

@@ -337,7 +337,7 @@ def precision_note(rows: list[dict], runs: Sequence[dict]) -> str:
               and (r["run"] in half or base["run"] in half)]
     if not parted:
         return ""
-    dtypes = " / ".join(sorted(set(half.values())))
+    dtypes = " / ".join(sorted({half[r] for r in (*parted, base["run"]) if r in half}))  # those of the comparisons
     return (f"{', '.join(parted)}: not identical on every question, with {dtypes} in the comparison: greedy in a "
             "16-bit dtype may part at a rounding tie (the two largest logits within its rounding) without a fault; "
             "README, Precision (scripts/bench.py checks each parting)")

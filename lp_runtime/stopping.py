@@ -56,7 +56,7 @@ class StopChecker:
         # one token per character at most: the tail of the text it reads (the prompt's end before any output)
         self._tail = self._criteria.maximum_token_len if self._criteria is not None else \
             max(map(len, self.stop_strings), default=0)
-        self._prefix = [int(t) for t in prompt[len(prompt) - self._tail:]] if self._tail else []
+        self._prefix = [int(t) for t in prompt[max(0, len(prompt) - self._tail):]] if self._tail else []
         # fallback matcher: length of the text decoded before the newest token
         self._decoded_len = len(tokenizer.decode(self._prefix)) if self._prefix and self._criteria is None else 0
         self.output: list[int] = []

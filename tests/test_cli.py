@@ -925,7 +925,7 @@ def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
          "folder, a HuggingFace id, or bundled:smollm2"),
         # a value swept twice: two jobs of one setting (a new user, session 22)
         ("sweep_repeated_value", ["decoding=lookahead", "decoding.window_size=0,3,0"],
-         "decoding.window_size=0,3,0 sweeps 0 twice: two jobs would run the same setting; give each value once"),
+         "decoding.window_size sweeps 0 twice: two jobs would run the same setting; give each value once"),
         # LP degrees the launcher's ranks cannot hold: each job's ranks refused it, as a launcher traceback (a new
         # user's third pass); here with Hydra's launcher, whose jobs run in this one process
         ("sweep_lp_over_ranks", ["decoding=lookahead", "parallel.lp=1,2"],
@@ -1395,6 +1395,21 @@ def test_the_python_apis_decoding_auto_decodes_as_the_main_job(tmp_path, tiny_mo
     assert api_line.split(", cost policy")[1] == job_line.split(", cost policy")[1]  # the same setting and estimate
 
 
+def test_a_sweep_refuses_a_value_given_twice_only_where_it_runs():
+    """A key given twice keeps its last override (Hydra's basic sweeper): x=1,1 then x=3,4 runs x=3 and x=4 once
+    each, and was refused (a review, session 22); a range, choice() and values equal only after typing run."""
+    from lp_runtime.config import ConfigError
+    from lp_runtime.jobs import sweep_jobs
+
+    assert sweep_jobs(["x=1,1", "x=3,4"], refuse_repeats=True)[0] == [["x=3"], ["x=4"]]
+    for ok in (["x=range(1,4)"], ["x=choice(1,2)"], ["x=1,1.0"], ["y=a", "x=0,1"]):
+        sweep_jobs(ok, refuse_repeats=True)
+    with pytest.raises(ConfigError) as e:
+        sweep_jobs(["x=3,4", "x=1,2,1"], refuse_repeats=True)
+    assert str(e.value) == "x sweeps 1 twice: two jobs would run the same setting; give each value once; no job was run"
+    assert sweep_jobs(["x=1,1"])[0] == [["x=1"], ["x=1"]]  # a finished sweep (the report) is read as it ran
+
+
 def test_report_says_why_a_bfloat16_greedy_run_may_not_be_identical(tmp_path):
     """A bfloat16 sweep showed "identical 0/2" with no word why (a new user, session 22; README's Precision): a line
     says a 16-bit greedy run may part at a rounding tie; none for float32 runs, or for 16-bit runs identical on all."""
@@ -1410,6 +1425,7 @@ def test_report_says_why_a_bfloat16_greedy_run_may_not_be_identical(tmp_path):
 
     run("greedy", "greedy", "bfloat16", [1, 2])
     run("lookahead", "lookahead", "bfloat16", [1, 3])
+    run("float16_same", "lookahead", "float16", [1, 2])  # identical: its dtype is no part of the note
     lines = report([str(tmp_path)], figure=False)["text"].splitlines()
     assert lines[-1] == ("lookahead: not identical on every question, with bfloat16 in the comparison: greedy in a "
                          "16-bit dtype may part at a rounding tie (the two largest logits within its rounding) without "

@@ -908,3 +908,27 @@ def test_generation_eos_set_after_construction_applies_and_progress_must_be_a_bo
         with pytest.raises(ConfigError) as e:
             call()
         assert str(e.value).startswith("progress=") and str(e.value).endswith("is not allowed; it must be True or False")
+
+
+def test_decoder_parts_take_numpy_integers_and_a_generator_of_proposers(tiny_model_dir):
+    """The part checks of session 22 refused a proposer whose max_depth was np.int64(10) ("it must be an integer >=
+    0") and a generator of proposers, both decoded before; and a numpy EOS id set on a generator's config after
+    construction raised a TypeError (a review)."""
+    import numpy as np
+
+    from lp_runtime.api import LookaheadGenerator
+    from lp_runtime.config import DecodingConfig
+    from lp_runtime.decoder import Decoder
+    from lp_runtime.proposers import SuffixProposer
+
+    gen = LookaheadGenerator.from_config(ModelConfig(path=str(tiny_model_dir), dtype="float32"),
+                                         DecodingConfig(method="lookahead"), GenerationConfig(max_new_tokens=12))
+    ids = [1, 504, 3250]
+    plain = Decoder(gen.model, DecodingConfig(method="greedy"), eos_token_ids=()).generate(ids, max_new_tokens=12)
+    prop = SuffixProposer(4, 2)
+    prop.max_depth, prop.topk = np.int64(prop.max_depth), np.int64(0)
+    dec = Decoder(gen.model, DecodingConfig(method="lookahead"), eos_token_ids=(), proposers=(p for p in [prop]))
+    assert len(dec.proposers) == 1 and dec.generate(ids, max_new_tokens=12).output_ids == plain.output_ids
+    gen.generation.eos_token_ids = np.int64(plain.output_ids[3])
+    out = gen.generate(ids)
+    assert out.output_ids == plain.output_ids[:plain.output_ids.index(plain.output_ids[3]) + 1]

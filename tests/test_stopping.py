@@ -70,12 +70,14 @@ def test_a_stop_string_begun_in_the_prompt_stops_where_generate_stops(tiny_model
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    for text in ("Hello world", "def f(x):\n    return"):
+    # the last: a stop string longer (in characters) than the prompt is in tokens (a review: the prompt's kept end
+    # wrapped round to its last token)
+    for text, chars in (("Hello world", 3), ("def f(x):\n    return", 3), ("Hello there, how are you", 6)):
         prompt = tok(text)["input_ids"]
         ids = torch.tensor([prompt])
         kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=8, pad_token_id=0)
         free = model.generate(ids, **kw)[0, len(prompt):].tolist()
-        stop = text[-3:] + tok.decode(free[:1])[:1]  # the prompt's last 3 characters and the first new one
+        stop = text[-chars:] + tok.decode(free[:1])[:1]  # the prompt's last characters and the first new one
         ref = model.generate(ids, **kw, stop_strings=[stop], tokenizer=tok)[0, len(prompt):].tolist()
         assert ref == free[:1]
         for setting in (lookahead(method="greedy"), lookahead(window_size=2)):
@@ -89,5 +91,7 @@ def test_a_word_level_stop_string_begun_in_the_prompt_stops_at_its_first_new_wor
     ids = {w: i for i, w in enumerate(WORDS)}
     stop = StopChecker(10, [], ["the end"], tok, prompt=[ids["hello"], ids["the"]])
     assert stop.push([ids["end"], ids["world"]]) == [ids["end"]] and stop.finish_reason == "stop"
+    stop = StopChecker(10, [], ["the end now"], tok, prompt=[ids["hello"]] * 8 + [ids["the"], ids["end"]])
+    assert stop.push([ids["now"]]) == [ids["now"]] and stop.finish_reason == "stop"  # 10 tokens, 11 characters
     stop = StopChecker(10, [], ["the end"], tok, prompt=[ids["the"], ids["hello"]])  # not at the prompt's end
     assert stop.push([ids["end"], ids["world"]]) == [ids["end"], ids["world"]] and stop.finish_reason is None

@@ -583,5 +583,15 @@ def test_the_suggested_new_output_path_is_quoted_for_the_shell(tmp_path):
     path.write_text(json.dumps({"question_id": 1, "choices": [{"turns": ["a"]}]}) + "\n")
     with pytest.raises(answers.SettingsMismatchError) as e:
         answers.check_settings(path, tmp_path / "my answers.settings.json", {})
-    assert str(e.value).endswith(f"choose a new output path ('output.path={tmp_path / 'my answers-2.jsonl'}') or "
-                                 "move the file away")
+    assert str(e.value).endswith(f"choose a new output path ('output.path=\"{tmp_path / 'my answers-2.jsonl'}\"') "
+                                 "or move the file away")
+    # pasted into a shell, Hydra reads the path back (a review: shell quotes alone left "runs (old)/a" unparsable
+    # and a comma made a sweep)
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for name in ("runs (old)/a.jsonl", "a,b/résumé.jsonl", 'q"uote/x.jsonl', "plain/a.jsonl", "end\\"):
+        (word,) = shlex.split(answers.override_arg("output.path", name))
+        (parsed,) = OverridesParser.create().parse_overrides([word])
+        assert (parsed.value(), parsed.is_sweep_override()) == (name, False)
