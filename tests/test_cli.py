@@ -607,7 +607,7 @@ def test_sigterm_to_the_torchrun_scripts_group_keeps_rank0s_line(tmp_path):
     stub = tmp_path / "torchrun"
     stub.write_text("#!/usr/bin/env bash\n"
                     "trap 'echo \"W1202 17:15:30.693000 1 api.py:1028] Sending process 2 closing signal SIGTERM\" >&2; "
-                    f"echo \"{INTERRUPTED}\" >&2; echo Traceback >&2; exit 1' TERM\n"
+                    f"echo \"{INTERRUPTED}\" >&2; echo Traceback >&2; kill $! 2>/dev/null; wait $!; exit 1' TERM\n"
                     "sleep 0.5\necho started\nsleep 60 & wait\n")  # torchrun's start-up takes seconds: the filter is up
     stub.chmod(0o755)
     proc = subprocess.Popen(["bash", str(REPO / "launch" / "torchrun_single_node.sh")], cwd=tmp_path,
@@ -617,7 +617,7 @@ def test_sigterm_to_the_torchrun_scripts_group_keeps_rank0s_line(tmp_path):
     os.killpg(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, err, out) == (143, INTERRUPTED + "\n", "")
-    with pytest.raises(ProcessLookupError):  # nothing of the group left running
+    with pytest.raises(ProcessLookupError):  # nothing of the group left running (the stub reaps its own sleep)
         os.killpg(proc.pid, 0)
 
 
