@@ -17,6 +17,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
+from lp_runtime import answers
 from lp_runtime.cli import (CONFIG_FLAGS, INFO_CHOICES, INFO_FLAGS, MULTIRUN_FLAGS, fail, is_bad_input, one_line,
                             override_positions)
 from lp_runtime.config import MODEL_TAKEN, ConfigError, RunConfig, model_sampling_refusal, to_object
@@ -117,22 +118,15 @@ def check_job(dict_cfg: Any, overrides: list[str]) -> Any:
     return cfg
 
 
-def sweep_jobs(task_overrides: list[str], refuse_repeats: bool = False) -> tuple[list[list[str]], set[str]]:
+def sweep_jobs(task_overrides: list[str]) -> tuple[list[list[str]], set[str]]:
     """The override list of each job of a basic sweep, in job order (the cartesian product Hydra's basic sweeper
-    launches, a repeated key keeping its first place and last value), and the keys the sweep varies.
-    ``refuse_repeats``: ``ConfigError`` for a value swept twice (a sweep about to start; a finished one is read as
-    it ran)."""
+    launches, a repeated key keeping its first place and last value), and the keys the sweep varies."""
     parsed = OverridesParser.create().parse_overrides(task_overrides)
     choices: dict[str, list[str]] = {}
     for o in parsed:
         key = o.get_key_element()
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
         choices[key] = [f"{key}={v}" for v in values]
-    for key, values in choices.items() if refuse_repeats else ():  # a key's last override is what runs
-        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
-        if twice is not None:  # two jobs of one setting, each in its own folder (a new user, session 22)
-            raise ConfigError(f"{key} sweeps {twice.split('=', 1)[1]} twice: two jobs would run the same setting; "
-                              "give each value once; no job was run")
     swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
     return [list(job) for job in itertools.product(*choices.values())], swept
 
@@ -147,7 +141,7 @@ def validate_sweep(config: Any) -> None:
     from lp_runtime.models import check_local_path, check_model_files  # torch: the sweep's jobs import it too
 
     loader = GlobalHydra.instance().config_loader()
-    jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False), refuse_repeats=True)
+    jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     launcher = config.hydra.get("launcher") or {}
     slurm = str(launcher.get("_target_", "")).endswith("SlurmLauncher")
     if slurm and shutil.which("sbatch") is None:
@@ -163,6 +157,7 @@ def validate_sweep(config: Any) -> None:
             raise ConfigError(f"hydra.launcher.{key}={value!r} is not allowed; give an integer >= 1 (processes of "
                               "each job: nodes x tasks_per_node, one rank each)")
     world = int(nodes) * int(tasks) if isinstance(nodes, int) and isinstance(tasks, int) else 1  # basic: in process
+    settings: list[dict] = []
     try:
         for num, overrides in enumerate(jobs):
             try:
@@ -174,6 +169,7 @@ def validate_sweep(config: Any) -> None:
                 with open_dict(task_cfg):
                     del task_cfg["hydra"]
                 run_cfg = check_job(task_cfg, overrides)
+                settings.append(answers.run_settings(run_cfg, model_fingerprint=run_cfg.model.path, world_size=world))
                 if world % run_cfg.parallel.lp:  # found when its job's ranks started (a submitit traceback)
                     ranks = (f"hydra.launcher.nodes={nodes} x tasks_per_node={tasks}" if world > 1 or tasks else
                              "this launcher runs each job in this one process")
@@ -191,6 +187,19 @@ def validate_sweep(config: Any) -> None:
                                   "run") from None
     finally:
         HydraConfig.instance().set_config(config)
+    _check_distinct(jobs, swept, settings)
+
+
+def _check_distinct(jobs: list[list[str]], swept: set[str], settings: list[dict]) -> None:
+    """``ConfigError`` naming two jobs of a sweep that would run the same setting (``answers.differences`` finds
+    nothing between them): equal values (``0,00``), or ones the setting does not read (W under decoding=greedy)."""
+    for b, later in enumerate(settings):
+        a = next((a for a in range(b) if not answers.differences(settings[a], later)), None)
+        if a is not None:  # two folders of the same answers (a new user, session 22)
+            point = [" ".join(o for o in jobs[n] if _key(o) in swept) for n in (a, b)]
+            raise ConfigError(f"sweep jobs {a} ({point[0]}) and {b} ({point[1]}) would run the same setting (equal "
+                              "values, or values it does not read, e.g. decoding.* under decoding=greedy): give each "
+                              "job a setting of its own; no job was run")
 
 
 class ValidateSweep(Callback):
