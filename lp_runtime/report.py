@@ -169,8 +169,9 @@ def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
 
 
 def _prompts(run: dict) -> tuple:
-    """What a run's question ids ask: its dataset (the same ids in two files are other prompts) and how many
-    tokens a turn may have (answers of 16 and of 32 tokens differ in turns, speed and ids)."""
+    """What a run's question ids ask: its dataset (the same ids in two files are other prompts), whether only
+    first turns, and how many tokens a turn may have (answers of 16 and of 32 tokens differ in turns, speed and
+    ids)."""
     s = run["settings"]
     path = s.get("dataset.path")
     file = answers.real_path(path) if isinstance(path, str) and path else path  # q.jsonl and ./q.jsonl are one
@@ -324,7 +325,8 @@ def shared_note(rows: list[dict]) -> str:
     parts = ([f"fewer than all for {', '.join(some)}"] if some else []) + (
         [f"none for {', '.join(none)} ('-')"] if none else [])
     return (f"speedup and identical count only the questions a run shares with the baseline {base['run']} (the same "
-            f"dataset, question id and generation.max_new_tokens): {'; '.join(parts)}") if parts else ""
+            f"dataset, question id, dataset.first_turn_only and generation.max_new_tokens): {'; '.join(parts)}"
+            ) if parts else ""
 
 
 def precision_note(rows: list[dict], runs: Sequence[dict]) -> str:

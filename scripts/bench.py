@@ -94,9 +94,12 @@ class BenchConfig:
             raise ConfigError("methods=[], lookahead=[] and include_decoding=false: nothing to benchmark; give at "
                               f"least one of methods ({', '.join(FIXED_METHODS)}), a lookahead [W, N, G] setting "
                               "or include_decoding=true")
-        for s in self.lookahead:
+        for i, s in enumerate(self.lookahead):
             if len(s) != 3:
                 raise ConfigError(f"lookahead entry {list(s)} is not [W, N, G]")
+            if list(s) in [list(x) for x in self.lookahead[:i]]:  # two rows of one setting (a new user, session 22)
+                raise ConfigError(f"lookahead={[list(x) for x in self.lookahead]} gives {list(s)} twice; give each "
+                                  "setting once")
             try:
                 DecodingConfig(method="lookahead", window_size=s[0], ngram_size=s[1], guess_set_size=s[2])
             except ConfigError as e:  # its message names decoding.*, which the user did not set: name the triple
@@ -475,8 +478,7 @@ def ours_method(label: str, model, decoding: DecodingConfig, *, max_new_tokens: 
 def decoding_label(d: DecodingConfig) -> str:
     if d.method == "greedy":
         return GREEDY
-    name = "auto" if d.method == "auto" else "lookahead"
-    return f"{name} W{d.window_size} N{d.ngram_size} G{d.guess_set_size}"
+    return f"{d.method} W{d.window_size} N{d.ngram_size} G{d.guess_set_size}"  # auto, lookahead or paper
 
 
 def _fill_step_tokens(methods: Sequence[Method], decodings: dict[str, DecodingConfig], table: Sequence[dict]) -> None:

@@ -189,6 +189,21 @@ def test_bench_config_errors():
         BenchConfig(dtypes=["auto"])
     with pytest.raises(ConfigError, match="ablation=true switches decoding=auto's levers off"):
         BenchConfig(ablation=True, decoding=lookahead())
+    # a setting given twice ran twice and counted both rows (a new user, session 22)
+    with pytest.raises(ConfigError) as e:
+        BenchConfig(lookahead=[[0, 4, 2], [7, 5, 7], [0, 4, 2]])
+    assert str(e.value) == "lookahead=[[0, 4, 2], [7, 5, 7], [0, 4, 2]] gives [0, 4, 2] twice; give each setting once"
+
+
+def test_a_paper_run_is_labelled_apart_from_lookahead_at_the_same_w_n_g():
+    """decoding=paper at (15, 5, 15) was labelled "lookahead W15 N5 G15", so beside lookahead=[[15,5,15]] it was
+    dropped as a duplicate and alone it was mislabelled (a new user, session 22)."""
+    from scripts.bench import decoding_label
+    from lp_runtime.config import DecodingConfig
+
+    assert decoding_label(DecodingConfig(method="paper")) == "paper W15 N5 G15"
+    assert decoding_label(lookahead(window_size=15, ngram_size=5, guess_set_size=15)) == "lookahead W15 N5 G15"
+    assert decoding_label(DecodingConfig(method="greedy")) == "greedy"
 
 
 NOTHING = ("methods=[], lookahead=[] and include_decoding=false: nothing to benchmark; give at least one of methods "

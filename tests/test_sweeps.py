@@ -115,7 +115,8 @@ def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
     names = [r["run"] for r in rows]
     assert shared_note(rows) == (
         f"speedup and identical count only the questions a run shares with the baseline {names[0]} (the same "
-        f"dataset, question id and generation.max_new_tokens): none for {names[2]}, {names[3]} ('-')")
+        f"dataset, question id, dataset.first_turn_only and generation.max_new_tokens): none for {names[2]}, "
+        f"{names[3]} ('-')")
     rows[1]["questions"] = 2  # as if it had answered one more question, not shared
     assert shared_note(rows).endswith(f": fewer than all for {names[1]}; none for {names[2]}, {names[3]} ('-')")
     assert shared_note(build_table([base, base], 0)[0]) == ""
