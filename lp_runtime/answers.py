@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lp_runtime import data
-from lp_runtime.config import PRESETS, DecodingConfig, RunConfig, jsonl_base
+from lp_runtime.config import MODEL_TAKEN, PRESETS, DecodingConfig, RunConfig, jsonl_base
 
 
 class OutputError(ValueError):
@@ -405,6 +405,15 @@ SAME_FILE = ("dataset.path",)  # settings that name a file: compared as the file
 # record that has it, it decides instead of model.dtype.
 # model.mkl_mode: the mode MKL runs in on a CPU (blas.mkl_mode; 'default' for MKL's own): it changes the numerics.
 AFTER_LOAD = ("model.resolved_dtype", "model.mkl_mode")
+# sampling=model: what the model's generation_config gave (``applied_sampling``), known once it is loaded, as
+# AFTER_LOAD; the report shows these in place of the sampling.* settings, which then hold only their defaults.
+APPLIED = "sampling.applied."
+
+
+def applied_sampling(applied) -> dict[str, Any]:
+    """``{"sampling.applied.<key>": value}`` for each setting ``sampling=model`` takes (``config.MODEL_TAKEN``)
+    from ``applied``, the ``SamplingConfig`` it resolved to (``sampling.model_sampling``)."""
+    return {APPLIED + k: json.loads(json.dumps(getattr(applied, k))) for k in MODEL_TAKEN}
 
 
 def real_path(path: str) -> str:
@@ -425,7 +434,7 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple
     for key in sorted(set(recorded) | set(current)):
         if key in NOT_COMPARED or (key not in current and key in RETIRED and recorded[key] == RETIRED[key]):
             continue
-        if key in AFTER_LOAD and (key not in recorded or key not in current):
+        if (key in AFTER_LOAD or key.startswith(APPLIED)) and (key not in recorded or key not in current):
             continue
         if key == "model.dtype" and "auto" in (recorded.get(key), current.get(key)) and AFTER_LOAD[0] in recorded:
             continue  # the dtype loaded is compared instead

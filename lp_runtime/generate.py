@@ -160,6 +160,7 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     the settings and every first-turn prompt, ``decoding=auto`` resolved."""
     from lp_runtime import blas, checks, compiled, latency, models
     from lp_runtime.decoder import Decoder
+    from lp_runtime.sampling import model_sampling
 
     # transformers' per-tensor "Loading weights" bars never (every rank printed them); downloads and the GGUF
     # conversion's bar as the job shows bars
@@ -168,6 +169,8 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     # model.dtype=auto's choice can differ between runs (a machine under load, two sweep jobs timing at once): a
     # resumed file keeps one dtype
     current["model.resolved_dtype"] = latency.dtype_name(model)
+    if cfg.sampling.from_model:  # what sampling=model applies, recorded (the sampling.* settings hold defaults)
+        current.update(answers.applied_sampling(model_sampling(getattr(model, "generation_config", None), cfg.sampling)))
     mkl = blas.mkl_mode() if model.device.type == "cpu" else None  # MKL's mode changes a CPU's numerics too
     if mkl is not None:
         current["model.mkl_mode"] = mkl or "default"

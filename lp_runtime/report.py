@@ -125,6 +125,8 @@ def load_run(path: Path) -> dict[str, Any]:
             recorded = summary.get("settings") or answers.flatten(summary.get("config", {}))
         except (OSError, ValueError):
             recorded = {}
+    applied = {k[len(answers.APPLIED):]: recorded.pop(k) for k in list(recorded) if k.startswith(answers.APPLIED)}
+    recorded.update({f"sampling.{k}": v for k, v in applied.items()})  # sampling=model: the values it applied
     return {"path": path, "records": records, "metrics": metrics.summarize(records), "settings": recorded}
 
 

@@ -236,3 +236,11 @@ def test_sampling_model_records_the_temperature_it_applied_and_refuses_values_be
         got = load_run(Path(cfg.output.path))
         assert [r["choices"][0]["temperature"] for r in got["records"]] == [want, want]
         assert is_greedy(got) is (want == 0.0)
+        # the settings record what it applied (they said temperature 0.0, top_k 0, top_p 1.0 for the sampling model:
+        # a new user, session 22), and the report shows those values in the sampling.* columns
+        settings = json.loads(Path(cfg.output.path).with_suffix(".settings.json").read_text())["settings"]
+        assert settings["sampling.applied.temperature"] == want and settings["sampling.temperature"] == 0.0
+        assert got["settings"]["sampling.temperature"] == want and "sampling.applied.temperature" not in got["settings"]
+        if want:  # generate's top_k of 50 when sampling with none set
+            assert got["settings"]["sampling.top_k"] == settings["sampling.applied.top_k"] == 50
+        run(cfg)  # a resume compares the applied values too, and they are the same
