@@ -3,6 +3,7 @@ the first runs (``ValidateSweep``, a Hydra callback in ``conf/generate.yaml``), 
 ``answers.jsonl``, and the ranks of a submitit job (one task per rank, the rendezvous port from the job id)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import re
@@ -169,7 +170,7 @@ def validate_sweep(config: Any) -> None:
                 with open_dict(task_cfg):
                     del task_cfg["hydra"]
                 run_cfg = check_job(task_cfg, overrides)
-                settings.append(answers.run_settings(run_cfg, model_fingerprint=run_cfg.model.path, world_size=world))
+                settings.append(_job_setting(run_cfg, world))
                 if world % run_cfg.parallel.lp:  # found when its job's ranks started (a submitit traceback)
                     ranks = (f"hydra.launcher.nodes={nodes} x tasks_per_node={tasks}" if world > 1 or tasks else
                              "this launcher runs each job in this one process")
@@ -190,6 +191,16 @@ def validate_sweep(config: Any) -> None:
     _check_distinct(jobs, swept, settings)
 
 
+def _job_setting(cfg: RunConfig, world: int) -> dict:
+    """What tells two jobs of a sweep apart: the settings an answers file records (``answers.run_settings``, known
+    before the model loads) and those it does not compare on resume (a quick and a full run, gloo against nccl),
+    but not the output paths, which differ in every job."""
+    flat = answers.flatten(dataclasses.asdict(cfg))
+    setting = answers.run_settings(cfg, model_fingerprint=cfg.model.path, world_size=world)
+    setting = {k: v for k, v in setting.items() if k not in answers.AFTER_LOAD}  # model.dtype is compared instead
+    return {**setting, "not_compared": {k: flat.get(k) for k in answers.NOT_COMPARED if not k.startswith("output.")}}
+
+
 def _check_distinct(jobs: list[list[str]], swept: set[str], settings: list[dict]) -> None:
     """``ConfigError`` naming two jobs of a sweep that would run the same setting (``answers.differences`` finds
     nothing between them): equal values (``0,00``), or ones the setting does not read (W under decoding=greedy)."""
@@ -199,7 +210,8 @@ def _check_distinct(jobs: list[list[str]], swept: set[str], settings: list[dict]
             point = [" ".join(o for o in jobs[n] if _key(o) in swept) for n in (a, b)]
             raise ConfigError(f"sweep jobs {a} ({point[0]}) and {b} ({point[1]}) would run the same setting (equal "
                               "values, or values it does not read, e.g. decoding.* under decoding=greedy): give each "
-                              "job a setting of its own; no job was run")
+                              "job a setting of its own (a greedy baseline beside a W sweep: run it on its own); no "
+                              "job was run")
 
 
 class ValidateSweep(Callback):

@@ -931,11 +931,11 @@ def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("sweep_repeated_value", ["decoding=lookahead", "decoding.window_size=0,3,00"],
          "sweep jobs 0 (decoding.window_size=0) and 2 (decoding.window_size=00) would run the same setting (equal "
          "values, or values it does not read, e.g. decoding.* under decoding=greedy): give each job a setting of its "
-         "own"),
+         "own (a greedy baseline beside a W sweep: run it on its own)"),
         ("sweep_greedy_twice", ["decoding=greedy,lookahead", "decoding.window_size=0,3"],
          "sweep jobs 0 (decoding=greedy decoding.window_size=0) and 1 (decoding=greedy decoding.window_size=3) would "
          "run the same setting (equal values, or values it does not read, e.g. decoding.* under decoding=greedy): give "
-         "each job a setting of its own"),
+         "each job a setting of its own (a greedy baseline beside a W sweep: run it on its own)"),
         # LP degrees the launcher's ranks cannot hold: each job's ranks refused it, as a launcher traceback (a new
         # user's third pass); here with Hydra's launcher, whose jobs run in this one process
         ("sweep_lp_over_ranks", ["decoding=lookahead", "parallel.lp=1,2"],

@@ -596,3 +596,26 @@ def test_the_suggested_new_output_path_is_quoted_for_the_shell(tmp_path):
         (word,) = shlex.split(answers.override_arg("output.path", name))
         (parsed,) = OverridesParser.create().parse_overrides([word])
         assert (parsed.value(), parsed.is_sweep_override()) == (name, False)
+
+
+def test_sweep_jobs_of_one_setting_are_refused_and_jobs_apart_only_in_unrecorded_settings_run():
+    """Two jobs that would write the same answers are refused (a value given twice as 0 and 00, W under greedy; a
+    new user, session 22); jobs that differ only in settings an answers file does not compare on resume (a quick
+    and a full run, gloo against nccl) or in model.dtype=float32 against auto still run (a review: both were
+    refused by the first version)."""
+    from lp_runtime.config import ConfigError, DatasetConfig, DecodingConfig, ModelConfig, ParallelConfig, RunConfig
+    from lp_runtime.jobs import _check_distinct, _job_setting
+
+    def check(*cfgs):
+        _check_distinct([[f"job={i}"] for i in range(len(cfgs))], {"job"}, [_job_setting(c, 1) for c in cfgs])
+
+    look = DecodingConfig(method="lookahead")
+    check(RunConfig(decoding=look, dataset=DatasetConfig(limit=5)), RunConfig(decoding=look, dataset=DatasetConfig(limit=80)))
+    check(RunConfig(decoding=look, parallel=ParallelConfig(backend="gloo")),
+          RunConfig(decoding=look, parallel=ParallelConfig(backend="nccl")))
+    check(RunConfig(decoding=look, model=ModelConfig(dtype="float32")), RunConfig(decoding=look, model=ModelConfig(dtype="auto")))
+    for pair in ((RunConfig(decoding=look), RunConfig(decoding=DecodingConfig(method="lookahead"))),
+                 (RunConfig(decoding=DecodingConfig(method="greedy", window_size=0)),
+                  RunConfig(decoding=DecodingConfig(method="greedy", window_size=3)))):
+        with pytest.raises(ConfigError, match=r"^sweep jobs 0 \(job=0\) and 1 \(job=1\) would run the same setting"):
+            check(*pair)
