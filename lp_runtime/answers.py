@@ -399,6 +399,8 @@ RETIRED = {"decoding.lookup": "suffix", "decoding.tree": True, "decoding.ranking
            "decoding.cross_question": None, "decoding.ngram_keys": "all", "decoding.chain": True}
 # Every decoding setting but the method: greedy decoding reads none of them.
 GREEDY_IGNORES = tuple(f"decoding.{f.name}" for f in dataclasses.fields(DecodingConfig) if f.name != "method")
+# What decoding=paper does not read: its candidates are the pool's separate n-grams (no tree, no successor table).
+PAPER_IGNORES = ("decoding.max_depth", "decoding.successors")
 SAME_FILE = ("dataset.path",)  # settings that name a file: compared as the file they name
 # Known once the model is loaded (what model.dtype=auto chose): compared when both sides have them; a record from
 # before them, and the check made before the model loads, skip them. Where model.dtype is auto on either side of a
@@ -424,12 +426,14 @@ def real_path(path: str) -> str:
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, recorded, current)`` for every compared key that differs; a key absent from ``recorded`` counts
     as its default (a decoding key: the recorded method's, ``DecodingConfig(method=...)``), a ``RETIRED`` key
-    absent from ``current`` as its retired value. Between two greedy runs ``GREEDY_IGNORES`` are not compared."""
+    absent from ``current`` as its retired value. Between two greedy runs ``GREEDY_IGNORES`` are not compared, between
+    two paper runs ``PAPER_IGNORES``."""
     method = recorded.get("decoding.method")
     decoding = DecodingConfig(method=method) if method in PRESETS else DecodingConfig()
     defaults = flatten(dataclasses.asdict(RunConfig(decoding=decoding)))
     missing = object()
     greedy = method == current.get("decoding.method") == "greedy"
+    paper = method == current.get("decoding.method") == "paper"
     out = []
     for key in sorted(set(recorded) | set(current)):
         if key in NOT_COMPARED or (key not in current and key in RETIRED and recorded[key] == RETIRED[key]):
@@ -438,7 +442,7 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple
             continue
         if key == "model.dtype" and "auto" in (recorded.get(key), current.get(key)) and AFTER_LOAD[0] in recorded:
             continue  # the dtype loaded is compared instead
-        if greedy and (key in GREEDY_IGNORES or key in RETIRED):
+        if (greedy and (key in GREEDY_IGNORES or key in RETIRED)) or (paper and key in PAPER_IGNORES):
             continue
         old = recorded.get(key, defaults.get(key, missing))
         new = current.get(key, missing)
