@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig
+from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig, is_bool
 from .compiled import step_for
 from .decoder import Decoder, GenerationOutput
 from .models import load_model
@@ -38,7 +38,7 @@ Prompt = Union[str, Sequence[int], Sequence[dict]]
 
 
 def _check_progress(progress) -> None:
-    if type(progress).__name__ not in ("bool", "bool_"):  # "no" was a true flag (a new user, session 22)
+    if not is_bool(progress):  # "no" was a true flag (a new user, session 22)
         raise ConfigError(f"progress={progress!r} is not allowed; it must be True or False")
 
 

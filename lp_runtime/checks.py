@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .config import ConfigError, DecodingConfig, GenerationConfig, ModelOutputError, SamplingConfig, a_or_an
+from .config import ConfigError, DecodingConfig, GenerationConfig, ModelOutputError, SamplingConfig, a_or_an, is_bool
 from .layout import full_mask
 from .step import EagerStep, StepInputs
 from .window import step_tokens
@@ -246,7 +246,7 @@ def check_parts(*, lp=None, step_policy=None, proposers=None, step=None, copy_kv
     if step is not None:
         check_methods(step, "step", ("new_cache", "prefill", "commit", "fits", "__call__"), "step.EagerStep(model), "
                       "compiled.CapturedStep, or leave it out for the eager step")
-    if copy_kv is not None and type(copy_kv).__name__ not in ("bool", "bool_"):  # numpy's bools are taken too
+    if copy_kv is not None and not is_bool(copy_kv):
         raise ConfigError(f"copy_kv={copy_kv!r} is not allowed; give True, False, or None for the method's default")
     return proposers
 

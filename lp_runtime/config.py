@@ -22,6 +22,11 @@ class ModelOutputError(RuntimeError):
     """No token can be chosen from the model's output (NaN or inf logits); the message names step and position."""
 
 
+def is_bool(value: Any) -> bool:
+    """True or False, Python's or numpy's (not 1, 0 or "no")."""
+    return isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"))
+
+
 def a_or_an(name: str) -> str:
     """``name`` after its indefinite article: ``a DecodingConfig``, ``an OutputConfig``."""
     return ("an " if name[:1].lower() in "aeiou" else "a ") + name
@@ -45,8 +50,7 @@ def _check_types(section: str, obj: Any, ints: tuple = (), reals: tuple = (), bo
     key = lambda name: f"{section}.{name}" if section else name  # noqa: E731  (RunConfig's own: no section)
     for name in bools:
         v = getattr(obj, name)
-        _check(isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_")),
-               f"{key(name)}={v!r} is not allowed; it must be True or False")
+        _check(is_bool(v), f"{key(name)}={v!r} is not allowed; it must be True or False")
         setattr(obj, name, bool(v))
     for name in strs:
         v = getattr(obj, name)

@@ -71,6 +71,27 @@ class TimedStep:
         return self._timed(self.step.commit, *a, **kw)
 
 
+PARTS = ("_plan", "_forward", "_verify_commit", "_observe")  # the decoder's step methods
+
+
+def parts_decoder(step: TimedStep, times: dict):
+    """A ``Decoder`` subclass whose step methods (``PARTS``) add their host seconds (wall time less ``step``'s own
+    forward, prefill and commit time) to ``times[name]``: where a step's host time goes (docs/benchmarks.md 6d)."""
+    from lp_runtime.decoder import Decoder
+
+    def timed(name: str):
+        method = getattr(Decoder, name)
+
+        def run(self, *a, **kw):
+            step_before, start = step.seconds, time.perf_counter()
+            out = method(self, *a, **kw)
+            times[name] = times.get(name, 0.0) + time.perf_counter() - start - (step.seconds - step_before)
+            return out
+        return run
+
+    return type("PartsDecoder", (Decoder,), {name: timed(name) for name in PARTS})
+
+
 def worker(root: str) -> None:
     """Answer ``{"k": K, "prompt": i}`` lines on stdin with one JSON line each, through the package in ``root``."""
     sys.path[:0] = [root, os.path.join(root, "scripts")]

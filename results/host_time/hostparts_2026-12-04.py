@@ -4,11 +4,11 @@ sys.path[:0] = ["/work/main", "/work/main/scripts"]
 import torch
 from lp_runtime.config import DatasetConfig, ModelConfig
 from lp_runtime.data import build_prompt, load_questions
-from lp_runtime.decoder import Decoder
-from lp_runtime.models import eos_token_ids, load_model
+from lp_runtime.checks import eos_token_ids
+from lp_runtime.models import load_model
 from lp_runtime.parallel import LocalGroup
 from lp_runtime.step import EagerStep
-from host_time import TimedStep
+from host_time import TimedStep, parts_decoder
 from lp_scaling import proposer_for
 torch.set_num_threads(1)
 K, NP, NT = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -19,15 +19,7 @@ flags = argparse.Namespace(budget=80, window=0, ngram=5, guess=15, levers={}, co
 decoding, prop = proposer_for(model, K, flags)
 times = collections.defaultdict(float)
 step = TimedStep(EagerStep(model))
-class D(Decoder):
-    pass
-for name in ("_plan", "_forward", "_verify_commit", "_observe"):
-    def wrap(fn, name=name):
-        def w(self, *a, **kw):
-            s0 = step.seconds; t = time.perf_counter(); out = fn(self, *a, **kw)
-            times[name] += time.perf_counter() - t - (step.seconds - s0); return out
-        return w
-    setattr(D, name, wrap(getattr(Decoder, name)))
+D = parts_decoder(step, times)
 dec = D(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=LocalGroup(), proposers=[prop], copy_kv=False, step=step)
 dec.generate(build_prompt(tok, qs[0], []), max_new_tokens=16)
 times.clear(); steps = 0

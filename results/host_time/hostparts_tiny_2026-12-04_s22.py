@@ -5,12 +5,11 @@ sys.path[:0] = [sys.argv[2] if len(sys.argv) > 2 else ".", "scripts"]
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from lp_runtime.config import DecodingConfig
-from lp_runtime.decoder import Decoder
 from lp_runtime.parallel import LocalGroup
 from lp_runtime.step import EagerStep
 from lp_runtime.successors import successor_proposers
 from device_check import fill_table, prompts_for
-from host_time import TimedStep
+from host_time import TimedStep, parts_decoder
 torch.set_num_threads(1)
 K = int(sys.argv[1])
 cfg = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
@@ -25,15 +24,7 @@ decoding = DecodingConfig(method="lookahead", window_size=0, ngram_size=5, guess
 fill_table(prop.table, 49152)
 step = TimedStep(EagerStep(model))
 times = collections.defaultdict(float)
-class D(Decoder):
-    pass
-for name in ("_plan", "_forward", "_verify_commit", "_observe"):
-    def wrap(fn, name=name):
-        def w(self, *a, **kw):
-            s0 = step.seconds; t = time.perf_counter(); out = fn(self, *a, **kw)
-            times[name] += time.perf_counter() - t - (step.seconds - s0); return out
-        return w
-    setattr(D, name, wrap(getattr(Decoder, name)))
+D = parts_decoder(step, times)
 dec = D(model, decoding, lp=LocalGroup(), proposers=[prop], copy_kv=False, step=step)
 dec.generate(prompts[2], max_new_tokens=32)
 times.clear(); step.seconds = 0.0; start = time.perf_counter()
