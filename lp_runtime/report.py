@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from omegaconf import OmegaConf
+
 from lp_runtime import answers, metrics
 
 # Settings that name where a run wrote, not how it ran: never shown as a difference.
@@ -65,8 +67,6 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
 
 def jobs_without_answers(paths: Sequence[str]) -> list[str]:
     """``"<folder> (<its overrides>)"`` for each Hydra job under ``paths`` that holds no answer, in job order."""
-    from omegaconf import OmegaConf
-
     out = []
     for p in map(Path, paths):
         if not p.is_dir():
@@ -87,8 +87,6 @@ def jobs_without_answers(paths: Sequence[str]) -> list[str]:
 def _jobs_not_started(sweep: Path) -> list[str]:
     """``"<num> (<its overrides>, not started)"`` for each job a sweep folder's ``multirun.yaml`` lists whose folder
     Hydra never made (a sweep stopped before it); none when the jobs' folders are not named by job number."""
-    from omegaconf import OmegaConf
-
     from .jobs import sweep_jobs
 
     try:
@@ -105,8 +103,6 @@ def _jobs_not_started(sweep: Path) -> list[str]:
 def _answered_elsewhere(job: Path) -> bool:
     """Whether a Hydra job folder's run wrote answers outside it (a single run's ``output.path``, relative to
     the directory it started in, which Hydra records)."""
-    from omegaconf import OmegaConf
-
     try:
         path = OmegaConf.load(job / ".hydra" / "config.yaml").output.path
         cwd = OmegaConf.load(job / ".hydra" / "hydra.yaml").hydra.runtime.cwd
