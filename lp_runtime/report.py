@@ -113,7 +113,7 @@ def _answered_elsewhere(job: Path) -> bool:
 
 def load_run(path: Path) -> dict[str, Any]:
     """``{"path", "records", "metrics", "settings"}`` of one run; metrics recomputed from the answers."""
-    records = answers.load_answers(path, trim=False, advice=ADVICE) if path.exists() else []
+    records = answers.load_answers(path, trim=False, advice=ADVICE)  # [] when the file does not exist
     recorded = answers.read_settings(answers.beside(path, ".settings.json"))
     if not recorded:
         try:
@@ -262,8 +262,7 @@ def write_results(out_dir: str, table: Sequence[dict], rows: Sequence[dict], ext
     with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(columns))
         w.writeheader()
-        for r in table:
-            w.writerow({k: r[k] for k in columns})
+        w.writerows({k: r[k] for k in columns} for r in table)
     with open(paths["json"], "w", encoding="utf-8") as f:
         json.dump({**extra, "table": list(table), "rows": list(rows)}, f, indent=1)
     return paths
