@@ -502,10 +502,9 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
     diffs = differences(recorded, current)
     if diffs:
         listed = "; ".join(f"{k}: {_as_typed(old)} in the file, {_as_typed(new)} now" for k, old, new in diffs)
-        how = _resume_how(diffs)
         raise SettingsMismatchError(
-            f"{answers_path} was made with other settings ({settings_path}): {listed}; re-run with {how} "
-            f"to resume it, or write to a new output path ({hint})")
+            f"{answers_path} was made with other settings ({settings_path}): {listed}; re-run with "
+            f"{_resume_how(diffs)} to resume it, or write to a new output path ({hint})")
 
 
 def _resume_how(diffs: list[tuple[str, Any, Any]]) -> str:
