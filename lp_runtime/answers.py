@@ -63,13 +63,11 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
     if path.exists() and not path.is_file():  # a device such as /dev/null, a pipe, a socket: replaced or unwritable
         raise OutputError(f"{name} is not a regular file (a device, pipe or socket); give a file path such as "
                           f"{Path('outputs') / ('answers.jsonl' if key == 'output.path' else 'answers.summary.json')}")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise OutputError(f"cannot create the folder for {name}: {parent} is a file")
-            break
-    # outermost first; only a creating check removes folders (another rank's may have just made them)
-    made = [p for p in reversed(path.parents) if not p.exists()] if create else []
+    nearest = next((p for p in path.parents if p.exists()), None)  # the nearest ancestor that exists
+    if nearest is not None and not nearest.is_dir():
+        raise OutputError(f"cannot create the folder for {name}: {nearest} is a file")
+    # innermost first; only a creating check removes folders (another rank's may have just made them)
+    made = [p for p in path.parents if not p.exists()] if create else []
     try:
         if create:
             try:
@@ -89,7 +87,7 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
             if not existed:
                 path.unlink()
     finally:
-        for folder in reversed(made):  # innermost first; only folders this check made, and only if still empty
+        for folder in made:  # only folders this check made, and only if still empty
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
