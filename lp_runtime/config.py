@@ -42,6 +42,21 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _is_id_list(value: Any) -> bool:
+    """A list or tuple of integer token ids >= 0."""
+    return isinstance(value, (list, tuple)) and all(_is_int(t) and t >= 0 for t in value)
+
+
+def _is_real(value: Any) -> bool:
+    """A finite number, numpy's included; not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_choice(key: str, value: Any, allowed: tuple) -> None:
+    """``ConfigError`` naming ``key`` and the ``allowed`` values unless ``value`` is one of them."""
+    _check(value in allowed, f"{key}={value!r} is not allowed; use one of {', '.join(allowed)}")
+
+
 def _check_types(section: str, obj: Any, ints: tuple = (), reals: tuple = (), bools: tuple = (),
                  strs: tuple = (), optional: tuple = ()) -> None:
     """``ConfigError`` naming the first of ``ints`` that is not an integer, of ``reals`` that is not a finite number,
@@ -62,16 +77,15 @@ def _check_types(section: str, obj: Any, ints: tuple = (), reals: tuple = (), bo
         v = getattr(obj, name)
         if v is None and name in optional:
             continue
-        ok = isinstance(v, numbers.Integral) if name in ints else isinstance(v, numbers.Real) and math.isfinite(v)
-        _check(ok and not isinstance(v, bool), f"{key(name)}={v!r} is not allowed; it must be "
-                                               f"{'an integer' if name in ints else 'a finite number'}"
-                                               f"{' (or None)' if name in optional else ''}")
+        _check(_is_int(v) if name in ints else _is_real(v), f"{key(name)}={v!r} is not allowed; it must be "
+                                                            f"{'an integer' if name in ints else 'a finite number'}"
+                                                            f"{' (or None)' if name in optional else ''}")
         setattr(obj, name, int(v) if name in ints else v if isinstance(v, int) else float(v))  # numpy's: Python's
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: lp_runtime.models.resolve_dtype
 METHODS = ("greedy", "lookahead", "auto", "paper")  # auto: lookahead with policy.CostPolicy on the measured curve
-SUCCESSORS = ("auto", "true", "false")  # DecodingConfig.successors
+TRI_STATE = ("auto", "true", "false")  # ModelConfig.compile, DecodingConfig.successors
 
 
 @dataclass
@@ -102,12 +116,11 @@ class ModelConfig:
         _check(self.name is None or bool(self.name.strip()), f"model.name={self.name!r} is blank; give the label "
                "answers and reports are to carry (model.name=my-model), or leave it null for the model's own")
         self.compile = str(self.compile).lower()  # YAML / the command line give true/false as booleans
-        _check(self.compile in ("auto", "true", "false"),
-               f"model.compile={self.compile!r} is not allowed; use one of auto, true, false")
+        _check_choice("model.compile", self.compile, TRI_STATE)
         _check(isinstance(self.path, str),
                f"model.path={self.path!r} is not allowed; give a HuggingFace id, a local folder or 'bundled:smollm2'")
         _check(bool(self.path), "model.path is empty; give a HuggingFace id, a local folder or 'bundled:smollm2'")
-        _check(self.dtype in DTYPES, f"model.dtype={self.dtype!r} is not allowed; use one of {', '.join(DTYPES)}")
+        _check_choice("model.dtype", self.dtype, DTYPES)
         _check(self.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", str(self.device)) is not None,
                f"model.device={self.device!r} is not allowed; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
 
@@ -157,15 +170,14 @@ class DecodingConfig:
     successors: Optional[str] = None
 
     def __post_init__(self) -> None:
-        _check(self.method in METHODS, f"decoding.method={self.method!r} is not allowed; use one of {', '.join(METHODS)}")
+        _check_choice("decoding.method", self.method, METHODS)
         for name, value in PRESETS[self.method].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
         _check_types("decoding", self, ints=("window_size", "ngram_size", "guess_set_size", "max_depth", "seed"),
                      bools=("pool_from_prompt",))
         self.successors = str(self.successors).lower()  # YAML / the command line give true/false as booleans
-        _check(self.successors in SUCCESSORS,
-               f"decoding.successors={self.successors!r} is not allowed; use one of {', '.join(SUCCESSORS)}")
+        _check_choice("decoding.successors", self.successors, TRI_STATE)
         _check(self.method != "paper" or self.successors != "true",
                "decoding.successors=true is not allowed with decoding=paper (the paper's algorithm as published has "
                "no successor table); use decoding=lookahead or decoding=auto with it, or decoding.successors=false")
@@ -199,7 +211,8 @@ class DecodingConfig:
     def step_tokens(self, num_pending: int, num_candidates: int) -> int:
         """Input tokens of one lookahead step with a full window: pending + window (``window.step_tokens``)
         + ``num_candidates`` candidates of N-1 tokens."""
-        return num_pending + window_step_tokens(self.window_size, self.ngram_size - 2) + num_candidates * (self.ngram_size - 1)
+        window = window_step_tokens(self.window_size, self.ngram_size - 2)
+        return num_pending + window + num_candidates * (self.ngram_size - 1)
 
 
 MIN_TEMPERATURE = 1e-6  # smallest positive sampling temperature (logits / t must stay finite in float32)
@@ -245,7 +258,8 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         _check_types("sampling", self, ints=("top_k", "seed"), reals=("temperature", "top_p", "min_p",
                      "repetition_penalty"), bools=("from_model",))
-        _check(self.temperature >= 0, f"sampling.temperature={self.temperature} is not allowed; it must be >= 0 (0 = greedy)")
+        _check(self.temperature >= 0,
+               f"sampling.temperature={self.temperature} is not allowed; it must be >= 0 (0 = greedy)")
         _check(not 0 < self.temperature < MIN_TEMPERATURE,  # logits / t overflow float32 to inf: token 0 came out
                f"sampling.temperature={self.temperature} is too small to sample with (logits / temperature overflow); "
                f"give 0 for greedy decoding or a temperature >= {MIN_TEMPERATURE}")
@@ -259,15 +273,13 @@ class SamplingConfig:
                f"sampling.category_temperature={table!r} is not allowed; give null or {{category: temperature}}, "
                "e.g. sampling.category_temperature='{writing: 0.7, math: 0}'")
         for cat, t in (table or {}).items():  # the bad entry named, not the whole table (a preset's has 8)
-            _check(isinstance(t, numbers.Real) and not isinstance(t, bool) and math.isfinite(t),
-                   f"sampling.category_temperature[{cat!r}]={t!r} is not allowed; a temperature is a finite number: 0 "
-                   f"(greedy) or >= {MIN_TEMPERATURE}")
+            _check(_is_real(t), f"sampling.category_temperature[{cat!r}]={t!r} is not allowed; a temperature is a "
+                   f"finite number: 0 (greedy) or >= {MIN_TEMPERATURE}")
             _check(t >= 0 and not 0 < t < MIN_TEMPERATURE, f"sampling.category_temperature[{cat!r}]={t} is not "
                    f"allowed; it must be 0 (greedy) or >= {MIN_TEMPERATURE}")
         if table is not None:
             self.category_temperature = {c: float(t) for c, t in table.items()}
-        _check(self.suppress_tokens is None or (isinstance(self.suppress_tokens, (list, tuple))
-                                                and all(_is_int(t) and t >= 0 for t in self.suppress_tokens)),
+        _check(self.suppress_tokens is None or _is_id_list(self.suppress_tokens),
                f"sampling.suppress_tokens={self.suppress_tokens!r} is not allowed; it must be a list of token ids >= 0")
         if self.from_model:  # a value set beside sampling=model was ignored, and recorded as if applied
             given = [f"sampling.{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
@@ -318,9 +330,8 @@ class GenerationConfig:
         self.stop_strings = check_stop_strings(self.stop_strings)
         if _is_int(self.eos_token_ids):
             self.eos_token_ids = [self.eos_token_ids]
-        _check(self.eos_token_ids is None or (isinstance(self.eos_token_ids, (list, tuple))
-                                              and all(_is_int(t) and t >= 0 for t in self.eos_token_ids)),
-            f"generation.eos_token_ids={self.eos_token_ids!r} is not allowed; give null or a list of token ids >= 0")
+        _check(self.eos_token_ids is None or _is_id_list(self.eos_token_ids),
+               f"generation.eos_token_ids={self.eos_token_ids!r} is not allowed; give null or a list of token ids >= 0")
         if self.eos_token_ids is not None:
             self.eos_token_ids = [int(t) for t in self.eos_token_ids]
 
@@ -338,8 +349,7 @@ class DatasetConfig:
         _check_types("dataset", self, ints=("limit",), bools=("first_turn_only",), strs=("name", "path"),
                      optional=("limit", "path"))
         self.path = os.path.expanduser(self.path) if self.path else self.path
-        allowed = ("mt_bench", "humaneval", "jsonl")
-        _check(self.name in allowed, f"dataset.name={self.name!r} is not allowed; use one of {', '.join(allowed)}")
+        _check_choice("dataset.name", self.name, ("mt_bench", "humaneval", "jsonl"))
         _check(self.name != "jsonl" or bool(self.path), "dataset=jsonl needs dataset.path=<question file .jsonl>")
         # Refused rather than taken to mean dataset=jsonl: a path given with dataset=humaneval is as likely a
         # leftover as a request, and answering the other prompt set would be silent.
@@ -369,8 +379,7 @@ class ParallelConfig:
     def __post_init__(self) -> None:
         _check_types("parallel", self, ints=("lp",), bools=("debug_check",), strs=("backend",))
         _check(self.lp >= 1, f"parallel.lp={self.lp} is not allowed; it must be >= 1")
-        allowed = ("auto", "gloo", "nccl")
-        _check(self.backend in allowed, f"parallel.backend={self.backend!r} is not allowed; use one of {', '.join(allowed)}")
+        _check_choice("parallel.backend", self.backend, ("auto", "gloo", "nccl"))
         _check(isinstance(self.timeout_s, numbers.Real) and not isinstance(self.timeout_s, bool)
                and 0 < self.timeout_s <= MAX_TIMEOUT_S,
                f"parallel.timeout_s={self.timeout_s!r} is not allowed; it must be "
@@ -388,18 +397,18 @@ class OutputConfig:
     def __post_init__(self) -> None:
         _check_types("output", self, strs=("path", "summary_path"), optional=("summary_path",))
         _check(bool(self.path), "output.path is empty; give a file path for the answers JSONL")
-        self.path = os.path.expanduser(str(self.path))  # a quoted '~/a.jsonl' (the shell expands no ~ after '=')
+        self.path = os.path.expanduser(self.path)  # a quoted '~/a.jsonl' (the shell expands no ~ after '=')
         self.summary_path = os.path.expanduser(self.summary_path) if self.summary_path else self.summary_path
         for record in (".summary.json", ".settings.json"):
-            _check(not str(self.path).endswith(record),
+            _check(not self.path.endswith(record),
                    f"output.path={self.path!r} names a run's {record[1:-5]} record (written beside its answers "
-                   f"file); give the answers file, e.g. output.path={str(self.path)[: -len(record)]}.jsonl")
-        _check(not str(self.path).endswith(("/", os.sep)),  # a folder: it failed after loading, leaving a file
+                   f"file); give the answers file, e.g. output.path={self.path[: -len(record)]}.jsonl")
+        _check(not self.path.endswith(("/", os.sep)),  # a folder: it failed after loading, leaving a file
                f"output.path={self.path!r} ends in a folder separator; give a file path such as "
-               f"{str(self.path).rstrip('/' + os.sep) or '.'}/answers.jsonl")
-        _check(os.path.basename(jsonl_base(str(self.path))) != "",  # ".jsonl": hidden .summary.json, .settings.json
+               f"{self.path.rstrip('/' + os.sep) or '.'}/answers.jsonl")
+        _check(os.path.basename(jsonl_base(self.path)) != "",  # ".jsonl": hidden .summary.json, .settings.json
                f"output.path={self.path!r} has no name before .jsonl; give a file path such as "
-               f"{os.path.join(os.path.dirname(str(self.path)) or 'outputs', 'answers.jsonl')}")
+               f"{os.path.join(os.path.dirname(self.path) or 'outputs', 'answers.jsonl')}")
 
     @property
     def resolved_summary_path(self) -> str:
@@ -437,7 +446,7 @@ class RunConfig:
                    f"{a_or_an(f.default_factory.__name__)}")
         _check_types("", self, bools=("progress",), strs=("model_id",), optional=("model_id",))
         shown = f"model_id={self.model_id!r} is only whitespace" if self.model_id else "model_id is empty"
-        _check(self.model_id is None or bool(str(self.model_id).strip()),
+        _check(self.model_id is None or bool(self.model_id.strip()),
                f"{shown}; give the label the answers are to carry (model_id=my-model), or leave it null for the "
                "model's label and fingerprint")
 
