@@ -43,25 +43,17 @@ def is_bad_input(e: BaseException) -> bool:
 
 def unknown_key(e: BaseException) -> Optional[str]:
     """For Hydra's refusal of an override whose key no setting has (``decoding.foo=1``), the line
-    ``config.to_object`` gives for ``+decoding.foo=1``; None for any other error."""
+    ``config.to_object`` gives for ``+decoding.foo=1``; for its refusal of a key that a dict setting does not hold
+    yet (``sampling.category_temperature.x=0.7`` or ``sampling.category_temperature={x: 0.7}`` over
+    ``sampling=mt_bench``'s keys), a line naming the key, the closest held one and the ``+`` override that adds it;
+    None for any other error."""
     cause = e.__cause__
     if not isinstance(e, ConfigCompositionException) or not isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         return None
     kind, path, key = getattr(cause, "object_type", None), str(cause.full_key or ""), str(cause.key or "")
-    if not (dataclasses.is_dataclass(kind) and key and path.endswith(key)):
-        return None
-    return not_a_setting(path, path[: -len(key)].rstrip("."), [f.name for f in dataclasses.fields(kind)])
-
-
-def new_dict_key(e: BaseException) -> Optional[str]:
-    """For Hydra's refusal of a key that a dict setting does not hold yet (``sampling.category_temperature.x=0.7``
-    or ``sampling.category_temperature={x: 0.7}`` over ``sampling=mt_bench``'s keys): a line naming the key, the
-    closest held one and the ``+`` override that adds it; None for any other error."""
-    cause = e.__cause__
-    if not isinstance(e, ConfigCompositionException) or not isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
-        return None
-    path, key = str(cause.full_key or ""), str(cause.key or "")
-    if getattr(cause, "object_type", None) is not dict or not key or not path.endswith("." + key):
+    if dataclasses.is_dataclass(kind) and key and path.endswith(key):
+        return not_a_setting(path, path[: -len(key)].rstrip("."), [f.name for f in dataclasses.fields(kind)])
+    if kind is not dict or not key or not path.endswith("." + key):
         return None
     held = [str(k) for k in (cause.parent_node or {})]
     close = difflib.get_close_matches(key, held, n=1)
@@ -92,7 +84,7 @@ def list_by_name(e: BaseException) -> Optional[str]:
 def one_line(e: BaseException) -> str:
     """``e``'s message in one line (``unknown_key``'s for an unknown key): its first line, Hydra's list of available
     options if any, and the first line of an OmegaConf cause (Hydra wraps OmegaConf's errors)."""
-    known = unknown_key(e) or new_dict_key(e) or list_by_name(e)
+    known = unknown_key(e) or list_by_name(e)
     if known:
         return known
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -159,17 +151,20 @@ def check_flag_order(argv: list[str]) -> None:
                           f"{' '.join(flags + [argv[i] for i in overrides])}")
 
 
+def _error_exit(line: str, code: int = 2) -> NoReturn:
+    """``error: <line>`` on stderr, exit ``code``."""
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
 def fail(e: BaseException) -> NoReturn:
     """``error: <one line>`` on stderr, exit 2."""
-    print(f"error: {one_line(e)}", file=sys.stderr)
-    sys.exit(2)
+    _error_exit(one_line(e))
 
 
 def peer_failed(e: PeerFailure) -> NoReturn:
     """A rank died or hung: this rank's ``error:`` line (not a traceback per rank) and the resume hint, exit 1."""
-    print(f"error: {e}; the answers written so far are complete: re-run the same command to resume",
-          file=sys.stderr, flush=True)
-    sys.exit(1)
+    _error_exit(f"{e}; the answers written so far are complete: re-run the same command to resume", 1)
 
 
 def is_rank0() -> bool:
@@ -198,9 +193,11 @@ def remove_refused_run_dir() -> None:
     if not HydraConfig.initialized() or HydraConfig.get().mode == RunMode.MULTIRUN:
         return
     hc = HydraConfig.get()
-    records = {f"{hc.output_subdir}/{n}" for n in ("config.yaml", "hydra.yaml", "overrides.yaml")} if hc.output_subdir else set()
-    _remove_made(Path(hc.runtime.output_dir), lambda rel, p: rel in records | {f"{hc.job.name}.log", hc.output_subdir}
-                 and not (rel.endswith(".log") and p.stat().st_size > 0))
+    records = {f"{hc.job.name}.log", hc.output_subdir}
+    if hc.output_subdir:
+        records |= {f"{hc.output_subdir}/{n}" for n in ("config.yaml", "hydra.yaml", "overrides.yaml")}
+    _remove_made(Path(hc.runtime.output_dir),
+                 lambda rel, p: rel in records and not (rel.endswith(".log") and p.stat().st_size > 0))
 
 
 def remove_refused_sweep_dir() -> None:
@@ -276,9 +273,9 @@ class Terminated(KeyboardInterrupt):
 _SIGNALS: list[int] = []  # SIGINT / SIGTERM this process received (``main``'s handlers)
 
 
-def _on_signal(signum, frame) -> NoReturn:
+def _on_signal(signum, frame) -> None:
     _SIGNALS.append(signum)
-    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    check_interrupted()
 
 
 def interrupted() -> bool:
@@ -342,17 +339,14 @@ def main(app: Callable[[], None], *, interrupted: str,
         if isinstance(e, PeerFailure):
             peer_failed(e)
         if isinstance(e, OSError) and e.filename is not None:  # the job's own are caught in hydra_app: Hydra's folders
-            print(f"error: cannot make the run folder {e.filename}: {e.strerror} (set by hydra.run.dir, or "
-                  "hydra.sweep.dir with -m; the launch scripts' RUN_DIR)", file=sys.stderr)
-            sys.exit(2)
+            _error_exit(f"cannot make the run folder {e.filename}: {e.strerror} (set by hydra.run.dir, or "
+                        "hydra.sweep.dir with -m; the launch scripts' RUN_DIR)")
         submitit = sys.modules.get("submitit.core.utils")
         if submitit is not None and isinstance(e, submitit.FailedJobError):  # sbatch refused the job array
             remove_refused_sweep_dir()
-            print(f"error: Slurm's sbatch refused the sweep's jobs: {one_line(e)}; no job was submitted (the "
-                  "hydra.launcher.* settings are sbatch's options)", file=sys.stderr)
-            sys.exit(2)
+            _error_exit(f"Slurm's sbatch refused the sweep's jobs: {one_line(e)}; no job was submitted (the "
+                        "hydra.launcher.* settings are sbatch's options)")
         refused = _job_error_line(e)
         if refused:  # a sweep job (submitit: lp_local, lp_slurm) refused its input: its line, not the launcher's trace
-            print(f"error: a sweep job stopped: {refused}", file=sys.stderr)
-            sys.exit(2)
+            _error_exit(f"a sweep job stopped: {refused}")
         raise
