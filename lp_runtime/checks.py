@@ -47,7 +47,8 @@ def length_dependent_rope(model) -> Optional[tuple[str, int]]:
     for rope in _rope_entries(cfg):
         kind = str(rope.get("rope_type", rope.get("type", "default")))
         if kind == "longrope":
-            limit = rope.get("original_max_position_embeddings") or getattr(cfg, "original_max_position_embeddings", None)
+            key = "original_max_position_embeddings"  # the rope dict's, else the config's
+            limit = rope.get(key) or getattr(cfg, key, None)
         elif "dynamic" in kind:
             limit = getattr(cfg, "max_position_embeddings", None)
         else:
@@ -95,7 +96,8 @@ def attention_span(model) -> Optional[tuple[str, int]]:
     spans = []
     window = getattr(cfg, "sliding_window", None)
     layer_types = getattr(cfg, "layer_types", None) or []
-    if window and ("sliding_attention" in layer_types or (not layer_types and getattr(cfg, "use_sliding_window", True))):
+    sliding = "sliding_attention" in layer_types or (not layer_types and getattr(cfg, "use_sliding_window", True))
+    if window and sliding:
         spans.append(("sliding_window", int(window)))
     local = getattr(cfg, "attention_layers", None) or []
     if "local" in local and getattr(cfg, "window_size", None):
@@ -157,11 +159,10 @@ def check_prompt_ids(prompt_ids: Sequence, vocab: Optional[int]) -> list[int]:
         raise ConfigError(f"prompt token {i} is {raw[i]!r}; token ids must be integers")
     if not ids:
         raise ConfigError("the prompt is empty; give at least one token")
-    if vocab is not None:
-        for i, t in enumerate(ids):
-            if not 0 <= t < vocab:
-                raise ConfigError(f"prompt token id {t} (at index {i}) is outside the model's vocabulary of "
-                                  f"{vocab} ids (0..{vocab - 1})")
+    bad = next((i for i, t in enumerate(ids) if vocab is not None and not 0 <= t < vocab), None)
+    if bad is not None:
+        raise ConfigError(f"prompt token id {ids[bad]} (at index {bad}) is outside the model's vocabulary of "
+                          f"{vocab} ids (0..{vocab - 1})")
     return ids
 
 
@@ -331,10 +332,9 @@ _PROBED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 ALIBI_MODEL_TYPES = ("bloom", "mpt")  # plus any config with alibi=True (Falcon)
 
 
-def _probe_steps(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(chain, wrong, tree) float32 logits of ``_probe``'s three steps."""
+def _probe_steps(model, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(chain, wrong, tree) float32 logits of ``_probe``'s three steps (``dtype``: the mask's)."""
     step = EagerStep(model)
-    dtype = model.dtype if model.dtype.is_floating_point else torch.float32
     n = vocab_size(model) or 8
     a, b, c, d = (t % n for t in (1, 2, 3, 4))
     blocked = torch.finfo(dtype).min
@@ -374,7 +374,7 @@ def _probe(model, alibi_types: Sequence[str] = ALIBI_MODEL_TYPES) -> Optional[st
                 "a lookahead step's tokens do not share")
     dtype = model.dtype if model.dtype.is_floating_point else torch.float32
     try:
-        chain, wrong, tree = _probe_steps(model)
+        chain, wrong, tree = _probe_steps(model, dtype)
     except Exception as e:  # the model's own attention code refused our inputs
         if isinstance(e, AttributeError) and "logits" in str(e):  # a base model (LlamaModel): hidden states
             return "it returns no logits (a model without an LM head: load its causal-LM class, AutoModelForCausalLM)"
@@ -435,12 +435,13 @@ def available_devices() -> list[str]:
 
 def check_device(device: str) -> None:
     """``ConfigError`` naming the available devices when ``model.device`` names a GPU this machine lacks."""
-    if device in ("auto", "cpu") or not str(device).startswith("cuda"):
+    if not str(device).startswith("cuda"):  # "auto", "cpu"
         return
     available = available_devices()
     index = int(device.split(":", 1)[1]) if ":" in device else 0
     if f"cuda:{index}" not in available:
-        why = ("no CUDA GPU is visible" if len(available) == 1 else f"only {len(available) - 1} CUDA GPU(s) are visible")
+        gpus = len(available) - 1
+        why = f"only {gpus} CUDA GPU(s) are visible" if gpus else "no CUDA GPU is visible"
         if not torch.backends.cuda.is_built():
             why = "this torch is built without CUDA"
         raise ConfigError(f"model.device={device!r} is not available: {why}; available devices: "
