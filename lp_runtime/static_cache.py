@@ -31,11 +31,9 @@ class SlotLayer(CacheLayerMixin):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         batch, heads, _, k_dim = key_states.shape
-        shape = (batch, heads, self.cache.max_len)
         with torch.inference_mode(False):  # normal tensors: a commit may write them outside inference mode
-            self.keys = torch.zeros(*shape, k_dim, dtype=key_states.dtype, device=key_states.device)
-            self.values = torch.zeros(*shape, value_states.shape[-1], dtype=value_states.dtype,
-                                      device=value_states.device)
+            self.keys = key_states.new_zeros(batch, heads, self.cache.max_len, k_dim)
+            self.values = value_states.new_zeros(batch, heads, self.cache.max_len, value_states.shape[-1])
         if not torch.compiler.is_compiling():
             torch._dynamo.mark_static_address(self.keys)
             torch._dynamo.mark_static_address(self.values)
