@@ -208,10 +208,8 @@ def bundled_cache(name: str, convert: Callable[[str, str, str], None] = convert_
             return final
         if os.path.exists(final):  # stale or broken: move aside (atomic) before replacing
             aside = tempfile.mkdtemp(prefix=f".{cache_name}.old-{_owner()}-", dir=root)
-            try:
+            with contextlib.suppress(OSError):  # another rank moved or replaced it concurrently
                 os.rename(final, os.path.join(aside, "old"))
-            except OSError:
-                pass  # another rank moved or replaced it concurrently
             shutil.rmtree(aside, ignore_errors=True)
         try:
             os.rename(tmp, final)
