@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 
+from . import distributed
 from .answers import write_json
 from .attention import use_split_attention
 from .bundled import cache_root
@@ -319,8 +320,7 @@ def step_for(model, setting: str, *, root: Optional[str] = None, log: Callable[[
             f"{slow} ...")
         step.warm_up(log=log)
     except Exception as e:  # e.g. an attention split_attention refuses: auto falls back, true says so
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        if setting != "auto" or (distributed and torch.distributed.get_world_size() > 1):
+        if setting != "auto" or (distributed.is_initialized() and distributed.world_size() > 1):
             raise
         model.set_attn_implementation(attention)
         log(f"model.compile=auto: capturing the step failed ({type(e).__name__}: {str(e)[:200]}); eager steps")
