@@ -154,7 +154,7 @@ def robust_curve(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
     >>> robust_curve([{1: 2.43, 12: 2.34, 24: 0.38, 48: 0.74}])   # one round, q = 24 6x under q = 1: loaded
     {1: 0.38, 12: 0.38, 24: 0.38, 48: 0.74}
     """
-    if not rounds or not any(rounds):
+    if not any(rounds):
         raise ValueError("robust_curve needs at least one round with at least one point")
     times: dict[int, list[float]] = {}
     for r in rounds:
@@ -189,7 +189,7 @@ def disagreement(rounds: Sequence[Mapping[int, float]]) -> tuple[int, float]:
     (2, 6.363636363636363)
     """
     worst = (0, 1.0)
-    for q in sorted(set().union(*rounds)) if len(rounds) > 1 else ():
+    for q in sorted(set().union(*rounds)):
         ts = [r[q] for r in rounds if q in r]
         if len(ts) > 1 and max(ts) / min(ts) > worst[1]:
             worst = (q, max(ts) / min(ts))
