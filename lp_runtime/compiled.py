@@ -31,7 +31,7 @@ from .answers import write_json
 from .attention import use_split_attention
 from .bundled import cache_root
 from .checks import position_limit
-from .latency import REPS, step_latency  # step_latency: also compiled.step_latency (scripts/device_check.py)
+from .latency import CACHE_TOKENS, REPS, step_latency  # step_latency: also compiled.step_latency (device_check.py)
 from .static_cache import STEP_ROOM, SlotCache, SlotStep
 from .step import StepInputs, StepOutputs
 
@@ -191,7 +191,7 @@ class CapturedStep(SlotStep):
         """``latency.Measure``: {q: median seconds of q's bucket} (``step_latency``, each bucket timed once); a q
         past the largest bucket is timed eagerly."""
         shape = {q: bucket_for(q, self.buckets) if q <= self.buckets[-1] else q for q in qs}
-        prefix = min(200, self.cache.max_len - max(shape.values()))  # latency.CACHE_TOKENS where the slots allow
+        prefix = min(CACHE_TOKENS, self.cache.max_len - max(shape.values()))  # as many as the slots allow
         times = step_latency(self, sorted(set(shape.values())), cache_tokens=prefix, reps=reps, warmup=warmup)
         return {q: times[s] for q, s in shape.items()}
 
