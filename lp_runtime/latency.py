@@ -228,8 +228,8 @@ def check_profile_folder(path: str) -> None:
     check_writable(os.path.dirname(path), "decoding=auto keeps this machine's latency profiles")
 
 
-def _fingerprint(variant: str, qs: Sequence[int], cache_tokens: int) -> dict[str, Any]:
-    return {"version": PROFILE_VERSION, "variant": variant, "qs": list(qs), "cache_tokens": cache_tokens}
+def _fingerprint(variant: str = DEFAULT_VARIANT, qs: Sequence[int] = LATENCY_QS) -> dict[str, Any]:
+    return {"version": PROFILE_VERSION, "variant": variant, "qs": list(qs), "cache_tokens": CACHE_TOKENS}
 
 
 def load_profile(path: str, fingerprint: Optional[dict] = None) -> Optional[dict[str, Any]]:
@@ -237,7 +237,7 @@ def load_profile(path: str, fingerprint: Optional[dict] = None) -> Optional[dict
     way than ``fingerprint`` (default: the current way), or holding a curve or round (``rounds_s``) that is not
     {q >= 1: finite seconds > 0} (an edited or corrupted file)."""
     saved = read_json(Path(path))
-    want = fingerprint or _fingerprint(DEFAULT_VARIANT, LATENCY_QS, CACHE_TOKENS)
+    want = fingerprint or _fingerprint()
     rounds = saved.get("rounds_s", []) if isinstance(saved, dict) else None
     ok = (isinstance(saved, dict) and saved.get("fingerprint") == want and _valid_curve(saved.get("latency_s"))
           and isinstance(rounds, list) and all(map(_valid_curve, rounds)))
@@ -257,14 +257,13 @@ def _valid_curve(points: Any) -> bool:
 
 
 def latency_profile(model_id: str, device: str, dtype: str, *, measure: Callable[[], dict[int, float]],
-                    variant: str = DEFAULT_VARIANT, qs: Sequence[int] = LATENCY_QS,
-                    cache_tokens: int = CACHE_TOKENS, root: Optional[str] = None,
+                    variant: str = DEFAULT_VARIANT, qs: Sequence[int] = LATENCY_QS, root: Optional[str] = None,
                     retune: bool = False) -> dict[str, Any]:
     """The saved profile of (model, device, dtype) when taken the same way, else ``measure()``'s curve, saved
     atomically. Keys: model, device, dtype, fingerprint, ``latency_s`` ({q as str: seconds}), measure_seconds,
     tstamp, reused, path. ``ConfigError`` (``check_profile_folder``) before measuring."""
     path = profile_path(model_id, device, dtype, root)
-    fingerprint = _fingerprint(variant, qs, cache_tokens)
+    fingerprint = _fingerprint(variant, qs)
     saved = None if retune else load_profile(path, fingerprint)
     if saved is not None:
         return saved
@@ -333,7 +332,7 @@ def model_profile(model, model_id: str, *, measure: Optional[Measure] = None, re
     device, dtype = device_key(model), dtype_name(model)
     device = device if variant == DEFAULT_VARIANT else f"{device}+{variant}"
     path = profile_path(model_id, device, dtype, root)
-    cached = None if retune else load_profile(path, _fingerprint(variant, qs, CACHE_TOKENS))
+    cached = None if retune else load_profile(path, _fingerprint(variant, qs))
     why, earlier = _why_measure(cached, measure, log)
     if why is None:
         return cached
