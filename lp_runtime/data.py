@@ -80,17 +80,12 @@ def encode_messages(tokenizer: Any, messages: list[dict], template: bool = True)
     text-generation pipeline does); without a template (or ``template=False``) the contents joined by newlines."""
     if not template or not getattr(tokenizer, "chat_template", None):
         return list(tokenizer("\n".join(m["content"] for m in messages)).input_ids)
+    from lp_runtime.checks import one_sequence  # torch: imported once a prompt is made
+
     cont = bool(messages) and messages[-1].get("role") == "assistant"
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=not cont, continue_final_message=cont,
                                         tokenize=True)  # a list, a dict or a tensor
-    if hasattr(out, "keys") and "input_ids" in out.keys():
-        out = out["input_ids"]
-    if hasattr(out, "tolist"):
-        out = out.tolist()
-    if out and isinstance(out[0], (list, tuple)):
-        assert len(out) == 1, "one conversation gives one sequence"
-        out = out[0]
-    return [int(t) for t in out]
+    return [int(t) for t in one_sequence(out)]
 
 
 def _package_file(package: str, relpath: str, pip_name: str) -> str:
@@ -114,23 +109,22 @@ _WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), 
               (codecs.BOM_UTF16_BE, "UTF-16"))  # UTF-32 first: its little-endian mark starts with UTF-16's
 
 
-def check_first_bytes(first: bytes, name: str, error=None) -> None:
+def check_first_bytes(first: bytes, name: str, error: type = DatasetError) -> None:
     """``error`` (default ``DatasetError``) saying that ``name`` is a compressed file or UTF-16/32 text when its
     ``first`` bytes are one's magic bytes or byte-order mark: its first byte that is not UTF-8 told the user to
     convert it from latin1."""
     wide = next((kind for bom, kind in _WIDE_BOMS if first.startswith(bom)), None)
     if wide:
-        raise (error or DatasetError)(f"{name} is {wide} text (it starts with a {wide} byte-order mark); save it as "
-                                      f"UTF-8 (e.g. iconv -f {wide} -t UTF-8)")
+        raise error(f"{name} is {wide} text (it starts with a {wide} byte-order mark); save it as UTF-8 (e.g. iconv "
+                    f"-f {wide} -t UTF-8)")
     packed = next((kind for magic, kind in _ARCHIVES if first.startswith(magic)), None)
     if packed:
         article = "an" if packed[0] in "aeiox" else "a"
-        raise (error or DatasetError)(f"{name} is {article} {packed} file; unpack it first, then give the JSONL file "
-                                      "inside")
+        raise error(f"{name} is {article} {packed} file; unpack it first, then give the JSONL file inside")
     head = first.rstrip(b"\r\n\x00")[:32]
     if len(head) >= 4 and (not any(head[1::2]) or not any(head[0::2])):  # UTF-16/32 without a mark: ASCII, NUL, ...
-        raise (error or DatasetError)(f"{name} holds NUL bytes in its first line, as UTF-16 or UTF-32 text does; save "
-                                      "it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)")
+        raise error(f"{name} holds NUL bytes in its first line, as UTF-16 or UTF-32 text does; save it as UTF-8 "
+                    "(e.g. iconv -f UTF-16LE -t UTF-8)")
 
 
 def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
@@ -173,15 +167,14 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     return questions
 
 
-def decode_line(raw: bytes, where: str, error=None, advice: Optional[str] = None) -> str:
+def decode_line(raw: bytes, where: str, error: type = DatasetError, advice: Optional[str] = None) -> str:
     """``raw`` decoded as UTF-8; ``error`` (default ``DatasetError``) naming ``where`` (file and line), the byte
     and ``advice`` (default: how to fix a question file) when it is not UTF-8."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         advice = advice or "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8) or remove that line"
-        raise (error or DatasetError)(f"{where}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; "
-                                      f"{advice}") from None
+        raise error(f"{where}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; {advice}") from None
 
 
 def _parse_row(row: Any, where: str) -> Question:
