@@ -132,10 +132,9 @@ class LookaheadGenerator:
         if not isinstance(prompt, (str, list, tuple)):
             raise ConfigError(f"the prompt is {type(prompt).__name__}; give text (str), a list of messages "
                               "({'role', 'content'} dicts) or a list (or 1-D tensor) of token ids")
-        if isinstance(prompt, str) or (prompt and isinstance(prompt[0], dict)):
-            if self.tokenizer is None:
-                raise ConfigError("a text or messages prompt needs a tokenizer; this generator has none "
-                                  "(tokenizer=None): give token ids")
+        if (isinstance(prompt, str) or (prompt and isinstance(prompt[0], dict))) and self.tokenizer is None:
+            raise ConfigError("a text or messages prompt needs a tokenizer; this generator has none "
+                              "(tokenizer=None): give token ids")
         if isinstance(prompt, str):
             _check_text(prompt, "the prompt", "a non-empty user turn")
             prompt = [{"role": "user", "content": prompt}]
