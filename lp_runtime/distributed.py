@@ -75,13 +75,8 @@ def _slurm_head() -> Optional[str]:
     if os.environ.get("HEAD_NODE"):
         return os.environ["HEAD_NODE"]
     nodes = os.environ.get("SLURM_JOB_NODELIST", "")
-    if not nodes:
-        return None
-    first = nodes.split(",")[0]
-    if "[" in first:  # node[01-04] -> node01 (full expansion needs scontrol; the first host is enough)
-        prefix, rest = first.split("[", 1)
-        first = prefix + rest.split("-")[0].split(",")[0].rstrip("]")
-    return first
+    prefix, _, rest = nodes.split(",")[0].partition("[")  # node[01-04] -> node01 (full expansion needs scontrol)
+    return prefix + rest.split("-")[0].rstrip("]") if nodes else None
 
 
 _STATE: dict[str, Any] = {"initialized_here": False, "timeout_s": None}
@@ -137,15 +132,15 @@ def world_size() -> int:
 
 
 def make_groups(lp: int):
-    """``(lp_group, dp_rank, dp_size, lp_rank)`` of contiguous LP groups, ranks [i*lp, (i+1)*lp) forming group i
+    """``(lp_group, dp_rank, dp_size)`` of contiguous LP groups, ranks [i*lp, (i+1)*lp) forming group i
     (``lp_group`` None for one process). Collective; ``lp`` must divide the world size (``validate``)."""
     world, me = world_size(), rank()
-    dp_size, dp_rank, lp_rank = world // lp, me // lp, me % lp
+    dp_size, dp_rank = world // lp, me // lp
     if not is_initialized() or lp == world:
-        return (dist.group.WORLD if is_initialized() else None), dp_rank, dp_size, lp_rank
+        return (dist.group.WORLD if is_initialized() else None), dp_rank, dp_size
     mine, _ = dist.new_subgroups_by_enumeration([list(range(i * lp, (i + 1) * lp)) for i in range(dp_size)],
                                                 timeout=timedelta(seconds=_STATE["timeout_s"] or 120.0))
-    return mine, dp_rank, dp_size, lp_rank
+    return mine, dp_rank, dp_size
 
 
 def _fail(what: str, err: Exception) -> PeerFailure:
@@ -196,9 +191,9 @@ def from_rank0(compute: Callable[[], Any], *, timeout_s: Optional[float] = None)
     ``RuntimeError`` naming this rank when the collective fails or times out."""
     if not is_initialized():
         return compute()
-    group = None  # made by every rank before rank 0 computes: a rank waiting in new_group took no Ctrl-C
-    if timeout_s is not None:
-        group = dist.new_group(list(range(dist.get_world_size())), timeout=timedelta(seconds=timeout_s))
+    # made by every rank before rank 0 computes: a rank waiting in new_group took no Ctrl-C
+    group = None if timeout_s is None else dist.new_group(list(range(dist.get_world_size())),
+                                                          timeout=timedelta(seconds=timeout_s))
     box: list[Any] = [None]
     err: Optional[Exception] = None
     if dist.get_rank() == 0:

@@ -348,7 +348,7 @@ def setup_parallel(cfg: ParallelConfig) -> ParallelContext:
     num_gpus = torch.cuda.device_count() if backend == "nccl" else 0
     distributed.validate(info.world_size, cfg.lp, backend, info.local_rank, num_gpus)
     info = distributed.init(backend, cfg.timeout_s)
-    group, dp_rank, dp_size, _ = distributed.make_groups(cfg.lp)
+    group, dp_rank, dp_size = distributed.make_groups(cfg.lp)
     lp_group = LocalGroup() if cfg.lp == 1 else LPGroup(group, debug=cfg.debug_check)
     multi = distributed.is_initialized()
     device = torch.device("cuda", info.local_rank) if backend == "nccl" else torch.device("cpu")
