@@ -29,15 +29,10 @@ def command_line_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
-def command_line_keys() -> set[str]:
-    """Keys set by this job's command-line (or sweep) overrides, e.g. ``{"output.path", "decoding.window_size"}``."""
-    return {_key(o) for o in command_line_overrides()}
-
-
 def apply_job_output(dict_cfg: Any) -> None:
     """In a sweep job, point ``output.path`` at ``<job folder>/answers.jsonl`` unless the command line set it."""
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    if not multirun or "output.path" in command_line_keys():
+    if not multirun or "output.path" in {_key(o) for o in command_line_overrides()}:
         return
     dict_cfg.output.path = os.path.join(HydraConfig.get().runtime.output_dir, "answers.jsonl")
 
@@ -145,13 +140,11 @@ def validate_sweep(config: Any) -> None:
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     launcher = config.hydra.get("launcher") or {}
     slurm = str(launcher.get("_target_", "")).endswith("SlurmLauncher")
-    if slurm and shutil.which("sbatch") is None:
-        raise ConfigError("hydra/launcher=lp_slurm submits each job with Slurm's sbatch, which this machine does not "
-                          "have; run the sweep on a Slurm login node, or try it here with hydra/launcher=lp_local")
-    if slurm and shutil.which("srun") is None:  # submitit's RuntimeError traceback otherwise
-        raise ConfigError("hydra/launcher=lp_slurm starts each job's ranks with Slurm's srun, which this machine "
-                          "does not have (sbatch is here); run the sweep on a Slurm login node, or try it here with "
-                          "hydra/launcher=lp_local")
+    for tool, use, here in (("sbatch", "submits each job with", ""),
+                            ("srun", "starts each job's ranks with", " (sbatch is here)")):
+        if slurm and shutil.which(tool) is None:  # no srun: submitit's RuntimeError traceback otherwise
+            raise ConfigError(f"hydra/launcher=lp_slurm {use} Slurm's {tool}, which this machine does not have{here}; "
+                              "run the sweep on a Slurm login node, or try it here with hydra/launcher=lp_local")
     nodes, tasks = launcher.get("nodes"), launcher.get("tasks_per_node")  # submitit's (lp_local, lp_slurm)
     for key, value in (("nodes", nodes), ("tasks_per_node", tasks)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
