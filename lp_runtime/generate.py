@@ -18,7 +18,7 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from omegaconf import DictConfig
 from tqdm import tqdm
@@ -85,22 +85,6 @@ def unanswered_turns(record: dict, max_new_tokens: int) -> list[str]:
 AUTO_WAIT_S = 1800.0  # how long other ranks wait while rank 0 measures the machine (decoding=auto's first run)
 
 
-def _resolve_auto(model: Any, tokenizer: Any, label: str, limits: Any, eos: list, todo: list,
-                  timeout_s: float, lp_size: int, step: Any, progress: bool) -> tuple[Any, dict, Any]:
-    """``decoding=auto``: (setting, summary entry, ``policy.CostPolicy``) of ``auto.resolve_auto`` on rank 0,
-    which reads (or measures) the latency profile; every rank takes rank 0's. ``step``: None = eager."""
-    from lp_runtime import auto, distributed, latency
-    from lp_runtime.decoder import Decoder
-    from lp_runtime.policy import CostPolicy
-
-    decoding, entry = distributed.from_rank0(lambda: auto.resolve_auto(
-        model, tokenizer, limits, model_name=label, fallback_questions=todo, lp_size=lp_size, step=step,
-        progress=progress, make_decoder=lambda d, p: Decoder(model, d, eos_token_ids=eos, tokenizer=tokenizer,
-                                                             step_policy=p, step=step)),
-        timeout_s=max(timeout_s, AUTO_WAIT_S))
-    return decoding, entry, CostPolicy(latency.curve_of(entry))
-
-
 def run(cfg: RunConfig) -> dict:
     """Answer every question of ``cfg.dataset`` not yet in ``cfg.output.path``; write and return the summary.
     Raises (cheap checks before the model loads) ``ConfigError``, ``answers.OutputError``,
@@ -158,8 +142,9 @@ def _sweep_hint() -> Optional[str]:
 def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) -> tuple[Any, Any, str, dict]:
     """(``Decoder``, tokenizer, the answers' ``model_id``, summary entries): the model loaded and checked against
     the settings and every first-turn prompt, ``decoding=auto`` resolved."""
-    from lp_runtime import blas, checks, compiled, latency, models
+    from lp_runtime import auto, blas, checks, compiled, distributed, latency, models
     from lp_runtime.decoder import Decoder
+    from lp_runtime.policy import CostPolicy
     from lp_runtime.sampling import model_sampling
 
     # transformers' per-tensor "Loading weights" bars never (every rank printed them); downloads and the GGUF
@@ -170,7 +155,8 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     # resumed file keeps one dtype
     current["model.resolved_dtype"] = latency.dtype_name(model)
     if cfg.sampling.from_model:  # what sampling=model applies, recorded (the sampling.* settings hold defaults)
-        current.update(answers.applied_sampling(model_sampling(getattr(model, "generation_config", None), cfg.sampling)))
+        applied = model_sampling(getattr(model, "generation_config", None), cfg.sampling)
+        current.update(answers.applied_sampling(applied))
     mkl = blas.mkl_mode() if model.device.type == "cpu" else None  # MKL's mode changes a CPU's numerics too
     if mkl is not None:
         current["model.mkl_mode"] = mkl or "default"
@@ -183,10 +169,13 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     eos = checks.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)
     decoding, policy, extra = cfg.decoding, None, {}
     step = compiled.step_for(model, cfg.model.compile, log=log, path=path)
-    if decoding.method == "auto":
-        decoding, extra["auto_decoding"], policy = _resolve_auto(model, tokenizer, label, decoding, eos, todo,
-                                                                 cfg.parallel.timeout_s, ctx.lp_group.size, step,
-                                                                 cfg.progress)
+    if decoding.method == "auto":  # rank 0 reads (or measures) the latency profile; every rank takes its setting
+        decoding, extra["auto_decoding"] = distributed.from_rank0(lambda: auto.resolve_auto(
+            model, tokenizer, cfg.decoding, model_name=label, fallback_questions=todo, lp_size=ctx.lp_group.size,
+            step=step, progress=cfg.progress, make_decoder=lambda d, p: Decoder(
+                model, d, eos_token_ids=eos, tokenizer=tokenizer, step_policy=p, step=step)),
+            timeout_s=max(cfg.parallel.timeout_s, AUTO_WAIT_S))
+        policy = CostPolicy(latency.curve_of(extra["auto_decoding"]))
     decoder = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tokenizer, lp=ctx.lp_group,
                       sampling=cfg.sampling, step_policy=policy, step=step)
     return decoder, tokenizer, cfg.model_id or label, extra
