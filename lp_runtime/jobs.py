@@ -234,7 +234,7 @@ def printing_flag(argv: list[str]) -> Optional[str]:
     """The flag with which Hydra prints the composed config and exits (``--cfg``/``-c``, ``--info``/``-i`` all or
     config), or None."""
     for i, a in enumerate(argv):
-        flag, value = (a.split("=", 1) + [""])[:2]
+        flag, _, value = a.partition("=")
         if flag in ("--cfg", "-c"):
             return flag
         if flag in INFO_FLAGS:
