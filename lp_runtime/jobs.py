@@ -170,9 +170,8 @@ def validate_sweep(config: Any) -> None:
                     raise ConfigError(f"parallel.lp={run_cfg.parallel.lp} does not divide the {world} rank(s) of "
                                       f"each job ({ranks}); set hydra.launcher.tasks_per_node (hydra/launcher="
                                       "lp_local or lp_slurm) to a multiple of it")
-                model = run_cfg.model
-                check_local_path(model.path)  # a missing model folder (was found only when its job loaded)
-                check_model_files(model)
+                check_local_path(run_cfg.model.path)  # a missing model folder (was found only when its job loaded)
+                check_model_files(run_cfg.model)
             except Exception as e:
                 if not (is_bad_input(e) or isinstance(e, HydraException)):
                     raise
