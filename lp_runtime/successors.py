@@ -205,8 +205,9 @@ class RankTables:
         return tuple(table.state() for table in self.tables)
 
 
-class RankCalibration:
-    """P(node accepted | parent accepted) per (depth, rank), learned online around a prior per rank.
+class RankCalibration(AcceptanceCalibration):
+    """P(node accepted | parent accepted) per (depth, rank), learned online around a prior per rank
+    (``AcceptanceCalibration``'s counting, with a rank instead of a raw estimate and no clipping).
 
     ``estimate(depth, rank) = (successes + strength * prior[rank]) / (trials + strength)``; depths past
     ``max_depth`` share the last bucket, ranks past the prior's length use its last value. ``rank`` may also be
@@ -225,14 +226,12 @@ class RankCalibration:
         if not prior or not all(0 <= p <= 1 for p in prior) or strength <= 0 or max_depth < 1:
             raise ValueError(f"RankCalibration(prior={prior}, strength={strength}, max_depth={max_depth}): need "
                              "a non-empty prior of probabilities in [0, 1], strength > 0 and max_depth >= 1")
+        super().__init__(float(strength), int(max_depth))
         self.prior = tuple(float(p) for p in prior)
-        self.strength = float(strength)
-        self.max_depth = int(max_depth)
-        self.trials: dict[tuple[int, int], int] = {}
-        self.successes: dict[tuple[int, int], int] = {}
         self._grids: dict = {}
 
-    def _key(self, depth: int, rank) -> tuple:
+    def bucket(self, depth: int, rank) -> tuple:
+        """The (depth, rank) bucket that counts ``rank``'s trials at ``depth``."""
         if isinstance(rank, tuple):
             rank = tuple(-1 if r is None else min(r, JOINT_RANKS - 1) for r in rank)
         else:
@@ -240,15 +239,10 @@ class RankCalibration:
         return min(max(depth, 1), self.max_depth), rank
 
     def estimate(self, depth: int, rank) -> float:
-        key = self._key(depth, rank)
+        key = self.bucket(depth, rank)
         best = min(r for r in rank if r is not None) if isinstance(rank, tuple) else rank
         prior = self.prior[min(best, len(self.prior) - 1)]
         return (self.successes.get(key, 0) + self.strength * prior) / (self.trials.get(key, 0) + self.strength)
-
-    def update(self, depth: int, rank, accepted: bool) -> None:
-        key = self._key(depth, rank)
-        self.trials[key] = self.trials.get(key, 0) + 1
-        self.successes[key] = self.successes.get(key, 0) + int(bool(accepted))
 
     def grid(self, width: int, joint: bool) -> np.ndarray:
         """``estimate`` for every depth bucket and every rank below ``width`` at once (the same floating-point
