@@ -179,7 +179,6 @@ class OneProcessCost:
     """One process feeds the whole step: pending + window + nodes."""
 
     lp_size = 1
-    window_size = 0
 
     def __call__(self, num_pending: int, window_tokens: int, parents: Sequence[int], nodes: Sequence[int]) -> int:
         return num_pending + window_tokens + len(nodes)
