@@ -25,6 +25,7 @@ Worked example (N = 3 so 1-token matches propose 2 tokens, max_key 2, G = 2, 4 n
 from __future__ import annotations
 
 import heapq
+import itertools
 from typing import Optional, Protocol, Sequence
 
 from .ngram_pool import NGramPool
@@ -289,16 +290,14 @@ class SuffixProposer:
             return tree
         root = self._trie()
         heap: list = []
-        counter = 0
+        counter = itertools.count()  # pushes so far: ties go to the node pushed first
         tail = self.history[-self.max_key:]
         drafts: list[list[int]] = []  # per tree node: the draft tokens from the root to it
 
         def push(node: _Node, parent_idx: int, parent: _Node, path_p: float) -> None:
-            nonlocal counter
             p = node.weight / (parent.cont + 1.0)
             key = (-node.recency,) if self.ranking == "recency" else (-path_p * p, -node.recency)
-            heapq.heappush(heap, (*key, counter, node, parent_idx, p, path_p * p))
-            counter += 1
+            heapq.heappush(heap, (*key, next(counter), node, parent_idx, p, path_p * p))
 
         for kid in root.kids.values():
             push(kid, -1, root, 1.0)
