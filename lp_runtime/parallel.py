@@ -91,13 +91,11 @@ def _tree_plan(num_columns: int, num_levels: int, parents: tuple[int, ...], worl
     while True:  # terminates: at the one-rank total every column fits one block and the tree one run
         ends = _pack_columns(num_columns, num_levels, world, limit)
         if ends is not None:
-            starts = [0] + ends[:-1]
-            loads = [(e - 1) + num_levels * (e - s) for s, e in zip(starts, ends)] + [0] * (world - len(ends))
-            runs = _fill_runs(order, depth, loads, limit)
+            cols = [tuple(range(s, e)) for s, e in zip([0] + ends[:-1], ends)] + [()] * (world - len(ends))
+            runs = _fill_runs(order, depth, [rank_tokens((c, ()), 0, num_levels) for c in cols], limit)
             if runs is not None:
                 break
         limit += 1
-    cols = [tuple(range(s, e)) for s, e in zip(starts, ends)] + [()] * (world - len(ends))
     out = []
     for r, (a, b) in enumerate(runs):
         chain = path(parents, order[a])[:-1] if b > a else []  # the first node's ancestors, fed again on this rank
