@@ -258,13 +258,10 @@ class SuffixProposer:
                         return out
         return out
 
-    def _seq(self, doc: int) -> Sequence[int]:
-        return self.history if doc == 0 else self._docs[doc - 1] if doc > 0 else self._store.docs[-1 - doc]
-
     def _trie(self, hist: Optional[Sequence[int]] = None) -> _Node:
         root = _Node(-1)
         for doc, end, m, stamp in self._occurrences(hist):
-            seq = self._seq(doc)
+            seq = self.history if doc == 0 else self._docs[doc - 1] if doc > 0 else self._store.docs[-1 - doc]
             cont = seq[end + 1 : end + 1 + self.depth_for(m)]
             w = MATCH_WEIGHT ** (m - 1) * (self.store_weight if doc < 0 else 1.0)
             node = root
