@@ -3,6 +3,7 @@ naming the bad value and what is allowed). ``register_configs()`` gives Hydra th
 point converts the composed config with ``to_object``, so nothing past it sees OmegaConf."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import numbers
@@ -48,8 +49,12 @@ def _is_id_list(value: Any) -> bool:
 
 
 def _is_real(value: Any) -> bool:
-    """A finite number, numpy's included; not a bool."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number that converts to a float, numpy's included; not a bool (``10**400``: no)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    with contextlib.suppress(OverflowError):  # math.isfinite(10**400) raises
+        return math.isfinite(value)
+    return False
 
 
 def _check_choice(key: str, value: Any, allowed: tuple) -> None:

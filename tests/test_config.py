@@ -128,6 +128,10 @@ def test_greedy_runs_ignore_successors():
     (lambda: SamplingConfig(temperature="0.7"), "sampling.temperature='0.7' is not allowed; it must be a finite number"),
     (lambda: SamplingConfig(top_k=2.5), "sampling.top_k=2.5 is not allowed; it must be an integer"),
     (lambda: SamplingConfig(top_p=float("nan")), "sampling.top_p=nan is not allowed; it must be a finite number"),
+    # an int too large for a float raised OverflowError from math.isfinite (a review, 2026-12-05)
+    (lambda: SamplingConfig(min_p=10**400), f"sampling.min_p={10**400} is not allowed; it must be a finite number"),
+    (lambda: SamplingConfig(category_temperature={"math": 10**400}), f"sampling.category_temperature['math']="
+     f"{10**400} is not allowed; a temperature is a finite number: 0 (greedy) or >= 1e-06"),
     # a flag of "no" was true, a name of 3 was taken (a new user, 2026-12-04)
     (lambda: DecodingConfig(method="lookahead", pool_from_prompt="no"),
      "decoding.pool_from_prompt='no' is not allowed; it must be True or False"),
