@@ -114,16 +114,23 @@ def _answered_elsewhere(job: Path) -> bool:
 def load_run(path: Path) -> dict[str, Any]:
     """``{"path", "records", "metrics", "settings"}`` of one run; metrics recomputed from the answers."""
     records = answers.load_answers(path, trim=False, advice=ADVICE)  # [] when the file does not exist
-    recorded = answers.read_settings(answers.beside(path, ".settings.json"))
-    if not recorded:
-        try:
-            summary = json.loads(answers.beside(path, ".summary.json").read_text(encoding="utf-8"))
-            recorded = summary.get("settings") or answers.flatten(summary.get("config", {}))
-        except (OSError, ValueError):
-            recorded = {}
+    recorded = _recorded_settings(path)
     applied = {k[len(answers.APPLIED):]: recorded.pop(k) for k in list(recorded) if k.startswith(answers.APPLIED)}
     recorded.update({f"sampling.{k}": v for k, v in applied.items()})  # sampling=model: the values it applied
     return {"path": path, "records": records, "metrics": metrics.summarize(records), "settings": recorded}
+
+
+def _recorded_settings(path: Path) -> dict[str, Any]:
+    """The settings recorded beside answers ``path``: its .settings.json's, else its .summary.json's ``settings``
+    or flattened ``config``; {} when none is a non-empty object (a record holding ``null`` or a list: no settings)."""
+    summary = answers.read_json(answers.beside(path, ".summary.json"))
+    summary = summary if isinstance(summary, dict) else {}
+    config = summary.get("config")
+    for found in (answers.read_settings(answers.beside(path, ".settings.json")), summary.get("settings"),
+                  answers.flatten(config) if isinstance(config, dict) and config else None):
+        if isinstance(found, dict) and found:
+            return dict(found)
+    return {}
 
 
 def is_greedy(run: dict) -> bool:

@@ -621,3 +621,19 @@ def test_sweep_jobs_of_one_setting_are_refused_and_jobs_apart_only_in_unrecorded
                   RunConfig(decoding=DecodingConfig(method="paper", max_depth=20, successors="auto")))):
         with pytest.raises(ConfigError, match=r"^sweep jobs 0 \(job=0\) and 1 \(job=1\) would run the same setting"):
             check(*pair)
+
+
+@pytest.mark.parametrize("summary, settings", [("null", None), ('{"settings": [1], "config": 3}', '{"settings": 7}'),
+                                               ("[]", '{"format": 1, "settings": {"decoding.window_size": 3}}')])
+def test_report_reads_records_that_hold_json_but_no_object(tmp_path, summary, settings):
+    """A .summary.json holding valid JSON that is not an object (``null``) ended the report in an AttributeError
+    traceback (a review, 2026-12-05): such a record holds no settings; a readable .settings.json still counts."""
+    from lp_runtime.report import load_run
+
+    path = tmp_path / "answers.jsonl"
+    path.write_text("")
+    (tmp_path / "answers.summary.json").write_text(summary)
+    if settings is not None:
+        (tmp_path / "answers.settings.json").write_text(settings)
+    expected = {"decoding.window_size": 3} if settings and "window_size" in settings else {}
+    assert load_run(path)["settings"] == expected
