@@ -412,7 +412,7 @@ def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, 
     step_s = saved or {str(k): float(v) for k, v in timings().items()}
     if not step_s:
         raise ValueError("choose_dtype: timings() measured no dtype")
-    if saved is None:
+    if not saved:  # an empty record ({"step_s": {}}) too: it was timed again on every start, never saved
         save_profile(path, {"model": model_id, "device": device, "step_s": step_s, "method": method,
                             "tstamp": time.time()})
     fastest = min(step_s, key=lambda d: (step_s[d], d))
