@@ -42,7 +42,8 @@ def test_each_preset_file_is_the_codes_preset(method):
     assert _fields(_composed(f"decoding={method}").decoding) == _fields(DecodingConfig(method=method))
     assert _fields(DecodingConfig(method=method)) == {"method": method, "pool_from_prompt": True, "seed": 0,
                                                       **PRESETS[method]}
-    assert DecodingConfig(method=method, window_size=3, max_depth=2).max_depth == 2
+    depth = 2 if method != "paper" else PRESETS["paper"]["max_depth"]  # paper reads none: another is refused
+    assert DecodingConfig(method=method, window_size=3, max_depth=depth).max_depth == depth
 
 
 def test_lookahead_preset_is_the_documented_fixed_setting():
@@ -72,6 +73,11 @@ def test_successors_from_the_command_line_and_the_paper_preset():
     (dict(method="paper", successors=True),
      "decoding.successors=true is not allowed with decoding=paper (the paper's algorithm as published has no successor "
      "table); use decoding=lookahead or decoding=auto with it, or decoding.successors=false"),
+    # decoding=paper reads no max_depth: 30 was taken and ignored (a new user, 2026-12-04)
+    (dict(method="paper", max_depth=30),
+     "decoding.max_depth=30 is not allowed with decoding=paper (its candidates are the pool's n-grams of N-1 tokens; "
+     "max_depth bounds the suffix lookup's continuations); use decoding=lookahead or decoding=auto with it, or leave "
+     "it out"),
     # decoding=auto with G = 0 decoded plain greedy without a word (a new user, 2026-12-04); the table alone is a choice
     (dict(guess_set_size=0), "decoding.guess_set_size=0 leaves decoding=auto nothing to propose (its window is W = 0; "
      "its suffix lookup proposes G n-grams); set G > 0, decoding.successors=true (the successor table alone), or use "
