@@ -232,8 +232,8 @@ def load_answers(path: Path, *, trim: bool, advice: str = OUTPUT_ADVICE) -> list
     records: list = []
     for num, line_bytes in enumerate(complete.splitlines(), 1):
         where = f"{path} line {num}"
-        line = data.decode_line(line_bytes, where, OutputError,
-                                advice=f"an answers file is written as UTF-8, so this one was changed elsewhere; {advice}")
+        utf8 = f"an answers file is written as UTF-8, so this one was changed elsewhere; {advice}"
+        line = data.decode_line(line_bytes, where, OutputError, advice=utf8)
         if not line.strip():
             continue
         try:
@@ -304,7 +304,8 @@ def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
     choices = record.get("choices") if isinstance(record, dict) else None
     if not (isinstance(record, dict) and "question_id" in record and isinstance(choices, list) and choices
             and isinstance(choices[0], dict) and all(k in choices[0] for k in ANSWER_KEYS)):
-        what = "a question" if isinstance(record, dict) and "turns" in record and "choices" not in record else "not an answer"
+        question = isinstance(record, dict) and "turns" in record and "choices" not in record
+        what = "a question" if question else "not an answer"
         raise OutputError(f"{where} is {what} (an answer line has question_id and choices[0] with "
                           f"{', '.join(ANSWER_KEYS)}), so {path} is not an answers file; {advice}")
     # An edit by hand: refused here, not as a TypeError in the summary after a new answer was appended.

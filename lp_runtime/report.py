@@ -199,7 +199,8 @@ def identical(run: dict, base: dict, ids: set[str]) -> tuple[Optional[int], int]
     both runs are greedy."""
     if not (is_greedy(run) and is_greedy(base)):
         return None, 0
-    ref = {str(r["question_id"]): r["choices"][0]["output_ids"] for r in base["records"] if str(r["question_id"]) in ids}
+    ref = {str(r["question_id"]): r["choices"][0]["output_ids"] for r in base["records"]
+           if str(r["question_id"]) in ids}
     pairs = [(r["choices"][0]["output_ids"], ref[str(r["question_id"])]) for r in run["records"]
              if str(r["question_id"]) in ref]
     return sum(a == b for a, b in pairs), len(pairs)
@@ -252,7 +253,8 @@ def format_table(table: Sequence[dict], groups: Optional[Sequence[str]] = None, 
     head = tuple(h for h, _ in columns)
     lines = [tuple(cell(r) for _, cell in columns) for r in table if groups is None or r["group"] in groups]
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
-    fmt = lambda row: "  ".join(x.ljust(w) if i < left else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
+    fmt = lambda row: "  ".join(x.ljust(w) if i < left else x.rjust(w)  # noqa: E731
+                                for i, (x, w) in enumerate(zip(row, widths)))
     if markdown:
         fmt = lambda row: "| " + " | ".join(x.ljust(w) for x, w in zip(row, widths)) + " |"  # noqa: E731
         rule = "|" + "|".join(":" + "-" * (w + 1) if i < left else "-" * (w + 1) + ":"
@@ -285,7 +287,8 @@ def table_columns(keys: Sequence[str]) -> list:
     return ([("run", lambda r: r["run"] + (" (baseline)" if r["baseline"] else ""))]
             + [(k, lambda r, k=k: _cell(r[k])) for k in keys]
             + [("questions", lambda r: str(r["questions"])), ("turns", lambda r: str(r["turns"])),
-               ("S", lambda r: f(r["step_compression"], ".3f")), ("acc/step", lambda r: f(r["mean_accepted_tokens"], ".3f")),
+               ("S", lambda r: f(r["step_compression"], ".3f")),
+               ("acc/step", lambda r: f(r["mean_accepted_tokens"], ".3f")),
                ("tok/s", lambda r: f(r["tokens_per_s"], ".2f")),
                ("ms/step", lambda r: f(None if r["seconds_per_step"] is None else 1e3 * r["seconds_per_step"], ".1f")),
                ("speedup", lambda r: f(r["speedup"], ".3f")),
@@ -308,7 +311,8 @@ def plot(rows: Sequence[dict], out_dir: str) -> Optional[str]:
 
     fig, axes = plt.subplots(1, 2, figsize=(max(6, 0.9 * len(rows) + 3), 4))
     names = [r["run"] for r in rows]
-    for ax, key, label in ((axes[0], "step_compression", "step compression S"), (axes[1], "speedup", "speedup (tok/s)")):
+    for ax, key, label in ((axes[0], "step_compression", "step compression S"),
+                           (axes[1], "speedup", "speedup (tok/s)")):
         ax.bar(range(len(rows)), [r[key] or 0.0 for r in rows])
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xticks(range(len(rows)), names, rotation=45, ha="right", fontsize=8)
