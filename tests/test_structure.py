@@ -1,6 +1,6 @@
 """Structure rules of the package that code review would otherwise have to re-check by hand.
 
-* no function in the package is longer than 60 lines (docstring included);
+* no function in the package is longer than 60 lines (docstring included), no line longer than 120 characters;
 * no two package modules import each other (module-level or function-local imports alike);
 * no test or script patches a module global (``monkeypatch.setattr``, or ``module.name = ...`` on an imported
   module): a lever is a constructor argument, an environment variable read at start-up, or a public API.
@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lp_runtime"
 CORE = ["decoder", "tree", "proposers", "step", "checks", "window", "layout", "verify", "kv", "parallel", "policy",
         "ngram_pool", "api", "__init__"]
 MAX_LINES = 60
+MAX_CHARS = 120
 
 
 def _functions(path: Path):
@@ -24,9 +25,11 @@ def _functions(path: Path):
 
 
 @pytest.mark.parametrize("module", sorted(p.stem for p in PACKAGE.glob("*.py")))
-def test_no_package_function_longer_than_60_lines(module):
+def test_no_package_function_over_60_lines_nor_line_over_120_chars(module):
     long = [(name, line, n) for name, line, n in _functions(PACKAGE / f"{module}.py") if n > MAX_LINES]
     assert long == [], f"{module}.py: functions over {MAX_LINES} lines (name, line, lines): {long}"
+    wide = [n for n, line in enumerate((PACKAGE / f"{module}.py").read_text().splitlines(), 1) if len(line) > MAX_CHARS]
+    assert wide == [], f"{module}.py: lines over {MAX_CHARS} characters: {wide}"
 
 
 def _imports(path: Path) -> set[str]:
