@@ -186,10 +186,6 @@ class DecodingConfig:
         _check(self.method != "paper" or self.successors != "true",
                "decoding.successors=true is not allowed with decoding=paper (the paper's algorithm as published has "
                "no successor table); use decoding=lookahead or decoding=auto with it, or decoding.successors=false")
-        _check(self.method != "paper" or self.max_depth == PRESETS["paper"]["max_depth"],  # was taken and ignored
-               f"decoding.max_depth={self.max_depth} is not allowed with decoding=paper (its candidates are the pool's "
-               f"n-grams of N-1 tokens; max_depth bounds the suffix lookup's continuations); use decoding=lookahead "
-               "or decoding=auto with it, or leave it out")
         _check(self.max_depth >= 1, f"decoding.max_depth={self.max_depth} is not allowed; it must be >= 1")
         _check(self.window_size >= 0, f"decoding.window_size={self.window_size} is negative; W must be >= 0")
         _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")

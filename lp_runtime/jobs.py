@@ -64,21 +64,23 @@ def submitit_rank_env() -> None:
             torch.set_num_threads(1)
 
 
-# Settings decoding=auto chooses itself, so a value given for them would be shown by the report but not run.
-AUTO_IGNORES = {"decoding.window_size": "chooses W itself from this machine's latency curve",
-                "decoding.pool_from_prompt": "always seeds the n-gram pool from the prompt"}
+# Settings a decoding method does not read (decoding=auto chooses them itself; decoding=paper has no suffix lookup),
+# so a value given for them would be shown by the report but not run.
+IGNORED_BY = {"auto": {"decoding.window_size": "chooses W itself from this machine's latency curve",
+                       "decoding.pool_from_prompt": "always seeds the n-gram pool from the prompt"},
+              "paper": {"decoding.max_depth": "proposes the n-gram pool's candidates of N-1 tokens (max_depth bounds "
+                                              "the suffix lookup's continuations)"}}
 
 
-def check_auto_keys(dict_cfg: Any, keys: set[str]) -> None:
-    """``ConfigError`` when the command line (``keys``) sets a setting of ``AUTO_IGNORES`` under
-    ``decoding=auto`` (N and G bound its tree; greedy allows W, N, G so that a sweep can vary them)."""
-    if OmegaConf.select(dict_cfg, "decoding.method") != "auto":
-        return
-    for key, what in AUTO_IGNORES.items():
+def check_ignored_keys(dict_cfg: Any, keys: set[str]) -> None:
+    """``ConfigError`` when the command line (``keys``) sets a setting that the run's decoding method does not read
+    (``IGNORED_BY``; N and G bound auto's tree; greedy allows W, N, G so that a sweep can vary them)."""
+    method = OmegaConf.select(dict_cfg, "decoding.method")
+    for key, what in IGNORED_BY.get(method, {}).items():
         if key in keys:
             value = OmegaConf.select(dict_cfg, key)
             shown = str(value).lower() if isinstance(value, bool) else value
-            raise ConfigError(f"{key}={shown} is ignored under decoding=auto, which {what}; add "
+            raise ConfigError(f"{key}={shown} is ignored under decoding={method}, which {what}; add "
                               f"decoding=lookahead to run {key}={shown}")
 
 
@@ -108,7 +110,7 @@ def check_job(dict_cfg: Any, overrides: list[str]) -> Any:
     command-line ones); ``ConfigError`` (or OmegaConf's errors)."""
     cfg = to_object(dict_cfg)  # refuses keys no setting has, and bad values
     check_true_false(dict_cfg, overrides)
-    check_auto_keys(dict_cfg, {_key(o) for o in overrides})
+    check_ignored_keys(dict_cfg, {_key(o) for o in overrides})
     check_model_sampling_keys(dict_cfg, overrides)
     assert isinstance(cfg, RunConfig)
     return cfg

@@ -903,6 +903,12 @@ def _auto_and_sweep_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
            ("auto_pool", ["decoding.pool_from_prompt=false"],
             "decoding.pool_from_prompt=false is ignored under decoding=auto, which always seeds the n-gram pool from "
             "the prompt; add decoding=lookahead to run decoding.pool_from_prompt=false"),
+           # decoding=paper reads no max_depth: 30 was taken and ignored (a new user, 2026-12-04); the default group's
+           # 24 under decoding.method=paper is not given, so it runs (a review, 2026-12-05: the first version refused it)
+           ("paper_depth", ["decoding=paper", "decoding.max_depth=30"],
+            "decoding.max_depth=30 is ignored under decoding=paper, which proposes the n-gram pool's candidates of N-1 "
+            "tokens (max_depth bounds the suffix lookup's continuations); add decoding=lookahead to run "
+            "decoding.max_depth=30"),
            # a value beside sampling=model equal to the default: the model's temperature applied, the settings
            # recorded 0.0 (a new user, 2026-12-04)
            ("model_sampling_default", ["sampling=model", "sampling.temperature=0", "sampling.top_p=1.0"],

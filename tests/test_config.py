@@ -42,8 +42,7 @@ def test_each_preset_file_is_the_codes_preset(method):
     assert _fields(_composed(f"decoding={method}").decoding) == _fields(DecodingConfig(method=method))
     assert _fields(DecodingConfig(method=method)) == {"method": method, "pool_from_prompt": True, "seed": 0,
                                                       **PRESETS[method]}
-    depth = 2 if method != "paper" else PRESETS["paper"]["max_depth"]  # paper reads none: another is refused
-    assert DecodingConfig(method=method, window_size=3, max_depth=depth).max_depth == depth
+    assert DecodingConfig(method=method, window_size=3, max_depth=2).max_depth == 2
 
 
 def test_lookahead_preset_is_the_documented_fixed_setting():
@@ -73,11 +72,6 @@ def test_successors_from_the_command_line_and_the_paper_preset():
     (dict(method="paper", successors=True),
      "decoding.successors=true is not allowed with decoding=paper (the paper's algorithm as published has no successor "
      "table); use decoding=lookahead or decoding=auto with it, or decoding.successors=false"),
-    # decoding=paper reads no max_depth: 30 was taken and ignored (a new user, 2026-12-04)
-    (dict(method="paper", max_depth=30),
-     "decoding.max_depth=30 is not allowed with decoding=paper (its candidates are the pool's n-grams of N-1 tokens; "
-     "max_depth bounds the suffix lookup's continuations); use decoding=lookahead or decoding=auto with it, or leave "
-     "it out"),
     # decoding=auto with G = 0 decoded plain greedy without a word (a new user, 2026-12-04); the table alone is a choice
     (dict(guess_set_size=0), "decoding.guess_set_size=0 leaves decoding=auto nothing to propose (its window is W = 0; "
      "its suffix lookup proposes G n-grams); set G > 0, decoding.successors=true (the successor table alone), or use "
@@ -204,3 +198,20 @@ def test_a_quoted_home_path_is_expanded():
     out = OutputConfig(path="~/a.jsonl", summary_path="~/s.json")
     assert (out.path, out.summary_path) == (f"{home}/a.jsonl", f"{home}/s.json")
     assert DatasetConfig(name="jsonl", path="~/q.jsonl").path == f"{home}/q.jsonl"
+
+
+def test_a_setting_the_method_does_not_read_is_refused_only_when_given():
+    """decoding=paper reads no max_depth: given on the command line it is refused (tests/test_cli.py: paper_depth),
+    but ``decoding.method=paper`` over the default group's max_depth 24 runs (a review, 2026-12-05: a first version
+    refused every paper config whose max_depth was not 10, that one included)."""
+    from lp_runtime.jobs import check_ignored_keys
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        composed = compose("generate", overrides=["decoding.method=paper"])
+        given = compose("generate", overrides=["decoding=paper", "decoding.max_depth=30"])
+    check_ignored_keys(composed, {"decoding.method"})
+    assert OmegaConf.to_object(composed).decoding.max_depth == 24
+    check_ignored_keys(given, {"decoding.ngram_size"})  # max_depth not given on the command line: not refused
+    with pytest.raises(ConfigError, match=r"^decoding.max_depth=30 is ignored under decoding=paper"):
+        check_ignored_keys(given, {"decoding", "decoding.max_depth"})

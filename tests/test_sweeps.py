@@ -617,8 +617,8 @@ def test_sweep_jobs_of_one_setting_are_refused_and_jobs_apart_only_in_unrecorded
     for pair in ((RunConfig(decoding=look), RunConfig(decoding=DecodingConfig(method="lookahead"))),
                  (RunConfig(decoding=DecodingConfig(method="greedy", window_size=0)),
                   RunConfig(decoding=DecodingConfig(method="greedy", window_size=3))),
-                 (RunConfig(decoding=DecodingConfig(method="paper")),  # paper reads no successors setting
-                  RunConfig(decoding=DecodingConfig(method="paper", successors="auto")))):
+                 (RunConfig(decoding=DecodingConfig(method="paper", max_depth=10)),  # paper reads no max_depth
+                  RunConfig(decoding=DecodingConfig(method="paper", max_depth=20, successors="auto")))):
         with pytest.raises(ConfigError, match=r"^sweep jobs 0 \(job=0\) and 1 \(job=1\) would run the same setting"):
             check(*pair)
 
