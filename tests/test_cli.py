@@ -1182,8 +1182,8 @@ def test_summary_path_that_would_overwrite_another_file(bad_input, case):
         assert [p.name for p in folder.iterdir()] == ["fifo"] and (folder / "fifo").is_fifo()
 
 
-@pytest.mark.parametrize("case", ["auto_window", "auto_pool", "model_sampling_default"])
-def test_setting_that_auto_ignores_is_refused(bad_input, case):
+@pytest.mark.parametrize("case", ["auto_window", "auto_pool", "paper_depth", "model_sampling_default"])
+def test_setting_that_the_method_does_not_read_is_refused(bad_input, case):
     _check(bad_input, case)
 
 
