@@ -123,14 +123,15 @@ def load_run(path: Path) -> dict[str, Any]:
 def _recorded_settings(path: Path) -> dict[str, Any]:
     """The settings recorded beside answers ``path``: its .settings.json's, else its .summary.json's ``settings``
     or flattened ``config``; {} when none is a non-empty object (a record holding ``null`` or a list: no settings)."""
+    recorded = answers.read_settings(answers.beside(path, ".settings.json"))
+    if isinstance(recorded, dict) and recorded:
+        return dict(recorded)
     summary = answers.read_json(answers.beside(path, ".summary.json"))
     summary = summary if isinstance(summary, dict) else {}
-    config = summary.get("config")
-    for found in (answers.read_settings(answers.beside(path, ".settings.json")), summary.get("settings"),
-                  answers.flatten(config) if isinstance(config, dict) and config else None):
-        if isinstance(found, dict) and found:
-            return dict(found)
-    return {}
+    recorded, config = summary.get("settings"), summary.get("config")
+    if isinstance(recorded, dict) and recorded:
+        return dict(recorded)
+    return answers.flatten(config) if isinstance(config, dict) and config else {}
 
 
 def is_greedy(run: dict) -> bool:
