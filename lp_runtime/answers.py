@@ -312,9 +312,7 @@ def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
     for key, (what, ok) in ANSWER_TYPES.items():
         value = choices[0][key]
         if not (isinstance(value, list) and all(map(ok, value))):
-            shown = json.dumps(value)
-            shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            raise OutputError(f"{where}: choices[0].{key} is {shown}, not a list of {what} (one a turn); the file "
+            raise OutputError(f"{where}: choices[0].{key} is {data.short(value)}, not a list of {what} (one a turn); the file "
                               f"was changed by hand: restore that line or remove it (its question is answered "
                               f"again), or {advice}")
     # The counts a run writes agree with each other; an edited one would go into every summary and report.
@@ -468,6 +466,11 @@ def next_free(base: str, suffix: str = "") -> str:
     return f"{base}-{n}{suffix}"
 
 
+def new_output_arg(answers_path: Path) -> str:
+    """``output.path=<the next free <name>-N.jsonl>`` for a refusal to suggest (``override_arg``)."""
+    return override_arg("output.path", next_free(jsonl_base(str(answers_path)), ".jsonl"))
+
+
 def override_arg(key: str, value: str) -> str:
     """``key=value`` as one shell word that Hydra parses back to ``value`` (a suggested path pasted into a command
     line): the value in Hydra's double quotes where it holds a character its grammar does not take bare (a space,
@@ -488,7 +491,7 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
     answers passes; reads only. ``new_path_hint``: where to write instead (default: the next free <name>-N.jsonl)."""
     if not has_answers(answers_path):
         return
-    hint = new_path_hint or override_arg("output.path", next_free(jsonl_base(str(answers_path)), ".jsonl"))
+    hint = new_path_hint or new_output_arg(answers_path)
     if not settings_path.is_file():
         raise SettingsMismatchError(
             f"{answers_path} holds answers but no record of the settings that made them ({settings_path} is "

@@ -156,7 +156,7 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
             key = str(q.question_id)  # as answers are matched on resume: 1 and "1" are one question
             if key in first_line:
                 line, other = first_line[key]
-                raise DatasetError(f"{where}: question_id {_short(q.question_id)} repeats {_short(other)} on line "
+                raise DatasetError(f"{where}: question_id {short(q.question_id)} repeats {short(other)} on line "
                                    f"{line}; question ids must be unique (compared as text: 1 and \"1\" are the "
                                    "same id)")
             first_line[key] = (lineno, q.question_id)
@@ -183,19 +183,19 @@ def _parse_row(row: Any, where: str) -> Question:
         raise DatasetError(f"{where}: field 'question_id' is missing; it must be an int or a string")
     qid = row["question_id"]
     if isinstance(qid, bool) or not isinstance(qid, (int, str)):
-        raise DatasetError(f"{where}: field 'question_id' is {_short(qid)}; it must be an int or a string")
+        raise DatasetError(f"{where}: field 'question_id' is {short(qid)}; it must be an int or a string")
     if isinstance(qid, str) and is_blank(qid):
-        raise DatasetError(f"{where}: field 'question_id' is {_short(qid)}, blank; it must name the question (an int "
+        raise DatasetError(f"{where}: field 'question_id' is {short(qid)}, blank; it must name the question (an int "
                            "or a non-blank string: answers are matched to questions by it)")
     category = row.get("category")  # left out, or null (Python's json.dump of None): no category
     if category is not None and not isinstance(category, str):
-        raise DatasetError(f"{where}: field 'category' is {_short(category)}; it must be a string (or null, or left "
+        raise DatasetError(f"{where}: field 'category' is {short(category)}; it must be a string (or null, or left "
                            "out)")
     if "turns" not in row:
         raise DatasetError(f"{where}: field 'turns' is missing; it must be a non-empty list of non-blank strings")
     turns = row["turns"]
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and not is_blank(t) for t in turns):
-        raise DatasetError(f"{where}: field 'turns' is {_short(turns)}; it must be a non-empty list of non-blank "
+        raise DatasetError(f"{where}: field 'turns' is {short(turns)}; it must be a non-empty list of non-blank "
                            f"strings{_invisible_turn(turns)}")
     for i, turn in enumerate(turns):
         bad = lone_surrogate(turn)
@@ -263,7 +263,7 @@ def lone_surrogate(text: str) -> Optional[int]:
     return None
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def short(value: Any, limit: int = 60) -> str:
     """A JSON value as the file spells it (null, true, "a"; invisible characters escaped), cut at ``limit``."""
     text = json.dumps(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

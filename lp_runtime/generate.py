@@ -257,11 +257,10 @@ def check_unchanged(records: list, questions: list, answers_path: Path, cfg: Run
         digest = now.get(str(record["question_id"]))
         if digest is not None and record.get("question_digest", digest) != digest:  # asked now, and edited
             source = cfg.dataset.path if cfg.dataset.name == "jsonl" else f"dataset={cfg.dataset.name}"
-            new = answers.next_free(answers.jsonl_base(str(answers_path)), ".jsonl")
             raise answers.OutputError(
                 f"{answers_path} answers question {record['question_id']!r} as it read then, and its text in "
                 f"{source} has changed since; remove that answer's line to answer the question as it reads now, or "
-                f"write to a new output path ({answers.override_arg('output.path', new)})")
+                f"write to a new output path ({answers.new_output_arg(answers_path)})")
 
 
 def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_main: bool, *,
