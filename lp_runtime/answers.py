@@ -312,9 +312,9 @@ def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
     for key, (what, ok) in ANSWER_TYPES.items():
         value = choices[0][key]
         if not (isinstance(value, list) and all(map(ok, value))):
-            raise OutputError(f"{where}: choices[0].{key} is {data.short(value)}, not a list of {what} (one a turn); the file "
-                              f"was changed by hand: restore that line or remove it (its question is answered "
-                              f"again), or {advice}")
+            raise OutputError(f"{where}: choices[0].{key} is {data.short(value)}, not a list of {what} (one a turn); "
+                              f"the file was changed by hand: restore that line or remove it (its question is "
+                              f"answered again), or {advice}")
     # The counts a run writes agree with each other; an edited one would go into every summary and report.
     c = choices[0]
     turns = {len(c[key]) for key in ANSWER_KEYS}
