@@ -426,7 +426,7 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple
     absent from ``current`` as its retired value. Between two greedy runs ``GREEDY_IGNORES`` are not compared, between
     two paper runs ``PAPER_IGNORES``."""
     method = recorded.get("decoding.method")
-    decoding = DecodingConfig(method=method) if method in PRESETS else DecodingConfig()
+    decoding = DecodingConfig(method=method) if isinstance(method, str) and method in PRESETS else DecodingConfig()
     defaults = flatten(dataclasses.asdict(RunConfig(decoding=decoding)))
     missing = object()
     greedy = method == current.get("decoding.method") == "greedy"
@@ -535,7 +535,8 @@ def write_settings(settings_path: Path, current: dict[str, Any]) -> None:
 def read_settings(settings_path: Path) -> Optional[dict[str, Any]]:
     """The recorded settings, or None when there is no readable record."""
     record = read_json(settings_path)
-    return record.get("settings") if isinstance(record, dict) else None
+    settings = record.get("settings") if isinstance(record, dict) else None
+    return settings if isinstance(settings, dict) else None  # edited into a list or a string: no record
 
 
 def read_json(path: Path) -> Any:

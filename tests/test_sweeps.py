@@ -637,3 +637,27 @@ def test_report_reads_records_that_hold_json_but_no_object(tmp_path, summary, se
         (tmp_path / "answers.settings.json").write_text(settings)
     expected = {"decoding.window_size": 3} if settings and "window_size" in settings else {}
     assert load_run(path)["settings"] == expected
+
+
+@pytest.mark.parametrize("settings", [[1, 2], "x", 5, None])
+def test_a_settings_record_edited_into_no_object_refuses_the_resume_in_one_line(tmp_path, settings):
+    """A settings record whose "settings" was edited into a list, a string or a number: an AttributeError traceback
+    on resume (a new user, 2026-12-05); now the line a record that is not lp_runtime's gets."""
+    from lp_runtime.answers import SettingsMismatchError, check_settings
+
+    path, record = tmp_path / "a.jsonl", tmp_path / "a.settings.json"
+    path.write_text(json.dumps({"question_id": 1, "choices": [{"turns": ["x"]}]}) + "\n")
+    record.write_text(json.dumps({"format": 1, "settings": settings}))
+    with pytest.raises(SettingsMismatchError) as e:
+        check_settings(path, record, {"decoding.method": "greedy"})
+    assert str(e.value) == (f"{record} is not a settings record written by lp_runtime; choose a new output path "
+                            f"(output.path={tmp_path}/a-2.jsonl) or move both files away")
+
+
+def test_a_settings_value_edited_into_a_list_is_a_difference():
+    """``"decoding.method": ["greedy"]`` in a record: a TypeError (unhashable) traceback on resume (a new user,
+    2026-12-05); now a difference like any other."""
+    from lp_runtime.answers import differences
+
+    assert differences({"decoding.method": ["greedy"]}, {"decoding.method": "greedy"}) == [
+        ("decoding.method", ["greedy"], "greedy")]
