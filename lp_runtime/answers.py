@@ -300,6 +300,10 @@ ANSWER_TYPES = {"output_ids": ("lists of token ids", lambda v: isinstance(v, lis
                 "accept_lengths": ("lists of token counts", lambda v: isinstance(v, list) and all(map(_is_int, v)))}
 
 
+TEXT_TYPES = {"turns": ("texts", lambda v: isinstance(v, str)),
+              "finish_reason": ('"stop" or "length"', lambda v: v in ("stop", "length"))}
+
+
 def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
     choices = record.get("choices") if isinstance(record, dict) else None
     if not (isinstance(record, dict) and "question_id" in record and isinstance(choices, list) and choices
@@ -308,8 +312,9 @@ def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
         what = "a question" if question else "not an answer"
         raise OutputError(f"{where} is {what} (an answer line has question_id and choices[0] with "
                           f"{', '.join(ANSWER_KEYS)}), so {path} is not an answers file; {advice}")
-    # An edit by hand: refused here, not as a TypeError in the summary after a new answer was appended.
-    for key, (what, ok) in ANSWER_TYPES.items():
+    # An edit by hand: refused here, not as a TypeError in the summary after a new answer was appended. The texts
+    # (what FastChat's judges read) and finish reasons where present, as a hand-made file may leave them out.
+    for key, (what, ok) in {**ANSWER_TYPES, **{k: v for k, v in TEXT_TYPES.items() if k in choices[0]}}.items():
         value = choices[0][key]
         if not (isinstance(value, list) and all(map(ok, value))):
             raise OutputError(f"{where}: choices[0].{key} is {data.short(value)}, not a list of {what} (one a turn); "
@@ -317,12 +322,13 @@ def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
                               f"answered again), or {advice}")
     # The counts a run writes agree with each other; an edited one would go into every summary and report.
     c = choices[0]
-    turns = {len(c[key]) for key in ANSWER_KEYS}
+    keys = (*ANSWER_KEYS, *(k for k in TEXT_TYPES if k in c))
+    turns = {len(c[key]) for key in keys}
     bad = next((i for i, (ids, n, steps, acc) in enumerate(zip(c["output_ids"], c["new_tokens"], c["decoding_steps"],
                                                                c["accept_lengths"]))
                 if not len(ids) == n == sum(acc) or steps != len(acc)), None)
     if len(turns) > 1 or bad is not None:
-        what = (f"the lists {', '.join(ANSWER_KEYS)} have {' / '.join(str(len(c[k])) for k in ANSWER_KEYS)} turns"
+        what = (f"the lists {', '.join(keys)} have {' / '.join(str(len(c[k])) for k in keys)} turns"
                 if len(turns) > 1 else
                 f"turn {bad + 1} has {len(c['output_ids'][bad])} output_ids, new_tokens {c['new_tokens'][bad]}, "
                 f"accept_lengths summing to {sum(c['accept_lengths'][bad])} over {len(c['accept_lengths'][bad])} "

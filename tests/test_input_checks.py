@@ -265,6 +265,11 @@ def _refused(a: Path, problem: str) -> None:
     ("wall_time", [-1.0], "[-1.0]", "seconds"),
     ("accept_lengths", [[1, "2"]], '[[1, "2"]]', "lists of token counts"),
     ("output_ids", [["x"] + [1] * 30], '[["x", ' + "1, " * 16 + "1,...", "lists of token ids"),  # shown shortened
+    # the texts a judge reads and the finish reasons, where a line has them: [5, 6] passed and the re-run died in
+    # an AttributeError traceback, null was printed as "[81] " (a new user, 2026-12-05)
+    ("turns", [5], "[5]", "texts"),
+    ("turns", None, "null", "texts"),
+    ("finish_reason", ["bogus"], '["bogus"]', '"stop" or "length"'),
 ])
 def test_an_answer_line_edited_into_wrong_types_is_refused_before_anything_is_appended(tmp_path, key, value, shown,
                                                                                          what):
@@ -284,6 +289,8 @@ def test_an_answer_line_edited_into_wrong_types_is_refused_before_anything_is_ap
                               "decoding_steps 1"),
     ({"wall_time": [0.5, 0.5]}, "the lists output_ids, new_tokens, decoding_steps, wall_time, accept_lengths have "
                                 "1 / 1 / 1 / 2 / 1 turns"),
+    ({"turns": ["a", "b"]}, "the lists output_ids, new_tokens, decoding_steps, wall_time, accept_lengths, turns "
+                            "have 1 / 1 / 1 / 1 / 1 / 2 turns"),
 ])
 def test_an_answer_line_with_counts_edited_out_of_agreement_is_refused(tmp_path, edit, what):
     """A new user changed line 2's new_tokens from 16 to 999: the re-run accepted it and its summary reported a step
