@@ -38,7 +38,14 @@ def is_bad_input(e: BaseException) -> bool:
     kinds: tuple[type, ...] = (ConfigError, ModelOutputError, answers.OutputError, answers.SettingsMismatchError,
                                data.DatasetError, OmegaConfBaseException, OSError)
     models = sys.modules.get("lp_runtime.models")  # ModelLoadError can only be raised once models is imported
-    return isinstance(e, kinds + ((models.ModelLoadError,) if models else ()))
+    return isinstance(e, kinds + ((models.ModelLoadError,) if models else ())) or _overflow_key(e) is not None
+
+
+def _overflow_key(e: BaseException) -> Optional[str]:
+    """The setting OmegaConf names on an ``OverflowError`` (an integer too large for a float given to a float
+    setting, ``sampling.temperature=1000...0``); None for any other error."""
+    found = re.search(r"^\s*full_key: (\S+)$", str(e), re.M) if isinstance(e, OverflowError) else None
+    return found.group(1) if found else None
 
 
 def unknown_key(e: BaseException) -> Optional[str]:
@@ -90,6 +97,8 @@ def one_line(e: BaseException) -> str:
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
         return (f"cannot write {e.filename or 'a file'}: {e.strerror}; free space there, then re-run the same "
                 "command: the answers written so far are complete and a re-run resumes")
+    if _overflow_key(e):
+        return f"{_overflow_key(e)} is given an integer too large for a float; it must be a finite number"
     lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
     msg = lines[0]
     if len(lines) > 2 and lines[1].endswith(":"):  # "Available options in 'model':" then one option a line
@@ -334,7 +343,7 @@ def main(app: Callable[[], None], *, interrupted: str,
             if is_rank0():
                 print(interrupted, file=sys.stderr, flush=True)
             _exit(143 if isinstance(e, Terminated) or _SIGNALS[-1:] == [signal.SIGTERM] else 130)
-        if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)) or list_by_name(e):
+        if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)) or list_by_name(e) or _overflow_key(e):
             fail(e)
         if isinstance(e, PeerFailure):
             peer_failed(e)

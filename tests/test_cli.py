@@ -665,6 +665,9 @@ BAD_CONFIGS = [
     # inf passed the check and crashed every rank in timedelta() under torchrun (a new user, 2026-12-03)
     (["parallel.timeout_s=inf"], "parallel.timeout_s=inf is not allowed; it must be a number of seconds > 0 and "
                                  "<= 604800 (a week)"),
+    # an integer too large for a float: OmegaConf's OverflowError, a traceback (a new user, 2026-12-05)
+    (["sampling.temperature=1" + "0" * 400], "sampling.temperature is given an integer too large for a float; it "
+                                             "must be a finite number"),
     (["generation.max_new_tokens=abc"], "Error merging override generation.max_new_tokens=abc: "
                                         "Value 'abc' of type 'str' could not be converted to Integer"),
     # a key no setting has, without +: was Hydra's "Could not override ... not in 'DecodingConfig'", no keys listed
