@@ -385,13 +385,16 @@ def _busy_record(model_id: str, device: str, step_s: Mapping[str, float], root: 
     return None
 
 
+DTYPES_TIMED = ("float32", "bfloat16")  # what model.dtype=auto times (models._auto_dtype) and a record holds
+
+
 def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, float]], *,
                  root: Optional[str] = None, retune: Optional[bool] = None, log: Callable[[str], None] = print,
                  method: str = "") -> str:
     """``model.dtype=auto``: float32 (exact against transformers' float32 greedy) unless another dtype's greedy
     step is more than ``DTYPE_MARGIN`` times faster. ``timings()`` -> {dtype: seconds} runs once per (model,
     device), cached beside the profiles with ``method``; a record of another method, or holding a time that is not
-    finite and > 0, or one that a dtype's latency profile shows was timed on a busy machine (``_busy_record``), is
+    finite and > 0 or other dtypes than ``DTYPES_TIMED``, or one that a dtype's latency profile shows was timed on a busy machine (``_busy_record``), is
     timed again. ``log`` gets one line naming the choice. ``ValueError`` for no timings;
     ``ConfigError`` before timing when the record's folder cannot be written."""
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
@@ -401,8 +404,8 @@ def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, 
         saved = {str(k): float(v) for k, v in record["step_s"].items()} if record.get("method", "") == method else None
     except (ValueError, KeyError, TypeError, AttributeError):
         saved = None
-    if saved and not _valid_times(saved):  # NaN, inf, 0 or negative: an edited or corrupted record, timed again
-        saved = None
+    if saved and (not _valid_times(saved) or sorted(saved) != sorted(DTYPES_TIMED)):
+        saved = None  # NaN, inf, 0, negative, a dtype missing or another one: an edited or corrupted record
     busy = _busy_record(model_id, device, saved, root) if saved else None
     if busy:
         log(f"model.dtype=auto: its cached timings look taken on a busy machine ({busy}): timing the dtypes again")

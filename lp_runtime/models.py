@@ -128,8 +128,8 @@ def _auto_dtype(cfg: ModelConfig, device: torch.device, step_seconds: Optional[C
                               weight_bars=weight_bars)
         out: dict[str, float] = {}
         for _ in range(DTYPE_ROUNDS):  # this copy is only timed: bfloat16 -> float32 and back loses nothing needed
-            for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-                out[name] = min(out.get(name, math.inf), timer(model.to(dtype)))
+            for name in latency.DTYPES_TIMED:
+                out[name] = min(out.get(name, math.inf), timer(model.to(getattr(torch, name))))
         return out
 
     return distributed.from_rank0(lambda: latency.choose_dtype(model_id(cfg), latency.device_key(device), timings,

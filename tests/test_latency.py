@@ -361,12 +361,20 @@ def test_choose_dtype_takes_the_faster_greedy_step_and_says_why(tmp_path):
         assert latency.choose_dtype("m-1", "cpu-16t", timings, **kw) == "bfloat16"
         assert lines.pop().endswith(f"18.7 ms in float32; measured now, cached in {path})")
     assert len(calls) == 6
+    # a record edited to hold one dtype, or another (int8 was then refused as a model.dtype the user never gave,
+    # float16 loaded on a CPU; a new user, 2026-12-05), is timed again
+    for edited in ({"float32": 0.05}, {"float32": 0.0187, "bfloat16": 0.0122, "int8": 0.001},
+                   {"float32": 0.0187, "float16": 0.001}):
+        Path(path).write_text(json.dumps({"step_s": edited, "method": ""}))
+        assert latency.choose_dtype("m-1", "cpu-16t", timings, **kw) == "bfloat16"
+        assert lines.pop().endswith(f"18.7 ms in float32; measured now, cached in {path})")
+    assert len(calls) == 9
     # a record holding no timings was timed again on every start and never saved (a review, 2026-12-05)
     Path(path).write_text(json.dumps({"step_s": {}, "method": ""}))
     assert latency.choose_dtype("m-1", "cpu-16t", timings, **kw) == "bfloat16"
-    assert lines.pop().endswith(f"measured now, cached in {path})") and len(calls) == 7
+    assert lines.pop().endswith(f"measured now, cached in {path})") and len(calls) == 10
     assert latency.choose_dtype("m-1", "cpu-16t", timings, **kw) == "bfloat16"
-    assert lines.pop().endswith(f"18.7 ms in float32; cached in {path})") and len(calls) == 7
+    assert lines.pop().endswith(f"18.7 ms in float32; cached in {path})") and len(calls) == 10
 
 
 @pytest.mark.parametrize("faster", ["bfloat16", "float32"])
