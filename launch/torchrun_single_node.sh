@@ -8,7 +8,8 @@
 # A sweep (-m) is refused: every rank would run the whole sweep (sweep with hydra/launcher=lp_local instead).
 # Ctrl-C: torchrun passes it to the ranks, rank 0 prints one "interrupted; ..." line, exit 130 (SIGTERM to the
 # process group, e.g. timeout or scancel: the same line, exit 143, once torchrun and its ranks have ended; a SIGTERM
-# to this script alone is held until the run ends, then exit 143); a bad setting:
+# to this script alone is held until the run ends: 143 if it did not complete, else a note and torchrun's 0);
+# a bad setting:
 # the first rank's "error: ..." line, exit 2; a rank killed by a signal (kill -9, out of memory): one line naming
 # it, exit 1. What torchrun prints then (its warnings, a traceback and a failure report) and the other ranks'
 # copies of the error line are replaced by launch/until_interrupted.py.
@@ -47,7 +48,11 @@ set +e
     -m lp_runtime.generate hydra.run.dir="$RUN_DIR" "$@" 2>&1 1>&3 3>&- \
     | (trap '' TERM; exec "$PY" "$ROOT/launch/until_interrupted.py") 3>&-; } 3>&1
 codes=("${PIPESTATUS[@]}")
-if [ -n "$TERMINATED" ]; then exit 143; fi
+if [ -n "$TERMINATED" ] && [ "${codes[0]}" = 0 ]; then   # the TERM reached this script alone: the run went on
+    echo "note: a SIGTERM reached this script alone, which holds it until torchrun ends, and the run completed;" \
+         "to stop a run send SIGTERM to its process group (kill -TERM -- -$(ps -o pgid= $$ | tr -d ' '), as" \
+         "timeout does)" >&2
+elif [ -n "$TERMINATED" ]; then exit 143; fi
 if [ "${codes[1]}" = 130 ]; then exit 130; fi
 if [ "${codes[1]}" = 2 ] && [ "${codes[0]}" != 0 ]; then   # a rank refused a setting
     # README: a refused setting leaves no new folder; each rank removes its own, but a slower rank's Hydra can

@@ -1444,3 +1444,21 @@ def test_report_says_why_a_bfloat16_greedy_run_may_not_be_identical(tmp_path):
         rec["choices"][0]["output_ids"] = [ids]
         (tmp_path / "lookahead" / "answers.jsonl").write_text(json.dumps(rec) + "\n")
         assert "rounding tie" not in report([str(tmp_path)], figure=False)["text"]
+
+
+def test_sigterm_to_the_torchrun_script_alone_is_held_and_a_completed_run_exits_0(tmp_path):
+    """SIGTERM to the launch script's pid alone: bash holds it until torchrun ends; the run completed, but the
+    script exited 143 as if stopped (a new user, 2026-12-05). Now torchrun's 0 and a note saying how to stop a run."""
+    stub = tmp_path / "torchrun"
+    stub.write_text("#!/usr/bin/env bash\necho started\nsleep 1\necho done\n")
+    stub.chmod(0o755)
+    proc = subprocess.Popen(["bash", str(REPO / "launch" / "torchrun_single_node.sh")], cwd=tmp_path,
+                            env={**os.environ, "TORCHRUN": str(stub)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline() == "started\n"
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (0, "done\n")
+    assert err == ("note: a SIGTERM reached this script alone, which holds it until torchrun ends, and the run "
+                   f"completed; to stop a run send SIGTERM to its process group (kill -TERM -- -{proc.pid}, as "
+                   "timeout does)\n")
