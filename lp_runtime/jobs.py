@@ -278,6 +278,11 @@ def check_torchrun_sweep(argv: list[str]) -> None:
         raise ConfigError(TORCHRUN_SWEEP)
 
 
+# What a sweep's per-job output file holds, and its name in the job's folder (check_sweep_outputs' advice)
+SWEEP_FILES = {"output.path": ("answers file holds the answers", "answers.jsonl"),
+               "output.summary_path": ("summary file holds the figures", "answers.summary.json")}
+
+
 def check_sweep_outputs(argv: list[str]) -> None:
     """``ConfigError`` for a sweep whose command line fixes ``output.path`` or ``output.summary_path`` to one file
     for every job (a value with ``${`` is taken as per-job)."""
@@ -292,8 +297,9 @@ def check_sweep_outputs(argv: list[str]) -> None:
         if o.key_or_group in ("output.path", "output.summary_path") and not o.is_sweep_override():
             value = (o.input_line or "").split("=", 1)[-1]  # as typed (get_value_element_as_str escapes ${)
             if "${" not in value:
+                kind, file = SWEEP_FILES[o.key_or_group]
                 raise ConfigError(
                     f"{o.key_or_group}={value} names one file for every job of this --multirun sweep "
-                    f"({' '.join(sweeps)}), but one answers file holds the answers of one setting; drop "
-                    f"{o.key_or_group} so that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), "
-                    f"or put the job number in it: '{o.key_or_group}=outputs/sweep/${{hydra:job.num}}/answers.jsonl'")
+                    f"({' '.join(sweeps)}), but one {kind} of one setting; drop {o.key_or_group} so that each job "
+                    f"writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the job number in it: "
+                    f"'{o.key_or_group}=outputs/sweep/${{hydra:job.num}}/{file}'")
