@@ -394,8 +394,9 @@ def choose_dtype(model_id: str, device: str, timings: Callable[[], Mapping[str, 
     """``model.dtype=auto``: float32 (exact against transformers' float32 greedy) unless another dtype's greedy
     step is more than ``DTYPE_MARGIN`` times faster. ``timings()`` -> {dtype: seconds} runs once per (model,
     device), cached beside the profiles with ``method``; a record of another method, or holding a time that is not
-    finite and > 0 or other dtypes than ``DTYPES_TIMED``, or one that a dtype's latency profile shows was timed on a busy machine (``_busy_record``), is
-    timed again. ``log`` gets one line naming the choice. ``ValueError`` for no timings;
+    finite and > 0 or other dtypes than ``DTYPES_TIMED``, or one that a dtype's latency profile shows was timed on
+    a busy machine (``_busy_record``), is timed again. ``log`` gets one line naming the choice. ``ValueError`` for
+    no timings;
     ``ConfigError`` before timing when the record's folder cannot be written."""
     retune = os.environ.get("LP_RUNTIME_RETUNE") == "1" if retune is None else retune
     path = profile_path(model_id, device, "dtype-auto", root)
