@@ -472,6 +472,12 @@ def next_free(base: str, suffix: str = "") -> str:
     return f"{base}-{n}{suffix}"
 
 
+def new_sweep_hint(sweep_dir: str) -> str:
+    """Where a sweep job writes instead of answers made with other settings: a new sweep folder."""
+    folder = override_arg("hydra.sweep.dir", next_free(str(sweep_dir).rstrip("/")))
+    return f"{folder}: each job of the sweep writes into its own folder there"
+
+
 def new_output_arg(answers_path: Path) -> str:
     """``output.path=<the next free <name>-N.jsonl>`` for a refusal to suggest (``override_arg``)."""
     return override_arg("output.path", next_free(jsonl_base(str(answers_path)), ".jsonl"))

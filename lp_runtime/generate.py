@@ -135,8 +135,7 @@ def _sweep_hint() -> Optional[str]:
 
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return None
-    folder = answers.next_free(str(HydraConfig.get().sweep.dir).rstrip("/"))
-    return f"{answers.override_arg('hydra.sweep.dir', folder)}: each job of the sweep writes into its own folder there"
+    return answers.new_sweep_hint(HydraConfig.get().sweep.dir)
 
 
 def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) -> tuple[Any, Any, str, dict]:

@@ -8,6 +8,7 @@ import itertools
 import os
 import re
 import shutil
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.global_hydra import GlobalHydra
@@ -174,6 +175,7 @@ def validate_sweep(config: Any) -> None:
                                       "lp_local or lp_slurm) to a multiple of it")
                 check_local_path(run_cfg.model.path)  # a missing model folder (was found only when its job loaded)
                 check_model_files(run_cfg.model)
+                _check_resumable(run_cfg, world, job_cfg.hydra.sweep, overrides)
             except Exception as e:
                 if not (is_bad_input(e) or isinstance(e, HydraException)):
                     raise
@@ -183,6 +185,21 @@ def validate_sweep(config: Any) -> None:
     finally:
         HydraConfig.instance().set_config(config)
     _check_distinct(jobs, swept, settings)
+
+
+def _check_resumable(cfg: RunConfig, world: int, sweep: Any, overrides: list[str]) -> None:
+    """``answers.SettingsMismatchError`` when the job's answers file (``apply_job_output``'s, in the job's folder of
+    ``sweep``, unless ``overrides`` set ``output.path``) holds answers made with other settings, as the job would
+    find once its turn came (a re-run sweep whose jobs changed order was refused at job 1, after job 0 had run)."""
+    from lp_runtime.models import model_fingerprint
+
+    if "output.path" not in {_key(o) for o in overrides}:
+        path = os.path.join(str(sweep.dir), str(sweep.subdir), "answers.jsonl")
+        cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, path=path))
+    if answers.has_answers(Path(cfg.output.path)):
+        current = answers.run_settings(cfg, model_fingerprint=model_fingerprint(cfg.model), world_size=world)
+        answers.check_settings(Path(cfg.output.path), Path(cfg.output.resolved_settings_path), current,
+                               answers.new_sweep_hint(str(sweep.dir)))
 
 
 def _job_setting(cfg: RunConfig, world: int) -> dict:

@@ -661,3 +661,31 @@ def test_a_settings_value_edited_into_a_list_is_a_difference():
 
     assert differences({"decoding.method": ["greedy"]}, {"decoding.method": "greedy"}) == [
         ("decoding.method", ["greedy"], "greedy")]
+
+
+def test_a_sweep_job_whose_answers_file_holds_other_settings_is_refused_before_any_job_runs(tmp_path):
+    """A finished sweep re-run with its jobs in another order: job 0 loaded the model and answered, then job 1 was
+    refused for its file's settings (a new user, 2026-12-05). ``validate_sweep`` now checks every job's file first,
+    as a single run does before loading."""
+    from lp_runtime.answers import SettingsMismatchError, run_settings
+    from lp_runtime.config import DecodingConfig, OutputConfig, RunConfig
+    from lp_runtime.jobs import _check_resumable
+    from lp_runtime.models import model_fingerprint
+    from omegaconf import OmegaConf
+
+    path = tmp_path / "sweep" / "1" / "answers.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"question_id": 1, "choices": [{"turns": ["x"]}]}) + "\n")
+    made = RunConfig(decoding=DecodingConfig(method="lookahead", guess_set_size=2), output=OutputConfig(path=str(path)))
+    recorded = run_settings(made, model_fingerprint=model_fingerprint(made.model), world_size=1)
+    (path.parent / "answers.settings.json").write_text(json.dumps({"format": 1, "settings": recorded}))
+    sweep = OmegaConf.create({"dir": str(tmp_path / "sweep"), "subdir": "1"})
+    _check_resumable(made, 1, sweep, ["output.path=x"])  # the same setting: resumes
+    _check_resumable(made, 1, OmegaConf.create({"dir": str(tmp_path / "sweep"), "subdir": "0"}), [])  # no answers
+    now = RunConfig(decoding=DecodingConfig(method="lookahead", guess_set_size=3))  # output.path: the job's folder
+    with pytest.raises(SettingsMismatchError) as e:
+        _check_resumable(now, 1, sweep, ["decoding.guess_set_size=3"])
+    assert str(e.value) == (
+        f"{path} was made with other settings ({path.parent / 'answers.settings.json'}): decoding.guess_set_size: 2 in "
+        f"the file, 3 now; re-run with the file's settings to resume it, or write to a new output path "
+        f"(hydra.sweep.dir={tmp_path / 'sweep-2'}: each job of the sweep writes into its own folder there)")
