@@ -468,22 +468,25 @@ def test_submitit_local_launcher_sweep_with_two_ranks_per_job(sweep_cli):
         (answer,) = [json.loads(x) for x in (folder / "answers.jsonl").read_text().splitlines()]
         outputs.append(answer["choices"][0]["output_ids"])
     assert outputs[0] == outputs[1]  # W = 0 and W = 2: the same greedy tokens
-    # each job's two ranks' logs, no folder named '%j' beside them: both sweeps' three jobs (this one's two, and
-    # the one below), read once both have run
+    # each job's two ranks' logs, no folder named '%j' beside them: this sweep's two jobs (the one below is refused
+    # before any job starts), read once both sweeps have run
     logs = tmp_path / "sweep" / ".submitit"
     names = sorted(p.name for p in logs.glob("*_log.out"))
     ids = {n.split("_")[0] for n in names}
-    assert len(ids) == 3 and names == sorted(f"{i}_{r}_log.out" for i in ids for r in (0, 1)), names
+    assert len(ids) == 2 and names == sorted(f"{i}_{r}_log.out" for i in ids for r in (0, 1)), names
     assert [p for p in logs.iterdir() if p.is_dir()] == []
-    # the same sweep folder with another setting: job 0's ranks refuse its answers file; that job's one error line,
-    # exit 2, not the launcher's UncompletedJobError traceback (a new user's third pass); the answers stay (as the
-    # first sweep left them: the batch's copy between the two command lines)
-    # (one job of the sweep, W = 0, is enough to hit it: the second job would only cost two more ranks' start-up)
+    # the same sweep folder with another setting: job 0's answers file is refused before any job starts (it was
+    # refused by the job's ranks once launched, a new user's third pass; and a re-run sweep whose jobs changed order
+    # ran job 0 before refusing job 1, a new user, 2026-12-05), one error line, exit 2, not the launcher's
+    # UncompletedJobError traceback; the answers stay (as the first sweep left them: the batch's copy between the
+    # two command lines)
     assert copied.returncode == 0, copied.stderr
     last = again.stderr.strip().splitlines()[-1]
     assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr[-3000:]
-    assert last.startswith(f"error: a sweep job stopped: {tmp_path / 'sweep' / '0' / 'answers.jsonl'} was made with "
+    assert last.startswith(f"error: sweep job 0: {tmp_path / 'sweep' / '0' / 'answers.jsonl'} was made with "
                            "other settings") and "generation.max_new_tokens: 16 in the file, 8 now" in last, last
+    assert last.endswith("; no job was run"), last
+    last = last[: -len("; no job was run")]
     # where to write instead: a new sweep folder (the output.path=...-2.jsonl it advised is refused for a sweep)
     assert last.endswith(f"or write to a new output path (hydra.sweep.dir={tmp_path / 'sweep'}-2: each job of the "
                          "sweep writes into its own folder there)"), last
