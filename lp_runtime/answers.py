@@ -548,7 +548,7 @@ def read_settings(settings_path: Path) -> Optional[dict[str, Any]]:
     """The recorded settings, or None when there is no readable record."""
     record = read_json(settings_path)
     settings = record.get("settings") if isinstance(record, dict) else None
-    return settings if isinstance(settings, dict) else None  # edited into a list or a string: no record
+    return settings if isinstance(settings, dict) and settings else None  # edited into {}, a list, a string
 
 
 def read_json(path: Path) -> Any:

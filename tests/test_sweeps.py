@@ -642,7 +642,7 @@ def test_report_reads_records_that_hold_json_but_no_object(tmp_path, summary, se
     assert load_run(path)["settings"] == expected
 
 
-@pytest.mark.parametrize("settings", [[1, 2], "x", 5, None])
+@pytest.mark.parametrize("settings", [[1, 2], "x", 5, None, {}])  # {}: compared with defaults it never held
 def test_a_settings_record_edited_into_no_object_refuses_the_resume_in_one_line(tmp_path, settings):
     """A settings record whose "settings" was edited into a list, a string or a number: an AttributeError traceback
     on resume (a new user, 2026-12-05); now the line a record that is not lp_runtime's gets."""
