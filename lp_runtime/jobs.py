@@ -159,8 +159,10 @@ def validate_sweep(config: Any) -> None:
         for num, overrides in enumerate(jobs):
             try:
                 job_cfg = loader.load_sweep_config(config, overrides)  # a value of the wrong type fails here
-                with open_dict(job_cfg):
-                    job_cfg.hydra.job.num = num  # what ${hydra:job.num} in output.path resolves to
+                with open_dict(job_cfg):  # what ${hydra:job.num} and ${hydra:runtime.output_dir} resolve to
+                    job_cfg.hydra.job.num = num
+                    job_cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(str(job_cfg.hydra.sweep.dir),
+                                                                                    str(job_cfg.hydra.sweep.subdir)))
                 HydraConfig.instance().set_config(job_cfg)
                 task_cfg = job_cfg.copy()  # what the job function gets: the config without Hydra's node
                 with open_dict(task_cfg):
@@ -175,7 +177,7 @@ def validate_sweep(config: Any) -> None:
                                       "lp_local or lp_slurm) to a multiple of it")
                 check_local_path(run_cfg.model.path)  # a missing model folder (was found only when its job loaded)
                 check_model_files(run_cfg.model)
-                _check_resumable(run_cfg, world, job_cfg.hydra.sweep, overrides)
+                _check_resumable(run_cfg, world, job_cfg.hydra, overrides)
             except Exception as e:
                 if not (is_bad_input(e) or isinstance(e, HydraException)):
                     raise
@@ -187,19 +189,22 @@ def validate_sweep(config: Any) -> None:
     _check_distinct(jobs, swept, settings)
 
 
-def _check_resumable(cfg: RunConfig, world: int, sweep: Any, overrides: list[str]) -> None:
-    """``answers.SettingsMismatchError`` when the job's answers file (``apply_job_output``'s, in the job's folder of
-    ``sweep``, unless ``overrides`` set ``output.path``) holds answers made with other settings, as the job would
-    find once its turn came (a re-run sweep whose jobs changed order was refused at job 1, after job 0 had run)."""
+def _check_resumable(cfg: RunConfig, world: int, hydra: Any, overrides: list[str]) -> None:
+    """``answers.SettingsMismatchError`` when the job's answers file (``apply_job_output``'s in the job's folder
+    ``hydra.runtime.output_dir``, unless ``overrides`` set ``output.path``; a relative one there under
+    ``hydra.job.chdir``) holds answers made with other settings, as the job would find once its turn came (a re-run
+    sweep whose jobs changed order was refused at job 1, after job 0 had run)."""
     from lp_runtime.models import model_fingerprint
 
-    if "output.path" not in {_key(o) for o in overrides}:
-        path = os.path.join(str(sweep.dir), str(sweep.subdir), "answers.jsonl")
+    given = "output.path" in {_key(o) for o in overrides}
+    path = cfg.output.path if given else "answers.jsonl"
+    if not given or hydra.job.get("chdir"):  # the job writes in its own folder
+        path = os.path.join(str(hydra.runtime.output_dir), path)
         cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, path=path))
     if answers.has_answers(Path(cfg.output.path)):
         current = answers.run_settings(cfg, model_fingerprint=model_fingerprint(cfg.model), world_size=world)
         answers.check_settings(Path(cfg.output.path), Path(cfg.output.resolved_settings_path), current,
-                               answers.new_sweep_hint(str(sweep.dir)))
+                               answers.new_sweep_hint(str(hydra.sweep.dir)))
 
 
 def _job_setting(cfg: RunConfig, world: int) -> dict:
@@ -319,4 +324,4 @@ def check_sweep_outputs(argv: list[str]) -> None:
                     f"{o.key_or_group}={value} names one file for every job of this --multirun sweep "
                     f"({' '.join(sweeps)}), but one {kind} of one setting; drop {o.key_or_group} so that each job "
                     f"writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the job number in it: "
-                    f"'{o.key_or_group}=outputs/sweep/${{hydra:job.num}}/{file}'")
+                    f"'{o.key_or_group}=${{hydra:sweep.dir}}/${{hydra:job.num}}/{file}'")

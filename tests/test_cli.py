@@ -1040,7 +1040,7 @@ def _own_folder_cases(tmp: Path) -> list:
                 "output.path=out/a.jsonl names one file for every job of this --multirun sweep "
                 "(decoding.window_size=0,3), but one answers file holds the answers of one setting; drop output.path "
                 "so that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the job number "
-                "in it: 'output.path=outputs/sweep/${hydra:job.num}/answers.jsonl'"))
+                "in it: 'output.path=${hydra:sweep.dir}/${hydra:job.num}/answers.jsonl'"))
     return out
 
 

@@ -519,7 +519,7 @@ def test_sweep_with_one_fixed_output_path_is_refused_up_front():
         "output.path=out/a.jsonl names one file for every job of this --multirun sweep (decoding.window_size=0,3), "
         "but one answers file holds the answers of one setting; drop output.path so that each job writes into its "
         "own folder (<hydra.sweep.dir>/<job number>/), or put the job number in it: "
-        "'output.path=outputs/sweep/${hydra:job.num}/answers.jsonl'")
+        "'output.path=${hydra:sweep.dir}/${hydra:job.num}/answers.jsonl'")
     # the summary's advice named an answers file: followed, the summary path became job 0's answers file (a new
     # user, 2026-12-05)
     with pytest.raises(ConfigError) as e:
@@ -528,7 +528,7 @@ def test_sweep_with_one_fixed_output_path_is_refused_up_front():
         "output.summary_path=s.json names one file for every job of this --multirun sweep (decoding.window_size=0,3), "
         "but one summary file holds the figures of one setting; drop output.summary_path so that each job writes "
         "into its own folder (<hydra.sweep.dir>/<job number>/), or put the job number in it: "
-        "'output.summary_path=outputs/sweep/${hydra:job.num}/answers.summary.json'")
+        "'output.summary_path=${hydra:sweep.dir}/${hydra:job.num}/answers.summary.json'")
     check_sweep_outputs(["-m", "decoding.window_size=0,3", "output.path=out/${hydra:job.num}/a.jsonl"])  # per job
     check_sweep_outputs(["-m", "decoding.window_size=3", "output.path=out/a.jsonl"])  # one job
     check_sweep_outputs(["decoding.window_size=3", "output.path=out/a.jsonl"])  # not a sweep
