@@ -48,10 +48,10 @@ set +e
     -m lp_runtime.generate hydra.run.dir="$RUN_DIR" "$@" 2>&1 1>&3 3>&- \
     | (trap '' TERM; exec "$PY" "$ROOT/launch/until_interrupted.py") 3>&-; } 3>&1
 codes=("${PIPESTATUS[@]}")
-if [ -n "$TERMINATED" ] && [ "${codes[0]}" = 0 ]; then   # the TERM reached this script alone: the run went on
-    echo "note: a SIGTERM reached this script alone, which holds it until torchrun ends, and the run completed;" \
-         "to stop a run send SIGTERM to its process group (kill -TERM -- -$(ps -o pgid= $$ | tr -d ' '), as" \
-         "timeout does)" >&2
+if [ -n "$TERMINATED" ] && [ "${codes[0]}" = 0 ]; then   # the run went on (a TERM to this script alone) and completed
+    echo "note: a SIGTERM reached this script while torchrun ran, and the run completed (the script holds a SIGTERM" \
+         "sent to it alone until torchrun ends); to stop a run, send SIGTERM to torchrun and its ranks too, e.g. to" \
+         "their process group, as timeout does" >&2
 elif [ -n "$TERMINATED" ]; then exit 143; fi
 if [ "${codes[1]}" = 130 ]; then exit 130; fi
 if [ "${codes[1]}" = 2 ] && [ "${codes[0]}" != 0 ]; then   # a rank refused a setting
