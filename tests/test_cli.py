@@ -598,22 +598,28 @@ def test_bad_setting_under_the_torchrun_script_is_one_line_and_exit_2(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["outputs"] and not any((tmp_path / "outputs").iterdir())
 
 
+def _started_script(tmp_path: Path, stub_body: str) -> subprocess.Popen:
+    """launch/torchrun_single_node.sh in a session of its own, with a stub torchrun running ``stub_body`` (bash),
+    once the stub has printed its first line, "started"."""
+    stub = tmp_path / "torchrun"
+    stub.write_text("#!/usr/bin/env bash\n" + stub_body)
+    stub.chmod(0o755)
+    proc = subprocess.Popen(["bash", str(REPO / "launch" / "torchrun_single_node.sh")], cwd=tmp_path,
+                            env={**os.environ, "TORCHRUN": str(stub)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline() == "started\n"
+    return proc
+
+
 def test_sigterm_to_the_torchrun_scripts_group_keeps_rank0s_line(tmp_path):
     """SIGTERM to the launch script's whole process group (``timeout``; a new user, 2026-12-02): the filter, which
     ignores SIGTERM, still passes rank 0's line and drops torchrun's "closing signal SIGTERM" lines (it was killed
     with the rest, and the line was lost). A stub torchrun prints what torchrun 2.13 printed then. The script
     exits 143 only once torchrun and the filter have ended (it returned at once, before them, and the line came
     after the shell's prompt; a new user, session 22)."""
-    stub = tmp_path / "torchrun"
-    stub.write_text("#!/usr/bin/env bash\n"
-                    "trap 'echo \"W1202 17:15:30.693000 1 api.py:1028] Sending process 2 closing signal SIGTERM\" >&2; "
-                    f"echo \"{INTERRUPTED}\" >&2; echo Traceback >&2; kill $! 2>/dev/null; wait $!; exit 1' TERM\n"
-                    "sleep 0.5\necho started\nsleep 60 & wait\n")  # torchrun's start-up takes seconds: the filter is up
-    stub.chmod(0o755)
-    proc = subprocess.Popen(["bash", str(REPO / "launch" / "torchrun_single_node.sh")], cwd=tmp_path,
-                            env={**os.environ, "TORCHRUN": str(stub)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    assert proc.stdout.readline() == "started\n"
+    proc = _started_script(tmp_path, "trap 'echo \"W1202 17:15:30.693000 1 api.py:1028] Sending process 2 closing "
+                           f"signal SIGTERM\" >&2; echo \"{INTERRUPTED}\" >&2; echo Traceback >&2; kill $! 2>/dev/null; "
+                           "wait $!; exit 1' TERM\nsleep 0.5\necho started\nsleep 60 & wait\n")  # start-up takes seconds
     os.killpg(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, err, out) == (143, INTERRUPTED + "\n", "")
@@ -1449,13 +1455,7 @@ def test_report_says_why_a_bfloat16_greedy_run_may_not_be_identical(tmp_path):
 def test_sigterm_to_the_torchrun_script_alone_is_held_and_a_completed_run_exits_0(tmp_path):
     """SIGTERM to the launch script's pid alone: bash holds it until torchrun ends; the run completed, but the
     script exited 143 as if stopped (a new user, 2026-12-05). Now torchrun's 0 and a note saying how to stop a run."""
-    stub = tmp_path / "torchrun"
-    stub.write_text("#!/usr/bin/env bash\necho started\nsleep 1\necho done\n")
-    stub.chmod(0o755)
-    proc = subprocess.Popen(["bash", str(REPO / "launch" / "torchrun_single_node.sh")], cwd=tmp_path,
-                            env={**os.environ, "TORCHRUN": str(stub)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    assert proc.stdout.readline() == "started\n"
+    proc = _started_script(tmp_path, "echo started\nsleep 1\necho done\n")
     os.kill(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out) == (0, "done\n")
