@@ -120,7 +120,8 @@ def check_job(dict_cfg: Any, overrides: list[str]) -> Any:
 def sweep_jobs(task_overrides: list[str]) -> tuple[list[list[str]], set[str]]:
     """The override list of each job of a basic sweep, in job order (the cartesian product Hydra's basic sweeper
     launches, a repeated key keeping its first place and last value), and the keys the sweep varies."""
-    parsed = OverridesParser.create().parse_overrides(task_overrides)
+    loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() else None
+    parsed = OverridesParser.create(loader).parse_overrides(task_overrides)  # glob() lists a group's options
     choices: dict[str, list[str]] = {}
     for o in parsed:
         key = o.get_key_element()
@@ -161,6 +162,9 @@ def validate_sweep(config: Any) -> None:
                 job_cfg = loader.load_sweep_config(config, overrides)  # a value of the wrong type fails here
                 with open_dict(job_cfg):  # what ${hydra:job.num} and ${hydra:runtime.output_dir} resolve to
                     job_cfg.hydra.job.num = num
+                    if str(launcher.get("_target_", "")).endswith("BasicLauncher"):  # its id is the number
+                        # (submitit's launchers: the Slurm / local job id, not known yet)
+                        job_cfg.hydra.job.id = num
                     job_cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(str(job_cfg.hydra.sweep.dir),
                                                                                     str(job_cfg.hydra.sweep.subdir)))
                 HydraConfig.instance().set_config(job_cfg)

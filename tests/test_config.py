@@ -215,3 +215,16 @@ def test_a_setting_the_method_does_not_read_is_refused_only_when_given():
     check_ignored_keys(given, {"decoding.ngram_size"})  # max_depth not given on the command line: not refused
     with pytest.raises(ConfigError, match=r"^decoding.max_depth=30 is ignored under decoding=paper"):
         check_ignored_keys(given, {"decoding", "decoding.max_depth"})
+
+
+def test_sweep_jobs_expands_a_glob_over_a_config_group():
+    """``decoding=glob([greedy,looka*])``: expanding it needs Hydra's config loader; without it the sweep's
+    up-front checks raised inside Hydra's callback, which Hydra turns into a warning, and every job ran unchecked
+    (a new user, 2026-12-05)."""
+    from lp_runtime.jobs import sweep_jobs
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        jobs, swept = sweep_jobs(["decoding=glob([greedy,looka*])", "decoding.window_size=3"])
+    assert (jobs, swept) == ([["decoding=greedy", "decoding.window_size=3"],
+                              ["decoding=lookahead", "decoding.window_size=3"]], {"decoding"})
