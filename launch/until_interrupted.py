@@ -19,8 +19,8 @@ rank 0's line).
 
 Used by ``launch/torchrun_single_node.sh``, which starts it with Ctrl-C and SIGTERM ignored, so that a SIGTERM sent
 to the whole process group (``timeout``, ``kill -TERM -- -PGID``; the script then waits for torchrun and this
-filter, and exits 143) still finds it there to pass on rank 0's line. Whole lines are passed on as they come; a partial line (a
-progress bar redrawn with carriage returns) once the input pauses for 50 ms.
+filter, and exits 143) still finds it there to pass on rank 0's line. Whole lines are passed on as they come; a
+partial line (a progress bar redrawn with carriage returns) once the input pauses for 50 ms.
 """
 import os
 import re

@@ -356,6 +356,6 @@ class Decoder:
         for p in self.proposers:
             p.observe(accepted, ngrams, res.rows)
         state.pending = accepted[-1:] if self.copy_kv else accepted
-        if getattr(self.lp, "debug", False):  # every LP rank holds the same state after the merge (architecture.md)
+        if getattr(self.lp, "debug", False):  # every LP rank holds the same state after a merge (docs/architecture.md)
             self.lp.check_consistent(state_hash(state.window.state(), tuple(p.state() for p in self.proposers),
                                                 state.past, state.stopper.output))

@@ -30,12 +30,18 @@ def command_line_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
+def job_output(output_dir: str, overrides: list[str]) -> Optional[str]:
+    """A sweep job's answers file, ``<output_dir (its folder)>/answers.jsonl``; None when ``overrides`` set
+    ``output.path``."""
+    return None if "output.path" in {_key(o) for o in overrides} else os.path.join(output_dir, "answers.jsonl")
+
+
 def apply_job_output(dict_cfg: Any) -> None:
-    """In a sweep job, point ``output.path`` at ``<job folder>/answers.jsonl`` unless the command line set it."""
+    """In a sweep job, point ``output.path`` at ``job_output``'s file unless the command line set it."""
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    if not multirun or "output.path" in {_key(o) for o in command_line_overrides()}:
-        return
-    dict_cfg.output.path = os.path.join(HydraConfig.get().runtime.output_dir, "answers.jsonl")
+    path = job_output(HydraConfig.get().runtime.output_dir, command_line_overrides()) if multirun else None
+    if path is not None:
+        dict_cfg.output.path = path
 
 
 def port_for_job(job_id: str, base: int = 20000, span: int = 20000) -> int:
@@ -143,7 +149,8 @@ def validate_sweep(config: Any) -> None:
     loader = GlobalHydra.instance().config_loader()
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     launcher = config.hydra.get("launcher") or {}
-    slurm = str(launcher.get("_target_", "")).endswith("SlurmLauncher")
+    target = str(launcher.get("_target_", ""))
+    slurm = target.endswith("SlurmLauncher")
     for tool, use, here in (("sbatch", "submits each job with", ""),
                             ("srun", "starts each job's ranks with", " (sbatch is here)")):
         if slurm and shutil.which(tool) is None:  # no srun: submitit's RuntimeError traceback otherwise
@@ -162,8 +169,7 @@ def validate_sweep(config: Any) -> None:
                 job_cfg = loader.load_sweep_config(config, overrides)  # a value of the wrong type fails here
                 with open_dict(job_cfg):  # what ${hydra:job.num} and ${hydra:runtime.output_dir} resolve to
                     job_cfg.hydra.job.num = num
-                    if str(launcher.get("_target_", "")).endswith("BasicLauncher"):  # its id is the number
-                        # (submitit's launchers: the Slurm / local job id, not known yet)
+                    if target.endswith("BasicLauncher"):  # its id is the number (submitit's: not known yet)
                         job_cfg.hydra.job.id = num
                     job_cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(str(job_cfg.hydra.sweep.dir),
                                                                                     str(job_cfg.hydra.sweep.subdir)))
@@ -194,16 +200,15 @@ def validate_sweep(config: Any) -> None:
 
 
 def _check_resumable(cfg: RunConfig, world: int, hydra: Any, overrides: list[str]) -> None:
-    """``answers.SettingsMismatchError`` when the job's answers file (``apply_job_output``'s in the job's folder
-    ``hydra.runtime.output_dir``, unless ``overrides`` set ``output.path``; a relative one there under
+    """``answers.SettingsMismatchError`` when the job's answers file (``job_output``'s in its folder
+    ``hydra.runtime.output_dir`` unless ``overrides`` set ``output.path``, a relative one there under
     ``hydra.job.chdir``) holds answers made with other settings, as the job would find once its turn came (a re-run
     sweep whose jobs changed order was refused at job 1, after job 0 had run)."""
     from lp_runtime.models import model_fingerprint
 
-    given = "output.path" in {_key(o) for o in overrides}
-    path = cfg.output.path if given else "answers.jsonl"
-    if not given or hydra.job.get("chdir"):  # the job writes in its own folder
-        path = os.path.join(str(hydra.runtime.output_dir), path)
+    folder = str(hydra.runtime.output_dir)
+    path = job_output(folder, overrides) or (os.path.join(folder, cfg.output.path) if hydra.job.get("chdir") else None)
+    if path is not None:  # the job writes in its own folder
         cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, path=path))
     if answers.has_answers(Path(cfg.output.path)):
         current = answers.run_settings(cfg, model_fingerprint=model_fingerprint(cfg.model), world_size=world)

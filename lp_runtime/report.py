@@ -123,14 +123,13 @@ def load_run(path: Path) -> dict[str, Any]:
 def _recorded_settings(path: Path) -> dict[str, Any]:
     """The settings recorded beside answers ``path``: its .settings.json's, else its .summary.json's ``settings``
     or flattened ``config``; {} when none is a non-empty object (a record holding ``null`` or a list: no settings)."""
-    recorded = answers.read_settings(answers.beside(path, ".settings.json"))
-    if isinstance(recorded, dict) and recorded:
+    recorded = answers.read_settings(answers.beside(path, ".settings.json"))  # a non-empty dict or None
+    if recorded:
         return dict(recorded)
     summary = answers.read_json(answers.beside(path, ".summary.json"))
-    summary = summary if isinstance(summary, dict) else {}
-    recorded, config = summary.get("settings"), summary.get("config")
-    if isinstance(recorded, dict) and recorded:
-        return dict(recorded)
+    settings, config = (summary.get("settings"), summary.get("config")) if isinstance(summary, dict) else (None, None)
+    if isinstance(settings, dict) and settings:
+        return dict(settings)
     return answers.flatten(config) if isinstance(config, dict) and config else {}
 
 
