@@ -462,24 +462,29 @@ def _grow_arrays(root_token: int, suffix, kids: dict, table, pair, budget: int, 
     grid = succ_cal.grid(width, pair is not None)
     front = {"id": np.array([-1]), "token": np.array([root_token], dtype=np.int64), "depth": np.array([1]),
              "prev": np.array([root_prev], dtype=np.int64), "path": np.array([1.0]), "snode": np.array([-1])}
-    nodes, found = {}, 0  # every candidate so far: arrays of capacity >= found
+    nodes, found, rest = {}, 0, []  # every candidate so far: the loop's arrays (capacity >= found), the others
+    best, live = np.zeros(0), np.zeros(0, dtype=np.int64)  # the keys <= the bound; the open nodes there, ascending
     while budget and front["id"].size:
         c = _children(front, suffix, kids, suffix_cal, grid, table, pair, width)
         c["parent"], c["depth"], c["prev"] = front["id"][c["row"]], front["depth"][c["row"]], front["token"][c["row"]]
         c["open"] = c["depth"] < max(max_depth, 1)
+        rest.append({k: c.pop(k) for k in ("est", "code", "raw", "r1", "r2", "parent")})
         del c["row"]
-        found = _append(nodes, c, found)
-        nodes_key = nodes["key"][:found]
-        bound = np.partition(nodes_key, budget - 1)[budget - 1] if found > budget else math.inf
-        todo = np.flatnonzero(nodes["open"][:found] & (nodes_key <= bound))  # past the bound: never taken, nor
-        if todo.size > EXPAND:                                                  # its subtree
-            todo = todo[np.argpartition(nodes_key[todo], EXPAND - 1)[:EXPAND]]
+        start, found = found, _append(nodes, c, found)
+        best = np.concatenate([best, c["key"]])  # holds the budget best keys of all found so far
+        bound = np.partition(best, budget - 1)[budget - 1] if found > budget else math.inf
+        best = best[best <= bound]
+        new = start + np.flatnonzero(c["open"] & (c["key"] <= bound))  # past the bound: never taken, nor its subtree
+        todo = live = np.concatenate([live[nodes["key"][live] <= bound], new])
+        if todo.size > EXPAND:
+            todo = todo[np.argpartition(nodes["key"][todo], EXPAND - 1)[:EXPAND]]
         nodes["open"][todo] = False
+        live = live[nodes["open"][live]]
         front = {"id": todo, "token": nodes["token"][todo], "depth": nodes["depth"][todo] + 1,
-                 "prev": nodes["prev"][todo], "path": -nodes_key[todo], "snode": nodes["snode"][todo]}
+                 "prev": nodes["prev"][todo], "path": -nodes["key"][todo], "snode": nodes["snode"][todo]}
     if not found:
         return GrownTree()
-    nodes = {k: v[:found] for k, v in nodes.items()}
+    nodes = {**{k: v[:found] for k, v in nodes.items()}, **{k: np.concatenate([r[k] for r in rest]) for k in rest[0]}}
     take = _best_first(nodes, budget)
     place = np.full(nodes["key"].size, -1, dtype=np.int64)
     place[take] = np.arange(take.size)
