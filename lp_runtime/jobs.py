@@ -8,6 +8,7 @@ import itertools
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -240,14 +241,18 @@ def _check_distinct(jobs: list[list[str]], swept: set[str], settings: list[dict]
 
 
 class ValidateSweep(Callback):
-    """Hydra callback: ``validate_sweep`` when a sweep starts; a bad job ends the process (``cli.fail``),
-    since Hydra turns an exception raised in a callback into a warning."""
+    """Hydra callback: ``validate_sweep`` when a sweep starts; a bad job ends the process (``cli.fail``), and so
+    does any other error of the check (one line, exit 1): Hydra turns an exception raised in a callback into a
+    warning and runs every job unchecked (``SystemExit`` is no ``Exception``, which is all it catches)."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         try:
             validate_sweep(config)
         except ConfigError as e:
             fail(e)
+        except Exception as e:
+            sys.exit(f"error: the up-front check of the sweep's jobs failed ({type(e).__name__}: {one_line(e)}); no "
+                     "job was run")
 
 
 def is_sweep(argv: list[str]) -> bool:

@@ -15,7 +15,8 @@ escaping exception, as the interpreter does) and everything written to file desc
     results[0].returncode, results[0].stderr
 
 ``Call(["copy", SRC, DST], module="cli_batch")`` copies a file between two command lines (``main`` below), so a test
-can compare what a later command line left with what an earlier one wrote.
+can compare what a later command line left with what an earlier one wrote; ``["append", SRC, DST]`` appends SRC's
+bytes to DST (an answers file appended to itself: every answer twice, as a hand edit might leave it).
 """
 from __future__ import annotations
 
@@ -63,12 +64,17 @@ def run_cli(calls: list, env: dict, timeout: float = 300) -> list[subprocess.Com
 
 
 def main() -> None:
-    """``cli_batch copy SRC DST`` as a command line of the batch: SRC's bytes, as the command lines before it left
-    them, into DST."""
+    """``cli_batch copy SRC DST`` (or ``append SRC DST``) as a command line of the batch: SRC's bytes, as the command
+    lines before it left them, into (or appended to) DST."""
     command, src, dst = sys.argv[1:]
-    if command != "copy":
+    if command not in ("copy", "append"):
         raise SystemExit(f"cli_batch: unknown command {command!r}")
-    shutil.copyfile(src, dst)
+    if command == "copy":
+        shutil.copyfile(src, dst)
+    else:
+        data = Path(src).read_bytes()
+        with open(dst, "ab") as f:
+            f.write(data)
 
 
 def _call(module, args: list[str]) -> int:

@@ -24,10 +24,10 @@ def _questions(path: Path, n: int = 1) -> Path:
     return path
 
 
-def _sweep_args(tiny_model_dir: Path, tmp: Path) -> list[str]:
+def _sweep_args(tiny_model_dir: Path, tmp: Path, sweep: str = "sweep") -> list[str]:
     return [f"model.path={tiny_model_dir}", "model.dtype=float32", "dataset=jsonl",
             f"dataset.path={_questions(tmp / 'q.jsonl')}",
-            "generation.max_new_tokens=16", "progress=false", f"hydra.sweep.dir={tmp / 'sweep'}"]
+            "generation.max_new_tokens=16", "progress=false", f"hydra.sweep.dir={tmp / sweep}"]
 
 
 # ------------------------------------------------------------------------------------ sweep + report
@@ -703,3 +703,60 @@ def test_a_sweep_job_whose_answers_file_holds_other_settings_is_refused_before_a
         f"{path} was made with other settings ({path.parent / 'answers.settings.json'}): decoding.guess_set_size: 2 in "
         f"the file, 3 now; re-run with the file's settings to resume it, or write to a new output path "
         f"(hydra.sweep.dir={tmp_path / 'sweep-2'}: each job of the sweep writes into its own folder there)")
+
+
+@pytest.fixture(scope="module")
+def refused_sweeps(tiny_model_dir, tmp_path_factory):
+    """Sweeps of Hydra's own launcher in ONE fresh interpreter (tests/cli_batch.py), each in a sweep folder of its
+    own under tmp: case -> result. Two jobs, decoding=greedy,lookahead, unless the case says otherwise; the files a
+    case finds are made here, before the batch (a duplicated answer: by the batch, after a sweep that answered)."""
+    from cli_batch import Call, run_cli
+
+    tmp = tmp_path_factory.mktemp("refused")
+    two = ["-m", "decoding=greedy,lookahead"]
+    (tmp / "shared_again").mkdir()
+    (tmp / "shared_again" / "answers.jsonl").write_text(ANSWER)
+    for name, file, text in (("foreign_summary", "answers.summary.json", "notes\n"),
+                             ("foreign_lock", "answers.lock", "mine\n")):
+        (tmp / name / "1").mkdir(parents=True)
+        (tmp / name / "1" / file).write_text(text)
+    dup = str(tmp / "duplicate" / "1" / "answers.jsonl")
+    calls = {"shared": [*two, "output.path=${hydra:sweep.dir}/answers.jsonl"],
+             "shared_again": [*two, "output.path=${hydra:sweep.dir}/answers.jsonl"],
+             "shared_summary": [*two, "output.summary_path=${hydra:sweep.dir}/s.json"],
+             "shared_folder": [*two, "hydra.sweep.subdir=all"],
+             "fixed_path": [*two, "output.path=out/a.jsonl"],
+             "chdir": [*two, "hydra.job.chdir=true", "output.path=answers.jsonl"],
+             "foreign_summary": two, "foreign_lock": two, "answered": two,
+             "range_step_0": ["-m", "decoding=lookahead", "decoding.window_size=range(0,3,0)"]}
+    batch = [Call([*args, *_sweep_args(tiny_model_dir, tmp, "duplicate" if name == "answered" else name)],
+                  cwd=str(tmp)) for name, args in calls.items()]
+    batch += [Call(["append", dup, dup], module="cli_batch"),
+              Call([*two, *_sweep_args(tiny_model_dir, tmp, "duplicate")], cwd=str(tmp))]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env.pop("HYDRA_FULL_ERROR", None)
+    results = run_cli(batch, env)
+    return tmp, dict(zip([*calls, "append", "duplicate"], results))
+
+
+ANSWER = json.dumps({"question_id": 81, "choices": [{"turns": ["x"], "output_ids": [[1, 2]], "new_tokens": [2],
+                                                     "decoding_steps": [2], "wall_time": [1.0],
+                                                     "accept_lengths": [[1, 1]]}]}) + "\n"
+TWO_JOBS = "sweep jobs 0 (decoding=greedy) and 1 (decoding=lookahead) would both write"
+
+
+def _refused_with(result, line: str, code: int = 2) -> None:
+    assert (result.returncode, result.stderr.strip().splitlines()) == (code, [f"error: {line}"]), result.stderr[-3000:]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_an_unexpected_error_in_the_up_front_check_stops_the_sweep(refused_sweeps):
+    """An error the sweep's checks did not expect, raised in Hydra's callback, became Hydra's warning and the sweep
+    went on unchecked (here Hydra's own sweeper then failed on the same value in a traceback)."""
+    tmp, results = refused_sweeps
+    _refused_with(results["range_step_0"], "the up-front check of the sweep's jobs failed (ValueError: range() arg 3 "
+                                           "must not be zero); no job was run", code=1)
+    assert not (tmp / "range_step_0").exists()
