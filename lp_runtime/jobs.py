@@ -3,6 +3,7 @@ the first runs (``ValidateSweep``, a Hydra callback in ``conf/generate.yaml``), 
 ``answers.jsonl``, and the ranks of a submitit job (one task per rank, the rendezvous port from the job id)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -10,7 +11,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -143,15 +144,43 @@ def _key(override: str) -> str:
 
 
 def validate_sweep(config: Any) -> None:
-    """``check_job`` every job of the sweep ``config`` describes, before any runs; ``ConfigError`` naming the first
-    bad job's number and overrides."""
+    """``check_job`` every job of the sweep ``config`` describes, before any runs, then what the jobs would write
+    (``_check_distinct``, ``_check_own_files``) and the files each finds (``_check_resumable``); ``ConfigError``
+    naming the first bad job's number and overrides (both jobs' for two that clash)."""
     from lp_runtime.models import check_local_path, check_model_files  # torch: the sweep's jobs import it too
 
-    loader = GlobalHydra.instance().config_loader()
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     launcher = config.hydra.get("launcher") or {}
-    target = str(launcher.get("_target_", ""))
-    slurm = target.endswith("SlurmLauncher")
+    world, ranks = _launcher_ranks(launcher)
+    checked: list[tuple[RunConfig, Any]] = []  # each job's settings and Hydra node
+    try:
+        for num, overrides in enumerate(jobs):
+            with _naming_job(num, overrides, swept):
+                job_cfg = _job_config(config, overrides, num, launcher)
+                task_cfg = job_cfg.copy()  # what the job function gets: the config without Hydra's node
+                with open_dict(task_cfg):
+                    del task_cfg["hydra"]
+                run_cfg = check_job(task_cfg, overrides)
+                if world % run_cfg.parallel.lp:  # found when its job's ranks started (a submitit traceback)
+                    raise ConfigError(f"parallel.lp={run_cfg.parallel.lp} does not divide the {world} rank(s) of "
+                                      f"each job ({ranks}); set hydra.launcher.tasks_per_node (hydra/launcher="
+                                      "lp_local or lp_slurm) to a multiple of it")
+                check_local_path(run_cfg.model.path)  # a missing model folder (was found only when its job loaded)
+                check_model_files(run_cfg.model)
+                checked.append((run_cfg, job_cfg.hydra))
+    finally:
+        HydraConfig.instance().set_config(config)
+    _check_distinct(jobs, swept, [_job_setting(cfg, world) for cfg, _ in checked])
+    _check_own_files(jobs, swept, [_job_files(cfg, hydra, o) for (cfg, hydra), o in zip(checked, jobs)])
+    for num, ((cfg, hydra), overrides) in enumerate(zip(checked, jobs)):  # after: a shared file is named as such
+        with _naming_job(num, overrides, swept):
+            _check_resumable(cfg, world, hydra, overrides)
+
+
+def _launcher_ranks(launcher: Any) -> tuple[int, str]:
+    """The ranks each job of a sweep runs under ``launcher`` (the ``hydra.launcher`` node) and what makes them so;
+    ``ConfigError`` for Slurm's launcher where Slurm is missing, or nodes / tasks_per_node below 1."""
+    slurm = str(launcher.get("_target_", "")).endswith("SlurmLauncher")
     for tool, use, here in (("sbatch", "submits each job with", ""),
                             ("srun", "starts each job's ranks with", " (sbatch is here)")):
         if slurm and shutil.which(tool) is None:  # no srun: submitit's RuntimeError traceback otherwise
@@ -163,57 +192,97 @@ def validate_sweep(config: Any) -> None:
             raise ConfigError(f"hydra.launcher.{key}={value!r} is not allowed; give an integer >= 1 (processes of "
                               "each job: nodes x tasks_per_node, one rank each)")
     world = int(nodes) * int(tasks) if isinstance(nodes, int) and isinstance(tasks, int) else 1  # basic: in process
-    settings: list[dict] = []
+    return world, (f"hydra.launcher.nodes={nodes} x tasks_per_node={tasks}" if world > 1 or tasks else
+                   "this launcher runs each job in this one process")
+
+
+def _job_config(config: Any, overrides: list[str], num: int, launcher: Any) -> Any:
+    """Job ``num``'s config as its launcher composes it from ``config`` and its ``overrides`` (a value of the wrong
+    type: ``HydraException``), made Hydra's config, so that ``${hydra:job.num}`` and ``${hydra:runtime.output_dir}``
+    in its values resolve as in the job."""
+    job_cfg = GlobalHydra.instance().config_loader().load_sweep_config(config, overrides)
+    with open_dict(job_cfg):
+        job_cfg.hydra.job.num = num
+        # the id: the number under Hydra's basic launcher; submitit's (Slurm's job id) is not known yet, so a stand-in
+        # of the job's own (a path of it is told apart from the other jobs', and holds no file)
+        basic = str(launcher.get("_target_", "")).endswith("BasicLauncher")
+        job_cfg.hydra.job.id = num if basic else f"<id of job {num}>"
+        job_cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(str(job_cfg.hydra.sweep.dir),
+                                                                        str(job_cfg.hydra.sweep.subdir)))
+    HydraConfig.instance().set_config(job_cfg)
+    return job_cfg
+
+
+@contextlib.contextmanager
+def _naming_job(num: int, overrides: list[str], swept: set[str]) -> Iterator[None]:
+    """Bad input (or Hydra's refusal) raised in the block as one ``ConfigError`` naming sweep job ``num``."""
     try:
-        for num, overrides in enumerate(jobs):
-            try:
-                job_cfg = loader.load_sweep_config(config, overrides)  # a value of the wrong type fails here
-                with open_dict(job_cfg):  # what ${hydra:job.num} and ${hydra:runtime.output_dir} resolve to
-                    job_cfg.hydra.job.num = num
-                    if target.endswith("BasicLauncher"):  # its id is the number (submitit's: not known yet)
-                        job_cfg.hydra.job.id = num
-                    job_cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(str(job_cfg.hydra.sweep.dir),
-                                                                                    str(job_cfg.hydra.sweep.subdir)))
-                HydraConfig.instance().set_config(job_cfg)
-                task_cfg = job_cfg.copy()  # what the job function gets: the config without Hydra's node
-                with open_dict(task_cfg):
-                    del task_cfg["hydra"]
-                run_cfg = check_job(task_cfg, overrides)
-                settings.append(_job_setting(run_cfg, world))
-                if world % run_cfg.parallel.lp:  # found when its job's ranks started (a submitit traceback)
-                    ranks = (f"hydra.launcher.nodes={nodes} x tasks_per_node={tasks}" if world > 1 or tasks else
-                             "this launcher runs each job in this one process")
-                    raise ConfigError(f"parallel.lp={run_cfg.parallel.lp} does not divide the {world} rank(s) of "
-                                      f"each job ({ranks}); set hydra.launcher.tasks_per_node (hydra/launcher="
-                                      "lp_local or lp_slurm) to a multiple of it")
-                check_local_path(run_cfg.model.path)  # a missing model folder (was found only when its job loaded)
-                check_model_files(run_cfg.model)
-                _check_resumable(run_cfg, world, job_cfg.hydra, overrides)
-            except Exception as e:
-                if not (is_bad_input(e) or isinstance(e, HydraException)):
-                    raise
-                point = " ".join(o for o in overrides if _key(o) in swept)
-                raise ConfigError(f"sweep job {num}{f' ({point})' if point else ''}: {one_line(e)}; no job was "
-                                  "run") from None
-    finally:
-        HydraConfig.instance().set_config(config)
-    _check_distinct(jobs, swept, settings)
+        yield
+    except Exception as e:
+        if not (is_bad_input(e) or isinstance(e, HydraException)):
+            raise
+        point = _point(overrides, swept)
+        raise ConfigError(f"sweep job {num}{f' ({point})' if point else ''}: {one_line(e)}; no job was run") from None
+
+
+def _point(overrides: list[str], swept: set[str]) -> str:
+    """What a sweep job gives the keys the sweep varies: ``"decoding=greedy decoding.window_size=3"``."""
+    return " ".join(o for o in overrides if _key(o) in swept)
+
+
+def _job_files(cfg: RunConfig, hydra: Any, overrides: list[str]) -> RunConfig:
+    """``cfg`` with the output files its job opens: ``job_output``'s in the job's folder (``hydra.runtime.output_dir``)
+    unless ``overrides`` set ``output.path``, and under ``hydra.job.chdir`` (the job runs in that folder) a relative
+    ``output.path`` / ``output.summary_path`` there."""
+    folder = str(hydra.runtime.output_dir)
+
+    def opened(path: Optional[str]) -> Optional[str]:
+        return os.path.join(folder, path) if path and hydra.job.get("chdir") else path
+
+    output = dataclasses.replace(cfg.output, path=job_output(folder, overrides) or opened(cfg.output.path),
+                                 summary_path=opened(cfg.output.summary_path))
+    return dataclasses.replace(cfg, output=output)
+
+
+# What a sweep's per-job output file holds, and its name in the job's folder (_check_own_files' advice)
+SWEEP_FILES = {"output.path": ("answers file holds the answers", "answers.jsonl"),
+               "output.summary_path": ("summary file holds the figures", "answers.summary.json")}
+
+
+def _check_own_files(jobs: list[list[str]], swept: set[str], cfgs: list[RunConfig]) -> None:
+    """``ConfigError`` naming two jobs of a sweep that would write one answers or summary file (``cfgs``: each job's
+    ``_job_files``): a fixed path, one whose interpolations do not depend on the job (``${hydra:sweep.dir}/a.jsonl``),
+    or one ``hydra.sweep.subdir`` for every job."""
+    for key, attr in (("output.path", "path"), ("output.summary_path", "resolved_summary_path")):
+        first: dict[str, int] = {}
+        for b, cfg in enumerate(cfgs):
+            path = getattr(cfg.output, attr)
+            a = first.setdefault(answers.real_path(path), b)
+            if a == b:
+                continue
+            both = f"sweep jobs {a} ({_point(jobs[a], swept)}) and {b} ({_point(jobs[b], swept)}) would both write"
+            kind, file = SWEEP_FILES[key]
+            if key == "output.path" and job_output("", jobs[b]) is not None:  # each job's own: one folder for both
+                raise ConfigError(f"{both} {os.path.abspath(path)} (hydra.sweep.subdir is one folder for both), but "
+                                  f"one {kind} of one setting; put the job number in hydra.sweep.subdir (its default: "
+                                  "'${hydra.job.num}'); no job was run")
+            raise ConfigError(f"{both} {key}={os.path.abspath(path)}, but one {kind} of one setting; drop {key} so "
+                              "that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the "
+                              f"job number in it: '{key}=${{hydra:sweep.dir}}/${{hydra:job.num}}/{file}'; no job was "
+                              "run")
 
 
 def _check_resumable(cfg: RunConfig, world: int, hydra: Any, overrides: list[str]) -> None:
-    """``answers.SettingsMismatchError`` when the job's answers file (``job_output``'s in its folder
-    ``hydra.runtime.output_dir`` unless ``overrides`` set ``output.path``, a relative one there under
-    ``hydra.job.chdir``) holds answers made with other settings, as the job would find once its turn came (a re-run
-    sweep whose jobs changed order was refused at job 1, after job 0 had run)."""
+    """``answers.SettingsMismatchError`` when the job's answers file (as it opens it: ``_job_files``) holds answers
+    made with other settings, as the job would find once its turn came (a re-run sweep whose jobs changed order was
+    refused at job 1, after job 0 had run)."""
     from lp_runtime.models import model_fingerprint
 
-    folder = str(hydra.runtime.output_dir)
-    path = job_output(folder, overrides) or (os.path.join(folder, cfg.output.path) if hydra.job.get("chdir") else None)
-    if path is not None:  # the job writes in its own folder
-        cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, path=path))
-    if answers.has_answers(Path(cfg.output.path)):
+    cfg = _job_files(cfg, hydra, overrides)
+    path = Path(cfg.output.path)
+    if answers.has_answers(path):
         current = answers.run_settings(cfg, model_fingerprint=model_fingerprint(cfg.model), world_size=world)
-        answers.check_settings(Path(cfg.output.path), Path(cfg.output.resolved_settings_path), current,
+        answers.check_settings(path, Path(cfg.output.resolved_settings_path), current,
                                answers.new_sweep_hint(str(hydra.sweep.dir)))
 
 
@@ -233,7 +302,7 @@ def _check_distinct(jobs: list[list[str]], swept: set[str], settings: list[dict]
     for b, later in enumerate(settings):
         a = next((a for a in range(b) if not answers.differences(settings[a], later)), None)
         if a is not None:  # two folders of the same answers (a new user, session 22)
-            point = [" ".join(o for o in jobs[n] if _key(o) in swept) for n in (a, b)]
+            point = [_point(jobs[n], swept) for n in (a, b)]
             raise ConfigError(f"sweep jobs {a} ({point[0]}) and {b} ({point[1]}) would run the same setting (equal "
                               "values, or values it does not read, e.g. decoding.* under decoding=greedy): give each "
                               "job a setting of its own (a greedy baseline beside a W sweep: run it on its own); no "
@@ -263,7 +332,6 @@ def is_sweep(argv: list[str]) -> bool:
 def check_argv(argv: list[str]) -> None:
     """Command-line checks before Hydra starts."""
     check_torchrun_sweep(argv)
-    check_sweep_outputs(argv)
     check_printed_config(argv)
 
 
@@ -312,30 +380,3 @@ def check_torchrun_sweep(argv: list[str]) -> None:
     """Refuse a sweep in a process torchrun started (``TORCHELASTIC_RUN_ID`` set). Raises ``ConfigError``."""
     if is_sweep(argv) and "TORCHELASTIC_RUN_ID" in os.environ:
         raise ConfigError(TORCHRUN_SWEEP)
-
-
-# What a sweep's per-job output file holds, and its name in the job's folder (check_sweep_outputs' advice)
-SWEEP_FILES = {"output.path": ("answers file holds the answers", "answers.jsonl"),
-               "output.summary_path": ("summary file holds the figures", "answers.summary.json")}
-
-
-def check_sweep_outputs(argv: list[str]) -> None:
-    """``ConfigError`` for a sweep whose command line fixes ``output.path`` or ``output.summary_path`` to one file
-    for every job (a value with ``${`` is taken as per-job)."""
-    if not is_sweep(argv):
-        return
-    try:
-        overrides = OverridesParser.create().parse_overrides([argv[i] for i in override_positions(argv)])
-    except Exception:  # Hydra reports a malformed override itself
-        return
-    sweeps = [o.input_line for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")]
-    for o in overrides if sweeps else []:
-        if o.key_or_group in ("output.path", "output.summary_path") and not o.is_sweep_override():
-            value = (o.input_line or "").split("=", 1)[-1]  # as typed (get_value_element_as_str escapes ${)
-            if "${" not in value:
-                kind, file = SWEEP_FILES[o.key_or_group]
-                raise ConfigError(
-                    f"{o.key_or_group}={value} names one file for every job of this --multirun sweep "
-                    f"({' '.join(sweeps)}), but one {kind} of one setting; drop {o.key_or_group} so that each job "
-                    f"writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the job number in it: "
-                    f"'{o.key_or_group}=${{hydra:sweep.dir}}/${{hydra:job.num}}/{file}'")

@@ -1043,10 +1043,10 @@ def _own_folder_cases(tmp: Path) -> list:
     d = _folder(tmp, "sweep_with_one_output_file")
     out.append((d.name, Call(["-m", "decoding=lookahead", "decoding.window_size=0,3", "output.path=out/a.jsonl"],
                              cwd=str(d)),
-                "output.path=out/a.jsonl names one file for every job of this --multirun sweep "
-                "(decoding.window_size=0,3), but one answers file holds the answers of one setting; drop output.path "
+                f"sweep jobs 0 (decoding.window_size=0) and 1 (decoding.window_size=3) would both write output.path="
+                f"{d / 'out' / 'a.jsonl'}, but one answers file holds the answers of one setting; drop output.path "
                 "so that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the job number "
-                "in it: 'output.path=${hydra:sweep.dir}/${hydra:job.num}/answers.jsonl'"))
+                "in it: 'output.path=${hydra:sweep.dir}/${hydra:job.num}/answers.jsonl'; no job was run"))
     return out
 
 

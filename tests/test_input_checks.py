@@ -509,32 +509,39 @@ def test_largest_step_that_fits_is_accepted():
         check_limits(_tiny(ctx=2 + 2 * 3 + 2 * 10), lookahead(window_size=3, ngram_size=4, guess_set_size=2))
 
 
-# ------------------------------------------------------------------ 10. one fixed output file for a whole sweep
-def test_sweep_with_one_fixed_output_path_is_refused_up_front():
-    from lp_runtime.jobs import check_sweep_outputs
+# ------------------------------------------------------------------ 10. one output file for several jobs of a sweep
+def test_sweep_jobs_that_would_write_one_file_are_refused_with_a_per_job_path_to_give(tmp_path, monkeypatch):
+    """Two jobs' files compared as the files they name (``./out/a.jsonl`` is ``out/a.jsonl``); the command line's
+    fixed path was refused before Hydra started, which refused a relative path under hydra.job.chdir too, and let
+    ``${hydra:sweep.dir}/a.jsonl`` through (the sweeps themselves: tests/test_sweeps.py)."""
+    from lp_runtime.config import OutputConfig, RunConfig
+    from lp_runtime.jobs import _check_own_files
+
+    monkeypatch.chdir(tmp_path)
+    given = [["decoding.window_size=0", "output.path=a"], ["decoding.window_size=3", "output.path=a"]]
+
+    def check(*outputs):
+        _check_own_files(given, {"decoding.window_size"}, [RunConfig(output=o) for o in outputs])
 
     with pytest.raises(ConfigError) as e:
-        check_sweep_outputs(["-m", "decoding.window_size=0,3", "output.path=out/a.jsonl", "progress=false"])
+        check(OutputConfig(path="out/a.jsonl"), OutputConfig(path="./out/a.jsonl"))
     assert str(e.value) == (
-        "output.path=out/a.jsonl names one file for every job of this --multirun sweep (decoding.window_size=0,3), "
-        "but one answers file holds the answers of one setting; drop output.path so that each job writes into its "
-        "own folder (<hydra.sweep.dir>/<job number>/), or put the job number in it: "
-        "'output.path=${hydra:sweep.dir}/${hydra:job.num}/answers.jsonl'")
+        f"sweep jobs 0 (decoding.window_size=0) and 1 (decoding.window_size=3) would both write output.path="
+        f"{tmp_path / 'out' / 'a.jsonl'}, but one answers file holds the answers of one setting; drop output.path so "
+        "that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the job number in it: "
+        "'output.path=${hydra:sweep.dir}/${hydra:job.num}/answers.jsonl'; no job was run")
     # the summary's advice named an answers file: followed, the summary path became job 0's answers file (a new
     # user, 2026-12-05)
     with pytest.raises(ConfigError) as e:
-        check_sweep_outputs(["-m", "decoding.window_size=0,3", "output.summary_path=s.json"])
+        check(OutputConfig(path="0/a.jsonl", summary_path="s.json"),
+              OutputConfig(path="3/a.jsonl", summary_path="s.json"))
     assert str(e.value) == (
-        "output.summary_path=s.json names one file for every job of this --multirun sweep (decoding.window_size=0,3), "
-        "but one summary file holds the figures of one setting; drop output.summary_path so that each job writes "
-        "into its own folder (<hydra.sweep.dir>/<job number>/), or put the job number in it: "
-        "'output.summary_path=${hydra:sweep.dir}/${hydra:job.num}/answers.summary.json'")
-    check_sweep_outputs(["-m", "decoding.window_size=0,3", "output.path=out/${hydra:job.num}/a.jsonl"])  # per job
-    check_sweep_outputs(["-m", "decoding.window_size=3", "output.path=out/a.jsonl"])  # one job
-    check_sweep_outputs(["decoding.window_size=3", "output.path=out/a.jsonl"])  # not a sweep
-    check_sweep_outputs(["-m", "--config-name", "generate", "decoding.window_size=0,3"])  # no output.path
-    with pytest.raises(ConfigError):
-        check_sweep_outputs(["--cfg", "job", "--multirun", "output.path=a.jsonl", "decoding.window_size=0,3"])
+        f"sweep jobs 0 (decoding.window_size=0) and 1 (decoding.window_size=3) would both write output.summary_path="
+        f"{tmp_path / 's.json'}, but one summary file holds the figures of one setting; drop output.summary_path so "
+        "that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the job number in it: "
+        "'output.summary_path=${hydra:sweep.dir}/${hydra:job.num}/answers.summary.json'; no job was run")
+    check(OutputConfig(path="out/0/a.jsonl"), OutputConfig(path="out/3/a.jsonl"))  # per job
+    check(OutputConfig(path="out/a.jsonl"))  # one job
 
 
 # ------------------------------------------------------------------ 12b, 12d, 12e. messages that name the key

@@ -753,6 +753,39 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def test_sweep_jobs_that_would_write_one_file_are_refused_before_any_job_runs(refused_sweeps):
+    """output.path='${hydra:sweep.dir}/answers.jsonl' passed the check of a fixed path (it has ${): job 0 answered,
+    then job 1 was refused at its turn for job 0's settings, with the advice of a new sweep folder, where the two
+    jobs share a file again (session 24). The jobs' files are compared as each job opens them, whatever
+    made them one: an interpolation that does not depend on the job, a fixed path, one hydra.sweep.subdir."""
+    tmp, results = refused_sweeps
+    advice = ("drop {0} so that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the job "
+              "number in it: '{0}=${{hydra:sweep.dir}}/${{hydra:job.num}}/{1}'; no job was run")
+    for name, key, path in (("shared", "output.path", tmp / "shared" / "answers.jsonl"),
+                            ("shared_again", "output.path", tmp / "shared_again" / "answers.jsonl"),
+                            ("shared_summary", "output.summary_path", tmp / "shared_summary" / "s.json"),
+                            ("fixed_path", "output.path", tmp / "out" / "a.jsonl")):
+        kind, file = jobs.SWEEP_FILES[key]
+        _refused_with(results[name], f"{TWO_JOBS} {key}={path}, but one {kind} of one setting; "
+                                     f"{advice.format(key, file)}")
+    _refused_with(results["shared_folder"], f"{TWO_JOBS} {tmp / 'shared_folder' / 'all' / 'answers.jsonl'} "
+                  "(hydra.sweep.subdir is one folder for both), but one answers file holds the answers of one setting; "
+                  "put the job number in hydra.sweep.subdir (its default: '${hydra.job.num}'); no job was run")
+    # nothing written, and the answers already there (no settings record: refused for that before) as they were
+    assert not any((tmp / name).exists() for name in ("shared", "shared_summary", "shared_folder", "out"))
+    assert _files(tmp / "shared_again") == {"answers.jsonl": ANSWER.encode()}
+
+
+def test_a_relative_output_path_under_hydra_job_chdir_is_each_jobs_own(refused_sweeps):
+    """hydra.job.chdir=true runs each job in its own folder, so output.path=answers.jsonl is one file per job: it was
+    refused as one file for every job (session 24)."""
+    tmp, results = refused_sweeps
+    assert results["chdir"].returncode == 0, results["chdir"].stderr[-3000:]
+    for job in ("0", "1"):
+        assert len((tmp / "chdir" / job / "answers.jsonl").read_text().splitlines()) == 1
+    assert not (tmp / "answers.jsonl").exists()
+
+
 def test_an_unexpected_error_in_the_up_front_check_stops_the_sweep(refused_sweeps):
     """An error the sweep's checks did not expect, raised in Hydra's callback, became Hydra's warning and the sweep
     went on unchecked (here Hydra's own sweeper then failed on the same value in a traceback)."""
