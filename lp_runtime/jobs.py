@@ -273,13 +273,18 @@ def _check_own_files(jobs: list[list[str]], swept: set[str], cfgs: list[RunConfi
 
 
 def _check_resumable(cfg: RunConfig, world: int, hydra: Any, overrides: list[str]) -> None:
-    """``answers.SettingsMismatchError`` when the job's answers file (as it opens it: ``_job_files``) holds answers
-    made with other settings, as the job would find once its turn came (a re-run sweep whose jobs changed order was
-    refused at job 1, after job 0 had run)."""
+    """What a job checks of the files it finds before it loads the model (``generate.run``), here before any job of
+    the sweep runs (a re-run sweep whose jobs changed order was refused at job 1, after job 0 had run), on the job's
+    files as it opens them (``_job_files``): ``answers.OutputError`` for a summary, settings record or lock beside
+    the answers that lp_runtime did not write, or an answers file that is not one (an answer given twice);
+    ``answers.SettingsMismatchError`` when it holds answers made with other settings."""
     from lp_runtime.models import model_fingerprint
 
     cfg = _job_files(cfg, hydra, overrides)
     path = Path(cfg.output.path)
+    answers.check_summary_path(cfg)
+    if path.is_file():  # not a folder or a pipe (read: blocks), which the job names (answers.check_output_path)
+        answers.load_answers(path, trim=False)
     if answers.has_answers(path):
         current = answers.run_settings(cfg, model_fingerprint=model_fingerprint(cfg.model), world_size=world)
         answers.check_settings(path, Path(cfg.output.resolved_settings_path), current,

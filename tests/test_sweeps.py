@@ -680,7 +680,7 @@ def test_a_sweep_job_whose_answers_file_holds_other_settings_is_refused_before_a
 
     path = tmp_path / "sweep" / "1" / "answers.jsonl"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"question_id": 1, "choices": [{"turns": ["x"]}]}) + "\n")
+    path.write_text(ANSWER)  # an answer line: the check reads the file as the job does
     made = RunConfig(decoding=DecodingConfig(method="lookahead", guess_set_size=2), output=OutputConfig(path=str(path)))
     recorded = run_settings(made, model_fingerprint=model_fingerprint(made.model), world_size=1)
     (path.parent / "answers.settings.json").write_text(json.dumps({"format": 1, "settings": recorded}))
@@ -720,12 +720,16 @@ def refused_sweeps(tiny_model_dir, tmp_path_factory):
                              ("foreign_lock", "answers.lock", "mine\n")):
         (tmp / name / "1").mkdir(parents=True)
         (tmp / name / "1" / file).write_text(text)
+    (tmp / "job_id").mkdir()
+    (tmp / "job_id" / "1.json").write_text("notes\n")
     dup = str(tmp / "duplicate" / "1" / "answers.jsonl")
     calls = {"shared": [*two, "output.path=${hydra:sweep.dir}/answers.jsonl"],
              "shared_again": [*two, "output.path=${hydra:sweep.dir}/answers.jsonl"],
              "shared_summary": [*two, "output.summary_path=${hydra:sweep.dir}/s.json"],
              "shared_folder": [*two, "hydra.sweep.subdir=all"],
              "fixed_path": [*two, "output.path=out/a.jsonl"],
+             "job_id": [*two, "hydra/launcher=lp_local", "output.path=${hydra:sweep.dir}/${hydra:job.id}/answers.jsonl",
+                        "output.summary_path=${hydra:sweep.dir}/${hydra:job.num}.json"],
              "chdir": [*two, "hydra.job.chdir=true", "output.path=answers.jsonl"],
              "foreign_summary": two, "foreign_lock": two, "answered": two,
              "range_step_0": ["-m", "decoding=lookahead", "decoding.window_size=range(0,3,0)"]}
@@ -774,6 +778,13 @@ def test_sweep_jobs_that_would_write_one_file_are_refused_before_any_job_runs(re
     # nothing written, and the answers already there (no settings record: refused for that before) as they were
     assert not any((tmp / name).exists() for name in ("shared", "shared_summary", "shared_folder", "out"))
     assert _files(tmp / "shared_again") == {"answers.jsonl": ANSWER.encode()}
+    # submitit's job ids are not known up front: a path of one is each job's own (here job 1 is refused for a file
+    # its summary would overwrite, a check made after the jobs' files were compared)
+    summary = tmp / "job_id" / "1.json"
+    _refused_with(results["job_id"], f"sweep job 1 (decoding=lookahead): output.summary_path={summary} exists and is "
+                  "not a run summary; the summary would overwrite it: give another file, e.g. output.summary_path="
+                  f"{tmp / 'job_id' / '<id of job 1>' / 'answers.summary.json'}; no job was run")
+    assert _files(tmp / "job_id") == {"1.json": b"notes\n"}
 
 
 def test_a_relative_output_path_under_hydra_job_chdir_is_each_jobs_own(refused_sweeps):
@@ -784,6 +795,32 @@ def test_a_relative_output_path_under_hydra_job_chdir_is_each_jobs_own(refused_s
     for job in ("0", "1"):
         assert len((tmp / "chdir" / job / "answers.jsonl").read_text().splitlines()) == 1
     assert not (tmp / "answers.jsonl").exists()
+
+
+@pytest.mark.parametrize("name, file, problem", [
+    ("foreign_summary", "answers.summary.json", "{file}, the summary this run writes beside output path {answers}, "
+                                                "exists and is not a run summary; move it away, choose another "
+                                                "output.path, or give output.summary_path"),
+    ("foreign_lock", "answers.lock", "{file}, which this run writes beside output path {answers}, exists and is not "
+                                     "a lock file; move it away or choose another output.path"),
+    ("duplicate", "answers.jsonl", "{answers} line 2 answers question 81 again ({answers} line 1 did); keep one of "
+                                   "the two lines, or move the file away or choose another output.path")])
+def test_a_job_folder_holding_what_the_job_would_refuse_is_refused_before_any_job_runs(refused_sweeps, name, file,
+                                                                                       problem):
+    """A summary or a lock file beside job 1's answers that lp_runtime did not write, or job 1's answers file holding
+    an answer twice: job 0 ran (or resumed) first, then job 1 was refused at its turn (session 24). The
+    up-front check now makes the job's own checks of the files it finds."""
+    tmp, results = refused_sweeps
+    folder = tmp / name
+    _refused_with(results[name], f"sweep job 1 (decoding=lookahead): "
+                                 f"{problem.format(file=folder / '1' / file, answers=folder / '1' / 'answers.jsonl')}"
+                                 "; no job was run")
+    if name == "duplicate":  # the sweep that answered, then the batch's append; the re-run changed no answer
+        assert results["answered"].returncode == 0 and results["append"].returncode == 0
+        first, second = (folder / "1" / "answers.jsonl").read_text().splitlines()
+        assert first == second and len((folder / "0" / "answers.jsonl").read_text().splitlines()) == 1
+    else:  # no job ran: job 0's folder was never made, job 1's file is as the fixture made it
+        assert _files(folder) == {f"1/{file}": {"foreign_summary": b"notes\n", "foreign_lock": b"mine\n"}[name]}
 
 
 def test_an_unexpected_error_in_the_up_front_check_stops_the_sweep(refused_sweeps):
