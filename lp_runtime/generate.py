@@ -89,36 +89,44 @@ def run(cfg: RunConfig) -> dict:
     """Answer every question of ``cfg.dataset`` not yet in ``cfg.output.path``; write and return the summary.
     Raises (cheap checks before the model loads) ``ConfigError``, ``answers.OutputError``,
     ``answers.SettingsMismatchError``, ``data.DatasetError``, ``models.ModelLoadError`` or ``OSError``."""
-    from lp_runtime import distributed  # torch: imported after the config is known good
+    from lp_runtime import distributed, parallel  # torch: imported after the config is known good
 
-    rank_info = distributed.detect()
-    is_main = rank_info.rank == 0
+    # Every rank joins first: rank 0's refusal of the output reaches the others through the broadcast, where they
+    # waited in the rendezvous until its timeout (a launcher that does not stop them, lp_local: 2 x 120 s)
+    ctx = parallel.setup_parallel(cfg.parallel)
+    with contextlib.ExitStack() as held:
+        distributed.from_rank0(lambda: _claim_output(cfg, held))
+        return _run_held(cfg, ctx)
+
+
+def _claim_output(cfg: RunConfig, held: contextlib.ExitStack) -> None:
+    """Rank 0's checks of the files the run writes, then its ``AnswersLock`` on the answers file, held by ``held``.
+    Raises ``answers.OutputError`` or ``answers.SettingsMismatchError`` (a settings record of another format)."""
     answers_path = Path(cfg.output.path)
-    answers.check_output_path(answers_path, create=is_main)
-    answers.check_output_path(Path(cfg.output.resolved_summary_path), create=is_main,
+    answers.check_output_path(answers_path, create=True)
+    answers.check_output_path(Path(cfg.output.resolved_summary_path), create=True,
                               key="output.summary_path" if cfg.output.summary_path else "output.path")
     answers.check_summary_path(cfg)
-    with answers.AnswersLock(answers_path) if is_main else contextlib.nullcontext():
-        return _run_held(cfg, rank_info.world_size, is_main)
+    held.enter_context(answers.AnswersLock(answers_path))
 
 
-def _run_held(cfg: RunConfig, world_size: int, is_main: bool) -> dict:
+def _run_held(cfg: RunConfig, ctx: Any) -> dict:
     """``run`` once the answers file is this run's: read what is there, answer the rest, write the summary."""
-    from lp_runtime import models, parallel
+    from lp_runtime import models
 
+    is_main = ctx.rank == 0
     answers_path, settings_path = Path(cfg.output.path), Path(cfg.output.resolved_settings_path)
     questions = data.load_questions(cfg.dataset)
     check_category_keys(cfg.sampling.category_temperature, questions)
     models.check_model_files(cfg.model)  # an empty folder or a missing model.gguf_file: before the fingerprint
     fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
-    current = answers.run_settings(cfg, model_fingerprint=fingerprint, world_size=world_size)
+    current = answers.run_settings(cfg, model_fingerprint=fingerprint, world_size=ctx.world_size)
     recorded = answers.load_answers(answers_path, trim=False)  # read only: a corrupt file is named first
     answers.check_settings(answers_path, settings_path, current, _sweep_hint())  # before anything touches the file
     check_unchanged(recorded, questions, answers_path, cfg)
     records = answers.load_answers(answers_path, trim=is_main)
     done = {str(r["question_id"]) for r in records}
     todo = [q for q in questions if str(q.question_id) not in done]
-    ctx = parallel.setup_parallel(cfg.parallel)
     extra: dict[str, Any] = {}
     if todo:
         extra = _answer_all(cfg, ctx, todo, records, current, is_main)

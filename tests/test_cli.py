@@ -86,6 +86,35 @@ def test_lock_names_its_holder_and_is_released(tmp_path):
         pass
 
 
+def test_an_output_in_use_stops_every_rank_at_once(tmp_path, tiny_model_dir):
+    """Two ranks started as a launcher that does not stop the others when one fails starts them (lp_local's tasks;
+    torchrun's variables), their answers file held by another run: rank 0 refused at once, and rank 1 waited in the
+    rendezvous for rank 0 until its timeout (2 x 120 s under lp_local). Rank 0's refusal now reaches every rank in a
+    broadcast: both exit 2 with its line, within seconds."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    out = tmp_path / "answers.jsonl"
+    args = _args(tiny_model_dir, _questions(tmp_path, 1), out, "parallel=lp2", "parallel.backend=gloo",
+                 "parallel.timeout_s=90", f"hydra.run.dir={tmp_path / 'run'}", "progress=false")
+    with AnswersLock(out):
+        procs = [subprocess.Popen([PY, "-m", "lp_runtime.generate", *args], cwd=tmp_path, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env={**ENV, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}) for r in (0, 1)]
+        try:
+            ended = [procs[0].communicate(timeout=120), procs[1].communicate(timeout=30)]  # was: 90 s more
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    line = (f"error: output path {out} is in use by another run (pid {os.getpid()} on host {socket.gethostname()}); "
+            "wait for it to finish or choose another output.path")
+    assert [(p.returncode, err.splitlines()) for p, (_, err) in zip(procs, ended)] == [(2, [line])] * 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.jsonl"]  # no answers, no run folder, the lock released
+
+
 def test_second_run_is_refused_and_sigterm_keeps_complete_lines_and_resumes(tmp_path, tiny_model_dir, capsys):
     """A run holding its answers file: a second run on the same output is refused in one line; SIGTERM then stops
     the first with exit 143 and one line of its own (not on the progress bar's), every line it wrote complete; the
