@@ -545,10 +545,20 @@ def write_settings(settings_path: Path, current: dict[str, Any]) -> None:
 
 
 def read_settings(settings_path: Path) -> Optional[dict[str, Any]]:
-    """The recorded settings, or None when there is no readable record."""
+    """The recorded settings, or None when there is no readable record. ``SettingsMismatchError`` for a record
+    whose ``format`` is not ``FORMAT`` (written by another version of lp_runtime, or edited; "1" and true too)."""
     record = read_json(settings_path)
     settings = record.get("settings") if isinstance(record, dict) else None
-    return settings if isinstance(settings, dict) and settings else None  # edited into {}, a list, a string
+    if not (isinstance(settings, dict) and settings):  # edited into {}, a list, a string
+        return None
+    found = record.get("format")
+    if not (_is_int(found) and found == FORMAT):
+        shown = data.short(found) if "format" in record else "none (no \"format\" key)"
+        raise SettingsMismatchError(
+            f"{settings_path} is a settings record of format {shown}, and this version of lp_runtime reads format "
+            f"{FORMAT} only: it was written by another version of lp_runtime, or edited; use the version that wrote "
+            "it, or move the record and its answers file away (or choose another output.path)")
+    return settings
 
 
 def read_json(path: Path) -> Any:

@@ -1079,6 +1079,27 @@ def _own_folder_cases(tmp: Path) -> list:
     return out
 
 
+RECORD_FORMATS = {"record_format_99": 99, "record_format_text": "1", "record_format_true": True,
+                  "record_format_real": 1.5}
+
+
+def _record_cases(tmp: Path, model_dir: Path) -> dict:
+    """Answers files whose settings record this version of lp_runtime did not write: of another ``format``."""
+    cases = {}
+    for name, fmt in RECORD_FORMATS.items():
+        d = _folder(tmp, name)
+        (d / "q.jsonl").write_text('{"question_id": 1, "turns": ["Count to 3."]}\n')
+        (d / "a.jsonl").write_text(json.dumps(_answer(1)) + "\n")
+        (d / "a.settings.json").write_text(json.dumps({"format": fmt, "settings": {"decoding.method": "greedy"}}))
+        args = [f"model.path={model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
+                f"dataset.path={d / 'q.jsonl'}", f"output.path={d / 'a.jsonl'}"]
+        cases[name] = (args, f"{d / 'a.settings.json'} is a settings record of format {json.dumps(fmt)}, and "
+                       "this version of lp_runtime reads format 1 only: it was written by another version of "
+                       "lp_runtime, or edited; use the version that wrote it, or move the record and its answers file "
+                       "away (or choose another output.path)")
+    return cases
+
+
 @pytest.fixture(scope="module")
 def bad_input(tmp_path_factory, tiny_model_dir):
     """case -> (the case's folder, the CLI's result, the expected one-line error). The batch's last command lines
@@ -1088,7 +1109,7 @@ def bad_input(tmp_path_factory, tiny_model_dir):
     from cli_batch import run_cli
 
     tmp = tmp_path_factory.mktemp("cli")
-    cases = _bad_input_cases(tmp)
+    cases = {**_bad_input_cases(tmp), **_record_cases(tmp, tiny_model_dir)}
     d = _folder(tmp, "sweep")
     (d / "q.jsonl").write_text(json.dumps({"question_id": 81, "category": "writing",
                                            "turns": ["Write a haiku about the sea, 0."]}) + "\n")
@@ -1218,6 +1239,14 @@ def test_summary_path_that_would_overwrite_another_file(bad_input, case):
     assert not any(p.is_dir() for p in folder.iterdir())
     if case.endswith("device"):
         assert [p.name for p in folder.iterdir()] == ["fifo"] and (folder / "fifo").is_fifo()
+
+
+@pytest.mark.parametrize("case", list(RECORD_FORMATS))
+def test_a_settings_record_this_version_did_not_write_is_refused_and_kept(bad_input, case):
+    folder = _check(bad_input, case)
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {  # as they were; no run folder, no lock left
+        "q.jsonl": '{"question_id": 1, "turns": ["Count to 3."]}\n', "a.jsonl": json.dumps(_answer(1)) + "\n",
+        "a.settings.json": json.dumps({"format": RECORD_FORMATS[case], "settings": {"decoding.method": "greedy"}})}
 
 
 @pytest.mark.parametrize("case", ["auto_window", "auto_pool", "paper_depth", "model_sampling_default"])

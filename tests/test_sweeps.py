@@ -657,6 +657,27 @@ def test_a_settings_record_edited_into_no_object_refuses_the_resume_in_one_line(
                             f"(output.path={tmp_path}/a-2.jsonl) or move both files away")
 
 
+@pytest.mark.parametrize("fmt", [99, "1", True, 1.5, None, "no key"])
+def test_a_settings_record_of_another_format_refuses_even_the_same_settings(tmp_path, fmt):
+    """``"format": 99`` (and "1", true, 1.5) with settings equal to the run's: the resume went ahead, the record read
+    as this version's own. The format this version writes is the only one it reads."""
+    from lp_runtime.answers import SettingsMismatchError, check_settings
+
+    path, record = tmp_path / "a.jsonl", tmp_path / "a.settings.json"
+    path.write_text(json.dumps({"question_id": 1, "choices": [{"turns": ["x"]}]}) + "\n")
+    settings = {"decoding.method": "greedy"}
+    record.write_text(json.dumps({"settings": settings, **({} if fmt == "no key" else {"format": fmt})}))
+    with pytest.raises(SettingsMismatchError) as e:
+        check_settings(path, record, settings)
+    shown = 'none (no "format" key)' if fmt == "no key" else json.dumps(fmt)
+    assert str(e.value) == (f"{record} is a settings record of format {shown}, and this version of lp_runtime reads "
+                            "format 1 only: it was written by another version of lp_runtime, or edited; use the "
+                            "version that wrote it, or move the record and its answers file away (or choose another "
+                            "output.path)")
+    record.write_text(json.dumps({"format": 1, "settings": settings}))
+    check_settings(path, record, settings)  # this version's own: resumes
+
+
 def test_a_settings_value_edited_into_a_list_is_a_difference():
     """``"decoding.method": ["greedy"]`` in a record: a TypeError (unhashable) traceback on resume (a new user,
     2026-12-05); now a difference like any other."""
