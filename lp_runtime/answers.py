@@ -405,6 +405,9 @@ GREEDY_IGNORES = tuple(f"decoding.{f.name}" for f in dataclasses.fields(Decoding
 # What decoding=paper does not read: its candidates are the pool's separate n-grams (no tree, no successor table).
 PAPER_IGNORES = ("decoding.max_depth", "decoding.successors")
 SAME_FILE = ("dataset.path",)  # settings that name a file: compared as the file they name
+TABLES = ("sampling.category_temperature.",)  # settings holding a {key: value} table: one flat key an entry
+# What run_settings writes whatever the values (a table setting's entries aside)
+_DEFAULT_KEYS = frozenset(flatten(dataclasses.asdict(RunConfig()))) | {"model.fingerprint", "parallel.world_size"}
 # Known once the model is loaded (what model.dtype=auto chose): compared when both sides have them; a record from
 # before them, and the check made before the model loads, skip them. Where model.dtype is auto on either side of a
 # record that has it, it decides instead of model.dtype.
@@ -513,6 +516,13 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
     if recorded is None:
         raise SettingsMismatchError(f"{settings_path} is not a settings record written by lp_runtime; "
                                     f"choose a new output path ({hint}) or move both files away")
+    unknown = [key for key in recorded if not _written(key, current)]
+    if unknown:  # no setting of this version gives it: "re-run with the file's settings" cannot help
+        keys = f"the key{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}"
+        raise SettingsMismatchError(
+            f"{settings_path} holds {keys}, which this version of lp_runtime never writes: the record was written "
+            f"by another version of lp_runtime, or edited; write to a new output path ({hint}), or resume the file "
+            "with the version that wrote it")
     diffs = differences(recorded, current)
     if diffs:
         listed = "; ".join(f"{k}: {_as_typed(old)} in the file, {_as_typed(new)} now" for k, old, new in diffs)
@@ -521,10 +531,21 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
             f"{_resume_how(diffs)} to resume it, or write to a new output path ({hint})")
 
 
+def _written(key: str, current: dict[str, Any]) -> bool:
+    """Whether this version of lp_runtime writes ``key`` into a settings record (``run_settings``, the keys known
+    once the model is loaded, an entry of a table setting) or did once (``RETIRED``)."""
+    return (key in current or key in _DEFAULT_KEYS or key in RETIRED or key in AFTER_LOAD
+            or key.startswith((APPLIED, *TABLES)))
+
+
 def _resume_how(diffs: list[tuple[str, Any, Any]]) -> str:
     """What a resume needs: model.dtype=X where ``model.dtype=auto`` chose another dtype this time, the
-    ``MKL_CBWR`` value where only MKL's mode differs, else the file's settings."""
+    ``MKL_CBWR`` value where only MKL's mode differs, the version that made the file where a setting it
+    recorded is gone (``RETIRED``), else the file's settings."""
     recorded = {key: old for key, old, _ in diffs}
+    gone = [key for key in recorded if key in RETIRED]
+    if gone:
+        return f"the version of lp_runtime that made it (this one has no setting {', '.join(gone)})"
     if "model.resolved_dtype" in recorded:
         return f"model.dtype={recorded['model.resolved_dtype']}"
     if list(recorded) == ["model.mkl_mode"]:

@@ -1084,16 +1084,22 @@ RECORD_FORMATS = {"record_format_99": 99, "record_format_text": "1", "record_for
 
 
 def _record_cases(tmp: Path, model_dir: Path) -> dict:
-    """Answers files whose settings record this version of lp_runtime did not write: of another ``format``."""
+    """Answers files whose settings record this version of lp_runtime did not write: of another ``format``, or
+    holding a key it never writes (the refusal advised a re-run "with the file's settings", which cannot give one)."""
     cases = {}
-    for name, fmt in RECORD_FORMATS.items():
+    for name, fmt in [*RECORD_FORMATS.items(), ("record_unknown_key", 1)]:
         d = _folder(tmp, name)
         (d / "q.jsonl").write_text('{"question_id": 1, "turns": ["Count to 3."]}\n')
         (d / "a.jsonl").write_text(json.dumps(_answer(1)) + "\n")
-        (d / "a.settings.json").write_text(json.dumps({"format": fmt, "settings": {"decoding.method": "greedy"}}))
+        settings = {"decoding.method": "greedy", **({"decoding.branch_ngrams": 2} if name.endswith("key") else {})}
+        (d / "a.settings.json").write_text(json.dumps({"format": fmt, "settings": settings}))
         args = [f"model.path={model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
                 f"dataset.path={d / 'q.jsonl'}", f"output.path={d / 'a.jsonl'}"]
-        cases[name] = (args, f"{d / 'a.settings.json'} is a settings record of format {json.dumps(fmt)}, and "
+        cases[name] = (args, f"{d / 'a.settings.json'} holds the key 'decoding.branch_ngrams', which this version "
+                       "of lp_runtime never writes: the record was written by another version of lp_runtime, or "
+                       f"edited; write to a new output path (output.path={d / 'a-2.jsonl'}), or resume the file with "
+                       "the version that wrote it" if name.endswith("key") else
+                       f"{d / 'a.settings.json'} is a settings record of format {json.dumps(fmt)}, and "
                        "this version of lp_runtime reads format 1 only: it was written by another version of "
                        "lp_runtime, or edited; use the version that wrote it, or move the record and its answers file "
                        "away (or choose another output.path)")
@@ -1241,12 +1247,13 @@ def test_summary_path_that_would_overwrite_another_file(bad_input, case):
         assert [p.name for p in folder.iterdir()] == ["fifo"] and (folder / "fifo").is_fifo()
 
 
-@pytest.mark.parametrize("case", list(RECORD_FORMATS))
+@pytest.mark.parametrize("case", [*RECORD_FORMATS, "record_unknown_key"])
 def test_a_settings_record_this_version_did_not_write_is_refused_and_kept(bad_input, case):
     folder = _check(bad_input, case)
+    settings = {"decoding.method": "greedy", **({"decoding.branch_ngrams": 2} if case.endswith("key") else {})}
     assert {p.name: p.read_text() for p in folder.iterdir()} == {  # as they were; no run folder, no lock left
         "q.jsonl": '{"question_id": 1, "turns": ["Count to 3."]}\n', "a.jsonl": json.dumps(_answer(1)) + "\n",
-        "a.settings.json": json.dumps({"format": RECORD_FORMATS[case], "settings": {"decoding.method": "greedy"}})}
+        "a.settings.json": json.dumps({"format": RECORD_FORMATS.get(case, 1), "settings": settings})}
 
 
 @pytest.mark.parametrize("case", ["auto_window", "auto_pool", "paper_depth", "model_sampling_default"])

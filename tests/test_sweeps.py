@@ -678,6 +678,22 @@ def test_a_settings_record_of_another_format_refuses_even_the_same_settings(tmp_
     check_settings(path, record, settings)  # this version's own: resumes
 
 
+def test_a_setting_this_version_no_longer_has_is_not_advised_as_the_files_setting(tmp_path):
+    """A record holding a retired setting at another value than today's (``decoding.chain: false``): "re-run with the
+    file's settings" advised a setting no command line can give; now the version that made the file."""
+    from lp_runtime.answers import SettingsMismatchError, check_settings
+
+    path, record = tmp_path / "a.jsonl", tmp_path / "a.settings.json"
+    path.write_text(json.dumps({"question_id": 1, "choices": [{"turns": ["x"]}]}) + "\n")
+    record.write_text(json.dumps({"format": 1, "settings": {"decoding.method": "lookahead", "decoding.chain": False}}))
+    with pytest.raises(SettingsMismatchError) as e:
+        check_settings(path, record, {"decoding.method": "lookahead"})
+    assert str(e.value) == (f"{path} was made with other settings ({record}): decoding.chain: false in the file, null "
+                            "now; re-run with the version of lp_runtime that made it (this one has no setting "
+                            f"decoding.chain) to resume it, or write to a new output path (output.path={tmp_path}/"
+                            "a-2.jsonl)")
+
+
 def test_a_settings_value_edited_into_a_list_is_a_difference():
     """``"decoding.method": ["greedy"]`` in a record: a TypeError (unhashable) traceback on resume (a new user,
     2026-12-05); now a difference like any other."""
