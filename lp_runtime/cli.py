@@ -20,6 +20,7 @@ from typing import Callable, NoReturn, Optional
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.overrides_visitor import HydraErrorListener, HydraOverrideVisitor
 from hydra.errors import ConfigCompositionException, HydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig
@@ -158,6 +159,46 @@ def check_flag_order(argv: list[str]) -> None:
         flag = " ".join(argv[at:at + 1 + valued])  # with its value: --cfg job, --info config
         raise ConfigError(f"{flag} stands between overrides; put it before them (or after all of them): "
                           f"{' '.join(flags + [argv[i] for i in overrides])}")
+
+
+class _OneValueAKey(HydraOverrideVisitor):
+    """Hydra's override visitor, except that a ``{key: value}`` giving one key twice raises ``ConfigError`` naming
+    it: Hydra's builds the dict pair by pair, so the last value wins without a word."""
+
+    def __init__(self, override: str) -> None:
+        super().__init__(OverridesParser.create().functions)
+        self.override = override
+
+    def visitDictContainer(self, ctx):  # noqa: N802 (the grammar's name)
+        out: dict = {}
+        for i in range(1, ctx.getChildCount() - 1, 2):  # "{", pair, ",", pair, ..., "}"
+            key, value = self.visitDictKeyValuePair(ctx.getChild(i))
+            if key in out:
+                raise ConfigError(f"{self.override}: the key {key!r} appears twice in one {{key: value}} dict, and "
+                                  "Hydra would keep only its last value; give each key once")
+            out[key] = value
+        return out
+
+
+def check_dict_keys(argv: list[str]) -> None:
+    """``ConfigError`` naming the key when an override's ``{key: value}`` (``sampling.category_temperature``,
+    the bench's ``per_category``, a dict in a sweep or a list) gives one key twice. The override is parsed by
+    Hydra's own grammar; one that it cannot parse is left to Hydra's message."""
+    from hydra.grammar.gen.OverrideLexer import CommonTokenStream, InputStream, OverrideLexer
+    from hydra.grammar.gen.OverrideParser import OverrideParser
+
+    for i in override_positions(argv):
+        lexer = OverrideLexer(InputStream(argv[i]))
+        parser = OverrideParser(CommonTokenStream(lexer))
+        for part in (lexer, parser):  # as Hydra's parse_rule: errors raised, not printed
+            part.removeErrorListeners()
+            part.addErrorListener(HydraErrorListener())
+        try:
+            _OneValueAKey(argv[i]).visit(parser.override())
+        except ConfigError:
+            raise
+        except Exception:  # noqa: BLE001 - a syntax error or a bad function call: Hydra's own line names it
+            continue
 
 
 def _error_exit(line: str, code: int = 2) -> NoReturn:
@@ -334,6 +375,7 @@ def main(app: Callable[[], None], *, interrupted: str,
     _DIRS_BEFORE.update(_dirs_near(Path.cwd()))
     try:
         check_flag_order(sys.argv[1:])
+        check_dict_keys(sys.argv[1:])
         if check_argv is not None:
             check_argv(sys.argv[1:])
         app()

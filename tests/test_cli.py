@@ -696,6 +696,10 @@ QUOTE_HINT = (" (every override is key=value; quote one whose value holds spaces
               "'output.path=my answers.jsonl' or 'model.name=\"a (b)\"')")
 BAD_CONFIGS = [
     (["decoding.window_size=-1"], "decoding.window_size=-1 is negative; W must be >= 0"),
+    # a key given twice: Hydra kept the last value (a review, 2026-12-05); refused before the model path is looked at
+    (["sampling.category_temperature={writing:0.7,writing:0.2}", "model.path=/nonexistent"],
+     "sampling.category_temperature={writing:0.7,writing:0.2}: the key 'writing' appears twice in one {key: value} "
+     "dict, and Hydra would keep only its last value; give each key once"),
     (["decoding.ngram_size=1"], "decoding.ngram_size=1 is too small; N must be >= 2"),
     # inf passed the check and crashed every rank in timedelta() under torchrun (a new user, 2026-12-03)
     (["parallel.timeout_s=inf"], "parallel.timeout_s=inf is not allowed; it must be a number of seconds > 0 and "
@@ -810,6 +814,29 @@ def test_a_hydra_flag_between_overrides_is_one_line(argv, message):
     with pytest.raises(ConfigError) as e:
         check_flag_order(argv)
     assert str(e.value) == message
+
+
+TWICE = "appears twice in one {key: value} dict, and Hydra would keep only its last value; give each key once"
+
+
+@pytest.mark.parametrize("argv, key", [
+    (["sampling.category_temperature={writing:0.7,writing:0.2}"], "'writing'"),
+    (["sampling.category_temperature={writing: 0.7, math: 0, writing : 0.2}"], "'writing'"),
+    (["-m", "x={a:1},{b:1,b:2}"], "'b'"), (["x=[{a:{c:1,c:2}}]"], "'c'"), (["x={1:2,1:3}"], "1"),
+    (["sampling.category_temperature={writing:0.7,math:0.2}", "-m", "x={a:1},{a:2}"], None),
+    (["x={a:1,a:2"], None), (["--cfg", "job", "x={a:1}"], None)])  # Hydra's own line for what it cannot parse
+def test_a_dict_override_that_gives_a_key_twice_is_refused(argv, key):
+    """``'sampling.category_temperature={writing:0.7,writing:0.2}'`` ran at 0.2: Hydra's override parser keeps the
+    last value of a key given twice without a word (a review, 2026-12-05)."""
+    from lp_runtime.cli import check_dict_keys
+    from lp_runtime.config import ConfigError
+
+    if key is None:
+        check_dict_keys(argv)
+        return
+    with pytest.raises(ConfigError) as e:
+        check_dict_keys(argv)
+    assert str(e.value) == f"{argv[-1]}: the key {key} {TWICE}"
 
 
 def _folder(tmp: Path, name: str) -> Path:
@@ -1026,6 +1053,11 @@ def _own_folder_cases(tmp: Path) -> list:
     out.append((d.name, Call(["lookahead.x=1"], cwd=str(d), module="scripts.bench"),
                 "lookahead.x=1: lookahead is a list, whose items are numbered from 0; give the whole list "
                 "(lookahead=[...]) or one item by its number (lookahead.0=...)"))
+    d = _folder(tmp, "bench_dict_key_twice")
+    out.append((d.name, Call(["per_category={mt_bench:3,mt_bench:2}", "ablation=true"], cwd=str(d),
+                             module="scripts.bench"),  # refused before the bench's own checks
+                "per_category={mt_bench:3,mt_bench:2}: the key 'mt_bench' appears twice in one {key: value} dict, and "
+                "Hydra would keep only its last value; give each key once"))
     d = _folder(tmp, "report_on_a_question_file")
     (d / "q.jsonl").write_text('{"question_id": 1, "turns": ["hi"]}\n')
     out.append((d.name, Call([str(d / "q.jsonl")], cwd=str(d), module="lp_runtime.report"),
@@ -1280,6 +1312,7 @@ def test_hydra_folder_or_launcher_setting_that_cannot_work_is_one_line(bad_input
 
 
 @pytest.mark.parametrize("case", ["unknown_key", "refused_setting", "refused_bench", "bench_list_by_name",
+                                  "bench_dict_key_twice",
                                   "sweep_with_one_output_file", "cfg_job_between_overrides"])
 def test_refusal_leaves_no_new_folder(bad_input, case):
     assert _tree(_check(bad_input, case)) == []  # neither outputs/hydra/<time>/ nor outputs/
