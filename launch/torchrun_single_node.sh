@@ -43,9 +43,14 @@ trap '' INT   # this script and the filter ignore Ctrl-C; torchrun installs its 
 # script notes it and exits after the pipeline, so it never returns while torchrun and the filter still run)
 TERMINATED=
 trap 'TERMINATED=1' TERM
+# The ranks' stdout goes straight to this script's, their stderr through the filter, which passes a progress bar's
+# partial line only after a 50 ms pause: on one terminal (or one file) a line printed on stdout then landed on the
+# bar's line (decoding=auto's line, an answer's). There stdout joins stderr through the filter, unbuffered, in order.
+RANK_OUT=3
+if [ /dev/stdout -ef /dev/stderr ]; then RANK_OUT=1; export PYTHONUNBUFFERED=1; fi
 set +e
 { "$TORCHRUN" --standalone --nproc-per-node="${NPROC:-1}" \
-    -m lp_runtime.generate hydra.run.dir="$RUN_DIR" "$@" 2>&1 1>&3 3>&- \
+    -m lp_runtime.generate hydra.run.dir="$RUN_DIR" "$@" 2>&1 1>&"$RANK_OUT" 3>&- \
     | (trap '' TERM; exec "$PY" "$ROOT/launch/until_interrupted.py") 3>&-; } 3>&1
 codes=("${PIPESTATUS[@]}")
 if [ -n "$TERMINATED" ] && [ "${codes[0]}" = 0 ]; then   # the run went on (a TERM to this script alone) and completed

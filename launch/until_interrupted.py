@@ -1,5 +1,6 @@
-"""Copy stdin (torchrun's stderr, with its ranks') to stderr up to the line that ends the run, then replace the
-rest (torchrun's traceback and failure report, the other ranks' copies of the line) with at most one line.
+"""Copy stdin (torchrun's stderr, with its ranks'; and their stdout where it is the same terminal or file) to stderr
+up to the line that ends the run, then replace the rest (torchrun's traceback and failure report, the other ranks'
+copies of the line) with at most one line.
 
 The line that ends the run starts with ``interrupted; `` (rank 0, on Ctrl-C or SIGTERM) or ``error: `` (every
 rank, for a bad setting or a dead peer), or it is torchrun's own ``failed (exitcode: ...)`` line (a rank died

@@ -640,6 +640,43 @@ def _started_script(tmp_path: Path, stub_body: str) -> subprocess.Popen:
     return proc
 
 
+# What rank 0 prints with decoding=auto: the calibration's bar (stderr, closed without leaving a line), the line of
+# the setting chosen (stdout), then the questions' bar with each answer's line (tqdm.write, stdout).
+RANK0_LINES = """
+import time
+from tqdm import tqdm
+with tqdm(total=3, desc="decoding=auto calibration", leave=False, mininterval=0) as bar:
+    for _ in range(3):
+        time.sleep(0.2)  # a prompt: longer than the filter's 50 ms pause, so the bar is shown meanwhile
+        bar.update(1)
+print("decoding=auto: the setting chosen", flush=True)
+with tqdm(total=2, desc="questions", mininterval=0) as bar:
+    for i in range(2):
+        time.sleep(0.2)
+        tqdm.write(f"[{i}] an answer")
+        bar.update(1)
+"""
+
+
+def test_rank0s_stdout_lines_start_on_a_line_of_their_own_under_the_torchrun_script(tmp_path):
+    """Under launch/torchrun_single_node.sh on a terminal, decoding=auto's line came out on the calibration bar's
+    line (``...4/6 [00:00<00:00, 32.65prompt/s]decoding=auto: ...``), as did the answers' lines on the questions'
+    bar: stdout went straight to the terminal while the filter held the bar's partial line (a review, 2026-12-05).
+    A stub torchrun prints what rank 0 prints; stdout and stderr are one file, as on a terminal."""
+    stub = tmp_path / "torchrun"
+    (tmp_path / "rank0.py").write_text(RANK0_LINES)
+    stub.write_text(f"#!/usr/bin/env bash\nexec {PY} {tmp_path / 'rank0.py'}\n")
+    stub.chmod(0o755)
+    with open(tmp_path / "terminal", "w") as terminal:
+        proc = subprocess.run(["bash", str(REPO / "launch" / "torchrun_single_node.sh")], cwd=tmp_path, timeout=60,
+                              env={**os.environ, "TORCHRUN": str(stub)}, stdout=terminal, stderr=subprocess.STDOUT)
+    shown = (tmp_path / "terminal").read_bytes().decode()  # carriage returns kept
+    assert proc.returncode == 0, shown
+    for line in ("decoding=auto: the setting chosen", "[0] an answer", "[1] an answer"):
+        at = shown.index(line + "\n")
+        assert shown[at - 1] in "\r\n", repr(shown[max(at - 120, 0):at + len(line)])  # the cursor at a line start
+
+
 def test_sigterm_to_the_torchrun_scripts_group_keeps_rank0s_line(tmp_path):
     """SIGTERM to the launch script's whole process group (``timeout``; a new user, 2026-12-02): the filter, which
     ignores SIGTERM, still passes rank 0's line and drops torchrun's "closing signal SIGTERM" lines (it was killed
