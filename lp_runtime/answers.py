@@ -565,15 +565,16 @@ def write_settings(settings_path: Path, current: dict[str, Any]) -> None:
     write_json(settings_path, {"format": FORMAT, "settings": current}, indent=1)
 
 
-def read_settings(settings_path: Path) -> Optional[dict[str, Any]]:
+def read_settings(settings_path: Path, *, any_format: bool = False) -> Optional[dict[str, Any]]:
     """The recorded settings, or None when there is no readable record. ``SettingsMismatchError`` for a record
-    whose ``format`` is not ``FORMAT`` (written by another version of lp_runtime, or edited; "1" and true too)."""
+    whose ``format`` is not ``FORMAT`` (written by another version of lp_runtime, or edited; "1" and true too),
+    unless ``any_format`` (a report shows what any record holds)."""
     record = read_json(settings_path)
     settings = record.get("settings") if isinstance(record, dict) else None
     if not (isinstance(settings, dict) and settings):  # edited into {}, a list, a string
         return None
     found = record.get("format")
-    if not (_is_int(found) and found == FORMAT):
+    if not (any_format or (_is_int(found) and found == FORMAT)):
         shown = data.short(found) if "format" in record else "none (no \"format\" key)"
         raise SettingsMismatchError(
             f"{settings_path} is a settings record of format {shown}, and this version of lp_runtime reads format "

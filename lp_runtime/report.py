@@ -123,7 +123,7 @@ def load_run(path: Path) -> dict[str, Any]:
 def _recorded_settings(path: Path) -> dict[str, Any]:
     """The settings recorded beside answers ``path``: its .settings.json's, else its .summary.json's ``settings``
     or flattened ``config``; {} when none is a non-empty object (a record holding ``null`` or a list: no settings)."""
-    recorded = answers.read_settings(answers.beside(path, ".settings.json"))  # a non-empty dict or None
+    recorded = answers.read_settings(answers.beside(path, ".settings.json"), any_format=True)  # non-empty dict or None
     if recorded:
         return dict(recorded)
     summary = answers.read_json(answers.beside(path, ".summary.json"))

@@ -1597,3 +1597,17 @@ def test_sigterm_to_the_torchrun_script_alone_is_held_and_a_completed_run_exits_
     assert err == ("note: a SIGTERM reached this script while torchrun ran, and the run completed (the script holds "
                    "a SIGTERM sent to it alone until torchrun ends); to stop a run, send SIGTERM to torchrun and its "
                    "ranks too, e.g. to their process group, as timeout does\n")
+
+
+def test_report_shows_a_run_whose_settings_record_is_of_another_format(tmp_path):
+    """A settings record of another format refuses a resume (answers.read_settings), but the report shows what it
+    holds: the whole report failed on one such record (exit 2, advising another output.path)."""
+    from lp_runtime.report import report
+
+    for name, method, fmt in (("greedy", "greedy", 1), ("lookahead", "lookahead", 2)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "answers.jsonl").write_text(json.dumps(_answer(1)) + "\n")
+        (tmp_path / name / "answers.settings.json").write_text(json.dumps(
+            {"format": fmt, "settings": {"decoding.method": method}}))
+    rows = report([str(tmp_path)], figure=False)["rows"]
+    assert [(r["run"], r["decoding.method"]) for r in rows] == [("greedy", "greedy"), ("lookahead", "lookahead")]
