@@ -187,21 +187,21 @@ def check_dict_keys(argv: list[str]) -> None:
     from hydra.grammar.gen.OverrideLexer import CommonTokenStream, InputStream, OverrideLexer
     from hydra.grammar.gen.OverrideParser import OverrideParser
 
+    hydra_parser = OverridesParser.create()
     for i in override_positions(argv):
+        try:
+            hydra_parser.parse_override(argv[i])
+        except Exception:  # noqa: BLE001 - a syntax error or a bad function call: Hydra's own line names it
+            continue
         lexer = OverrideLexer(InputStream(argv[i]))
         parser = OverrideParser(CommonTokenStream(lexer))
         for part in (lexer, parser):  # as Hydra's parse_rule: errors raised, not printed
             part.removeErrorListeners()
             part.addErrorListener(HydraErrorListener())
-        try:
-            _OneValueAKey(argv[i]).visit(parser.override())
-        except ConfigError:
-            raise
-        except Exception:  # noqa: BLE001 - a syntax error or a bad function call: Hydra's own line names it
-            continue
+        _OneValueAKey(argv[i]).visit(parser.override())
 
 
-def _error_exit(line: str, code: int = 2) -> NoReturn:
+def error_exit(line: str, code: int = 2) -> NoReturn:
     """``error: <line>`` on stderr, exit ``code``."""
     print(f"error: {line}", file=sys.stderr, flush=True)
     sys.exit(code)
@@ -209,12 +209,12 @@ def _error_exit(line: str, code: int = 2) -> NoReturn:
 
 def fail(e: BaseException) -> NoReturn:
     """``error: <one line>`` on stderr, exit 2."""
-    _error_exit(one_line(e))
+    error_exit(one_line(e))
 
 
 def peer_failed(e: PeerFailure) -> NoReturn:
     """A rank died or hung: this rank's ``error:`` line (not a traceback per rank) and the resume hint, exit 1."""
-    _error_exit(f"{e}; the answers written so far are complete: re-run the same command to resume", 1)
+    error_exit(f"{e}; the answers written so far are complete: re-run the same command to resume", 1)
 
 
 def is_rank0() -> bool:
@@ -390,14 +390,14 @@ def main(app: Callable[[], None], *, interrupted: str,
         if isinstance(e, PeerFailure):
             peer_failed(e)
         if isinstance(e, OSError) and e.filename is not None:  # the job's own are caught in hydra_app: Hydra's folders
-            _error_exit(f"cannot make the run folder {e.filename}: {e.strerror} (set by hydra.run.dir, or "
+            error_exit(f"cannot make the run folder {e.filename}: {e.strerror} (set by hydra.run.dir, or "
                         "hydra.sweep.dir with -m; the launch scripts' RUN_DIR)")
         submitit = sys.modules.get("submitit.core.utils")
         if submitit is not None and isinstance(e, submitit.FailedJobError):  # sbatch refused the job array
             remove_refused_sweep_dir()
-            _error_exit(f"Slurm's sbatch refused the sweep's jobs: {one_line(e)}; no job was submitted (the "
+            error_exit(f"Slurm's sbatch refused the sweep's jobs: {one_line(e)}; no job was submitted (the "
                         "hydra.launcher.* settings are sbatch's options)")
         refused = _job_error_line(e)
         if refused:  # a sweep job (submitit: lp_local, lp_slurm) refused its input: its line, not the launcher's trace
-            _error_exit(f"a sweep job stopped: {refused}")
+            error_exit(f"a sweep job stopped: {refused}")
         raise

@@ -9,7 +9,6 @@ import itertools
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -19,11 +18,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf, open_dict, read_write
 
 from lp_runtime import answers
-from lp_runtime.cli import (CONFIG_FLAGS, INFO_CHOICES, INFO_FLAGS, MULTIRUN_FLAGS, fail, is_bad_input, one_line,
-                            override_positions)
+from lp_runtime.cli import (CONFIG_FLAGS, INFO_CHOICES, INFO_FLAGS, MULTIRUN_FLAGS, error_exit, fail, is_bad_input,
+                            one_line, override_positions)
 from lp_runtime.config import MODEL_TAKEN, ConfigError, RunConfig, model_sampling_refusal, to_object
 
 
@@ -171,7 +170,8 @@ def validate_sweep(config: Any) -> None:
     finally:
         HydraConfig.instance().set_config(config)
     _check_distinct(jobs, swept, [_job_setting(cfg, world) for cfg, _ in checked])
-    _check_own_files(jobs, swept, [_job_files(cfg, hydra, o) for (cfg, hydra), o in zip(checked, jobs)])
+    _check_own_files(jobs, swept, [_job_files(cfg, hydra, o) for (cfg, hydra), o in zip(checked, jobs)],
+                     [str(hydra.runtime.output_dir) for _, hydra in checked])
     for num, ((cfg, hydra), overrides) in enumerate(zip(checked, jobs)):  # after: a shared file is named as such
         with _naming_job(num, overrides, swept):
             _check_resumable(cfg, world, hydra, overrides)
@@ -207,6 +207,8 @@ def _job_config(config: Any, overrides: list[str], num: int, launcher: Any) -> A
         # of the job's own (a path of it is told apart from the other jobs', and holds no file)
         basic = str(launcher.get("_target_", "")).endswith("BasicLauncher")
         job_cfg.hydra.job.id = num if basic else f"<id of job {num}>"
+    HydraConfig.instance().set_config(job_cfg)  # as Hydra's run_job: ${hydra:job.num} in sweep.subdir is this job's
+    with read_write(job_cfg.hydra.runtime), open_dict(job_cfg.hydra.runtime):
         job_cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(str(job_cfg.hydra.sweep.dir),
                                                                         str(job_cfg.hydra.sweep.subdir)))
     HydraConfig.instance().set_config(job_cfg)
@@ -249,24 +251,27 @@ SWEEP_FILES = {"output.path": ("answers file holds the answers", "answers.jsonl"
                "output.summary_path": ("summary file holds the figures", "answers.summary.json")}
 
 
-def _check_own_files(jobs: list[list[str]], swept: set[str], cfgs: list[RunConfig]) -> None:
+def _check_own_files(jobs: list[list[str]], swept: set[str], cfgs: list[RunConfig], folders: list[str]) -> None:
     """``ConfigError`` naming two jobs of a sweep that would write one answers or summary file (``cfgs``: each job's
-    ``_job_files``): a fixed path, one whose interpolations do not depend on the job (``${hydra:sweep.dir}/a.jsonl``),
-    or one ``hydra.sweep.subdir`` for every job."""
+    ``_job_files``; ``folders``: each job's ``hydra.runtime.output_dir``): a fixed path, one whose interpolations do
+    not depend on the job (``${hydra:sweep.dir}/a.jsonl``), links to one file, or one ``hydra.sweep.subdir`` for
+    every job."""
     for key, attr in (("output.path", "path"), ("output.summary_path", "resolved_summary_path")):
         first: dict[str, int] = {}
         for b, cfg in enumerate(cfgs):
-            path = getattr(cfg.output, attr)
-            a = first.setdefault(answers.real_path(path), b)
+            path, real = getattr(cfg.output, attr), answers.real_path(getattr(cfg.output, attr))
+            a = first.setdefault(real, b)
             if a == b:
                 continue
             both = f"sweep jobs {a} ({_point(jobs[a], swept)}) and {b} ({_point(jobs[b], swept)}) would both write"
             kind, file = SWEEP_FILES[key]
-            if key == "output.path" and job_output("", jobs[b]) is not None:  # each job's own: one folder for both
-                raise ConfigError(f"{both} {os.path.abspath(path)} (hydra.sweep.subdir is one folder for both), but "
-                                  f"one {kind} of one setting; put the job number in hydra.sweep.subdir (its default: "
+            shown = os.path.abspath(path)
+            shown += "" if real == shown else f" (the file {real})"
+            if folders[a] == folders[b] and real.startswith(answers.real_path(folders[b]) + os.sep):  # one folder
+                raise ConfigError(f"{both} {shown} (hydra.sweep.subdir is one folder for both), but one {kind} of one "
+                                  "setting; put the job number in hydra.sweep.subdir (its default: "
                                   "'${hydra.job.num}'); no job was run")
-            raise ConfigError(f"{both} {key}={os.path.abspath(path)}, but one {kind} of one setting; drop {key} so "
+            raise ConfigError(f"{both} {key}={shown}, but one {kind} of one setting; drop {key} so "
                               "that each job writes into its own folder (<hydra.sweep.dir>/<job number>/), or put the "
                               f"job number in it: '{key}=${{hydra:sweep.dir}}/${{hydra:job.num}}/{file}'; no job was "
                               "run")
@@ -280,15 +285,20 @@ def _check_resumable(cfg: RunConfig, world: int, hydra: Any, overrides: list[str
     ``answers.SettingsMismatchError`` when it holds answers made with other settings."""
     from lp_runtime.models import model_fingerprint
 
-    cfg = _job_files(cfg, hydra, overrides)
+    cfg, here, folder = _job_files(cfg, hydra, overrides), os.getcwd(), str(hydra.runtime.output_dir)
     path = Path(cfg.output.path)
-    answers.check_summary_path(cfg)
-    if path.is_file():  # not a folder or a pipe (read: blocks), which the job names (answers.check_output_path)
-        answers.load_answers(path, trim=False)
-    if answers.has_answers(path):
-        current = answers.run_settings(cfg, model_fingerprint=model_fingerprint(cfg.model), world_size=world)
-        answers.check_settings(path, Path(cfg.output.resolved_settings_path), current,
-                               answers.new_sweep_hint(str(hydra.sweep.dir)))
+    if hydra.job.get("chdir") and os.path.isdir(folder):  # where the job runs: a summary names its answers from there
+        os.chdir(folder)
+    try:
+        answers.check_summary_path(cfg)
+        if path.is_file():  # not a folder or a pipe (read: blocks), which the job names (answers.check_output_path)
+            answers.load_answers(path, trim=False)
+        if answers.has_answers(path):
+            current = answers.run_settings(cfg, model_fingerprint=model_fingerprint(cfg.model), world_size=world)
+            answers.check_settings(path, Path(cfg.output.resolved_settings_path), current,
+                                   answers.new_sweep_hint(str(hydra.sweep.dir)))
+    finally:
+        os.chdir(here)
 
 
 def _job_setting(cfg: RunConfig, world: int) -> dict:
@@ -325,8 +335,8 @@ class ValidateSweep(Callback):
         except ConfigError as e:
             fail(e)
         except Exception as e:
-            sys.exit(f"error: the up-front check of the sweep's jobs failed ({type(e).__name__}: {one_line(e)}); no "
-                     "job was run")
+            error_exit(f"the up-front check of the sweep's jobs failed ({type(e).__name__}: {one_line(e)}); no job "
+                       "was run", 1)
 
 
 def is_sweep(argv: list[str]) -> bool:

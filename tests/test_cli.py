@@ -861,7 +861,8 @@ TWICE = "appears twice in one {key: value} dict, and Hydra would keep only its l
     (["sampling.category_temperature={writing: 0.7, math: 0, writing : 0.2}"], "'writing'"),
     (["-m", "x={a:1},{b:1,b:2}"], "'b'"), (["x=[{a:{c:1,c:2}}]"], "'c'"), (["x={1:2,1:3}"], "1"),
     (["sampling.category_temperature={writing:0.7,math:0.2}", "-m", "x={a:1},{a:2}"], None),
-    (["x={a:1,a:2"], None), (["--cfg", "job", "x={a:1}"], None)])  # Hydra's own line for what it cannot parse
+    (["x={a:1,a:2"], None), (["--cfg", "job", "x={a:1}"], None),  # Hydra's own line for what it cannot parse
+    (["x=nosuchfn({a:1,a:2})"], None), (["x=tag(t1,{a:1,a:2})"], None)])  # ... and for what it refuses first
 def test_a_dict_override_that_gives_a_key_twice_is_refused(argv, key):
     """``'sampling.category_temperature={writing:0.7,writing:0.2}'`` ran at 0.2: Hydra's override parser keeps the
     last value of a key given twice without a word (a review, 2026-12-05)."""

@@ -760,6 +760,11 @@ def refused_sweeps(tiny_model_dir, tmp_path_factory):
     (tmp / "job_id").mkdir()
     (tmp / "job_id" / "1.json").write_text("notes\n")
     dup = str(tmp / "duplicate" / "1" / "answers.jsonl")
+    (tmp / "launch_dir").mkdir()  # a file there named as a chdir job's summary names its answers: not the job's
+    (tmp / "launch_dir" / "answers.jsonl").write_text(ANSWER)
+    (tmp / "linked").mkdir()
+    for n in "01":
+        (tmp / f"link{n}").symlink_to(tmp / "linked")
     calls = {"shared": [*two, "output.path=${hydra:sweep.dir}/answers.jsonl"],
              "shared_again": [*two, "output.path=${hydra:sweep.dir}/answers.jsonl"],
              "shared_summary": [*two, "output.summary_path=${hydra:sweep.dir}/s.json"],
@@ -768,16 +773,22 @@ def refused_sweeps(tiny_model_dir, tmp_path_factory):
              "job_id": [*two, "hydra/launcher=lp_local", "output.path=${hydra:sweep.dir}/${hydra:job.id}/answers.jsonl",
                         "output.summary_path=${hydra:sweep.dir}/${hydra:job.num}.json"],
              "chdir": [*two, "hydra.job.chdir=true", "output.path=answers.jsonl"],
+             "chdir_one_folder": [*two, "hydra.job.chdir=true", "output.path=answers.jsonl", "hydra.sweep.subdir=all"],
+             "links": [*two, f"output.path={tmp}/link${{hydra:job.num}}/a.jsonl"],
+             "subdir_job_num": [*two, "hydra.sweep.subdir=${hydra:job.num}"],
              "foreign_summary": two, "foreign_lock": two, "answered": two,
              "range_step_0": ["-m", "decoding=lookahead", "decoding.window_size=range(0,3,0)"]}
     batch = [Call([*args, *_sweep_args(tiny_model_dir, tmp, "duplicate" if name == "answered" else name)],
                   cwd=str(tmp)) for name, args in calls.items()]
     batch += [Call(["append", dup, dup], module="cli_batch"),
               Call([*two, *_sweep_args(tiny_model_dir, tmp, "duplicate")], cwd=str(tmp))]
+    chdir_summary = [*two, "hydra.job.chdir=true", "output.path=answers.jsonl", "output.summary_path=s.json",
+                     *_sweep_args(tiny_model_dir, tmp, "chdir_summary")]
+    batch += [Call(chdir_summary, cwd=str(tmp / "launch_dir"))] * 2  # answered, then resumed
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     env.pop("HYDRA_FULL_ERROR", None)
     results = run_cli(batch, env)
-    return tmp, dict(zip([*calls, "append", "duplicate"], results))
+    return tmp, dict(zip([*calls, "append", "duplicate", "chdir_summary", "chdir_summary_again"], results))
 
 
 ANSWER = json.dumps({"question_id": 81, "choices": [{"turns": ["x"], "output_ids": [[1, 2]], "new_tokens": [2],
@@ -813,7 +824,18 @@ def test_sweep_jobs_that_would_write_one_file_are_refused_before_any_job_runs(re
                   "(hydra.sweep.subdir is one folder for both), but one answers file holds the answers of one setting; "
                   "put the job number in hydra.sweep.subdir (its default: '${hydra.job.num}'); no job was run")
     # nothing written, and the answers already there (no settings record: refused for that before) as they were
-    assert not any((tmp / name).exists() for name in ("shared", "shared_summary", "shared_folder", "out"))
+    _refused_with(results["chdir_one_folder"], f"{TWO_JOBS} {tmp / 'chdir_one_folder' / 'all' / 'answers.jsonl'} "
+                  "(hydra.sweep.subdir is one folder for both), but one answers file holds the answers of one setting; "
+                  "put the job number in hydra.sweep.subdir (its default: '${hydra.job.num}'); no job was run")
+    key, (kind, file) = "output.path", jobs.SWEEP_FILES["output.path"]
+    _refused_with(results["links"], f"{TWO_JOBS} {key}={tmp / 'link1' / 'a.jsonl'} (the file "
+                                     f"{tmp / 'linked' / 'a.jsonl'}), but one {kind} of one setting; "
+                                     f"{advice.format(key, file)}")
+    # a job number in hydra.sweep.subdir is each job's (it did not resolve up front: "HydraConfig was not set")
+    assert results["subdir_job_num"].returncode == 0, results["subdir_job_num"].stderr[-3000:]
+    assert sorted(p.name for p in (tmp / "subdir_job_num").iterdir() if p.is_dir()) == ["0", "1"]
+    assert not any((tmp / name).exists() for name in ("shared", "shared_summary", "shared_folder", "out",
+                                                       "chdir_one_folder", "linked/a.jsonl"))
     assert _files(tmp / "shared_again") == {"answers.jsonl": ANSWER.encode()}
     # submitit's job ids are not known up front: a path of one is each job's own (here job 1 is refused for a file
     # its summary would overwrite, a check made after the jobs' files were compared)
@@ -832,6 +854,12 @@ def test_a_relative_output_path_under_hydra_job_chdir_is_each_jobs_own(refused_s
     for job in ("0", "1"):
         assert len((tmp / "chdir" / job / "answers.jsonl").read_text().splitlines()) == 1
     assert not (tmp / "answers.jsonl").exists()
+    # its summary names its answers as the job opens them, from its folder: a file of that name where the sweep was
+    # launched is not them (the resume was refused up front as "the summary of another answers file")
+    for run in ("chdir_summary", "chdir_summary_again"):
+        assert results[run].returncode == 0, results[run].stderr[-3000:]
+    assert json.loads((tmp / "chdir_summary" / "1" / "s.json").read_text())["answers"] == "answers.jsonl"
+    assert (tmp / "launch_dir" / "answers.jsonl").read_text() == ANSWER
 
 
 @pytest.mark.parametrize("name, file, problem", [
