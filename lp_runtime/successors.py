@@ -467,19 +467,22 @@ def _grow_arrays(root_token: int, suffix, kids: dict, table, pair, budget: int, 
     while budget and front["id"].size:
         c = _children(front, suffix, kids, suffix_cal, grid, table, pair, width)
         c["parent"], c["depth"], c["prev"] = front["id"][c["row"]], front["depth"][c["row"]], front["token"][c["row"]]
-        c["open"] = c["depth"] < max(max_depth, 1)
+        is_open = c["depth"] < max(max_depth, 1)
         rest.append({k: c.pop(k) for k in ("est", "code", "raw", "r1", "r2", "parent")})
         del c["row"]
         start, found = found, _append(nodes, c, found)
         best = np.concatenate([best, c["key"]])  # holds the budget best keys of all found so far
         bound = np.partition(best, budget - 1)[budget - 1] if found > budget else math.inf
         best = best[best <= bound]
-        new = start + np.flatnonzero(c["open"] & (c["key"] <= bound))  # past the bound: never taken, nor its subtree
+        new = start + np.flatnonzero(is_open & (c["key"] <= bound))  # past the bound: never taken, nor its subtree
         todo = live = np.concatenate([live[nodes["key"][live] <= bound], new])
         if todo.size > EXPAND:
-            todo = todo[np.argpartition(nodes["key"][todo], EXPAND - 1)[:EXPAND]]
-        nodes["open"][todo] = False
-        live = live[nodes["open"][live]]
+            pick = np.argpartition(nodes["key"][todo], EXPAND - 1)[:EXPAND]
+            todo, left = live[pick], np.ones(live.size, dtype=bool)
+            left[pick] = False
+            live = live[left]
+        else:
+            live = live[:0]
         front = {"id": todo, "token": nodes["token"][todo], "depth": nodes["depth"][todo] + 1,
                  "prev": nodes["prev"][todo], "path": -nodes["key"][todo], "snode": nodes["snode"][todo]}
     if not found:
