@@ -521,7 +521,8 @@ def test_sweep_jobs_that_would_write_one_file_are_refused_with_a_per_job_path_to
     given = [["decoding.window_size=0", "output.path=a"], ["decoding.window_size=3", "output.path=a"]]
 
     def check(*outputs):
-        _check_own_files(given, {"decoding.window_size"}, [RunConfig(output=o) for o in outputs])
+        _check_own_files(given, {"decoding.window_size"}, [RunConfig(output=o) for o in outputs],
+                         [str(tmp_path / "0"), str(tmp_path / "1")])  # the jobs' folders
 
     with pytest.raises(ConfigError) as e:
         check(OutputConfig(path="out/a.jsonl"), OutputConfig(path="./out/a.jsonl"))
