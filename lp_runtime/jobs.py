@@ -170,11 +170,11 @@ def validate_sweep(config: Any) -> None:
     finally:
         HydraConfig.instance().set_config(config)
     _check_distinct(jobs, swept, [_job_setting(cfg, world) for cfg, _ in checked])
-    _check_own_files(jobs, swept, [_job_files(cfg, hydra, o) for (cfg, hydra), o in zip(checked, jobs)],
-                     [str(hydra.runtime.output_dir) for _, hydra in checked])
-    for num, ((cfg, hydra), overrides) in enumerate(zip(checked, jobs)):  # after: a shared file is named as such
+    files = [_job_files(cfg, hydra, o) for (cfg, hydra), o in zip(checked, jobs)]
+    _check_own_files(jobs, swept, files, [str(hydra.runtime.output_dir) for _, hydra in checked])
+    for num, (cfg, (_, hydra), overrides) in enumerate(zip(files, checked, jobs)):  # after: a shared file is named
         with _naming_job(num, overrides, swept):
-            _check_resumable(cfg, world, hydra, overrides)
+            _check_resumable(cfg, world, hydra)
 
 
 def _launcher_ranks(launcher: Any) -> tuple[int, str]:
@@ -277,15 +277,15 @@ def _check_own_files(jobs: list[list[str]], swept: set[str], cfgs: list[RunConfi
                               "run")
 
 
-def _check_resumable(cfg: RunConfig, world: int, hydra: Any, overrides: list[str]) -> None:
+def _check_resumable(cfg: RunConfig, world: int, hydra: Any) -> None:
     """What a job checks of the files it finds before it loads the model (``generate.run``), here before any job of
     the sweep runs (a re-run sweep whose jobs changed order was refused at job 1, after job 0 had run), on the job's
-    files as it opens them (``_job_files``): ``answers.OutputError`` for a summary, settings record or lock beside
-    the answers that lp_runtime did not write, or an answers file that is not one (an answer given twice);
+    files as it opens them (``cfg``: its ``_job_files``): ``answers.OutputError`` for a summary, settings record or
+    lock beside the answers that lp_runtime did not write, or an answers file that is not one (an answer given twice);
     ``answers.SettingsMismatchError`` when it holds answers made with other settings."""
     from lp_runtime.models import model_fingerprint
 
-    cfg, here, folder = _job_files(cfg, hydra, overrides), os.getcwd(), str(hydra.runtime.output_dir)
+    here, folder = os.getcwd(), str(hydra.runtime.output_dir)
     path = Path(cfg.output.path)
     if hydra.job.get("chdir") and os.path.isdir(folder):  # where the job runs: a summary names its answers from there
         os.chdir(folder)

@@ -711,7 +711,7 @@ def test_a_sweep_job_whose_answers_file_holds_other_settings_is_refused_before_a
     from lp_runtime.config import DecodingConfig, OutputConfig, RunConfig
     import dataclasses
 
-    from lp_runtime.jobs import _check_resumable
+    from lp_runtime.jobs import _check_resumable, _job_files
     from lp_runtime.models import model_fingerprint
     from omegaconf import OmegaConf
 
@@ -725,17 +725,20 @@ def test_a_sweep_job_whose_answers_file_holds_other_settings_is_refused_before_a
         return OmegaConf.create({"sweep": {"dir": str(tmp_path / "sweep")}, "job": {"chdir": chdir},
                                  "runtime": {"output_dir": str(tmp_path / "sweep" / str(job))}})
 
-    _check_resumable(made, 1, hydra(1), ["output.path=x"])  # the same setting: resumes
-    _check_resumable(made, 1, hydra(0), [])  # job 0's folder holds no answers
+    def check(cfg, job_hydra, overrides):  # as validate_sweep: the job's files, then what they hold
+        _check_resumable(_job_files(cfg, job_hydra, overrides), 1, job_hydra)
+
+    check(made, hydra(1), ["output.path=x"])  # the same setting: resumes
+    check(made, hydra(0), [])  # job 0's folder holds no answers
     now = RunConfig(decoding=DecodingConfig(method="lookahead", guess_set_size=3))  # output.path: the job's folder
     # a relative output.path under hydra.job.chdir is the job folder's (a review: it was checked in the launch folder)
-    _check_resumable(dataclasses.replace(now, output=OutputConfig(path="answers.jsonl")), 1, hydra(0, chdir=True),
-                     ["output.path=answers.jsonl"])
+    check(dataclasses.replace(now, output=OutputConfig(path="answers.jsonl")), hydra(0, chdir=True),
+          ["output.path=answers.jsonl"])
     with pytest.raises(SettingsMismatchError):
-        _check_resumable(dataclasses.replace(now, output=OutputConfig(path="answers.jsonl")), 1, hydra(1, chdir=True),
-                         ["output.path=answers.jsonl"])
+        check(dataclasses.replace(now, output=OutputConfig(path="answers.jsonl")), hydra(1, chdir=True),
+              ["output.path=answers.jsonl"])
     with pytest.raises(SettingsMismatchError) as e:
-        _check_resumable(now, 1, hydra(1), ["decoding.guess_set_size=3"])
+        check(now, hydra(1), ["decoding.guess_set_size=3"])
     assert str(e.value) == (
         f"{path} was made with other settings ({path.parent / 'answers.settings.json'}): decoding.guess_set_size: 2 in "
         f"the file, 3 now; re-run with the file's settings to resume it, or write to a new output path "
