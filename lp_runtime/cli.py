@@ -298,20 +298,36 @@ def hydra_app(config_name: str, job: Callable[[DictConfig], None]) -> Callable[[
     return _app
 
 
+def launcher_is(launcher, kind: str) -> bool:
+    """Whether the ``hydra.launcher`` node ``launcher`` is Hydra's ``kind`` (``"BasicLauncher"``: the jobs run one
+    after another in this process; ``"SlurmLauncher"``: submitit's for Slurm)."""
+    return str(launcher.get("_target_", "")).endswith(kind)
+
+
+def override_key(override: str) -> str:
+    """The key a Hydra override sets: ``"decoding.window_size"`` for ``"+decoding.window_size=3"``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def sweep_point(overrides: list[str], swept: set[str]) -> str:
+    """What a sweep job gives the keys the sweep varies: ``"decoding=greedy decoding.window_size=3"``."""
+    return " ".join(o for o in overrides if override_key(o) in swept)
+
+
 def in_sweep_job(e: BaseException) -> BaseException:
     """``e`` naming the sweep job it stopped where Hydra's default launcher runs a sweep's jobs one after another in
     this process (its line said nothing of the job, nor that the earlier jobs had finished), else ``e``."""
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return e
     hc = HydraConfig.get()
-    if not str(hc.launcher.get("_target_", "")).endswith("BasicLauncher"):  # submitit's: its own line (main)
+    if not launcher_is(hc.launcher, "BasicLauncher"):  # submitit's: its own line (main)
         return e
     try:
         given = OverridesParser.create().parse_overrides([a for a in sys.argv[1:] if not a.startswith("-")])
         swept = {o.key_or_group for o in given if o.is_sweep_override()}
     except HydraException:
         swept = set()
-    point = " ".join(o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
+    point = sweep_point(list(hc.overrides.task), swept)
     return ConfigError(f"sweep job {hc.job.num}{f' ({point})' if point else ''}: {one_line(e)}; the jobs before it "
                        "finished (their answers are kept), the later ones were not run")
 

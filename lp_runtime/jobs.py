@@ -22,7 +22,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 from lp_runtime import answers
 from lp_runtime.cli import (CONFIG_FLAGS, INFO_CHOICES, INFO_FLAGS, MULTIRUN_FLAGS, error_exit, fail, is_bad_input,
-                            one_line, override_positions)
+                            launcher_is, one_line, override_key, override_positions, sweep_point)
 from lp_runtime.config import MODEL_TAKEN, ConfigError, RunConfig, model_sampling_refusal, to_object
 
 
@@ -34,7 +34,7 @@ def command_line_overrides() -> list[str]:
 def job_output(output_dir: str, overrides: list[str]) -> Optional[str]:
     """A sweep job's answers file, ``<output_dir (its folder)>/answers.jsonl``; None when ``overrides`` set
     ``output.path``."""
-    return None if "output.path" in {_key(o) for o in overrides} else os.path.join(output_dir, "answers.jsonl")
+    return None if "output.path" in {override_key(o) for o in overrides} else os.path.join(output_dir, "answers.jsonl")
 
 
 def apply_job_output(dict_cfg: Any) -> None:
@@ -97,8 +97,8 @@ def check_model_sampling_keys(dict_cfg: Any, overrides: list[str]) -> None:
     even to its default value (which ``SamplingConfig`` cannot tell from unset)."""
     if not OmegaConf.select(dict_cfg, "sampling.from_model"):
         return
-    given = [f"{_key(o)}={o.split('=', 1)[1]}" for o in overrides
-             if _key(o).startswith("sampling.") and _key(o).split(".")[1] in MODEL_TAKEN]
+    given = [f"{override_key(o)}={o.split('=', 1)[1]}" for o in overrides
+             if override_key(o).startswith("sampling.") and override_key(o).split(".")[1] in MODEL_TAKEN]
     if given:
         raise ConfigError(model_sampling_refusal(given))
 
@@ -118,7 +118,7 @@ def check_job(dict_cfg: Any, overrides: list[str]) -> Any:
     command-line ones); ``ConfigError`` (or OmegaConf's errors)."""
     cfg = to_object(dict_cfg)  # refuses keys no setting has, and bad values
     check_true_false(dict_cfg, overrides)
-    check_ignored_keys(dict_cfg, {_key(o) for o in overrides})
+    check_ignored_keys(dict_cfg, {override_key(o) for o in overrides})
     check_model_sampling_keys(dict_cfg, overrides)
     assert isinstance(cfg, RunConfig)
     return cfg
@@ -136,10 +136,6 @@ def sweep_jobs(task_overrides: list[str]) -> tuple[list[list[str]], set[str]]:
         choices[key] = [f"{key}={v}" for v in values]
     swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
     return [list(job) for job in itertools.product(*choices.values())], swept
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def validate_sweep(config: Any) -> None:
@@ -180,7 +176,7 @@ def validate_sweep(config: Any) -> None:
 def _launcher_ranks(launcher: Any) -> tuple[int, str]:
     """The ranks each job of a sweep runs under ``launcher`` (the ``hydra.launcher`` node) and what makes them so;
     ``ConfigError`` for Slurm's launcher where Slurm is missing, or nodes / tasks_per_node below 1."""
-    slurm = str(launcher.get("_target_", "")).endswith("SlurmLauncher")
+    slurm = launcher_is(launcher, "SlurmLauncher")
     for tool, use, here in (("sbatch", "submits each job with", ""),
                             ("srun", "starts each job's ranks with", " (sbatch is here)")):
         if slurm and shutil.which(tool) is None:  # no srun: submitit's RuntimeError traceback otherwise
@@ -205,7 +201,7 @@ def _job_config(config: Any, overrides: list[str], num: int, launcher: Any) -> A
         job_cfg.hydra.job.num = num
         # the id: the number under Hydra's basic launcher; submitit's (Slurm's job id) is not known yet, so a stand-in
         # of the job's own (a path of it is told apart from the other jobs', and holds no file)
-        basic = str(launcher.get("_target_", "")).endswith("BasicLauncher")
+        basic = launcher_is(launcher, "BasicLauncher")
         job_cfg.hydra.job.id = num if basic else f"<id of job {num}>"
     HydraConfig.instance().set_config(job_cfg)  # as Hydra's run_job: ${hydra:job.num} in sweep.subdir is this job's
     with read_write(job_cfg.hydra.runtime), open_dict(job_cfg.hydra.runtime):
@@ -223,13 +219,8 @@ def _naming_job(num: int, overrides: list[str], swept: set[str]) -> Iterator[Non
     except Exception as e:
         if not (is_bad_input(e) or isinstance(e, HydraException)):
             raise
-        point = _point(overrides, swept)
+        point = sweep_point(overrides, swept)
         raise ConfigError(f"sweep job {num}{f' ({point})' if point else ''}: {one_line(e)}; no job was run") from None
-
-
-def _point(overrides: list[str], swept: set[str]) -> str:
-    """What a sweep job gives the keys the sweep varies: ``"decoding=greedy decoding.window_size=3"``."""
-    return " ".join(o for o in overrides if _key(o) in swept)
 
 
 def _job_files(cfg: RunConfig, hydra: Any, overrides: list[str]) -> RunConfig:
@@ -263,7 +254,8 @@ def _check_own_files(jobs: list[list[str]], swept: set[str], cfgs: list[RunConfi
             a = first.setdefault(real, b)
             if a == b:
                 continue
-            both = f"sweep jobs {a} ({_point(jobs[a], swept)}) and {b} ({_point(jobs[b], swept)}) would both write"
+            points = [sweep_point(jobs[n], swept) for n in (a, b)]
+            both = f"sweep jobs {a} ({points[0]}) and {b} ({points[1]}) would both write"
             kind, file = SWEEP_FILES[key]
             shown = os.path.abspath(path)
             shown += "" if real == shown else f" (the file {real})"
@@ -317,7 +309,7 @@ def _check_distinct(jobs: list[list[str]], swept: set[str], settings: list[dict]
     for b, later in enumerate(settings):
         a = next((a for a in range(b) if not answers.differences(settings[a], later)), None)
         if a is not None:  # two folders of the same answers (a new user, session 22)
-            point = [_point(jobs[n], swept) for n in (a, b)]
+            point = [sweep_point(jobs[n], swept) for n in (a, b)]
             raise ConfigError(f"sweep jobs {a} ({point[0]}) and {b} ({point[1]}) would run the same setting (equal "
                               "values, or values it does not read, e.g. decoding.* under decoding=greedy): give each "
                               "job a setting of its own (a greedy baseline beside a W sweep: run it on its own); no "
