@@ -115,10 +115,14 @@ def check_summary_path(cfg: RunConfig) -> None:
     (``output.summary_path`` given) the summary of another answers file that still exists, or when the settings
     record or the lock beside the answers is an existing file that is not one."""
     base, settings = Path(cfg.output.path), Path(cfg.output.resolved_settings_path)
+    _check_own_stem(base)
     for path, kind, looks_right in (
             (settings, "a settings record", lambda p: read_settings(p) is not None),
             (beside(base, ".lock"), "a lock file", lambda p: re.fullmatch(r"(pid \d+ on host .*\n)?",
                                                                          p.read_text(errors="replace")) is not None)):
+        if path.is_dir():  # was reported as a missing record
+            raise OutputError(f"{path}, which this run writes beside output path {base}, is a folder; move it away "
+                              "or choose another output.path")
         if path.is_file() and not looks_right(path):
             raise OutputError(f"{path}, which this run writes beside output path {base}, exists and is not {kind}; "
                               f"move it away or choose another output.path")
@@ -141,6 +145,18 @@ def check_summary_path(cfg: RunConfig) -> None:
     if other is not None and os.path.abspath(other) != os.path.abspath(base) and other.is_file():
         raise OutputError(f"output.summary_path={summary} is the summary of another answers file, {other}; the "
                           f"summary would overwrite it: {advice}")
+
+
+def _check_own_stem(base: Path) -> None:
+    """``OutputError`` when the answers file that shares ``base``'s settings record, summary and lock holds answers:
+    ``X`` and ``X.jsonl`` both write ``X.settings.json``, ``X.summary.json`` and ``X.lock`` (``beside``), so a run
+    on one overwrote the other's record, and a resume of the other then mixed settings in one file."""
+    stem = jsonl_base(str(base))
+    twin = Path(stem if str(base) != stem else stem + ".jsonl")
+    if jsonl_base(str(twin)) == stem and has_answers(twin):
+        raise OutputError(f"output path {base} would write its settings record, summary and lock ({stem}.settings.json"
+                          f", .summary.json, .lock) over those of {twin}, which holds answers; give another output "
+                          f"path, e.g. {new_output_arg(base)}")
 
 
 class AnswersLock:

@@ -984,6 +984,20 @@ def _summary_path_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
                     "summary; move it away, choose another output.path, or give output.summary_path" if kind is None
                     else f"{d / beside}, which this run writes beside output path {a}, exists and is not {kind}; move "
                     "it away or choose another output.path"))
+    # X and X.jsonl share X.settings.json / .summary.json / .lock: a run on one overwrote the other's record and a
+    # resume of the other then mixed settings in one file (a new user, 2026-12-07)
+    for name, given, twin in [("twin_of_jsonl", "a", "a.jsonl"), ("twin_of_bare", "a.jsonl", "a")]:
+        d = _folder(tmp, name)
+        (d / twin).write_text(line)
+        out.append((d.name, [f"output.path={d / given}", "model.path=/nonexistent"],
+                    f"output path {d / given} would write its settings record, summary and lock ({d / 'a'}.settings."
+                    f"json, .summary.json, .lock) over those of {d / twin}, which holds answers; give another output "
+                    f"path, e.g. output.path={d / 'a-2.jsonl'}"))
+    d = _folder(tmp, "settings_beside_is_a_folder")  # was "... holds answers but no record ... is missing"
+    (d / "a.settings.json").mkdir()
+    out.append((d.name, [f"output.path={d / 'a.jsonl'}", "model.path=/nonexistent"],
+                f"{d / 'a.settings.json'}, which this run writes beside output path {d / 'a.jsonl'}, is a folder; move "
+                "it away or choose another output.path"))
     d = _folder(tmp, "answers_path_ends_in_slash")
     out.append((d.name, [f"output.path={d}/x/", "model.path=/nonexistent"],
                 f"output.path='{d}/x/' ends in a folder separator; give a file path such as {d}/x/answers.jsonl"))
@@ -1298,7 +1312,8 @@ def test_dataset_path_is_a_folder(bad_input):
 @pytest.mark.parametrize("case", ["summary_is_the_answers_file", "summary_is_the_question_file",
                                   "summary_is_another_file", "summary_is_a_device", "answers_is_a_device",
                                   "summary_beside_is_answers", "lock_beside_is_answers", "settings_beside_is_notes",
-                                  "answers_path_ends_in_slash", "answers_path_has_no_name", "summary_is_another_runs"])
+                                  "answers_path_ends_in_slash", "answers_path_has_no_name", "summary_is_another_runs",
+                                  "twin_of_jsonl", "twin_of_bare", "settings_beside_is_a_folder"])
 def test_summary_path_that_would_overwrite_another_file(bad_input, case):
     folder = _check(bad_input, case)
     line = json.dumps(_answer(1)) + "\n"
@@ -1309,10 +1324,11 @@ def test_summary_path_that_would_overwrite_another_file(bad_input, case):
         "summary_is_a_device": {}, "answers_is_a_device": {}, "answers_path_ends_in_slash": {},
         "answers_path_has_no_name": {},
         "summary_beside_is_answers": {"a.summary.json": line}, "lock_beside_is_answers": {"a.lock": line},
-        "settings_beside_is_notes": {"a.settings.json": "notes\n"},
+        "settings_beside_is_notes": {"a.settings.json": "notes\n"}, "twin_of_jsonl": {"a.jsonl": line},
+        "twin_of_bare": {"a": line}, "settings_beside_is_a_folder": {},
         "summary_is_another_runs": {"b.jsonl": line, "b.summary.json": json.dumps(
             {"answers": str(folder / "b.jsonl"), "num_questions": 1})}}[case]  # left as they were, nothing new
-    assert not any(p.is_dir() for p in folder.iterdir())
+    assert [p.name for p in folder.iterdir() if p.is_dir()] == ["a.settings.json"] * case.endswith("a_folder")
     if case.endswith("device"):
         assert [p.name for p in folder.iterdir()] == ["fifo"] and (folder / "fifo").is_fifo()
 
