@@ -1458,6 +1458,25 @@ def test_an_interrupt_a_library_turns_into_another_error_still_ends_the_run_as_a
     assert (proc.returncode, proc.stderr.splitlines()) == (code, ["interrupted; re-run to resume"]), proc.stderr
 
 
+SIGNAL_AFTER_THE_RUN = """
+import os, signal, time
+from lp_runtime import cli
+
+cli.main(lambda: print("run complete", flush=True), interrupted="interrupted; re-run to resume")
+os.kill(os.getpid(), signal.SIG{sig})  # what the interpreter's exit then does (~0.7 s with torch loaded)
+time.sleep(0.2)
+"""
+
+
+@pytest.mark.parametrize("sig", ["INT", "TERM"])
+def test_a_signal_once_the_run_completed_changes_nothing(sig):
+    """Ctrl-C in the ~0.7 s between a run's summary and the process's end: killed by the signal, 130 and no line,
+    although every answer and the summary were written (a new user, 2026-12-07). The run is complete: exit 0."""
+    proc = subprocess.run([PY, "-c", SIGNAL_AFTER_THE_RUN.format(sig=sig)], env=ENV, capture_output=True, text=True,
+                          timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "run complete\n", "")
+
+
 LIBRARY_SWALLOWS_THE_INTERRUPT = """
 import os, signal, sys, time
 from lp_runtime import cli
