@@ -277,6 +277,8 @@ def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_ma
     summary_path, answers_path = Path(cfg.output.resolved_summary_path), Path(cfg.output.path)
     if not is_main:
         return summary
+    if _in_job_folder():  # hydra.job.chdir: a relative path is the job folder's, not where the user launched it
+        summary_path, answers_path = summary_path.absolute(), answers_path.absolute()
     if not answered_now and summary_path.exists():
         kept = json.loads(summary_path.read_text(encoding="utf-8"))
         stale = kept.get("num_questions") != summary["num_questions"]
@@ -303,6 +305,13 @@ def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_ma
     print(json.dumps(shown, indent=2))
     print(f"answers: {answers_path}\nsummary: {summary_path}")
     return summary
+
+
+def _in_job_folder() -> bool:
+    """Whether Hydra runs this job in its own folder (``hydra.job.chdir=true``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.initialized() and bool(HydraConfig.get().job.get("chdir"))
 
 
 def _job(dict_cfg: DictConfig) -> None:

@@ -1218,6 +1218,10 @@ def bad_input(tmp_path_factory, tiny_model_dir):
                            f"dataset.path={_questions(d, 1)}", "generation.max_new_tokens=4",
                            f"output.path={d / 'answers.jsonl'}", "progress=false"], cwd=str(d),
                           env={"LP_RUNTIME_CACHE": "/proc/lp-runtime-test"}), None)
+    d = _folder(tmp, "job_chdir")  # test_a_run_in_its_job_folder_names_its_files_from_where_it_was_started
+    cases[d.name] = (Call([f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
+                           f"dataset.path={_questions(d, 1)}", "generation.max_new_tokens=4", "output.path=a.jsonl",
+                           "hydra.run.dir=run", "hydra.job.chdir=true", "progress=false"], cwd=str(d)), None)
     d = _folder(tmp, RUN_FOLDER_CASES[0])  # two runs of test_runs_that_answer_nothing_leave_no_run_folder
     (d / "q.jsonl").write_text('{"question_id": 1, "turns": ["Count to 3."]}\n')
     run = [f"model.path={tiny_model_dir}", "model.dtype=float32", "decoding=greedy", "dataset=jsonl",
@@ -1252,6 +1256,16 @@ def test_a_sweep_job_refused_once_its_model_loaded_is_named(bad_input):
     assert line.startswith("error: sweep job 1 (decoding.window_size=2000): decoding.window_size=2000, "), line
     assert line.endswith("; the jobs before it finished (their answers are kept), the later ones were not run"), line
     assert len((folder / "sweep" / "0" / "answers.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_run_in_its_job_folder_names_its_files_from_where_it_was_started(bad_input):
+    """``hydra.job.chdir=true output.path=a.jsonl``: the run printed ``answers: a.jsonl``, a file that is not where
+    the user started it but in the run folder (a new user, 2026-12-07); the paths are shown absolute there."""
+    folder, result, _ = bad_input["job_chdir"]
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == [f"answers: {folder / 'run' / 'a.jsonl'}",
+                                               f"summary: {folder / 'run' / 'a.summary.json'}"]
+    assert (folder / "run" / "a.jsonl").is_file()
 
 
 def _assert_fails_with(result: subprocess.CompletedProcess, message: str) -> None:
