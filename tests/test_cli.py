@@ -210,9 +210,11 @@ def test_a_rank_count_that_is_not_a_positive_integer_is_refused(tmp_path, script
     assert not (tmp_path / "started").exists() and not (tmp_path / "outputs").exists()
 
 
-SINGLE_HINT = "(to run it here without Slurm: set SLURM_JOB_ID=local or RUN_DIR=<run folder>)"
+# NPROC_PER_NODE named: following the hint without it started 8 ranks on a 2-core machine (a new user, 2026-12-07)
+SINGLE_HINT = ("(to run it here without Slurm: set SLURM_JOB_ID=local or RUN_DIR=<run folder>, and "
+               "NPROC_PER_NODE=<ranks>, default 8)")
 MULTI_HINT = ("(a one-node test here without Slurm: set SLURM_JOB_ID=local SLURM_NNODES=1 HEAD_NODE=127.0.0.1 "
-              "LP_RUNTIME_SRUN=)")
+              "LP_RUNTIME_SRUN=, and NPROC_PER_NODE=<ranks>, default 8)")
 
 
 @pytest.mark.parametrize("script, given, missing, hint", [
