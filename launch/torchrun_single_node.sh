@@ -27,6 +27,10 @@ case "${NPROC:-1}" in
     ''|*[!0-9]*|0|0[0-9]*) echo "error: NPROC=${NPROC:-} is not allowed; give the number of ranks, an integer >= 1" \
         "(e.g. NPROC=2)" >&2; exit 2 ;;
 esac
+# Hydra's flags given first (--cfg job, --info config) stay before this script's overrides: Hydra refuses a flag
+# standing between overrides
+FLAGS=()
+while [ $# -gt 0 ] && [[ "$1" != *=* || "$1" == -* ]]; do FLAGS+=("$1"); shift; done
 export HYDRA_FULL_ERROR=1
 # torchrun's own default for > 1 rank a node, set here so it does not print its 4-line banner about it
 if [ "${NPROC:-1}" -gt 1 ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; fi
@@ -50,7 +54,7 @@ RANK_OUT=3
 if [ /dev/stdout -ef /dev/stderr ]; then RANK_OUT=1; export PYTHONUNBUFFERED=1; fi
 set +e
 { "$TORCHRUN" --standalone --nproc-per-node="${NPROC:-1}" \
-    -m lp_runtime.generate hydra.run.dir="$RUN_DIR" "$@" 2>&1 1>&"$RANK_OUT" 3>&- \
+    -m lp_runtime.generate ${FLAGS[@]+"${FLAGS[@]}"} hydra.run.dir="$RUN_DIR" "$@" 2>&1 1>&"$RANK_OUT" 3>&- \
     | (trap '' TERM; exec "$PY" "$ROOT/launch/until_interrupted.py") 3>&-; } 3>&1
 codes=("${PIPESTATUS[@]}")
 if [ -n "$TERMINATED" ] && [ "${codes[0]}" = 0 ]; then   # the run went on (a TERM to this script alone) and completed

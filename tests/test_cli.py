@@ -211,6 +211,24 @@ def test_a_rank_count_that_is_not_a_positive_integer_is_refused(tmp_path, script
 
 
 # NPROC_PER_NODE named: following the hint without it started 8 ranks on a 2-core machine (a new user, 2026-12-07)
+@pytest.mark.parametrize("script", ["torchrun_single_node.sh", "slurm_single_node.sbatch"])
+def test_a_hydra_flag_given_first_to_a_launch_script_stays_before_its_overrides(tmp_path, script):
+    """``launch/torchrun_single_node.sh --cfg job decoding=greedy`` was refused ("--cfg job stands between
+    overrides"): the script put its hydra.run.dir before the user's arguments, flag included (a review, 2026-12-05).
+    The stub torchrun records the arguments it is given."""
+    stub = tmp_path / "torchrun"
+    stub.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$(dirname "$0")/args"\n')
+    stub.chmod(0o755)
+    env = {**ENV, "TORCHRUN": str(stub), "LP_RUNTIME_TORCHRUN": str(stub), "SLURM_JOB_ID": "local",
+           "NPROC_PER_NODE": "1", "RUN_DIR": "run"}
+    proc = subprocess.run(["bash", str(REPO / "launch" / script), "--cfg", "job", "decoding=greedy"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    ours = ["hydra.run.dir=run"] if script.startswith("torchrun") else ["parallel.lp=1", "hydra.run.dir=run"]
+    assert args[args.index("lp_runtime.generate") + 1:] == ["--cfg", "job", *ours, "decoding=greedy"]
+
+
 SINGLE_HINT = ("(to run it here without Slurm: set SLURM_JOB_ID=local or RUN_DIR=<run folder>, and "
                "NPROC_PER_NODE=<ranks>, default 8)")
 MULTI_HINT = ("(a one-node test here without Slurm: set SLURM_JOB_ID=local SLURM_NNODES=1 HEAD_NODE=127.0.0.1 "
