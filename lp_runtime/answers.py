@@ -112,18 +112,20 @@ def _check_link(path: Path, name: str, key: str) -> None:
 def check_summary_path(cfg: RunConfig) -> None:
     """``OutputError`` when the run's summary (``output.summary_path``, or the default beside the answers) would
     overwrite the answers, the question file, the settings record, an existing file that is not a run summary or
-    (``output.summary_path`` given) the summary of another answers file that still exists, or when the settings
-    record or the lock beside the answers is an existing file that is not one."""
+    (``output.summary_path`` given) the summary of another answers file that still exists; when the settings
+    record, the lock or the default summary beside the answers is a folder, or an existing file that is not one;
+    or when another answers file shares them (``_check_own_stem``)."""
     base, settings = Path(cfg.output.path), Path(cfg.output.resolved_settings_path)
-    _check_own_stem(base)
+    _check_own_stem(cfg)
     for path, kind, looks_right in (
             (settings, "a settings record", lambda p: read_settings(p) is not None),
             (beside(base, ".lock"), "a lock file", lambda p: re.fullmatch(r"(pid \d+ on host .*\n)?",
-                                                                         p.read_text(errors="replace")) is not None)):
-        if path.is_dir():  # was reported as a missing record
+                                                                         p.read_text(errors="replace")) is not None),
+            (None if cfg.output.summary_path else beside(base, ".summary.json"), "", lambda p: True)):
+        if path is not None and path.is_dir():  # a settings record: was reported as missing
             raise OutputError(f"{path}, which this run writes beside output path {base}, is a folder; move it away "
                               "or choose another output.path")
-        if path.is_file() and not looks_right(path):
+        if path is not None and path.is_file() and not looks_right(path):
             raise OutputError(f"{path}, which this run writes beside output path {base}, exists and is not {kind}; "
                               f"move it away or choose another output.path")
     summary = Path(cfg.output.resolved_summary_path)
@@ -147,16 +149,34 @@ def check_summary_path(cfg: RunConfig) -> None:
                           f"summary would overwrite it: {advice}")
 
 
-def _check_own_stem(base: Path) -> None:
-    """``OutputError`` when the answers file that shares ``base``'s settings record, summary and lock holds answers:
-    ``X`` and ``X.jsonl`` both write ``X.settings.json``, ``X.summary.json`` and ``X.lock`` (``beside``), so a run
-    on one overwrote the other's record, and a resume of the other then mixed settings in one file."""
+def _check_own_stem(cfg: RunConfig) -> None:
+    """``OutputError`` when another answers file shares the records beside ``output.path``: ``X`` and ``X.jsonl``
+    both write ``X.settings.json``, ``X.lock`` and (by default) ``X.summary.json`` (``beside``), so a run on one
+    overwrote the other's record, and a resume of the other then mixed settings in one file."""
+    base = Path(cfg.output.path)
     stem = jsonl_base(str(base))
     twin = Path(stem if str(base) != stem else stem + ".jsonl")
-    if jsonl_base(str(twin)) == stem and has_answers(twin):
-        raise OutputError(f"output path {base} would write its settings record, summary and lock ({stem}.settings.json"
-                          f", .summary.json, .lock) over those of {twin}, which holds answers; give another output "
-                          f"path, e.g. {new_output_arg(base)}")
+    if jsonl_base(str(twin)) != stem or not _holds_answers(twin) or (base.exists() and twin.samefile(base)):
+        return
+    shared = ["settings record", "lock"] + ["summary"] * (not cfg.output.summary_path)
+    names = [f"{stem}.settings.json", f"{stem}.lock"] + [f"{stem}.summary.json"] * (not cfg.output.summary_path)
+    raise OutputError(f"output path {base} would write its {', '.join(shared[:-1])} and {shared[-1]} "
+                      f"({', '.join(names)}) over those of {twin}, which holds answers; move one of the two away, "
+                      f"or give another output path, e.g. {new_output_arg(base)}")
+
+
+def _holds_answers(path: Path) -> bool:
+    """Whether the first line of ``path`` is an answer record (a JSON object with ``question_id`` and ``choices``),
+    not just any text (a question file, notes)."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        line = f.readline()
+    try:
+        record = json.loads(line.decode("utf-8-sig"))
+    except ValueError:
+        return False
+    return isinstance(record, dict) and {"question_id", "choices"} <= record.keys()
 
 
 class AnswersLock:

@@ -337,6 +337,7 @@ class Terminated(KeyboardInterrupt):
 
 
 _SIGNALS: list[int] = []  # SIGINT / SIGTERM this process received (``main``'s handlers)
+_BEFORE_EXIT: dict = {}  # the handlers ``main`` replaced by SIG_IGN once its app completed
 
 
 def _on_signal(signum, frame) -> None:
@@ -382,7 +383,11 @@ def _job_error_line(e: BaseException) -> Optional[str]:
 def main(app: Callable[[], None], *, interrupted: str,
          check_argv: Optional[Callable[[list[str]], None]] = None) -> None:
     """Run ``app`` (``hydra_app``) with the exits of the module docstring, after ``check_argv(sys.argv[1:])``,
-    which may raise ``ConfigError``."""
+    which may raise ``ConfigError``. Once ``app`` completed, SIGINT and SIGTERM are ignored (the process exits; a
+    later ``main`` in the same interpreter restores its handlers)."""
+    for sig, handler in _BEFORE_EXIT.items():  # an earlier main in this interpreter (tests/cli_batch.py) ignored them
+        signal.signal(sig, handler)
+    _BEFORE_EXIT.clear()
     signal.signal(signal.SIGTERM, _on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with it ignored (`cmd &`)
         signal.signal(signal.SIGINT, _on_signal)
@@ -397,7 +402,7 @@ def main(app: Callable[[], None], *, interrupted: str,
         app()
         check_interrupted()  # the run ended although a Ctrl-C came: it still exits as interrupted
         for done in (signal.SIGINT, signal.SIGTERM):  # all is written: the interpreter's exit (~0.7 s with torch)
-            signal.signal(done, signal.SIG_IGN)  # ends in 0 (a handler is reset to the default there: 130, no line)
+            _BEFORE_EXIT[done] = signal.signal(done, signal.SIG_IGN)  # ends in 0 (its handler reset there: 130)
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt) or (_SIGNALS and not isinstance(e, SystemExit)):
             if is_rank0():

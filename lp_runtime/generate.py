@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
+import os
 import time
 import uuid
 from pathlib import Path
@@ -104,9 +105,9 @@ def _claim_output(cfg: RunConfig, held: contextlib.ExitStack) -> None:
     Raises ``answers.OutputError`` or ``answers.SettingsMismatchError`` (a settings record of another format)."""
     answers_path = Path(cfg.output.path)
     answers.check_output_path(answers_path, create=True)
+    answers.check_summary_path(cfg)  # first: a folder where the default summary goes is named as that
     answers.check_output_path(Path(cfg.output.resolved_summary_path), create=True,
                               key="output.summary_path" if cfg.output.summary_path else "output.path")
-    answers.check_summary_path(cfg)
     held.enter_context(answers.AnswersLock(answers_path))
 
 
@@ -278,7 +279,7 @@ def _report(cfg: RunConfig, summary: dict, records: list, questions: list, is_ma
     if not is_main:
         return summary
     if _in_job_folder():  # hydra.job.chdir: a relative path is the job folder's, not where the user launched it
-        summary_path, answers_path = summary_path.absolute(), answers_path.absolute()
+        summary_path, answers_path = Path(os.path.abspath(summary_path)), Path(os.path.abspath(answers_path))
     if not answered_now and summary_path.exists():
         kept = json.loads(summary_path.read_text(encoding="utf-8"))
         stale = kept.get("num_questions") != summary["num_questions"]

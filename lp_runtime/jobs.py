@@ -106,8 +106,8 @@ def check_model_sampling_keys(dict_cfg: Any, overrides: list[str]) -> None:
 def check_true_false(dict_cfg: Any, overrides: list[str]) -> None:
     """``ConfigError`` for an integer other than 0 and 1 given to a true/false setting, which OmegaConf reads as
     true (``dataset.first_turn_only=2``)."""
-    for key, _, value in (o.partition("=") for o in overrides):
-        key = key.lstrip("+~")
+    for override in overrides:
+        key, value = override_key(override), override.partition("=")[2]
         if re.fullmatch(r"[+-]?\d+", value.strip()) and int(value) not in (0, 1) \
                 and isinstance(OmegaConf.select(dict_cfg, key, default=None), bool):
             raise ConfigError(f"{key}={value} is not allowed; {key} is true or false")

@@ -229,10 +229,10 @@ def test_a_hydra_flag_given_first_to_a_launch_script_stays_before_its_overrides(
     assert args[args.index("lp_runtime.generate") + 1:] == ["--cfg", "job", *ours, "decoding=greedy"]
 
 
-SINGLE_HINT = ("(to run it here without Slurm: set SLURM_JOB_ID=local or RUN_DIR=<run folder>, and "
-               "NPROC_PER_NODE=<ranks>, default 8)")
-MULTI_HINT = ("(a one-node test here without Slurm: set SLURM_JOB_ID=local SLURM_NNODES=1 HEAD_NODE=127.0.0.1 "
-              "LP_RUNTIME_SRUN=, and NPROC_PER_NODE=<ranks>, default 8)")
+SINGLE_HINT = ("(to run it here without Slurm: set NPROC_PER_NODE=<ranks> (default 8) and SLURM_JOB_ID=local or "
+               "RUN_DIR=<run folder>)")
+MULTI_HINT = ("(a one-node test here without Slurm: set NPROC_PER_NODE=<ranks> (default 8) SLURM_JOB_ID=local "
+              "SLURM_NNODES=1 HEAD_NODE=127.0.0.1 LP_RUNTIME_SRUN=)")
 
 
 @pytest.mark.parametrize("script, given, missing, hint", [
@@ -1010,14 +1010,18 @@ def _summary_path_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         d = _folder(tmp, name)
         (d / twin).write_text(line)
         out.append((d.name, [f"output.path={d / given}", "model.path=/nonexistent"],
-                    f"output path {d / given} would write its settings record, summary and lock ({d / 'a'}.settings."
-                    f"json, .summary.json, .lock) over those of {d / twin}, which holds answers; give another output "
-                    f"path, e.g. output.path={d / 'a-2.jsonl'}"))
-    d = _folder(tmp, "settings_beside_is_a_folder")  # was "... holds answers but no record ... is missing"
-    (d / "a.settings.json").mkdir()
-    out.append((d.name, [f"output.path={d / 'a.jsonl'}", "model.path=/nonexistent"],
-                f"{d / 'a.settings.json'}, which this run writes beside output path {d / 'a.jsonl'}, is a folder; move "
-                "it away or choose another output.path"))
+                    f"output path {d / given} would write its settings record, lock and summary ({d / 'a'}.settings."
+                    f"json, {d / 'a'}.lock, {d / 'a'}.summary.json) over those of {d / twin}, which holds answers; "
+                    f"move one of the two away, or give another output path, e.g. output.path={d / 'a-2.jsonl'}"))
+    # a folder where a record beside the answers goes: the settings record's was reported as "missing", the
+    # summary's as "output path .../a.summary.json is a folder; give a file path such as .../answers.jsonl"
+    for name, record in [("settings_beside_is_a_folder", "a.settings.json"), ("lock_beside_is_a_folder", "a.lock"),
+                         ("summary_beside_is_a_folder", "a.summary.json")]:
+        d = _folder(tmp, name)
+        (d / record).mkdir()
+        out.append((d.name, [f"output.path={d / 'a.jsonl'}", "model.path=/nonexistent"],
+                    f"{d / record}, which this run writes beside output path {d / 'a.jsonl'}, is a folder; move it "
+                    "away or choose another output.path"))
     d = _folder(tmp, "answers_path_ends_in_slash")
     out.append((d.name, [f"output.path={d}/x/", "model.path=/nonexistent"],
                 f"output.path='{d}/x/' ends in a folder separator; give a file path such as {d}/x/answers.jsonl"))
@@ -1347,7 +1351,8 @@ def test_dataset_path_is_a_folder(bad_input):
                                   "summary_is_another_file", "summary_is_a_device", "answers_is_a_device",
                                   "summary_beside_is_answers", "lock_beside_is_answers", "settings_beside_is_notes",
                                   "answers_path_ends_in_slash", "answers_path_has_no_name", "summary_is_another_runs",
-                                  "twin_of_jsonl", "twin_of_bare", "settings_beside_is_a_folder"])
+                                  "twin_of_jsonl", "twin_of_bare", "settings_beside_is_a_folder",
+                                  "lock_beside_is_a_folder", "summary_beside_is_a_folder"])
 def test_summary_path_that_would_overwrite_another_file(bad_input, case):
     folder = _check(bad_input, case)
     line = json.dumps(_answer(1)) + "\n"
@@ -1359,12 +1364,36 @@ def test_summary_path_that_would_overwrite_another_file(bad_input, case):
         "answers_path_has_no_name": {},
         "summary_beside_is_answers": {"a.summary.json": line}, "lock_beside_is_answers": {"a.lock": line},
         "settings_beside_is_notes": {"a.settings.json": "notes\n"}, "twin_of_jsonl": {"a.jsonl": line},
-        "twin_of_bare": {"a": line}, "settings_beside_is_a_folder": {},
+        "twin_of_bare": {"a": line}, "settings_beside_is_a_folder": {}, "lock_beside_is_a_folder": {},
+        "summary_beside_is_a_folder": {},
         "summary_is_another_runs": {"b.jsonl": line, "b.summary.json": json.dumps(
             {"answers": str(folder / "b.jsonl"), "num_questions": 1})}}[case]  # left as they were, nothing new
-    assert [p.name for p in folder.iterdir() if p.is_dir()] == ["a.settings.json"] * case.endswith("a_folder")
+    folders = {"settings": ["a.settings.json"], "lock_b": ["a.lock"], "summary_b": ["a.summary.json"]}
+    assert [p.name for p in folder.iterdir() if p.is_dir()] == next(
+        (names for start, names in folders.items() if case.startswith(start) and case.endswith("a_folder")), [])
     if case.endswith("device"):
         assert [p.name for p in folder.iterdir()] == ["fifo"] and (folder / "fifo").is_fifo()
+
+
+def test_a_file_beside_the_output_that_holds_no_answers_is_not_its_twin(tmp_path):
+    """``_check_own_stem`` refuses ``output.path=a`` only where ``a.jsonl`` holds answers: a question file
+    ``q.jsonl`` beside ``output.path=q``, notes in ``n`` beside ``n.jsonl``, and a link ``b -> b.jsonl`` (one file, one
+    set of records) were refused as "holds answers" (a review, 2026-12-07)."""
+    from lp_runtime.answers import OutputError, check_summary_path
+    from lp_runtime.config import OutputConfig, RunConfig
+
+    (tmp_path / "q.jsonl").write_text('{"question_id": 1, "turns": ["hi"]}\n')
+    (tmp_path / "n").write_text("my notes\nmore\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps(_answer(1)) + "\n")
+    os.symlink("b.jsonl", tmp_path / "b")
+    for path in ("q", "n.jsonl", "b.jsonl"):
+        check_summary_path(RunConfig(output=OutputConfig(path=str(tmp_path / path))))
+    (tmp_path / "n").write_text(json.dumps(_answer(1)) + "\n")  # an answers file: refused, the summary given apart
+    with pytest.raises(OutputError) as e:
+        check_summary_path(RunConfig(output=OutputConfig(path=str(tmp_path / "n.jsonl"),
+                                                         summary_path=str(tmp_path / "s.json"))))
+    assert str(e.value).startswith(f"output path {tmp_path / 'n.jsonl'} would write its settings record and lock "
+                                   f"({tmp_path / 'n'}.settings.json, {tmp_path / 'n'}.lock) over those of ")
 
 
 @pytest.mark.parametrize("case", [*RECORD_FORMATS, "record_unknown_key"])
@@ -1509,6 +1538,27 @@ def test_a_signal_once_the_run_completed_changes_nothing(sig):
     proc = subprocess.run([PY, "-c", SIGNAL_AFTER_THE_RUN.format(sig=sig)], env=ENV, capture_output=True, text=True,
                           timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "run complete\n", "")
+
+
+TWO_RUNS_IN_ONE_INTERPRETER = """
+import os, signal, time
+from lp_runtime import cli
+
+def second():
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+
+cli.main(lambda: None, interrupted="interrupted first")
+cli.main(second, interrupted="interrupted second")
+"""
+
+
+def test_a_later_run_in_the_same_interpreter_still_takes_ctrl_c():
+    """The first run's ignored SIGINT (above) outlived it: a second ``main`` in one interpreter (tests/cli_batch.py)
+    ran through a Ctrl-C (a review, 2026-12-07). Its handlers are restored."""
+    proc = subprocess.run([PY, "-c", TWO_RUNS_IN_ONE_INTERPRETER], env=ENV, capture_output=True, text=True,
+                          timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (proc.returncode, proc.stderr) == (130, "interrupted second\n")
 
 
 LIBRARY_SWALLOWS_THE_INTERRUPT = """
