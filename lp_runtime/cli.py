@@ -323,7 +323,8 @@ def in_sweep_job(e: BaseException) -> BaseException:
     if not launcher_is(hc.launcher, "BasicLauncher"):  # submitit's: its own line (main)
         return e
     try:
-        given = OverridesParser.create().parse_overrides([a for a in sys.argv[1:] if not a.startswith("-")])
+        argv = sys.argv[1:]  # without Hydra's flags and their values (-cn generate)
+        given = OverridesParser.create().parse_overrides([argv[i] for i in override_positions(argv)])
         swept = {o.key_or_group for o in given if o.is_sweep_override()}
     except HydraException:
         swept = set()
