@@ -154,10 +154,14 @@ def differing_keys(runs: Sequence[dict]) -> list[str]:
 
 
 def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
-    """Index of the baseline run: ``choice`` as a row number, or the path of a run's answers file or of the folder
-    holding only that run (relative to the working directory, or absolute), else the greedy run that shares the
-    most questions with the runs (``shared``; the first on ties), else 0."""
+    """Index of the baseline run: ``choice`` as the label the table's ``run`` column prints (a sweep's job number
+    among them), a row number, or the path of a run's answers file or of the folder holding only that run (relative
+    to the working directory, or absolute), else the greedy run that shares the most questions with the runs
+    (``shared``; the first on ties), else 0."""
     if choice is not None:
+        labels = _labels(runs)
+        if labels.count(choice) == 1:  # what the table shows: job "1" where job 0 has no answers is row 0
+            return labels.index(choice)
         if choice.isdigit() and int(choice) < len(runs):
             return int(choice)
         want = Path(os.path.expanduser(choice)).resolve()
@@ -167,8 +171,9 @@ def pick_baseline(runs: Sequence[dict], choice: Optional[str]) -> int:
         if named:
             raise ReportError(f"--baseline {choice!r} is the folder of {len(named)} runs; give one of their files: "
                               f"{', '.join(str(runs[i]['path']) for i in named)}")
-        raise ReportError(f"--baseline {choice!r} is neither a row number (0..{len(runs) - 1}) nor the path of one "
-                          f"of the runs: {', '.join(str(r['path']) for r in runs)}")
+        raise ReportError(f"--baseline {choice!r} is neither a run as the table names it ({', '.join(labels)}), a row "
+                          f"number (0..{len(runs) - 1}) nor the path of one of the runs: "
+                          f"{', '.join(str(r['path']) for r in runs)}")
     greedy = [i for i, r in enumerate(runs) if is_plain_greedy(r)]
     return max(greedy, key=lambda i: (sum(len(shared(runs[i], r)) for r in runs), -i), default=0)
 
@@ -424,8 +429,8 @@ def report(paths: Sequence[str], *, baseline: Optional[str] = None, out_dir: Opt
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lp_runtime.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", metavar="PATH", help="a sweep folder, run folders or answers files")
-    parser.add_argument("--baseline", help="row number or path of the baseline run (default: the greedy run that "
-                                           "shares the most questions with the others)")
+    parser.add_argument("--baseline", help="the baseline run as the table's run column names it, its row number, or "
+                        "its path (default: the greedy run that shares the most questions with the others)")
     parser.add_argument("--out", help="folder for report.csv/.json/.md/.png (default: the first PATH's folder)")
     parser.add_argument("--no-figure", action="store_true", help="skip report.png")
     args = parser.parse_args(argv)

@@ -676,8 +676,8 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
             with open(partial, "a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in prompt_rows)
 
-    if ctx.is_writer and os.path.exists(partial):
-        os.remove(partial)  # a new run starts a new file
+    if ctx.is_writer:
+        keep_earlier_rows(partial)  # a new run starts a new file
     rows = run_benchmark(prompts, methods, baseline=baseline, clock=clock, warmup=cfg.warmup, follow_up=follow_up,
                          on_prompt=seen, on_rows=keep)
     bar.close()
@@ -733,9 +733,26 @@ def register_schema() -> None:
     ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
 
 
+INTERRUPTED = ("interrupted; no tables or figures were written; the rows of the prompts finished so far are in "
+               "rows_partial.jsonl in output_dir")
+
+
+def keep_earlier_rows(partial: str) -> Optional[str]:
+    """Move a stopped run's ``rows_partial.jsonl`` aside to the next free ``rows_partial-N.jsonl`` (printed), so
+    that a new run starts a new file without deleting what the stopped one measured; the new path, or None."""
+    if not os.path.exists(partial) or os.path.getsize(partial) == 0:
+        return None
+    from lp_runtime.answers import next_free
+
+    kept = next_free(partial[: -len(".jsonl")], ".jsonl")
+    os.rename(partial, kept)
+    print(f"an earlier stopped run's rows (rows_partial.jsonl) are kept as {kept}")
+    return kept
+
+
 def main() -> None:
     register_schema()
-    cli.main(cli.hydra_app("bench", _job), interrupted="interrupted; no results were written")
+    cli.main(cli.hydra_app("bench", _job), interrupted=INTERRUPTED)
 
 
 if __name__ == "__main__":

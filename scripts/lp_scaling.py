@@ -24,7 +24,8 @@ compared with transformers' greedy ``generate`` (cached in ``OUT/refs.json``). W
 list, one object per K with ``k``, ``S``, ``tokens_per_step`` (one process), ``per_rank_tokens`` (mean per step,
 per rank), ``max_rank_tokens`` (the busiest rank per step, averaged), ``bytes_per_step`` (the all-gather: K slots
 of (1 + top-k) int64 per kept row of the largest rank share), ``identical``, and the same per category group
-(``groups``: "humaneval" for categories starting with it, "mt_bench" for the rest). Prints a markdown table.
+(``groups``: "humaneval" for categories starting with it, "mt_bench" for the rest, a question without one
+included). Prints a markdown table.
 After every prompt the rows so far go to ``OUT/partial_k{K}.json`` (what a stopped run measured).
 """
 from __future__ import annotations
@@ -197,6 +198,14 @@ def run_k(model, tok, eos, questions, refs, k, args):
                   "rank_cap": prop.rank_budget or 0}
 
 
+def category_groups(rows: list[dict]) -> dict[str, list[dict]]:
+    """The rows by group, the non-empty ones: "humaneval" for a category starting with it, "mt_bench" for the rest
+    (a question without a category too: it crashed the run after its first K, a new user, 2026-12-07)."""
+    code = [str(r["category"] or "").startswith("humaneval") for r in rows]
+    groups = {"mt_bench": [r for r, c in zip(rows, code) if not c], "humaneval": [r for r, c in zip(rows, code) if c]}
+    return {name: part for name, part in groups.items() if part}
+
+
 def summary(rows, k):
     steps = sum(r["steps"] for r in rows) or float("nan")
     return {"k": k, "S": sum(r["new_tokens"] for r in rows) / steps,
@@ -261,11 +270,7 @@ def main() -> None:
     results = []
     for k in args.ks:
         rows, table = run_k(model, tok, eos, questions, refs, k, args)
-        groups = {}
-        for name in ("mt_bench", "humaneval"):
-            part = [r for r in rows if r["category"].startswith("humaneval") == (name == "humaneval")]
-            if part:
-                groups[name] = summary(part, k)
+        groups = {name: summary(part, k) for name, part in category_groups(rows).items()}
         results.append({**summary(rows, k), "groups": groups, "budget_per_rank": args.budget,
                         "window_per_rank": args.window, "ngram": args.ngram, "guess_per_rank": args.guess, **table,
                         "max_new_tokens": args.max_new_tokens, "prompts_file": args.prompts,

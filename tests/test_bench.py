@@ -470,3 +470,31 @@ def test_device_checks_exactness_part_runs_the_products_full_tree_through_the_bu
     table = [r for r in rows if r["path"].endswith("+table")]
     assert [r["path"] for r in table] == ["eager+table", "captured+table"]
     assert all(r["identical"] == r["prompts"] == 2 and r["fed_per_step"] > 0.9 * LP_BUDGET for r in table), table
+
+
+def test_lp_scaling_groups_a_question_without_a_category_as_chat():
+    """scripts/lp_scaling.py on a Spec-Bench file whose questions have no category: AttributeError on None after
+    its first K, and no lp_scaling.json (a new user, 2026-12-07)."""
+    from scripts.lp_scaling import category_groups
+
+    rows = [{"category": None}, {"category": "humaneval"}, {"category": "writing"}, {"category": "humaneval/x"}]
+    assert category_groups(rows) == {"mt_bench": [rows[0], rows[2]], "humaneval": [rows[1], rows[3]]}
+    assert category_groups(rows[:1]) == {"mt_bench": rows[:1]}
+
+
+def test_a_new_bench_run_keeps_the_stopped_runs_rows(tmp_path, capsys):
+    """A re-run into the same output_dir deleted the stopped run's rows_partial.jsonl before measuring anything (a
+    new user, 2026-12-07); it is moved aside to the next free rows_partial-N.jsonl."""
+    from scripts.bench import keep_earlier_rows
+
+    partial = tmp_path / "rows_partial.jsonl"
+    assert keep_earlier_rows(str(partial)) is None  # nothing there
+    partial.write_text("")
+    assert keep_earlier_rows(str(partial)) is None and partial.exists()  # an empty file: the new run appends to it
+    for n in (2, 3):
+        partial.write_text(f'{{"run": {n}}}\n')
+        kept = tmp_path / f"rows_partial-{n}.jsonl"
+        assert keep_earlier_rows(str(partial)) == str(kept) and not partial.exists()
+        assert kept.read_text() == f'{{"run": {n}}}\n'
+    assert capsys.readouterr().out.splitlines()[-1] == (f"an earlier stopped run's rows (rows_partial.jsonl) are kept "
+                                                        f"as {tmp_path / 'rows_partial-3.jsonl'}")

@@ -56,9 +56,14 @@ def test_report_baseline_by_flag_and_errors(tmp_path):
     # mere suffix such as 'y' or '1/answers.jsonl' for '11/answers.jsonl' picked a run)
     assert pick_baseline(runs, "./b/answers.jsonl") == 1 and pick_baseline(runs, str(Path("c").resolve())) == 2
     for wrong in ("zz", "y", "answers.jsonl"):
-        with pytest.raises(ReportError, match=rf"^--baseline '{wrong}' is neither a row number \(0\.\.2\) nor the "
-                                              r"path of one of the runs: \S+, \S+, \S+$"):
+        with pytest.raises(ReportError, match=rf"^--baseline '{wrong}' is neither a run as the table names it "
+                                              r"\(a.jsonl, b, c\), a row number \(0\.\.2\) nor the path of one of the "
+                                              r"runs: \S+, \S+, \S+$"):
             pick_baseline(runs, wrong)
+    # the run as the table names it: a sweep whose job 0 has no answers shows rows "1" and "greedy"; --baseline 1 took
+    # row 1, the greedy run (a new user, 2026-12-07), and --baseline greedy was refused
+    sweep = [{**runs[0], "path": Path("s/1/answers.jsonl")}, {**runs[2], "path": Path("s/greedy/answers.jsonl")}]
+    assert pick_baseline(sweep, "1") == 0 and pick_baseline(sweep, "greedy") == 1 and pick_baseline(sweep, "0") == 0
     two = [{**runs[0], "path": Path("d/x.jsonl")}, {**runs[0], "path": Path("d/y.jsonl")}]
     with pytest.raises(ReportError, match=r"^--baseline 'd' is the folder of 2 runs; give one of their files: "
                                           r"d/x.jsonl, d/y.jsonl$"):
