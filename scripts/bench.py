@@ -583,7 +583,8 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
     ctx = setup_parallel(cfg.parallel)
     if ctx.dp_size > 1:
         raise ConfigError(f"the benchmark runs one LP group; launch {cfg.parallel.lp} ranks (world = parallel.lp)")
-    model, tok = models.load_model(cfg.model)
+    bars = dict(progress=cfg.progress and ctx.is_writer, weight_bars=False)  # as the main job: no "Loading weights"
+    model, tok = models.load_model(cfg.model, **bars)
     eos = checks.eos_token_ids(model, tok, cfg.generation.eos_token_ids)
     model_label = models.model_label(cfg.model, models.model_fingerprint(cfg.model))
     prompts, questions = load_prompts(cfg, tok)
@@ -592,7 +593,7 @@ def run(cfg: BenchConfig, *, clock: Callable[[], float] = time.perf_counter) -> 
     models_by_dtype = {}
     for d in dtypes:
         models_by_dtype[d] = model if d == dtype_name(model) else models.load_model(
-            dataclasses.replace(cfg.model, dtype=d))[0]
+            dataclasses.replace(cfg.model, dtype=d), **bars)[0]
     multi = len(dtypes) > 1
     named = (lambda d, label: f"{d} {label}") if multi else (lambda d, label: label)  # noqa: E731
 

@@ -256,7 +256,7 @@ def main() -> None:
         ap.error(f"--out {args.out}: {blocked} is a file; give a folder")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out.mkdir(parents=True, exist_ok=True)
-    model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"))
+    model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"), weight_bars=False)
     eos = eos_token_ids(model, tok, None)
     ref_path = out / "refs.json"
     cached = json.loads(ref_path.read_text()) if ref_path.exists() else {}
