@@ -165,15 +165,32 @@ def all_gather_fixed(tensor: torch.Tensor, group=None) -> torch.Tensor:
     return out.view((size,) + tuple(tensor.shape))
 
 
-def gather_objects_to_rank0(obj: Any) -> Optional[list[Any]]:
+def waiting_group(seconds: float) -> Any:
+    """A group of every rank whose collectives time out after ``seconds``, for ``gather_objects_to_rank0``'s wait
+    (None for one process); every rank must call, and ``release_group`` it when done."""
+    if not is_initialized():
+        return None
+    return dist.new_group(list(range(dist.get_world_size())), timeout=timedelta(seconds=seconds))
+
+
+def release_group(group: Any) -> None:
+    """Destroy a group made by ``waiting_group`` (nothing for None)."""
+    _destroy_group(group)
+
+
+def gather_objects_to_rank0(obj: Any, wait: Any = None) -> Optional[list[Any]]:
     """One picklable object per rank, in rank order, on rank 0 (None elsewhere; [obj] for one process); for the
-    end-of-run merge, never inside a decode step. ``RuntimeError`` naming this rank when the collective fails."""
+    end-of-run merge, never inside a decode step. ``wait`` (a ``waiting_group``): first wait for every rank there,
+    under its timeout, taking Ctrl-C meanwhile (data-parallel ranks finish their questions at different times).
+    ``RuntimeError`` naming this rank when the collective fails."""
     if not is_initialized():
         return [obj]
     size = dist.get_world_size()
     out = [None] * size if dist.get_rank() == 0 else None
     start = time.perf_counter()
     try:
+        if wait is not None:
+            _wait_for_all(wait)
         if dist.get_backend() == "nccl":  # gather_object is not supported by NCCL
             everyone = [None] * size
             dist.all_gather_object(everyone, obj)
@@ -208,7 +225,7 @@ def from_rank0(compute: Callable[[], Any], *, timeout_s: Optional[float] = None)
                 box = [(False, RuntimeError(f"rank 0: {type(e).__name__}: {e}"))]
     start = time.perf_counter()
     try:  # a Ctrl-C leaves the group as it is: destroying it would wait for the pending collective
-        _wait_for_rank0(group)
+        _wait_for_all(group)
         dist.broadcast_object_list(box, src=0, group=group)
     except Exception as e:
         _destroy_group(group)
@@ -225,12 +242,13 @@ def _destroy_group(group) -> None:
         dist.destroy_process_group(group)
 
 
-def _wait_for_rank0(group) -> None:
-    """Block until rank 0 reaches this point, polling so that Ctrl-C and SIGTERM reach Python meanwhile: a rank
-    waiting in a blocking collective while rank 0 measured for minutes took a Ctrl-C only when torchrun killed it,
-    30 s later (a new user, 2026-12-04). Raises what the collective raises (a timeout, a dead peer)."""
+def _wait_for_all(group) -> None:
+    """Block until every rank of ``group`` reaches this point, polling so that Ctrl-C and SIGTERM reach Python
+    meanwhile: a rank waiting in a blocking collective while rank 0 measured for minutes took a Ctrl-C only when
+    torchrun killed it, 30 s later (a new user, 2026-12-04). ``group``'s timeout bounds the wait. Raises what the
+    collective raises (a timeout, a dead peer)."""
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
-    work = dist.broadcast(torch.zeros(1, device=device), src=0, group=group, async_op=True)
+    work = dist.all_reduce(torch.zeros(1, device=device), group=group, async_op=True)
     while not work.is_completed():
         time.sleep(0.05)
     work.wait()

@@ -219,6 +219,10 @@ def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: i
                                   "answered (remove or shorten it, then re-run)") from None
 
 
+ROUND_WAIT_S = 7 * 24 * 3600  # how long a data-parallel rank waits for the others' answers (seconds; a dead peer
+# ends the wait at once: its connection closes, and torchrun stops the job)
+
+
 def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: dict, is_main: bool) -> dict:
     """Answer ``todo``, appending each answer to the file and ``records``; returns summary entries. LP group i
     answers questions i, i + dp, ...; rank 0 appends each round's answers in dataset order."""
@@ -229,13 +233,16 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
                                                                 # holds model.name without its fingerprint)
     mine = parallel.shard_questions(todo, ctx.dp_rank, ctx.dp_size)
     my_steps = 0
+    # data parallelism: a rank that finished its question waits for the others' as long as a question takes
+    # (parallel.timeout_s, a collective's bound, failed a healthy run whose ranks' questions differed by more)
+    wait = distributed.waiting_group(ROUND_WAIT_S) if ctx.dp_size > 1 else None
     # A context manager: on Ctrl-C the bar is closed (ends its line) before the "interrupted" line is printed.
     with tqdm(total=len(todo), desc="questions", unit="q", disable=not (cfg.progress and is_main)) as bar:
         for r in range(-(-len(todo) // ctx.dp_size)):
             cli.check_interrupted()  # a Ctrl-C a library swallowed while loading or answering: stop before the next
             record = _answer_record(decoder, tokenizer, mine[r], cfg, model_id) if r < len(mine) else None
             my_steps += sum(record["choices"][0]["decoding_steps"]) if record else 0
-            gathered = [record] if ctx.world_size == 1 else distributed.gather_objects_to_rank0(record)
+            gathered = [record] if ctx.world_size == 1 else distributed.gather_objects_to_rank0(record, wait)
             if not ctx.is_writer:
                 continue
             # Every rank of an LP group holds the same record; keep one per question, in dataset order.
@@ -249,6 +256,7 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
                 for note in unanswered_turns(records[-1], cfg.generation.max_new_tokens):
                     tqdm.write(note)
                 bar.update(1)
+    distributed.release_group(wait)
     if ctx.lp_group.size > 1:  # rank 0's view; every rank of a group takes part in each collective
         stats = ctx.lp_group.stats.as_dict()
         extra["lp_communication"] = {"lp_degree": ctx.lp_group.size, "dp_degree": ctx.dp_size, **stats,

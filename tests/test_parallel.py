@@ -537,3 +537,47 @@ def test_a_rank_waiting_for_rank0_takes_ctrl_c_at_once(tmp_path):
         for p in procs:
             p.kill()
             p.wait()
+
+
+GATHER_AFTER_A_LONG_QUESTION = """
+import sys, time
+from datetime import timedelta
+import torch.distributed as dist
+from lp_runtime import distributed
+
+rank, wait = int(sys.argv[1]), sys.argv[3] == "wait"
+dist.init_process_group("gloo", rank=rank, world_size=2, init_method="tcp://127.0.0.1:" + sys.argv[2],
+                        timeout=timedelta(seconds=1))  # parallel.timeout_s=1
+group = distributed.waiting_group(60) if wait else None
+time.sleep(4 * rank)  # rank 1's question takes 4 s longer than rank 0's
+try:
+    print(distributed.gather_objects_to_rank0(f"answer {rank}", group), flush=True)
+except RuntimeError as e:
+    print(f"failed: {e}"[:60], flush=True)
+distributed.release_group(group)
+"""
+
+
+@pytest.mark.parametrize("wait", ["wait", "no_wait"])
+def test_data_parallel_ranks_wait_for_each_others_questions(tmp_path, wait):
+    """Data parallelism gathered each round's answers under parallel.timeout_s: a rank whose partner's question took
+    that much longer failed, blaming a dead peer, with rank 0's finished answer lost (a new user, 2026-12-07). The
+    round's gather first waits in a group of its own (generate.ROUND_WAIT_S)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", GATHER_AFTER_A_LONG_QUESTION, str(rank), port, wait], env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in (0, 1)]
+    try:
+        out = [p.communicate(timeout=60)[0].strip() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    if wait == "wait":
+        assert out == ["['answer 0', 'answer 1']", "None"]
+    else:  # the collective's own timeout: what generate did before
+        assert out[0].startswith("failed: rank 0: gather of results to rank 0 (")
