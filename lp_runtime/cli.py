@@ -346,6 +346,14 @@ def _on_signal(signum, frame) -> None:
     check_interrupted()
 
 
+def take_signals() -> None:
+    """SIGTERM, and SIGINT unless this process started with it ignored (`cmd &`), recorded and raised as
+    ``Terminated`` / ``KeyboardInterrupt`` (``check_interrupted``): ``main``'s handlers, and a submitit job's."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_signal)
+
+
 def interrupted() -> bool:
     """True once Ctrl-C or SIGTERM reached this process: an error raised after it is the interrupt's doing (a
     library may catch the ``KeyboardInterrupt``: transformers' lazy imports raise ``ModuleNotFoundError``)."""
@@ -389,9 +397,7 @@ def main(app: Callable[[], None], *, interrupted: str,
     for sig, handler in _BEFORE_EXIT.items():  # an earlier main in this interpreter (tests/cli_batch.py) ignored them
         signal.signal(sig, handler)
     _BEFORE_EXIT.clear()
-    signal.signal(signal.SIGTERM, _on_signal)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with it ignored (`cmd &`)
-        signal.signal(signal.SIGINT, _on_signal)
+    take_signals()
     # Without it Hydra prints composition errors (a wrong type, an unknown key) itself and exits with 1.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     _DIRS_BEFORE.update(_dirs_near(Path.cwd()))

@@ -22,7 +22,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 from lp_runtime import answers
 from lp_runtime.cli import (CONFIG_FLAGS, INFO_CHOICES, INFO_FLAGS, MULTIRUN_FLAGS, error_exit, fail, is_bad_input,
-                            launcher_is, one_line, override_key, override_positions, sweep_point)
+                            launcher_is, one_line, override_key, override_positions, sweep_point, take_signals)
 from lp_runtime.config import MODEL_TAKEN, ConfigError, RunConfig, model_sampling_refusal, to_object
 
 
@@ -54,9 +54,15 @@ def port_for_job(job_id: str, base: int = 20000, span: int = 20000) -> int:
 def submitit_rank_env() -> None:
     """Inside a submitit job not started by torchrun (no ``RANK``), set what ``lp_runtime.distributed`` needs:
     ``MASTER_PORT`` and ``LOCAL_RANK``, plus, under the local executor, ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``
-    and, as torchrun does for several ranks, one thread a rank unless ``OMP_NUM_THREADS`` says otherwise."""
+    and, as torchrun does for several ranks, one thread a rank unless ``OMP_NUM_THREADS`` says otherwise. In any
+    submitit job, Ctrl-C and SIGTERM stop the job as they stop a single run (``cli.take_signals``)."""
     executor = os.environ.get("SUBMITIT_EXECUTOR")
-    if not executor or "RANK" in os.environ:
+    if not executor:
+        return
+    # submitit takes SIGTERM as a preemption to ignore: a sweep stopped by timeout or scancel said "interrupted"
+    # while its jobs ran on, holding their answers' locks (a new user, 2026-12-07); it stops them as a single run
+    take_signals()
+    if "RANK" in os.environ:
         return
     import submitit
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -903,3 +905,29 @@ def test_an_unexpected_error_in_the_up_front_check_stops_the_sweep(refused_sweep
     _refused_with(results["range_step_0"], "the up-front check of the sweep's jobs failed (ValueError: range() arg 3 "
                                            "must not be zero); no job was run", code=1)
     assert not (tmp / "range_step_0").exists()
+
+
+SUBMITIT_JOB_GETS_SIGTERM = """
+import os, signal, time
+from lp_runtime import cli, jobs
+
+signal.signal(signal.SIGTERM, lambda *a: print("bypassed", flush=True))  # submitit's handler in a job: "bypass"
+jobs.submitit_rank_env()
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+    print("ran on", flush=True)
+except cli.Terminated:
+    print("stopped", flush=True)
+"""
+
+
+def test_a_submitit_job_stops_on_sigterm_as_a_single_run():
+    """An lp_local sweep stopped by SIGTERM (timeout, scancel) printed "interrupted" and exit 143 while its jobs ran
+    on to the end, holding their answers' locks, so the advised re-run was refused (a new user, 2026-12-07):
+    submitit takes SIGTERM as a preemption to ignore. A job now stops as a single run does."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "SUBMITIT_EXECUTOR": "local",
+           "RANK": "0"}  # RANK: as under torchrun, no submitit JobEnvironment needed here
+    proc = subprocess.run([sys.executable, "-c", SUBMITIT_JOB_GETS_SIGTERM], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.stdout == "stopped\n", proc.stdout + proc.stderr
