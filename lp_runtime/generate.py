@@ -248,6 +248,11 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
             # Every rank of an LP group holds the same record; keep one per question, in dataset order.
             new = {str(rec["question_id"]): rec for rec in gathered if rec is not None}
             for question in todo[r * ctx.dp_size : (r + 1) * ctx.dp_size]:
+                if records and not Path(cfg.output.path).is_file():  # was made again, the earlier answers lost
+                    raise answers.OutputError(
+                        f"the answers file {cfg.output.path} is gone (deleted or moved while the run went on; "
+                        f"{len(records)} answer(s) were in it); the run stops here: put it back and re-run the same "
+                        "command to resume, or re-run to start a new file")
                 if not records:  # the file's first answer: record the settings that make it
                     answers.write_settings(Path(cfg.output.resolved_settings_path), current)
                 records.append(new[str(question.question_id)])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -1731,3 +1732,21 @@ def test_report_shows_a_run_whose_settings_record_is_of_another_format(tmp_path)
             {"format": fmt, "settings": {"decoding.method": method}}))
     rows = report([str(tmp_path)], figure=False)["rows"]
     assert [(r["run"], r["decoding.method"]) for r in rows] == [("greedy", "greedy"), ("lookahead", "lookahead")]
+
+
+def test_an_answers_folder_deleted_mid_run_stops_the_run(tmp_path, tiny_model_dir):
+    """``rm -rf`` of the output folder while a run went on: it made the folder again, wrote the later answers
+    without the earlier ones or a settings record, and ended with exit 0 and a summary counting all of them; the
+    next run refused the file (a new user, 2026-12-07). The run now stops at its next answer, saying so."""
+    out = tmp_path / "out" / "answers.jsonl"
+    cmd = [PY, "-m", "lp_runtime.generate", *_args(tiny_model_dir, _questions(tmp_path, 400), out, "progress=false",
+                                                   "generation.max_new_tokens=32", "hydra.run.dir=run")]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out.is_file() and out.read_text().count("\n") >= 1) and time.time() < deadline:
+        time.sleep(0.01)
+    shutil.rmtree(out.parent)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and err.splitlines()[-1].startswith(
+        f"error: the answers file {out} is gone (deleted or moved while the run went on; "), err[-2000:]
+    assert not out.exists()
