@@ -63,6 +63,10 @@ if [ -n "$TERMINATED" ] && [ "${codes[0]}" = 0 ]; then   # the run went on (a TE
          "their process group, as timeout does" >&2
 elif [ -n "$TERMINATED" ]; then exit 143; fi
 if [ "${codes[1]}" = 130 ]; then exit 130; fi
+if [ "${codes[0]}" = 130 ] && [ "${codes[1]}" = 0 ]; then   # Ctrl-C reached torchrun alone, as its ranks ended
+    echo "interrupted; the answers written so far are complete: re-run the same command to resume" >&2
+    exit 130
+fi
 if [ "${codes[1]}" = 2 ] && [ "${codes[0]}" != 0 ]; then   # a rank refused a setting
     # README: a refused setting leaves no new folder; each rank removes its own, but a slower rank's Hydra can
     # write it again after the first one removed it

@@ -14,9 +14,10 @@ without a line of its own). At the end of the input the rest is read for torchru
   else the failed rank's exit code (1: a dead peer);
 - torchrun's own line with no rank line before it: one ``error: rank R exited with code X`` line, exit 1.
 
-Exit 0 at the end of the input when no such line came. Also drops torchrun's own lines about Ctrl-C, "death
-signal, shutting down workers" and "Sending process N closing signal SIGINT" (or SIGTERM; they can come before
-rank 0's line).
+Exit 0 at the end of the input when no such line came, except after torchrun's own ``SignalException`` traceback
+(Ctrl-C or SIGTERM reached torchrun as its ranks ended, after their last answer): that traceback is replaced by the
+``interrupted; `` line, exit 130. Also drops torchrun's own lines about Ctrl-C, "death signal, shutting down
+workers" and "Sending process N closing signal SIGINT" (or SIGTERM; they can come before rank 0's line).
 
 Used by ``launch/torchrun_single_node.sh``, which starts it with Ctrl-C and SIGTERM ignored, so that a SIGTERM sent
 to the whole process group (``timeout``, ``kill -TERM -- -PGID``; the script then waits for torchrun and this
@@ -69,13 +70,19 @@ def verdict(held: bytes, code: int, rest: bytes) -> tuple[bytes, int]:
     return held, code
 
 
+TORCHRUN_SIGNALLED = re.compile(rb"SignalException: Process \d+ got signal: (2|15)$")
+
+
 def main() -> int:
-    buf = b""
+    buf, held, signalled = b"", [], False  # held: a traceback's lines up to its exception line
     while True:
         ready = select.select([0], [], [], 0.05)[0]
         chunk = os.read(0, 65536) if ready else None
         if chunk == b"":  # end of input: torchrun has exited
-            os.write(2, buf)
+            os.write(2, b"".join(held) + buf)
+            if signalled:  # Ctrl-C or SIGTERM reached torchrun as its ranks ended: no rank's line came
+                os.write(2, f"interrupted; {RESUME}\n".encode())
+                return 130
             return 0
         if chunk is None:  # a pause: show a partial line now
             os.write(2, buf)
@@ -85,6 +92,15 @@ def main() -> int:
         for i, line in enumerate(lines):
             if any(d in line for d in DROP):
                 continue
+            if line.startswith(b"Traceback (most recent call last):") or (held and line[:1] in (b" ", b"")):
+                held.append(line + b"\n")  # torchrun's own, when Ctrl-C reached it: dropped at its last line
+                continue
+            if held and TORCHRUN_SIGNALLED.search(line):
+                held, signalled = [], True
+                continue
+            if held:
+                os.write(2, b"".join(held))
+                held = []
             last = line.split(b"\r")[-1]
             code = next((c for start, c in LAST_LINES.items() if last.startswith(start)), None)
             if code is None and not TORCHRUN_FAILED.search(line):

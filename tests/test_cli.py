@@ -564,6 +564,25 @@ def test_ctrl_c_under_torchrun_shows_only_rank0s_line():
         "questions:   3%|3         | 2/60 [00:01<00:23,  2.49q/s]", INTERRUPTED, ""]
 
 
+def test_ctrl_c_as_the_ranks_end_is_the_interrupted_line_not_torchruns_traceback():
+    """Ctrl-C reaching torchrun after its ranks wrote the summary: torchrun's SignalException traceback and exit 1
+    under launch/torchrun_single_node.sh (a new user, 2026-12-07). The traceback becomes the interrupted line, exit
+    130; a rank's own traceback still passes."""
+    ending = ("summary: outputs/a.summary.json\n"
+              "W1207 10:40:01.000000 1 torch/distributed/elastic/agent/server/api.py:719] Received 2 death signal, "
+              "shutting down workers\n"
+              'Traceback (most recent call last):\n  File "/x/bin/torchrun", line 8, in <module>\n    sys.exit(main())\n'
+              "torch.distributed.elastic.multiprocessing.api.SignalException: Process 27344 got signal: 2\n")
+    proc = subprocess.run([PY, str(REPO / "launch" / "until_interrupted.py")], input=ending.encode(),
+                          capture_output=True, timeout=60)
+    assert (proc.returncode, proc.stderr.decode().splitlines()) == (
+        130, ["summary: outputs/a.summary.json", INTERRUPTED])
+    rank = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nValueError: boom\nafter\n'
+    proc = subprocess.run([PY, str(REPO / "launch" / "until_interrupted.py")], input=rank.encode(),
+                          capture_output=True, timeout=60)
+    assert (proc.returncode, proc.stderr.decode()) == (0, rank)
+
+
 # What torchrun 2.13 printed (gloo, 2 ranks, 2026-12-03) after rank 1 was killed with SIGKILL mid-run, from its
 # "failed" line on; it stopped rank 0 with SIGTERM.
 KILLED_REPORT = "\n".join([
