@@ -203,7 +203,8 @@ def check_dict_keys(argv: list[str]) -> None:
 
 def error_exit(line: str, code: int = 2) -> NoReturn:
     """``error: <line>`` on stderr, exit ``code``."""
-    print(f"error: {line}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"error: {line}\n")  # one write: ranks sharing a file under PYTHONUNBUFFERED glued two lines
+    sys.stderr.flush()
     sys.exit(code)
 
 
@@ -367,6 +368,13 @@ def check_interrupted() -> None:
         raise Terminated() if _SIGNALS[-1] == signal.SIGTERM else KeyboardInterrupt()
 
 
+def _ignore_signals() -> None:
+    """SIGINT and SIGTERM ignored from now on (the process is exiting; CPython's exit resets a Python handler to the
+    default, which killed it: 130 and no line); a later ``main`` in this interpreter restores them."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        _BEFORE_EXIT.setdefault(sig, signal.signal(sig, signal.SIG_IGN))
+
+
 def _exit(code: int) -> NoReturn:
     """``sys.exit(code)``; in a rank of a process group ``os._exit`` once the output is flushed: the group's teardown
     at interpreter exit waits for a collective a peer never joins (a rank interrupted while waiting for rank 0 hung
@@ -408,12 +416,13 @@ def main(app: Callable[[], None], *, interrupted: str,
             check_argv(sys.argv[1:])
         app()
         check_interrupted()  # the run ended although a Ctrl-C came: it still exits as interrupted
-        for done in (signal.SIGINT, signal.SIGTERM):  # all is written: the interpreter's exit (~0.7 s with torch)
-            _BEFORE_EXIT[done] = signal.signal(done, signal.SIG_IGN)  # ends in 0 (its handler reset there: 130)
+        _ignore_signals()  # all is written: the interpreter's exit (~0.7 s with torch) ends in 0
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt) or (_SIGNALS and not isinstance(e, SystemExit)):
+            _ignore_signals()  # a second Ctrl-C while exiting: a KeyboardInterrupt traceback from an atexit callback
             if is_rank0():
-                print(interrupted, file=sys.stderr, flush=True)
+                sys.stderr.write(interrupted + "\n")
+                sys.stderr.flush()
             _exit(143 if isinstance(e, Terminated) or _SIGNALS[-1:] == [signal.SIGTERM] else 130)
         if isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)) or list_by_name(e) or _overflow_key(e):
             fail(e)
