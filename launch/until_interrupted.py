@@ -75,6 +75,7 @@ TORCHRUN_SIGNALLED = re.compile(rb"SignalException: Process \d+ got signal: (2|1
 
 def main() -> int:
     buf, held, signalled = b"", [], False  # held: a traceback's lines up to its exception line
+    open_line = False  # the last bytes written end in no newline (a progress bar's partial line)
     while True:
         ready = select.select([0], [], [], 0.05)[0]
         chunk = os.read(0, 65536) if ready else None
@@ -86,7 +87,7 @@ def main() -> int:
             return 0
         if chunk is None:  # a pause: show a partial line now
             os.write(2, buf)
-            buf = b""
+            open_line, buf = open_line or bool(buf), b""
             continue
         *lines, buf = (buf + chunk).split(b"\n")
         for i, line in enumerate(lines):
@@ -100,19 +101,21 @@ def main() -> int:
                 continue
             if held:
                 os.write(2, b"".join(held))
-                held = []
+                held, open_line = [], False
             last = line.split(b"\r")[-1]
             code = next((c for start, c in LAST_LINES.items() if last.startswith(start)), None)
             if code is None and not TORCHRUN_FAILED.search(line):
                 os.write(2, line + b"\n")
+                open_line = False
                 continue
             if code is not None and line != last:  # the progress bar drawn before the line, on the same line
                 os.write(2, line[:len(line) - len(last)])
+                open_line = True
             rest = [b"\n".join(lines[i:]), buf]
             while chunk := os.read(0, 65536):  # the rest: let the writers finish, keep it for torchrun's report
                 rest.append(chunk)
             shown, exit_code = verdict(last + b"\n" if code is not None else b"", code or 1, b"".join(rest))
-            os.write(2, shown)
+            os.write(2, b"\n" * open_line + shown)  # a line of its own, not at the end of a progress bar
             return exit_code
 
 

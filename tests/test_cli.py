@@ -618,6 +618,20 @@ def test_a_rank_killed_by_a_signal_is_named_in_one_line_and_exit_1(before):
         1, ["questions:   3%|3         | 2/60 [00:01<00:23,  2.49q/s]", KILLED_LINE])
 
 
+def test_the_line_after_a_progress_bar_starts_a_line_of_its_own():
+    """A rank killed while rank 0's bar was drawn: "questions:  33%|...| 1/3 [...]error: rank 0 was killed ..." on
+    one line (a new user, 2026-12-07). The filter shows the bar at a pause, then the line on a line of its own."""
+    bar = "questions:  33%|###3      | 1/3 [00:04<00:08,  4.42s/q]"
+    proc = subprocess.Popen([PY, str(REPO / "launch" / "until_interrupted.py")], stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdin.write(bar.encode())
+    proc.stdin.flush()
+    time.sleep(0.5)  # the filter's 50 ms pause: it shows the partial line
+    proc.stdin.write(KILLED_REPORT.encode())
+    proc.stdin.close()
+    assert (proc.wait(timeout=60), proc.stderr.read().decode().splitlines()) == (1, [bar, KILLED_LINE])
+
+
 def test_a_dead_peers_line_keeps_its_exit_code_and_a_silent_failure_gets_one_line():
     """The filter passes a rank's own ``error:`` line with that rank's exit code (1: a dead or hung peer; 2 is a
     bad setting); a rank that exited with an error and no line of its own (its output above) gets one line."""
