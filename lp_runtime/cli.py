@@ -213,9 +213,12 @@ def fail(e: BaseException) -> NoReturn:
     error_exit(one_line(e))
 
 
+RESUME = "the answers written so far are complete: re-run the same command to resume"  # a dead or hung peer's line
+
+
 def peer_failed(e: PeerFailure) -> NoReturn:
     """A rank died or hung: this rank's ``error:`` line (not a traceback per rank) and the resume hint, exit 1."""
-    error_exit(f"{e}; the answers written so far are complete: re-run the same command to resume", 1)
+    error_exit(f"{e}; {RESUME}", 1)
 
 
 def is_rank0() -> bool:
@@ -438,5 +441,5 @@ def main(app: Callable[[], None], *, interrupted: str,
                         "hydra.launcher.* settings are sbatch's options)")
         refused = _job_error_line(e)
         if refused:  # a sweep job (submitit: lp_local, lp_slurm) refused its input: its line, not the launcher's trace
-            error_exit(f"a sweep job stopped: {refused}")
+            error_exit(f"a sweep job stopped: {refused}", 1 if refused.endswith(RESUME) else 2)  # 1: a dead peer
         raise

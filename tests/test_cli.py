@@ -1783,3 +1783,29 @@ def test_an_answers_folder_deleted_mid_run_stops_the_run(tmp_path, tiny_model_di
     assert proc.returncode == 2 and err.splitlines()[-1].startswith(
         f"error: the answers file {out} is gone (deleted or moved while the run went on; "), err[-2000:]
     assert not out.exists()
+
+
+SWEEP_JOB_STOPPED = """
+import sys
+from lp_runtime import cli
+
+class UncompletedJobError(RuntimeError):  # submitit's, as the launcher raises it with the job's stderr
+    pass
+
+def app():
+    raise UncompletedJobError("Job 12 (task: 0) failed\\nstderr:\\nerror: " + sys.argv[1])
+
+cli.main(app, interrupted="interrupted")
+"""
+
+
+@pytest.mark.parametrize("line, code", [
+    ("rank 0: all_gather failed (a peer rank died, or did not reach it within the 15.0 s timeout "
+     "parallel.timeout_s): RuntimeError: Connection reset by peer; " + RESUME, 1),
+    ("output path a.jsonl is in use by another run (pid 1 on host h); wait for it to finish or choose another "
+     "output.path", 2)])
+def test_a_sweep_job_that_stopped_exits_as_its_rank_did(line, code):
+    """A rank killed in an lp_local sweep job: "a sweep job stopped: rank 0: ... a peer rank died ..." with exit 2,
+    the code of refused input (a new user, 2026-12-07); a dead or hung peer is 1, as in a single run."""
+    proc = subprocess.run([PY, "-c", SWEEP_JOB_STOPPED, line], env=ENV, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr.splitlines()) == (code, [f"error: a sweep job stopped: {line}"])
