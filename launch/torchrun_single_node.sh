@@ -62,7 +62,7 @@ if [ -n "$TERMINATED" ] && [ "${codes[0]}" = 0 ]; then   # the run went on (a TE
          "sent to it alone until torchrun ends); to stop a run, send SIGTERM to torchrun and its ranks too, e.g. to" \
          "their process group, as timeout does" >&2
 elif [ -n "$TERMINATED" ]; then exit 143; fi
-if [ "${codes[1]}" = 130 ]; then exit 130; fi
+if [ "${codes[1]}" = 130 ] || [ "${codes[1]}" = 143 ]; then exit "${codes[1]}"; fi
 if [ "${codes[0]}" = 130 ] && [ "${codes[1]}" = 0 ]; then   # Ctrl-C reached torchrun alone, as its ranks ended
     echo "interrupted; the answers written so far are complete: re-run the same command to resume" >&2
     exit 130

@@ -16,7 +16,7 @@ without a line of its own). At the end of the input the rest is read for torchru
 
 Exit 0 at the end of the input when no such line came, except after torchrun's own ``SignalException`` traceback
 (Ctrl-C or SIGTERM reached torchrun as its ranks ended, after their last answer): that traceback is replaced by the
-``interrupted; `` line, exit 130. Also drops torchrun's own lines about Ctrl-C, "death signal, shutting down
+``interrupted; `` line, exit 130 (143 for SIGTERM). Also drops torchrun's own lines about Ctrl-C, "death signal, shutting down
 workers" and "Sending process N closing signal SIGINT" (or SIGTERM; they can come before rank 0's line).
 
 Used by ``launch/torchrun_single_node.sh``, which starts it with Ctrl-C and SIGTERM ignored, so that a SIGTERM sent
@@ -74,7 +74,7 @@ TORCHRUN_SIGNALLED = re.compile(rb"SignalException: Process \d+ got signal: (2|1
 
 
 def main() -> int:
-    buf, held, signalled = b"", [], False  # held: a traceback's lines up to its exception line
+    buf, held, signalled = b"", [], 0  # held: a traceback's lines up to its exception line; the signal it names
     open_line = False  # the last bytes written end in no newline (a progress bar's partial line)
     while True:
         ready = select.select([0], [], [], 0.05)[0]
@@ -83,9 +83,12 @@ def main() -> int:
             os.write(2, b"".join(held) + buf)
             if signalled:  # Ctrl-C or SIGTERM reached torchrun as its ranks ended: no rank's line came
                 os.write(2, f"interrupted; {RESUME}\n".encode())
-                return 130
+                return 128 + signalled
             return 0
-        if chunk is None:  # a pause: show a partial line now
+        if chunk is None:  # a pause: show a partial line now (after the held lines: they came first)
+            if held:
+                os.write(2, b"\n" * open_line + b"".join(held))
+                held, open_line = [], False
             os.write(2, buf)
             open_line, buf = open_line or bool(buf), b""
             continue
@@ -96,11 +99,14 @@ def main() -> int:
             if line.startswith(b"Traceback (most recent call last):") or (held and line[:1] in (b" ", b"")):
                 held.append(line + b"\n")  # torchrun's own, when Ctrl-C reached it: dropped at its last line
                 continue
-            if held and TORCHRUN_SIGNALLED.search(line):
-                held, signalled = [], True
+            found = TORCHRUN_SIGNALLED.search(line) if held else None
+            if found:
+                held, signalled = [], signalled or int(found[1])
                 continue
+            if signalled and (not line.strip() or line.startswith((b"During handling", b"The above exception"))):
+                continue  # between two of torchrun's chained tracebacks (a second Ctrl-C as it shut down)
             if held:
-                os.write(2, b"".join(held))
+                os.write(2, b"\n" * open_line + b"".join(held))
                 held, open_line = [], False
             last = line.split(b"\r")[-1]
             code = next((c for start, c in LAST_LINES.items() if last.startswith(start)), None)

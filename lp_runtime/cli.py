@@ -371,11 +371,12 @@ def check_interrupted() -> None:
         raise Terminated() if _SIGNALS[-1] == signal.SIGTERM else KeyboardInterrupt()
 
 
-def _ignore_signals() -> None:
-    """SIGINT and SIGTERM ignored from now on (the process is exiting; CPython's exit resets a Python handler to the
-    default, which killed it: 130 and no line); a later ``main`` in this interpreter restores them."""
+def _ignore_signals(how: signal.Handlers = signal.SIG_IGN) -> None:
+    """SIGINT and SIGTERM taken by ``how`` from now on, as the process exits (ignored after a completed run:
+    CPython's exit resets a Python handler to the default, which killed it, 130 and no line; the default after an
+    interrupt); a later ``main`` in this interpreter restores them."""
     for sig in (signal.SIGINT, signal.SIGTERM):
-        _BEFORE_EXIT.setdefault(sig, signal.signal(sig, signal.SIG_IGN))
+        _BEFORE_EXIT.setdefault(sig, signal.signal(sig, how))
 
 
 def _exit(code: int) -> NoReturn:
@@ -422,7 +423,8 @@ def main(app: Callable[[], None], *, interrupted: str,
         _ignore_signals()  # all is written: the interpreter's exit (~0.7 s with torch) ends in 0
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt) or (_SIGNALS and not isinstance(e, SystemExit)):
-            _ignore_signals()  # a second Ctrl-C while exiting: a KeyboardInterrupt traceback from an atexit callback
+            _ignore_signals(signal.SIG_DFL)  # a second Ctrl-C while exiting ends it, with no KeyboardInterrupt
+            # traceback from an atexit callback (ignoring it left an exit held by a thread unstoppable)
             if is_rank0():
                 sys.stderr.write(interrupted + "\n")
                 sys.stderr.flush()

@@ -170,7 +170,12 @@ def waiting_group(seconds: float) -> Any:
     (None for one process); every rank must call, and ``release_group`` it when done."""
     if not is_initialized():
         return None
-    return dist.new_group(list(range(dist.get_world_size())), timeout=timedelta(seconds=seconds))
+    group = dist.new_group(list(range(dist.get_world_size())), timeout=timedelta(seconds=seconds))
+    try:  # connected now, while every rank is here: NCCL connects a group at its first collective, under the
+        _wait_for_all(group)  # store's timeout (parallel.timeout_s), not the group's
+    except Exception as e:
+        raise _fail("setting up the wait for the other ranks' answers", e) from e
+    return group
 
 
 def release_group(group: Any) -> None:

@@ -228,14 +228,15 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
     answers questions i, i + dp, ...; rank 0 appends each round's answers in dataset order."""
     from lp_runtime import distributed, parallel
 
+    # data parallelism: a rank that finished its question waits for the others' as long as a question takes
+    # (parallel.timeout_s, a collective's bound, failed a healthy run whose ranks' questions differed by more); made
+    # while the ranks are in step, before one may fail to load (its peers then waited in new_group for days)
+    wait = distributed.waiting_group(ROUND_WAIT_S) if ctx.dp_size > 1 else None
     decoder, tokenizer, model_id, extra = _load(cfg, ctx, todo, current, is_main)
     model_id = records[0]["model_id"] if records else model_id  # resumed: the file's label (one made before 12-04
                                                                 # holds model.name without its fingerprint)
     mine = parallel.shard_questions(todo, ctx.dp_rank, ctx.dp_size)
     my_steps = 0
-    # data parallelism: a rank that finished its question waits for the others' as long as a question takes
-    # (parallel.timeout_s, a collective's bound, failed a healthy run whose ranks' questions differed by more)
-    wait = distributed.waiting_group(ROUND_WAIT_S) if ctx.dp_size > 1 else None
     # A context manager: on Ctrl-C the bar is closed (ends its line) before the "interrupted" line is printed.
     with tqdm(total=len(todo), desc="questions", unit="q", disable=not (cfg.progress and is_main)) as bar:
         for r in range(-(-len(todo) // ctx.dp_size)):

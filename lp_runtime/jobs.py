@@ -54,14 +54,16 @@ def port_for_job(job_id: str, base: int = 20000, span: int = 20000) -> int:
 def submitit_rank_env() -> None:
     """Inside a submitit job not started by torchrun (no ``RANK``), set what ``lp_runtime.distributed`` needs:
     ``MASTER_PORT`` and ``LOCAL_RANK``, plus, under the local executor, ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``
-    and, as torchrun does for several ranks, one thread a rank unless ``OMP_NUM_THREADS`` says otherwise. In any
-    submitit job, Ctrl-C and SIGTERM stop the job as they stop a single run (``cli.take_signals``)."""
+    and, as torchrun does for several ranks, one thread a rank unless ``OMP_NUM_THREADS`` says otherwise. Under the
+    local executor, Ctrl-C and SIGTERM stop the job as they stop a single run (``cli.take_signals``)."""
     executor = os.environ.get("SUBMITIT_EXECUTOR")
     if not executor:
         return
-    # submitit takes SIGTERM as a preemption to ignore: a sweep stopped by timeout or scancel said "interrupted"
-    # while its jobs ran on, holding their answers' locks (a new user, 2026-12-07); it stops them as a single run
-    take_signals()
+    # submitit takes SIGTERM as a preemption to ignore: an lp_local sweep stopped by timeout said "interrupted"
+    # while its jobs ran on, holding their answers' locks (a new user, 2026-12-07); they stop as a single run. Not
+    # under Slurm, where a preemption's SIGTERM comes before submitit's requeue signal (SIGUSR2)
+    if executor == "local":
+        take_signals()
     if "RANK" in os.environ:
         return
     import submitit

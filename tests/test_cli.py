@@ -577,6 +577,14 @@ def test_ctrl_c_as_the_ranks_end_is_the_interrupted_line_not_torchruns_traceback
                           capture_output=True, timeout=60)
     assert (proc.returncode, proc.stderr.decode().splitlines()) == (
         130, ["summary: outputs/a.summary.json", INTERRUPTED])
+    chained = ending.replace("signal: 2", "signal: 15") + (  # SIGTERM, then a second one as torchrun shut down
+        "\nDuring handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n  File \"/x/bin/torchrun\", line 8, in <module>\n"
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 27344 got signal: 15\n")
+    proc = subprocess.run([PY, str(REPO / "launch" / "until_interrupted.py")], input=chained.encode(),
+                          capture_output=True, timeout=60)
+    assert (proc.returncode, proc.stderr.decode().splitlines()) == (
+        143, ["summary: outputs/a.summary.json", INTERRUPTED])
     rank = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nValueError: boom\nafter\n'
     proc = subprocess.run([PY, str(REPO / "launch" / "until_interrupted.py")], input=rank.encode(),
                           capture_output=True, timeout=60)
