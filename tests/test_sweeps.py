@@ -414,7 +414,8 @@ def test_no_schema_among_the_choices_and_the_slurm_preset_composes():
                       return_hydra_config=True)
         launcher = cfg.hydra.launcher
         assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
-        assert (launcher.tasks_per_node, launcher.nodes, launcher.setup) == (4, 1, ["export HYDRA_FULL_ERROR=1"])
+        assert (launcher.tasks_per_node, launcher.nodes, launcher.setup) == (4, 1, ["export HYDRA_FULL_ERROR=1",
+                                                                          "export SLURM_KILL_BAD_EXIT=1"])
         # lp_local's job logs: the sweep's .submitit, no %j (submitit's local controller made an empty '%j' folder)
         cfg = compose("generate", overrides=["hydra/launcher=lp_local", "hydra.sweep.dir=/tmp/sweep"],
                       return_hydra_config=True)
