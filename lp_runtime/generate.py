@@ -220,7 +220,7 @@ def check_prompts(model: Any, tokenizer: Any, questions: list, max_new_tokens: i
 
 
 ROUND_WAIT_S = 7 * 24 * 3600  # how long a data-parallel rank waits for the others' answers (seconds; a dead peer
-# ends the wait at once: its connection closes, and torchrun stops the job)
+# ends the wait: under gloo its connection closes, and torchrun, or srun under lp_slurm, stops the job)
 
 
 def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: dict, is_main: bool) -> dict:
