@@ -117,15 +117,16 @@ def check_summary_path(cfg: RunConfig) -> None:
     or when another answers file shares them (``_check_own_stem``)."""
     base, settings = Path(cfg.output.path), Path(cfg.output.resolved_settings_path)
     _check_own_stem(cfg)
-    for path, kind, looks_right in (
-            (settings, "a settings record", lambda p: read_settings(p) is not None),
-            (beside(base, ".lock"), "a lock file", lambda p: re.fullmatch(r"(pid \d+ on host .*\n)?",
-                                                                         p.read_text(errors="replace")) is not None),
-            (None if cfg.output.summary_path else beside(base, ".summary.json"), "", lambda p: True)):
-        if path is not None and path.is_dir():  # a settings record: was reported as missing
+    records = [(settings, "a settings record", lambda p: read_settings(p) is not None),
+               (beside(base, ".lock"), "a lock file", lambda p: re.fullmatch(r"(pid \d+ on host .*\n)?",
+                                                                            p.read_text(errors="replace")) is not None)]
+    if not cfg.output.summary_path:  # the default summary: its content is checked below
+        records.append((beside(base, ".summary.json"), "a run summary", lambda p: True))
+    for path, kind, looks_right in records:
+        if path.is_dir():  # a settings record: was reported as missing
             raise OutputError(f"{path}, which this run writes beside output path {base}, is a folder; move it away "
                               "or choose another output.path")
-        if path is not None and path.is_file() and not looks_right(path):
+        if path.is_file() and not looks_right(path):
             raise OutputError(f"{path}, which this run writes beside output path {base}, exists and is not {kind}; "
                               f"move it away or choose another output.path")
     summary = Path(cfg.output.resolved_summary_path)
@@ -158,11 +159,13 @@ def _check_own_stem(cfg: RunConfig) -> None:
     twin = Path(stem if str(base) != stem else stem + ".jsonl")
     if jsonl_base(str(twin)) != stem or not _holds_answers(twin) or (base.exists() and twin.samefile(base)):
         return
-    shared = ["settings record", "lock"] + ["summary"] * (not cfg.output.summary_path)
-    names = [f"{stem}.settings.json", f"{stem}.lock"] + [f"{stem}.summary.json"] * (not cfg.output.summary_path)
-    raise OutputError(f"output path {base} would write its {', '.join(shared[:-1])} and {shared[-1]} "
-                      f"({', '.join(names)}) over those of {twin}, which holds answers; move one of the two away, "
-                      f"or give another output path, e.g. {new_output_arg(base)}")
+    shared = {"settings record": ".settings.json", "lock": ".lock"}
+    if not cfg.output.summary_path:
+        shared["summary"] = ".summary.json"
+    *first, last = shared
+    raise OutputError(f"output path {base} would write its {', '.join(first)} and {last} "
+                      f"({', '.join(stem + s for s in shared.values())}) over those of {twin}, which holds answers; "
+                      f"move one of the two away, or give another output path, e.g. {new_output_arg(base)}")
 
 
 def _holds_answers(path: Path) -> bool:

@@ -342,7 +342,7 @@ class Terminated(KeyboardInterrupt):
 
 
 _SIGNALS: list[int] = []  # SIGINT / SIGTERM this process received (``main``'s handlers)
-_BEFORE_EXIT: dict = {}  # the handlers ``main`` replaced by SIG_IGN once its app completed
+_BEFORE_EXIT: dict = {}  # the handlers ``main`` replaced as it exits (``_ignore_signals``)
 
 
 def _on_signal(signum, frame) -> None:

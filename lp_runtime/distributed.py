@@ -167,7 +167,7 @@ def all_gather_fixed(tensor: torch.Tensor, group=None) -> torch.Tensor:
 
 def waiting_group(seconds: float) -> Any:
     """A group of every rank whose collectives time out after ``seconds``, for ``gather_objects_to_rank0``'s wait
-    (None for one process); every rank must call, and ``release_group`` it when done."""
+    (None for one process); every rank must call, and release it with ``release_group``."""
     if not is_initialized():
         return None
     group = dist.new_group(list(range(dist.get_world_size())), timeout=timedelta(seconds=seconds))
@@ -176,11 +176,6 @@ def waiting_group(seconds: float) -> Any:
     except Exception as e:
         raise _fail("setting up the wait for the other ranks' answers", e) from e
     return group
-
-
-def release_group(group: Any) -> None:
-    """Destroy a group made by ``waiting_group`` (nothing for None)."""
-    _destroy_group(group)
 
 
 def gather_objects_to_rank0(obj: Any, wait: Any = None) -> Optional[list[Any]]:
@@ -233,16 +228,17 @@ def from_rank0(compute: Callable[[], Any], *, timeout_s: Optional[float] = None)
         _wait_for_all(group)
         dist.broadcast_object_list(box, src=0, group=group)
     except Exception as e:
-        _destroy_group(group)
+        release_group(group)
         raise _fail(f"broadcast from rank 0 ({time.perf_counter() - start:.1f} s)", e) from e
-    _destroy_group(group)
+    release_group(group)
     ok, value = box[0]
     if not ok:
         raise err if err is not None else value
     return value
 
 
-def _destroy_group(group) -> None:
+def release_group(group) -> None:
+    """Destroy a group made here (``waiting_group``, ``from_rank0``'s); nothing for None."""
     if group is not None:
         dist.destroy_process_group(group)
 
