@@ -359,7 +359,7 @@ def _file_state(path: str) -> tuple:
     return st.st_size, st.st_mtime_ns
 
 
-INTERRUPTED = "interrupted; the answers written so far are complete: re-run the same command to resume"
+INTERRUPTED = f"interrupted; {cli.RESUME}"
 
 
 def main() -> None:
