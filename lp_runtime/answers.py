@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lp_runtime import data
-from lp_runtime.config import MODEL_TAKEN, PRESETS, DecodingConfig, RunConfig, jsonl_base
+from lp_runtime.config import MODEL_TAKEN, PRESETS, DecodingConfig, RunConfig, is_int, jsonl_base
 
 
 class OutputError(ValueError):
@@ -52,9 +52,9 @@ def write_json(path: Path, obj: Any, indent: int = 2) -> None:
         raise OSError(e.errno, e.strerror, str(path)) from e
 
 
-def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> None:
-    """Raise ``OutputError`` unless ``path`` can be a file we append to (messages name ``key``). ``create``:
-    really try (make the folders, open for append), then remove what the try made, so a failed run leaves nothing."""
+def check_output_path(path: Path, *, key: str = "output.path") -> None:
+    """Raise ``OutputError`` unless ``path`` can be a file we append to (messages name ``key``): really try (make the
+    folders, open for append), then remove what the try made, so a failed run leaves nothing."""
     name = f"output path {path}" if key == "output.path" else f"{key}={path}"
     _check_link(path, name, key)
     if path.is_dir():
@@ -66,26 +66,23 @@ def check_output_path(path: Path, *, create: bool, key: str = "output.path") -> 
     nearest = next((p for p in path.parents if p.exists()), None)  # the nearest ancestor that exists
     if nearest is not None and not nearest.is_dir():
         raise OutputError(f"cannot create the folder for {name}: {nearest} is a file")
-    # innermost first; only a creating check removes folders (another rank's may have just made them)
-    made = [p for p in path.parents if not p.exists()] if create else []
+    made = [p for p in path.parents if not p.exists()]  # innermost first
     try:
-        if create:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise OutputError(f"cannot create the folder for {name}: {e.strerror}") from None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"cannot create the folder for {name}: {e.strerror}") from None
         target = path if path.exists() else path.parent
-        if target.exists() and not os.access(target, os.W_OK):
+        if not os.access(target, os.W_OK):
             why = "a read-only file system" if os.statvfs(target).f_flag & os.ST_RDONLY else "permission denied"
             raise OutputError(f"{name} is not writable ({why})")
-        if create:
-            existed = path.exists()
-            try:
-                open(path, "a", encoding="utf-8").close()
-            except OSError as e:
-                raise OutputError(f"{name} is not writable: {e.strerror}") from None
-            if not existed:
-                path.unlink()
+        existed = path.exists()
+        try:
+            open(path, "a", encoding="utf-8").close()
+        except OSError as e:
+            raise OutputError(f"{name} is not writable: {e.strerror}") from None
+        if not existed:
+            path.unlink()
     finally:
         for folder in made:  # only folders this check made, and only if still empty
             with contextlib.suppress(OSError):
@@ -323,20 +320,16 @@ def _is_json(line: bytes) -> bool:
     return True
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _is_seconds(x: Any) -> bool:
-    return (_is_int(x) or isinstance(x, float)) and 0 <= x < float("inf")
+    return (is_int(x) or isinstance(x, float)) and 0 <= x < float("inf")
 
 
 # What each of ANSWER_KEYS holds, one entry a turn (what the summary and the report add up).
-ANSWER_TYPES = {"output_ids": ("lists of token ids", lambda v: isinstance(v, list) and all(map(_is_int, v))),
-                "new_tokens": ("token counts", lambda v: _is_int(v) and v >= 0),
-                "decoding_steps": ("step counts", lambda v: _is_int(v) and v >= 0),
+ANSWER_TYPES = {"output_ids": ("lists of token ids", lambda v: isinstance(v, list) and all(map(is_int, v))),
+                "new_tokens": ("token counts", lambda v: is_int(v) and v >= 0),
+                "decoding_steps": ("step counts", lambda v: is_int(v) and v >= 0),
                 "wall_time": ("seconds", _is_seconds),
-                "accept_lengths": ("lists of token counts", lambda v: isinstance(v, list) and all(map(_is_int, v)))}
+                "accept_lengths": ("lists of token counts", lambda v: isinstance(v, list) and all(map(is_int, v)))}
 
 
 TEXT_TYPES = {"turns": ("texts", lambda v: isinstance(v, str)),
@@ -613,7 +606,7 @@ def read_settings(settings_path: Path, *, any_format: bool = False) -> Optional[
     if not (isinstance(settings, dict) and settings):  # edited into {}, a list, a string
         return None
     found = record.get("format")
-    if not (any_format or (_is_int(found) and found == FORMAT)):
+    if not (any_format or (is_int(found) and found == FORMAT)):
         shown = data.short(found) if "format" in record else "none (no \"format\" key)"
         raise SettingsMismatchError(
             f"{settings_path} is a settings record of format {shown}, and this version of lp_runtime reads format "

@@ -214,13 +214,6 @@ def check_methods(value, what: str, methods: Sequence[str], give: str) -> None:
         raise ConfigError(f"{what} is {type(value).__name__}, without {listed}; give {give}")
 
 
-def check_streamer(streamer) -> None:
-    """``ConfigError`` unless ``streamer`` is None or has ``put`` and ``end`` (transformers' ``TextStreamer``)."""
-    if streamer is not None:
-        check_methods(streamer, "streamer", ("put", "end"), "a transformers TextStreamer or TextIteratorStreamer, "
-                      "or an object with those two methods")
-
-
 def check_parts(*, lp=None, step_policy=None, proposers=None, step=None, copy_kv=None) -> Optional[list]:
     """``ConfigError`` for a ``Decoder`` part of the wrong kind (None: the default): ``lp`` (``parallel.LPGroup``),
     ``step_policy`` (``policy.StepPolicy``), ``proposers`` (an iterable of ``proposers.Proposer``), ``step``

@@ -38,14 +38,14 @@ def _check(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     """An integer, numpy's included; not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_id_list(value: Any) -> bool:
     """A list or tuple of integer token ids >= 0."""
-    return isinstance(value, (list, tuple)) and all(_is_int(t) and t >= 0 for t in value)
+    return isinstance(value, (list, tuple)) and all(is_int(t) and t >= 0 for t in value)
 
 
 def _is_real(value: Any) -> bool:
@@ -82,7 +82,7 @@ def _check_types(section: str, obj: Any, ints: tuple = (), reals: tuple = (), bo
         v = getattr(obj, name)
         if v is None and name in optional:
             continue
-        _check(_is_int(v) if name in ints else _is_real(v), f"{key(name)}={v!r} is not allowed; it must be "
+        _check(is_int(v) if name in ints else _is_real(v), f"{key(name)}={v!r} is not allowed; it must be "
                                                             f"{'an integer' if name in ints else 'a finite number'}"
                                                             f"{' (or None)' if name in optional else ''}")
         setattr(obj, name, int(v) if name in ints else v if isinstance(v, int) else float(v))  # numpy's: Python's
@@ -329,11 +329,11 @@ class GenerationConfig:
     eos_token_ids: Any = None  # Optional[list[int]]
 
     def __post_init__(self) -> None:
-        _check(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
+        _check(is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
                f"generation.max_new_tokens={self.max_new_tokens!r} is not allowed; it must be an integer >= 1")
         self.max_new_tokens = int(self.max_new_tokens)
         self.stop_strings = check_stop_strings(self.stop_strings)
-        if _is_int(self.eos_token_ids):
+        if is_int(self.eos_token_ids):
             self.eos_token_ids = [self.eos_token_ids]
         _check(self.eos_token_ids is None or _is_id_list(self.eos_token_ids),
                f"generation.eos_token_ids={self.eos_token_ids!r} is not allowed; give null or a list of token ids >= 0")

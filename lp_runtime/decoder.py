@@ -206,7 +206,9 @@ class Decoder:
                 position); such rows at rejected candidates or window cells only reject or discard a guess.
         """
         start = time.perf_counter()
-        checks.check_streamer(streamer)
+        if streamer is not None:  # transformers' TextStreamer
+            checks.check_methods(streamer, "streamer", ("put", "end"), "a transformers TextStreamer or "
+                                 "TextIteratorStreamer, or an object with those two methods")
         checks.check_arg(self.cfg, DecodingConfig, "decoding")  # again: a field may be set after construction
         if sampling is not None:
             checks.check_arg(sampling, SamplingConfig, "sampling")

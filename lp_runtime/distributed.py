@@ -46,19 +46,16 @@ def detect() -> RankInfo:
 
 
 def resolve_backend(backend: str) -> str:
-    """``auto`` -> ``nccl`` when CUDA is available, else ``gloo``; ``gloo``/``nccl`` pass through."""
+    """``auto`` -> ``nccl`` when CUDA is available, else ``gloo``; ``gloo``/``nccl`` (checked by ``ParallelConfig``)
+    pass through."""
     if backend == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
-    if backend not in ("gloo", "nccl"):
-        raise ConfigError(f"parallel.backend={backend!r} is not allowed; use one of auto, gloo, nccl")
     return backend
 
 
 def validate(world_size: int, lp: int, backend: str, local_rank: int, num_gpus: int) -> None:
-    """``ConfigError`` naming the numbers unless ``lp`` >= 1 divides ``world_size`` and, with ``nccl``, every local
-    rank has its own of the ``num_gpus`` GPUs visible here."""
-    if lp < 1:
-        raise ConfigError(f"parallel.lp={lp} is not allowed; it must be >= 1")
+    """``ConfigError`` naming the numbers unless ``lp`` (>= 1, checked by ``ParallelConfig``) divides ``world_size``
+    and, with ``nccl``, every local rank has its own of the ``num_gpus`` GPUs visible here."""
     if world_size % lp != 0:
         raise ConfigError(f"parallel.lp={lp} does not divide the world size {world_size}; start a multiple of {lp} "
                           f"ranks (world = dp x lp) or choose parallel.lp among the divisors of {world_size}")
@@ -82,14 +79,14 @@ def _slurm_head() -> Optional[str]:
 _STATE: dict[str, Any] = {"initialized_here": False, "timeout_s": None}
 
 
-def init(backend: str = "auto", timeout_s: float = 120.0) -> RankInfo:
+def init(backend: str, timeout_s: float) -> RankInfo:
     """Join the default process group (no-op for one process without a launcher); return this rank's info.
-    ``backend``: as ``resolve_backend`` (nccl sets ``cuda:LOCAL_RANK`` first); ``timeout_s``: seconds any
-    collective may wait for its peers. ``ConfigError`` under Slurm without torchrun, MASTER_ADDR or HEAD_NODE."""
+    ``backend``: ``gloo`` or ``nccl`` (``resolve_backend``; nccl sets ``cuda:LOCAL_RANK`` first); ``timeout_s``:
+    seconds any collective may wait for its peers. ``ConfigError`` under Slurm without torchrun, MASTER_ADDR or
+    HEAD_NODE."""
     info = detect()
     if dist.is_initialized() or info.source == "single":
         return info
-    backend = resolve_backend(backend)
     if info.source == "slurm":
         if "MASTER_ADDR" not in os.environ:
             head = _slurm_head()
@@ -265,10 +262,6 @@ def group_ranks(group=None) -> list[int]:
 def group_rank(group=None) -> int:
     """This process's rank inside ``group`` (0 for one process)."""
     return dist.get_rank(group) if is_initialized() else 0
-
-
-def group_size(group=None) -> int:
-    return dist.get_world_size(group) if is_initialized() else 1
 
 
 def comm_device(group=None, like: Optional[torch.device] = None) -> torch.device:

@@ -18,6 +18,7 @@ import json
 import os
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,7 +26,6 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from lp_runtime import answers, cli, data, jobs, metrics
-from lp_runtime.cli import CONF_DIR  # noqa: F401  (where tests of other modules find conf/)
 from lp_runtime.config import ConfigError, ModelOutputError, RunConfig, register_configs
 
 register_configs()
@@ -104,9 +104,9 @@ def _claim_output(cfg: RunConfig, held: contextlib.ExitStack) -> None:
     """Rank 0's checks of the files the run writes, then its ``AnswersLock`` on the answers file, held by ``held``.
     Raises ``answers.OutputError`` or ``answers.SettingsMismatchError`` (a settings record of another format)."""
     answers_path = Path(cfg.output.path)
-    answers.check_output_path(answers_path, create=True)
+    answers.check_output_path(answers_path)
     answers.check_summary_path(cfg)  # first: a folder where the default summary goes is named as that
-    answers.check_output_path(Path(cfg.output.resolved_summary_path), create=True,
+    answers.check_output_path(Path(cfg.output.resolved_summary_path),
                               key="output.summary_path" if cfg.output.summary_path else "output.path")
     held.enter_context(answers.AnswersLock(answers_path))
 
@@ -264,7 +264,7 @@ def _answer_all(cfg: RunConfig, ctx: Any, todo: list, records: list, current: di
                 bar.update(1)
     distributed.release_group(wait)
     if ctx.lp_group.size > 1:  # rank 0's view; every rank of a group takes part in each collective
-        stats = ctx.lp_group.stats.as_dict()
+        stats = asdict(ctx.lp_group.stats)
         extra["lp_communication"] = {"lp_degree": ctx.lp_group.size, "dp_degree": ctx.dp_size, **stats,
                                      "collectives_per_step": stats["collectives"] / max(my_steps, 1),
                                      "bytes_per_step": stats["bytes"] / max(my_steps, 1),

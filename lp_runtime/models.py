@@ -17,7 +17,7 @@ from lp_runtime.bundled import (  # noqa: F401  (ModelLoadError, cache_root: re-
 )
 from lp_runtime.config import ConfigError, ModelConfig
 from lp_runtime import distributed, latency
-from lp_runtime.checks import check_device, context_length, vocab_size
+from lp_runtime.checks import check_device
 
 if TYPE_CHECKING:  # imported where a model loads: a run that refuses, or has nothing to do, never pays ~5 s for it
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence, TypeVar
 
 import torch
@@ -214,9 +214,6 @@ class CommStats:
     seconds: float = 0.0
     debug_collectives: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def state_hash(*parts: Any) -> int:
     """A process-independent 63-bit hash of ints/tuples/lists (``hash()`` of str is salted per process)."""
@@ -255,9 +252,8 @@ class LPGroup:
 
     def __init__(self, group=None, *, debug: bool = False) -> None:
         self.group = group
-        self.rank = distributed.group_rank(group)
-        self.size = distributed.group_size(group)
         self.global_ranks = distributed.group_ranks(group)
+        self.rank, self.size = distributed.group_rank(group), len(self.global_ranks)
         self.debug = debug
         self.stats = CommStats()
         self._checks = 0
@@ -327,7 +323,6 @@ class ParallelContext:
     world_size: int
     is_writer: bool
     device: torch.device
-    backend: Optional[str] = None
 
     def teardown(self) -> None:
         """Wait for every rank, then leave the process group (also done at exit if forgotten, without the wait)."""
@@ -348,11 +343,10 @@ def setup_parallel(cfg: ParallelConfig) -> ParallelContext:
     info = distributed.init(backend, cfg.timeout_s)
     group, dp_rank, dp_size = distributed.make_groups(cfg.lp)
     lp_group = LocalGroup() if cfg.lp == 1 else LPGroup(group, debug=cfg.debug_check)
-    multi = distributed.is_initialized()
     device = torch.device("cuda", info.local_rank) if backend == "nccl" else torch.device("cpu")
     return ParallelContext(
         lp_group=lp_group, dp_rank=dp_rank, dp_size=dp_size, rank=info.rank, world_size=info.world_size,
-        is_writer=info.rank == 0, device=device, backend=backend if multi else None,
+        is_writer=info.rank == 0, device=device,
     )
 
 

@@ -208,7 +208,6 @@ class CostPolicy:
         self.calibration = calibration or AcceptanceCalibration()
         self.window_gain_prior, self.window_strength, self.max_nodes = window_gain, window_strength, max_nodes
         self.window_steps = self.window_accepted = self.steps = 0
-        self.sum_expected_tokens = self.sum_expected_seconds = 0.0
         self._last: Optional[StepChoice] = None
 
     @property
@@ -275,17 +274,8 @@ class CostPolicy:
         last = self._last
         if last is not None:
             self.steps += 1
-            self.sum_expected_tokens += last.expected_tokens
-            self.sum_expected_seconds += last.expected_seconds
-            if last.use_window:
-                self.window_steps += 1
+            self.window_steps += last.use_window
         from_window = getattr(tree, "from_window", None)
         if from_window and len(from_window) == len(tree.parents):  # a lookup that tags its nodes (SuffixLookup)
             self.window_accepted += sum(1 for i in accepted if from_window[i])
         self._last = None
-
-    def expected_speedup(self) -> Optional[float]:
-        """Expected tokens/s of the steps chosen so far over a plain one-token step's (None before any step)."""
-        if not self.steps or not self.sum_expected_seconds:
-            return None
-        return (self.sum_expected_tokens / self.sum_expected_seconds) * self.curve(1)

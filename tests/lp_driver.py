@@ -27,6 +27,7 @@ then step a fixed plan without a model (``_failing_steps``) instead of decoding 
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 import json
 import os
 import signal
@@ -204,7 +205,7 @@ def _failing_steps(ctx, args) -> dict:
         kept = torch.tensor([step % 64] + [c + 1 for c in cols] + [n + 3 for n in nodes])
         x1, window, node_out, _ = lp.merge(kept, 1, 2, 1, parents)
         lp.check_consistent(state_hash(x1, window, node_out))
-    return {"results": {}, "sampling": [], "stats": ctx.lp_group.stats.as_dict(), "compiled": None}
+    return {"results": {}, "sampling": [], "stats": asdict(ctx.lp_group.stats), "compiled": None}
 
 
 def _work(ctx, spec, args) -> dict:
@@ -217,7 +218,7 @@ def _work(ctx, spec, args) -> dict:
     start = time.perf_counter()
     results = decode_grid(model, spec["configs"], spec["prompts"], spec["max_new_tokens"], lp=lp, prompt_ids=mine)
     elapsed = time.perf_counter() - start
-    stats = dict(ctx.lp_group.stats.as_dict(), decode_seconds=elapsed, rank=ctx.rank, dp_rank=ctx.dp_rank)
+    stats = dict(asdict(ctx.lp_group.stats), decode_seconds=elapsed, rank=ctx.rank, dp_rank=ctx.dp_rank)
     sampling = []
     if spec.get("sampling"):
         tiny8 = build_tiny8().to(ctx.device)

@@ -62,7 +62,7 @@ def test_policy_learns_inside_a_decode(tiny):
     out = decode(tiny, AUTO, policy, PROMPTS[0])
     assert policy.steps == out.decoding_steps  # observe() after every step
     assert sum(policy.calibration.trials.values()) > 0
-    assert policy.expected_speedup() > 1.0
+    assert max(out.step_tokens) > 1  # the flat curve made candidates pay
 
 
 def test_levers_do_not_change_the_tokens(tiny):

@@ -550,7 +550,7 @@ def test_summary_path_folder_names_its_key(tmp_path):
     from lp_runtime.answers import OutputError, check_output_path
 
     with pytest.raises(OutputError) as e:
-        check_output_path(tmp_path, create=True, key="output.summary_path")
+        check_output_path(tmp_path, key="output.summary_path")
     assert str(e.value) == f"output.summary_path={tmp_path} is a folder; give a file path such as {tmp_path / 'summary.json'}"
 
 

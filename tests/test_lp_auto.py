@@ -181,7 +181,8 @@ def test_generate_auto_under_torchrun_uses_rank0s_profile(tmp_path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from lp_runtime.generate import CONF_DIR, run
+    from lp_runtime.cli import CONF_DIR
+    from lp_runtime.generate import run
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose("generate", overrides=[*common, "decoding=greedy", "parallel=lp1", f"output.path={ref}"])
@@ -204,7 +205,7 @@ def test_main_job_defaults_to_the_cost_policy_in_the_native_dtype():
     from omegaconf import OmegaConf
 
     from lp_runtime.config import RunConfig
-    from lp_runtime.generate import CONF_DIR
+    from lp_runtime.cli import CONF_DIR
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = OmegaConf.to_object(compose("generate"))

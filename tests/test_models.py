@@ -10,8 +10,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from lp_runtime import bundled, models
 from lp_runtime.config import ConfigError, ModelConfig
-from lp_runtime.checks import eos_token_ids
-from lp_runtime.models import ModelLoadError, context_length, load_model
+from lp_runtime.checks import context_length, eos_token_ids
+from lp_runtime.models import ModelLoadError, load_model
 
 
 def test_bundled_load(smollm2):

@@ -464,7 +464,8 @@ def single_process_answers(tmp_path_factory, tiny_model_dir, questions_file):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from lp_runtime.generate import CONF_DIR, run
+    from lp_runtime.cli import CONF_DIR
+    from lp_runtime.generate import run
 
     ref_out = tmp_path_factory.mktemp("reference") / "ref.jsonl"
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):

@@ -209,8 +209,7 @@ def test_a_calibrated_tree_is_priced_as_it_is_and_teaches_nothing():
 
 def test_expected_speedup_and_feed_all():
     pol = policy(FLAT)
-    assert pol.expected_speedup() is None
     t = star(0.5, 0.5)
-    pol.observe(t, pol.choose(t, 1, 0).nodes, [0])
-    assert pol.expected_speedup() == pytest.approx(2.0)   # 2 expected tokens for the price of one
+    choice = pol.choose(t, 1, 0)
+    assert choice.expected_tokens / choice.expected_seconds * FLAT[1] == pytest.approx(2.0)  # 2 for the price of 1
     assert FeedAll().choose(t, num_pending=2, window_tokens=5) == StepChoice((0, 1), True)
