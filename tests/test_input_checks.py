@@ -258,6 +258,15 @@ def _refused(a: Path, problem: str) -> None:
         assert a.read_bytes() == before
 
 
+@pytest.mark.parametrize("qid, shown", [(True, "true"), (None, "null"), (1.5, "1.5"), (" ", '" "'), ([81], "[81]")])
+def test_answers_line_with_an_id_a_question_file_refuses(tmp_path, qid, shown):
+    """question_id edited to true was taken: question 81 was answered again beside it, and the summary and report
+    counted 9 of 8 questions (a new user, 2026-12-07); refused as a question file refuses it."""
+    a = _answers(tmp_path, {}, {})
+    a.write_text(a.read_text().replace('{"question_id": 1,', '{"question_id": ' + json.dumps(qid) + ",", 1))
+    _refused(a, f"{a} line 1: question_id is {shown}, not an int or a non-blank string")
+
+
 @pytest.mark.parametrize("key, value, shown, what", [
     ("new_tokens", ["x"], '["x"]', "token counts"),
     ("new_tokens", 5, "5", "token counts"),
