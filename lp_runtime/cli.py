@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, NoReturn, Optional
@@ -350,12 +351,25 @@ def _on_signal(signum, frame) -> None:
     check_interrupted()
 
 
+def _on_unraisable(unraisable) -> None:
+    """An interrupt raised inside a weakref callback or finalizer, where Python drops exceptions (a SIGTERM while
+    torch compiled the step buckets was printed as "Exception ignored" and the run went on for 7 minutes; a new
+    user, 2026-12-07): the signal comes again 10 ms later, from a thread, to land outside it (again if it does not).
+    Anything else goes to Python's default hook."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _SIGNALS:
+        threading.Timer(0.01, os.kill, (os.getpid(), _SIGNALS.pop())).start()
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
 def take_signals() -> None:
     """SIGTERM, and SIGINT unless this process started with it ignored (`cmd &`), recorded and raised as
-    ``Terminated`` / ``KeyboardInterrupt`` (``check_interrupted``): ``main``'s handlers, and a submitit job's."""
+    ``Terminated`` / ``KeyboardInterrupt`` (``check_interrupted``; ``_on_unraisable`` where Python dropped it):
+    ``main``'s handlers, and a submitit job's."""
     signal.signal(signal.SIGTERM, _on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_signal)
+    sys.unraisablehook = _on_unraisable
 
 
 def interrupted() -> bool:

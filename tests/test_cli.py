@@ -1631,6 +1631,45 @@ def test_an_interrupt_a_library_swallows_still_stops_the_run(sig, code, where):
         code, "", ["interrupted; re-run to resume"]), proc.stderr
 
 
+INTERRUPT_IN_A_CALLBACK = """
+import os, signal, threading, time, weakref
+from lp_runtime import cli
+
+class Tensor:
+    pass
+
+def callback(_):  # torch's compiler cleaning a weak-key dictionary: Python drops what is raised in here
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIG{sig})).start()
+    start = time.time()
+    while time.time() - start < 1.0:
+        pass
+
+def app():  # a long load with no check in it (torch compiling the step buckets)
+    tensor = Tensor()
+    ref = weakref.ref(tensor, callback)
+    del tensor
+    start = time.time()
+    while time.time() - start < 30:
+        time.sleep(0.01)
+    print("ran on")
+
+cli.main(app, interrupted="interrupted; re-run to resume")
+"""
+
+
+@pytest.mark.parametrize("sig,code", [("INT", 130), ("TERM", 143)])
+def test_an_interrupt_inside_a_weakref_callback_still_stops_the_run_at_once(sig, code):
+    """A SIGTERM while model.compile=true captured the step buckets was raised inside a weakref callback of torch's,
+    where Python drops exceptions: "Exception ignored ... Terminated", and the run went on for 7 minutes (a new
+    user, 2026-12-07). The signal comes again outside it: one line, the interrupt's exit, in well under 30 s."""
+    start = time.monotonic()
+    proc = subprocess.run([PY, "-c", INTERRUPT_IN_A_CALLBACK.format(sig=sig)], env=ENV, capture_output=True,
+                          text=True, timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (proc.returncode, proc.stdout, proc.stderr.splitlines()) == (
+        code, "", ["interrupted; re-run to resume"]), proc.stderr
+    assert time.monotonic() - start < 20
+
+
 PEER_FAILS = """
 from lp_runtime import cli
 from lp_runtime.config import PeerFailure
