@@ -408,9 +408,10 @@ class OutputConfig:
             _check(not self.path.endswith(record),
                    f"output.path={self.path!r} names a run's {record[1:-5]} record (written beside its answers "
                    f"file); give the answers file, e.g. output.path={self.path[: -len(record)]}.jsonl")
-        _check(not self.path.endswith(("/", os.sep)),  # a folder: it failed after loading, leaving a file
-               f"output.path={self.path!r} ends in a folder separator; give a file path such as "
-               f"{self.path.rstrip('/' + os.sep) or '.'}/answers.jsonl")
+        for key, value, name in (("output.path", self.path, "answers.jsonl"),  # a folder: failed after loading
+                                 ("output.summary_path", self.summary_path or "", "summary.json")):  # or a file 'dir'
+            _check(not value.endswith(("/", os.sep)), f"{key}={value!r} ends in a folder separator; give a file path "
+                   f"such as {value.rstrip('/' + os.sep) or '.'}/{name}")
         _check(os.path.basename(jsonl_base(self.path)) != "",  # ".jsonl": hidden .summary.json, .settings.json
                f"output.path={self.path!r} has no name before .jsonl; give a file path such as "
                f"{os.path.join(os.path.dirname(self.path) or 'outputs', 'answers.jsonl')}")

@@ -1064,6 +1064,10 @@ def _summary_path_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     d = _folder(tmp, "answers_path_ends_in_slash")
     out.append((d.name, [f"output.path={d}/x/", "model.path=/nonexistent"],
                 f"output.path='{d}/x/' ends in a folder separator; give a file path such as {d}/x/answers.jsonl"))
+    d = _folder(tmp, "summary_path_ends_in_slash")  # the summary was written as a file named like the folder
+    out.append((d.name, [f"output.summary_path={d}/s/", f"output.path={d}/a.jsonl", "model.path=/nonexistent"],
+                f"output.summary_path='{d}/s/' ends in a folder separator; give a file path such as "
+                f"{d}/s/summary.json"))
     d = _folder(tmp, "answers_path_has_no_name")  # its summary and settings would be hidden files
     out.append((d.name, [f"output.path={d}/.jsonl", "model.path=/nonexistent"],
                 f"output.path='{d}/.jsonl' has no name before .jsonl; give a file path such as {d}/answers.jsonl"))
@@ -1389,7 +1393,8 @@ def test_dataset_path_is_a_folder(bad_input):
 @pytest.mark.parametrize("case", ["summary_is_the_answers_file", "summary_is_the_question_file",
                                   "summary_is_another_file", "summary_is_a_device", "answers_is_a_device",
                                   "summary_beside_is_answers", "lock_beside_is_answers", "settings_beside_is_notes",
-                                  "answers_path_ends_in_slash", "answers_path_has_no_name", "summary_is_another_runs",
+                                  "answers_path_ends_in_slash", "summary_path_ends_in_slash", "answers_path_has_no_name",
+                                  "summary_is_another_runs",
                                   "twin_of_jsonl", "twin_of_bare", "settings_beside_is_a_folder",
                                   "lock_beside_is_a_folder", "summary_beside_is_a_folder"])
 def test_summary_path_that_would_overwrite_another_file(bad_input, case):
@@ -1404,7 +1409,7 @@ def test_summary_path_that_would_overwrite_another_file(bad_input, case):
         "summary_beside_is_answers": {"a.summary.json": line}, "lock_beside_is_answers": {"a.lock": line},
         "settings_beside_is_notes": {"a.settings.json": "notes\n"}, "twin_of_jsonl": {"a.jsonl": line},
         "twin_of_bare": {"a": line}, "settings_beside_is_a_folder": {}, "lock_beside_is_a_folder": {},
-        "summary_beside_is_a_folder": {},
+        "summary_beside_is_a_folder": {}, "summary_path_ends_in_slash": {},
         "summary_is_another_runs": {"b.jsonl": line, "b.summary.json": json.dumps(
             {"answers": str(folder / "b.jsonl"), "num_questions": 1})}}[case]  # left as they were, nothing new
     folders = {"settings": ["a.settings.json"], "lock_b": ["a.lock"], "summary_b": ["a.summary.json"]}
