@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from .config import ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig, is_bool
+from .config import (ConfigError, DecodingConfig, GenerationConfig, ModelConfig, SamplingConfig, is_bool,
+                     lone_surrogate)
 from .compiled import step_for
 from .decoder import Decoder, GenerationOutput
 from .models import load_model
@@ -32,7 +33,7 @@ from .latency import curve_of
 from .policy import CostPolicy
 from .checks import (check_arg, check_eos_ids, check_limits, check_max_new_tokens, check_model, check_prompt_ids,
                      check_tokenizer, eos_token_ids, one_sequence, vocab_size)
-from .data import blank_kind, encode_messages, is_blank, lone_surrogate
+from .data import blank_kind, encode_messages, is_blank
 
 Prompt = Union[str, Sequence[int], Sequence[dict]]
 

@@ -122,6 +122,7 @@ class ModelConfig:
                "answers and reports are to carry (model.name=my-model), or leave it null for the model's own")
         self.compile = str(self.compile).lower()  # YAML / the command line give true/false as booleans
         _check_choice("model.compile", self.compile, TRI_STATE)
+        self.path = os.fspath(self.path) if isinstance(self.path, os.PathLike) else self.path  # a pathlib.Path folder
         _check(isinstance(self.path, str),
                f"model.path={self.path!r} is not allowed; give a HuggingFace id, a local folder or 'bundled:smollm2'")
         _check(bool(self.path), "model.path is empty; give a HuggingFace id, a local folder or 'bundled:smollm2'")
@@ -302,6 +303,16 @@ class SamplingConfig:
         return replace(self, temperature=float(table[category])) if category in table else self
 
 
+def lone_surrogate(text: str) -> Optional[int]:
+    """The index of the first character of ``text`` that UTF-8 cannot encode (a lone surrogate from a JSON
+    ``\\ud800`` escape, on which tokenizers raise ``TypeError``), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
+
+
 def check_stop_strings(value: Any, key: str = "generation.stop_strings") -> list[str]:
     """``value`` as a list of non-empty strings (a single string is a one-element list); ``ConfigError`` naming
     ``key`` otherwise (the config's key, or the Python API's ``stop_strings`` argument)."""
@@ -316,6 +327,10 @@ def check_stop_strings(value: Any, key: str = "generation.stop_strings") -> list
     _check(all(value), f"{key}={list(value)!r} contains an empty string, which every text ends with (a run would "
                        f"stop after its first token); give non-empty strings, e.g. " + (
                            "generation.stop_strings=[hello]" if cli else 'stop_strings=["\\n\\n"]'))
+    bad = next((s for s in value if lone_surrogate(s) is not None), None)  # a decoded text never holds one
+    _check(bad is None, f"{key}={list(value)!r}: {bad!r} holds a lone UTF-16 surrogate at character "
+                        f"{lone_surrogate(bad or '')}, which no generated text holds (the stop would never match); "
+                        "give valid Unicode text")
     return list(value)
 
 

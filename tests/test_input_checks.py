@@ -726,6 +726,10 @@ def test_api_arguments_of_the_wrong_kind_get_one_config_error(tiny_model_dir):
          "model is str; give a transformers causal LM, e.g. AutoModelForCausalLM.from_pretrained(...)"),
         (lambda: ModelConfig(path=5), "model.path=5 is not allowed; give a HuggingFace id, a local folder or "
                                       "'bundled:smollm2'"),
+        # a stop string no decoded text holds was taken and never matched, where a prompt holding one is refused
+        (lambda: gen.generate("Hi", stop_strings=["ok", "a\ud800"]), "stop_strings=['ok', 'a\\ud800']: 'a\\ud800' "
+         "holds a lone UTF-16 surrogate at character 1, which no generated text holds (the stop would never match); "
+         "give valid Unicode text"),
         # refused before the model loads (a nonexistent path would fail the load first)
         (lambda: LookaheadGenerator.from_config(ModelConfig(path="/nonexistent"), {"method": "lookahead"}),
          "decoding is dict; give a DecodingConfig"),
