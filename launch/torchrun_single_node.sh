@@ -15,6 +15,8 @@
 # copies of the error line are replaced by launch/until_interrupted.py.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=python3
+if [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python; fi
 for arg in "$@"; do
     if [ "$arg" = "-m" ] || [ "$arg" = "--multirun" ] || [ "$arg" = "hydra.mode=MULTIRUN" ]; then
         echo "error: sweeps (-m/--multirun) and torchrun do not mix: every rank would run the whole sweep;" \
@@ -35,13 +37,16 @@ export HYDRA_FULL_ERROR=1
 # torchrun's own default for > 1 rank a node, set here so it does not print its 4-line banner about it
 if [ "${NPROC:-1}" -gt 1 ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; fi
 RUN_DIR=${RUN_DIR:-outputs/hydra/torchrun_$(date +%Y-%m-%d_%H-%M-%S)}
+for flag in ${FLAGS[@]+"${FLAGS[@]}"}; do   # one that prints and exits: in one process, not one copy a rank
+    case "$flag" in --cfg|--cfg=*|-c|--info|--info=*|-i|--help|-h|--hydra-help)
+        exec "$PY" -m lp_runtime.generate "${FLAGS[@]}" hydra.run.dir="$RUN_DIR" "$@" ;;
+    esac
+done
 NEW_DIRS=(); d=$RUN_DIR   # the run folder and its parents that do not exist yet, deepest first
 while [ ! -e "$d" ] && [ "$d" != . ] && [ "$d" != / ]; do NEW_DIRS+=("$d"); d=$(dirname -- "$d"); done
 if [ -z "${TORCHRUN:-}" ]; then
     if [ -x "$ROOT/.venv/bin/torchrun" ]; then TORCHRUN=$ROOT/.venv/bin/torchrun; else TORCHRUN=torchrun; fi
 fi
-PY=python3
-if [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python; fi
 trap '' INT   # this script and the filter ignore Ctrl-C; torchrun installs its own handler and stops the ranks
 # (the filter also ignores SIGTERM: sent to the whole group, e.g. by timeout, it must outlive torchrun's ranks; this
 # script notes it and exits after the pipeline, so it never returns while torchrun and the filter still run)

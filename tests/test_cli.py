@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cli_batch import Call
 from lp_runtime.answers import AnswersLock, OutputError
@@ -216,18 +217,30 @@ def test_a_rank_count_that_is_not_a_positive_integer_is_refused(tmp_path, script
 def test_a_hydra_flag_given_first_to_a_launch_script_stays_before_its_overrides(tmp_path, script):
     """``launch/torchrun_single_node.sh --cfg job decoding=greedy`` was refused ("--cfg job stands between
     overrides"): the script put its hydra.run.dir before the user's arguments, flag included (a review, 2026-12-05).
-    The stub torchrun records the arguments it is given."""
+    The stub torchrun records the arguments it is given (``-cn generate``: a flag that runs the job)."""
     stub = tmp_path / "torchrun"
     stub.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$(dirname "$0")/args"\n')
     stub.chmod(0o755)
     env = {**ENV, "TORCHRUN": str(stub), "LP_RUNTIME_TORCHRUN": str(stub), "SLURM_JOB_ID": "local",
            "NPROC_PER_NODE": "1", "RUN_DIR": "run"}
-    proc = subprocess.run(["bash", str(REPO / "launch" / script), "--cfg", "job", "decoding=greedy"], cwd=tmp_path,
+    proc = subprocess.run(["bash", str(REPO / "launch" / script), "-cn", "generate", "decoding=greedy"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     args = (tmp_path / "args").read_text().splitlines()
     ours = ["hydra.run.dir=run"] if script.startswith("torchrun") else ["parallel.lp=1", "hydra.run.dir=run"]
-    assert args[args.index("lp_runtime.generate") + 1:] == ["--cfg", "job", *ours, "decoding=greedy"]
+    assert args[args.index("lp_runtime.generate") + 1:] == ["-cn", "generate", *ours, "decoding=greedy"]
+
+
+def test_a_flag_that_prints_the_config_runs_once_not_once_a_rank(tmp_path):
+    """``NPROC=2 launch/torchrun_single_node.sh --cfg job parallel.lp=2`` printed the job's config twice, one copy a
+    rank run together: not one YAML document (a new user, 2026-12-07). It runs in one process; torchrun is a stub
+    that would fail."""
+    env = {**ENV, "TORCHRUN": "/bin/false", "NPROC": "2", "RUN_DIR": "run"}
+    proc = subprocess.run(["bash", str(REPO / "launch" / "torchrun_single_node.sh"), "--cfg", "job", "parallel.lp=2"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    config = yaml.safe_load(proc.stdout)  # one document: a key repeated would not load as this
+    assert config["parallel"]["lp"] == 2 and proc.stdout.count("\nparallel:") == 1 and not list(tmp_path.iterdir())
 
 
 SINGLE_HINT = ("(to run it here without Slurm: set NPROC_PER_NODE=<ranks> (default 8) and SLURM_JOB_ID=local or "
