@@ -76,6 +76,14 @@ def test_jsonl_missing_file(tmp_path):
     assert _error(path) == f"dataset.path={path!r} does not exist; give a question file in JSONL format ({FORMAT})"
 
 
+def test_jsonl_missing_relative_file_names_the_folder_it_was_looked_for_in(tmp_path, monkeypatch):
+    """Under hydra.job.chdir=true a relative dataset.path is the run folder's: "does not exist" while the file sat
+    where the command ran (a new user, 2026-12-07). The message names the folder it looked in."""
+    monkeypatch.chdir(tmp_path)
+    assert _error("q.jsonl") == (f"dataset.path='q.jsonl' does not exist in {tmp_path}; give a question file in JSONL "
+                                 f"format ({FORMAT})")
+
+
 def test_jsonl_empty(tmp_path):
     path = _write(tmp_path, ["", "  "])
     assert _error(path) == f"dataset.path={path!r} holds no questions; {FORMAT}"
