@@ -106,6 +106,19 @@ def _check_link(path: Path, name: str, key: str) -> None:
                               "to write there, or remove the link") from None
 
 
+def check_summary_target(cfg: RunConfig) -> None:
+    """``OutputError`` when the summary path is the answers file, the settings record or the question file: paths
+    compared, no file opened, so ``--cfg job`` makes this check too (``jobs.check_job``)."""
+    base, summary = Path(cfg.output.path), Path(cfg.output.resolved_summary_path)
+    others = {"the answers file (output.path)": base, "the settings record": Path(cfg.output.resolved_settings_path)}
+    if cfg.dataset.name == "jsonl" and cfg.dataset.path:
+        others["the question file (dataset.path)"] = Path(cfg.dataset.path)
+    for what, other in others.items():
+        if summary.resolve() == other.resolve():
+            raise OutputError(f"output.summary_path={summary} is {what}; the summary would overwrite it: give another "
+                              f"file, e.g. output.summary_path={beside(base, '.summary.json')}")
+
+
 def check_summary_path(cfg: RunConfig) -> None:
     """``OutputError`` when the run's summary (``output.summary_path``, or the default beside the answers) would
     overwrite the answers, the question file, the settings record, an existing file that is not a run summary or
@@ -126,14 +139,9 @@ def check_summary_path(cfg: RunConfig) -> None:
         if path.is_file() and not looks_right(path):
             raise OutputError(f"{path}, which this run writes beside output path {base}, exists and is not {kind}; "
                               f"move it away or choose another output.path")
+    check_summary_target(cfg)
     summary = Path(cfg.output.resolved_summary_path)
-    others = {"the answers file (output.path)": base, "the settings record": settings}
-    if cfg.dataset.name == "jsonl" and cfg.dataset.path:
-        others["the question file (dataset.path)"] = Path(cfg.dataset.path)
     advice = f"give another file, e.g. output.summary_path={beside(base, '.summary.json')}"
-    for what, other in others.items():
-        if summary.resolve() == other.resolve():
-            raise OutputError(f"output.summary_path={summary} is {what}; the summary would overwrite it: {advice}")
     record = read_json(summary) if summary.is_file() else None
     if summary.is_file() and not (isinstance(record, dict) and {"answers", "num_questions"} <= record.keys()):
         if not cfg.output.summary_path:

@@ -130,8 +130,8 @@ def _read_jsonl(path: Optional[str], name: str) -> list[Question]:
     """Questions of a JSONL question file; ``name`` is how messages refer to it."""
     if not path or not os.path.isfile(path):
         where = f" in {os.getcwd()}" if path and not os.path.isabs(path) else ""  # the job's folder under chdir
-        what = (f"does not exist{where}" if not (path and os.path.exists(path)) else "is a folder" if os.path.isdir(path)
-                else "is not a regular file (a device, pipe or socket)")
+        what = (f"does not exist{where}" if not (path and os.path.exists(path)) else
+                "is a folder" if os.path.isdir(path) else "is not a regular file (a device, pipe or socket)")
         raise DatasetError(f"{name} {what}; give a question file in JSONL format ({_FORMAT})")
     questions: list[Question] = []
     first_line: dict[str, tuple[int, Union[int, str]]] = {}  # id as text -> (line, id)

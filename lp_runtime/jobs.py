@@ -129,6 +129,10 @@ def check_job(dict_cfg: Any, overrides: list[str]) -> Any:
     check_ignored_keys(dict_cfg, {override_key(o) for o in overrides})
     check_model_sampling_keys(dict_cfg, overrides)
     assert isinstance(cfg, RunConfig)
+    try:
+        answers.check_summary_target(cfg)
+    except answers.OutputError as e:  # --cfg job: the same line as a run's (cli.main's ConfigError)
+        raise ConfigError(str(e)) from None
     return cfg
 
 
