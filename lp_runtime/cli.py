@@ -228,6 +228,7 @@ def is_rank0() -> bool:
 
 
 _DIRS_BEFORE: set[str] = set()  # folders (2 levels below the launch directory) that existed before Hydra ran
+_NEW_RUN_PARENTS: set[str] = set()  # the folders above a hydra.run.dir= given that did not exist then
 _STARTED = time.time()  # a run folder not changed since is an earlier run's (a fixed hydra.run.dir): kept
 
 
@@ -240,6 +241,14 @@ def _dirs_near(root: Path, depth: int = 2) -> set[str]:
     for e in entries if depth > 1 else []:
         found |= _dirs_near(Path(e.path), depth - 1)
     return found
+
+
+def _new_run_parents(argv: list[str]) -> set[str]:
+    """The missing folders above the last ``hydra.run.dir=`` in ``argv`` (without ``${...}``): made by this run."""
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
+    if not given or not given[-1] or "${" in given[-1]:
+        return set()
+    return {str(p) for p in Path(os.path.abspath(os.path.expanduser(given[-1]))).parents if not p.exists()}
 
 
 def remove_refused_run_dir() -> None:
@@ -277,7 +286,8 @@ def _remove_made(root: Path, allowed: Callable[[str, Path], bool]) -> None:
         root.rmdir()
         cwd = Path.cwd().resolve()
         for parent in root.resolve().parents:
-            if parent == cwd or cwd not in parent.parents or str(parent) in _DIRS_BEFORE or any(parent.iterdir()):
+            made = str(parent) in _NEW_RUN_PARENTS or (cwd in parent.parents and str(parent) not in _DIRS_BEFORE)
+            if not made or any(parent.iterdir()):  # e.g. /tmp/x/a of hydra.run.dir=/tmp/x/a/b (a new user)
                 break
             parent.rmdir()
     except OSError:  # another rank removed it first, or it changed under us: leave the rest
@@ -427,6 +437,8 @@ def main(app: Callable[[], None], *, interrupted: str,
     # Without it Hydra prints composition errors (a wrong type, an unknown key) itself and exits with 1.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     _DIRS_BEFORE.update(_dirs_near(Path.cwd()))
+    _NEW_RUN_PARENTS.clear()
+    _NEW_RUN_PARENTS.update(_new_run_parents(sys.argv[1:]))
     try:
         check_flag_order(sys.argv[1:])
         check_dict_keys(sys.argv[1:])

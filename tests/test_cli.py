@@ -1170,6 +1170,10 @@ def _own_folder_cases(tmp: Path) -> list:
     out.append((d.name, Call(["model.path=empty", "progress=false"], cwd=str(d)),
                 "model.path='empty' holds neither config.json (a transformers model folder) nor a .gguf file (for "
                 "model.gguf_file); give a folder saved by save_pretrained, a HuggingFace id, or bundled:smollm2"))
+    d = _folder(tmp, "refused_run_dir_elsewhere")  # hydra.run.dir outside the folder the command runs in
+    (d / "here").mkdir()
+    out.append((d.name, Call([f"hydra.run.dir={d / 'elsewhere' / 'a' / 'b'}", "dataset.limit=0"], cwd=str(d / "here")),
+                "dataset.limit=0 is not allowed; it must be >= 1"))
     d = _folder(tmp, "refused_setting")
     out.append((d.name, Call(["decoding.window_size=-1"], cwd=str(d)),
                 "decoding.window_size=-1 is negative; W must be >= 0"))
@@ -1487,6 +1491,12 @@ def _tree(folder: Path) -> list[str]:
 def test_hydra_folder_or_launcher_setting_that_cannot_work_is_one_line(bad_input, case):
     folder = _check(bad_input, case)
     assert sorted(p.name for p in folder.iterdir()) == ["f.jsonl"]
+
+
+def test_refusal_leaves_no_new_folder_above_a_run_folder_outside_the_working_one(bad_input):
+    """hydra.run.dir=/tmp/x/a/b refused: b was removed and the new /tmp/x/a left (a new user, 2026-12-07)."""
+    folder = _check(bad_input, "refused_run_dir_elsewhere")
+    assert [p.name for p in folder.iterdir()] == ["here"] and not list((folder / "here").iterdir())
 
 
 @pytest.mark.parametrize("case", ["unknown_key", "refused_setting", "refused_bench", "bench_list_by_name",
