@@ -258,7 +258,7 @@ class SamplingConfig:
     repetition_penalty: float = 1.0
     seed: int = 0
     category_temperature: Any = None  # Optional[dict[str, float]]; Any: an override into null must assign, not merge
-    suppress_tokens: Optional[list[int]] = None
+    suppress_tokens: Any = None  # Optional[list[int]]; one id is a list of one, as for generation.eos_token_ids
     from_model: bool = False
 
     def __post_init__(self) -> None:
@@ -285,6 +285,8 @@ class SamplingConfig:
                    f"allowed; it must be 0 (greedy) or >= {MIN_TEMPERATURE}")
         if table is not None:
             self.category_temperature = {c: float(t) for c, t in table.items()}
+        if is_int(self.suppress_tokens):
+            self.suppress_tokens = [self.suppress_tokens]
         _check(self.suppress_tokens is None or _is_id_list(self.suppress_tokens),
                f"sampling.suppress_tokens={self.suppress_tokens!r} is not allowed; it must be a list of token ids >= 0")
         if self.from_model:  # a value set beside sampling=model was ignored, and recorded as if applied

@@ -145,8 +145,8 @@ def test_greedy_runs_ignore_successors():
     (lambda: ParallelConfig(timeout_s=None), "parallel.timeout_s=None is not allowed; it must be a number of seconds > "
      "0 and <= 604800 (a week)"),
     (lambda: DatasetConfig(limit=2.5), "dataset.limit=2.5 is not allowed; it must be an integer (or None)"),
-    (lambda: SamplingConfig(suppress_tokens=5),
-     "sampling.suppress_tokens=5 is not allowed; it must be a list of token ids >= 0"),
+    (lambda: SamplingConfig(suppress_tokens=[-1]),
+     "sampling.suppress_tokens=[-1] is not allowed; it must be a list of token ids >= 0"),
     (lambda: OutputConfig(path=["a"]), "output.path=['a'] is not allowed; it must be a string"),
     (lambda: RunConfig(model="yes"), "model='yes' is not allowed; give a ModelConfig"),
     (lambda: RunConfig(progress="no"), "progress='no' is not allowed; it must be True or False"),
@@ -233,3 +233,9 @@ def test_sweep_jobs_expands_a_glob_over_a_config_group():
 def test_model_path_may_be_a_pathlib_path(tmp_path):
     """ModelConfig(path=Path(folder)) was refused as "give ... a local folder" (a new user, 2026-12-07)."""
     assert ModelConfig(path=tmp_path).path == str(tmp_path)
+
+
+def test_one_suppressed_token_id_is_a_list_of_one():
+    """sampling.suppress_tokens=5 got Hydra's "int is not a ListConfig" where generation.eos_token_ids=7 is [7] (a
+    new user, 2026-12-07)."""
+    assert SamplingConfig(suppress_tokens=5).suppress_tokens == [5]
