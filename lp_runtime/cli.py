@@ -354,6 +354,7 @@ class Terminated(KeyboardInterrupt):
 
 _SIGNALS: list[int] = []  # SIGINT / SIGTERM this process received (``main``'s handlers)
 _BEFORE_EXIT: dict = {}  # the handlers ``main`` replaced as it exits (``_ignore_signals``)
+_HOOKS: dict = {}  # the sys.unraisablehook ``take_signals`` replaced
 
 
 def _on_signal(signum, frame) -> None:
@@ -364,12 +365,20 @@ def _on_signal(signum, frame) -> None:
 def _on_unraisable(unraisable) -> None:
     """An interrupt raised inside a weakref callback or finalizer, where Python drops exceptions (a SIGTERM while
     torch compiled the step buckets was printed as "Exception ignored" and the run went on for 7 minutes; a new
-    user, 2026-12-07): the signal comes again 10 ms later, from a thread, to land outside it (again if it does not).
-    Anything else goes to Python's default hook."""
+    user, 2026-12-07): the signal comes again 10 ms later, from a thread, to land outside it (again if it does not),
+    unless this process no longer takes it (exiting). It stays recorded (``interrupted``) meanwhile. Anything else
+    goes to the hook that was there before."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt) and _SIGNALS:
-        threading.Timer(0.01, os.kill, (os.getpid(), _SIGNALS.pop())).start()
+        timer = threading.Timer(0.01, _send_again, (_SIGNALS[-1],))
+        timer.daemon = True  # not waited for at exit
+        timer.start()
     else:
-        sys.__unraisablehook__(unraisable)
+        _HOOKS.get("before", sys.__unraisablehook__)(unraisable)
+
+
+def _send_again(signum: int) -> None:
+    if signal.getsignal(signum) is _on_signal:
+        os.kill(os.getpid(), signum)
 
 
 def take_signals() -> None:
@@ -379,7 +388,8 @@ def take_signals() -> None:
     signal.signal(signal.SIGTERM, _on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_signal)
-    sys.unraisablehook = _on_unraisable
+    if sys.unraisablehook is not _on_unraisable:
+        _HOOKS["before"], sys.unraisablehook = sys.unraisablehook, _on_unraisable
 
 
 def interrupted() -> bool:

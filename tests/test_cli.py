@@ -1689,6 +1689,61 @@ cli.main(app, interrupted="interrupted; re-run to resume")
 """
 
 
+INTERRUPT_AS_THE_APP_RETURNS = """
+import os, signal, time, weakref
+from lp_runtime import cli
+
+class Tensor:
+    pass
+
+def callback(_):
+    os.kill(os.getpid(), signal.SIG{sig})
+    start = time.time()
+    while time.time() - start < 0.5:
+        pass
+
+def app():  # returns at once, before the signal is sent again: still an interrupted run
+    tensor = Tensor()
+    ref = weakref.ref(tensor, callback)
+    del tensor
+
+cli.main(app, interrupted="interrupted; re-run to resume")
+"""
+
+SIGTERM_IN_A_FINALIZER_WHILE_EXITING = """
+import os, signal, time
+from lp_runtime import cli
+
+class Buffers:
+    def __del__(self):  # freed while Ctrl-C unwinds; torchrun's SIGTERM to its workers lands in here
+        os.kill(os.getpid(), signal.SIGTERM)
+        start = time.time()
+        while time.time() - start < 0.3:
+            pass
+
+def app():
+    buffers = Buffers()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    finally:
+        del buffers
+
+cli.main(app, interrupted="interrupted; re-run to resume")
+"""
+
+
+@pytest.mark.parametrize("script, sig, code", [
+    (INTERRUPT_AS_THE_APP_RETURNS, "INT", 130), (INTERRUPT_AS_THE_APP_RETURNS, "TERM", 143),
+    (SIGTERM_IN_A_FINALIZER_WHILE_EXITING, None, 143)])
+def test_an_interrupt_inside_a_callback_is_not_lost_nor_sent_to_an_exiting_process(script, sig, code):
+    """The signal sent again (below) once was taken off the record for its 10 ms: a run that returned then exited 0
+    with no line; and sent to a process already exiting on an interrupt it killed it (-15; a review, 2026-12-07)."""
+    proc = subprocess.run([PY, "-c", script.format(sig=sig)], env=ENV, capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (proc.returncode, proc.stderr.splitlines()) == (code, ["interrupted; re-run to resume"]), proc.stderr
+
+
 @pytest.mark.parametrize("sig,code", [("INT", 130), ("TERM", 143)])
 def test_an_interrupt_inside_a_weakref_callback_still_stops_the_run_at_once(sig, code):
     """A SIGTERM while model.compile=true captured the step buckets was raised inside a weakref callback of torch's,
