@@ -37,9 +37,9 @@ export HYDRA_FULL_ERROR=1
 # torchrun's own default for > 1 rank a node, set here so it does not print its 4-line banner about it
 if [ "${NPROC:-1}" -gt 1 ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; fi
 RUN_DIR=${RUN_DIR:-outputs/hydra/torchrun_$(date +%Y-%m-%d_%H-%M-%S)}
-for flag in ${FLAGS[@]+"${FLAGS[@]}"}; do   # one that prints and exits: in one process, not one copy a rank
-    case "$flag" in --cfg|--cfg=*|-c|--info|--info=*|-i|--help|-h|--hydra-help)
-        exec "$PY" -m lp_runtime.generate "${FLAGS[@]}" hydra.run.dir="$RUN_DIR" "$@" ;;
+for flag in ${FLAGS[@]+"${FLAGS[@]}"} "$@"; do   # one that prints and exits (first or last): one process, one copy
+    case "$flag" in --cfg|--cfg=*|-c|--info|--info=*|-i|--help|-h|--hydra-help|--version|-sc|--shell-completion)
+        exec "$PY" -m lp_runtime.generate ${FLAGS[@]+"${FLAGS[@]}"} hydra.run.dir="$RUN_DIR" "$@" ;;
     esac
 done
 NEW_DIRS=(); d=$RUN_DIR   # the run folder and its parents that do not exist yet, deepest first

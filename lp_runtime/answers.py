@@ -108,13 +108,14 @@ def _check_link(path: Path, name: str, key: str) -> None:
 
 def check_summary_target(cfg: RunConfig) -> None:
     """``OutputError`` when the summary path is the answers file, the settings record or the question file: paths
-    compared, no file opened, so ``--cfg job`` makes this check too (``jobs.check_job``)."""
+    compared (``real_path``; a looping link is named by ``check_output_path``), no file opened, so ``--cfg job``
+    makes this check too (``jobs.check_printed_config``)."""
     base, summary = Path(cfg.output.path), Path(cfg.output.resolved_summary_path)
     others = {"the answers file (output.path)": base, "the settings record": Path(cfg.output.resolved_settings_path)}
     if cfg.dataset.name == "jsonl" and cfg.dataset.path:
         others["the question file (dataset.path)"] = Path(cfg.dataset.path)
     for what, other in others.items():
-        if summary.resolve() == other.resolve():
+        if real_path(str(summary)) == real_path(str(other)):
             raise OutputError(f"output.summary_path={summary} is {what}; the summary would overwrite it: give another "
                               f"file, e.g. output.summary_path={beside(base, '.summary.json')}")
 

@@ -228,7 +228,7 @@ def is_rank0() -> bool:
 
 
 _DIRS_BEFORE: set[str] = set()  # folders (2 levels below the launch directory) that existed before Hydra ran
-_NEW_RUN_PARENTS: set[str] = set()  # the folders above a hydra.run.dir= given that did not exist then
+_NEW_PARENTS: dict[str, set[str]] = {}  # hydra.run.dir / hydra.sweep.dir given -> its parents missing then
 _STARTED = time.time()  # a run folder not changed since is an earlier run's (a fixed hydra.run.dir): kept
 
 
@@ -243,12 +243,16 @@ def _dirs_near(root: Path, depth: int = 2) -> set[str]:
     return found
 
 
-def _new_run_parents(argv: list[str]) -> set[str]:
-    """The missing folders above the last ``hydra.run.dir=`` in ``argv`` (without ``${...}``): made by this run."""
-    given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
-    if not given or not given[-1] or "${" in given[-1]:
-        return set()
-    return {str(p) for p in Path(os.path.abspath(os.path.expanduser(given[-1]))).parents if not p.exists()}
+def _new_parents(argv: list[str]) -> dict[str, set[str]]:
+    """For the last ``hydra.run.dir=`` and ``hydra.sweep.dir=`` in ``argv`` (without ``${...}``), the folders above
+    it that do not exist yet: what the run makes."""
+    out = {}
+    for key in ("hydra.run.dir", "hydra.sweep.dir"):
+        given = [a.split("=", 1)[1] for a in argv if a.startswith(key + "=")]
+        if given and given[-1] and "${" not in given[-1]:
+            out[key] = {str(p) for p in Path(os.path.realpath(os.path.expanduser(given[-1]))).parents
+                        if not p.exists()}
+    return out
 
 
 def remove_refused_run_dir() -> None:
@@ -260,7 +264,7 @@ def remove_refused_run_dir() -> None:
     records = {f"{hc.job.name}.log", hc.output_subdir}
     if hc.output_subdir:
         records |= {f"{hc.output_subdir}/{n}" for n in ("config.yaml", "hydra.yaml", "overrides.yaml")}
-    _remove_made(Path(hc.runtime.output_dir),
+    _remove_made(Path(hc.runtime.output_dir), _NEW_PARENTS.get("hydra.run.dir"),
                  lambda rel, p: rel in records and not (rel.endswith(".log") and p.stat().st_size > 0))
 
 
@@ -268,13 +272,14 @@ def remove_refused_sweep_dir() -> None:
     """After Slurm's sbatch refused a sweep's jobs, remove the sweep folder when it holds only what the launcher
     wrote for them (``multirun.yaml``, ``.submitit/``), then the empty folders above it that the run made."""
     if HydraConfig.initialized():
-        _remove_made(Path(HydraConfig.get().sweep.dir), lambda rel, p: rel == "multirun.yaml"
-                     or rel.split("/")[0] == ".submitit")
+        _remove_made(Path(HydraConfig.get().sweep.dir), _NEW_PARENTS.get("hydra.sweep.dir"),
+                     lambda rel, p: rel == "multirun.yaml" or rel.split("/")[0] == ".submitit")
 
 
-def _remove_made(root: Path, allowed: Callable[[str, Path], bool]) -> None:
+def _remove_made(root: Path, new_parents: Optional[set[str]], allowed: Callable[[str, Path], bool]) -> None:
     """Remove ``root`` when every path under it is ``allowed(relative path, path)`` and ``root`` changed since this
-    process started (else: an earlier run's), then the empty folders above it that were not there before."""
+    process started (else: an earlier run's), then the empty folders above it that were not there before: those in
+    ``new_parents`` where the command line gave ``root`` (``_new_parents``), else new ones below the working one."""
     try:
         found = {str(p.relative_to(root)): p for p in root.rglob("*")}
         if not root.is_dir() or not all(allowed(rel, p) for rel, p in found.items()):
@@ -286,8 +291,11 @@ def _remove_made(root: Path, allowed: Callable[[str, Path], bool]) -> None:
         root.rmdir()
         cwd = Path.cwd().resolve()
         for parent in root.resolve().parents:
-            made = str(parent) in _NEW_RUN_PARENTS or (cwd in parent.parents and str(parent) not in _DIRS_BEFORE)
-            if not made or any(parent.iterdir()):  # e.g. /tmp/x/a of hydra.run.dir=/tmp/x/a/b (a new user)
+            # /tmp/x/a of hydra.run.dir=/tmp/x/a/b (a new user), never an empty folder of the user's deeper than
+            # _DIRS_BEFORE looks (a review)
+            made = (str(parent) in new_parents if new_parents is not None else
+                    cwd in parent.parents and str(parent) not in _DIRS_BEFORE)
+            if not made or any(parent.iterdir()):
                 break
             parent.rmdir()
     except OSError:  # another rank removed it first, or it changed under us: leave the rest
@@ -447,8 +455,8 @@ def main(app: Callable[[], None], *, interrupted: str,
     # Without it Hydra prints composition errors (a wrong type, an unknown key) itself and exits with 1.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     _DIRS_BEFORE.update(_dirs_near(Path.cwd()))
-    _NEW_RUN_PARENTS.clear()
-    _NEW_RUN_PARENTS.update(_new_run_parents(sys.argv[1:]))
+    _NEW_PARENTS.clear()
+    _NEW_PARENTS.update(_new_parents(sys.argv[1:]))
     try:
         check_flag_order(sys.argv[1:])
         check_dict_keys(sys.argv[1:])

@@ -129,10 +129,6 @@ def check_job(dict_cfg: Any, overrides: list[str]) -> Any:
     check_ignored_keys(dict_cfg, {override_key(o) for o in overrides})
     check_model_sampling_keys(dict_cfg, overrides)
     assert isinstance(cfg, RunConfig)
-    try:
-        answers.check_summary_target(cfg)
-    except answers.OutputError as e:  # --cfg job: the same line as a run's (cli.main's ConfigError)
-        raise ConfigError(str(e)) from None
     return cfg
 
 
@@ -385,9 +381,15 @@ def check_printed_config(argv: list[str]) -> None:
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None, job_name="generate"):
         cfg = compose("generate", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # what ${hydra:...} in a value resolves to, as in a run
+    chdir = cfg.hydra.job.chdir  # the paths are then the run folder's, which --cfg does not make
     with open_dict(cfg):
         del cfg["hydra"]
-    check_job(cfg, overrides)
+    run = check_job(cfg, overrides)
+    try:
+        if not chdir:
+            answers.check_summary_target(run)  # as the run checks it (answers.check_summary_path)
+    except answers.OutputError as e:  # the same line as a run's (cli.main's ConfigError)
+        raise ConfigError(str(e)) from None
 
 
 TORCHRUN_SWEEP = ("sweeps (-m/--multirun) and torchrun do not mix: every rank would run the whole sweep; launch "

@@ -231,12 +231,13 @@ def test_a_hydra_flag_given_first_to_a_launch_script_stays_before_its_overrides(
     assert args[args.index("lp_runtime.generate") + 1:] == ["-cn", "generate", *ours, "decoding=greedy"]
 
 
-def test_a_flag_that_prints_the_config_runs_once_not_once_a_rank(tmp_path):
+@pytest.mark.parametrize("args", [["--cfg", "job", "parallel.lp=2"], ["parallel.lp=2", "--cfg", "job"]])
+def test_a_flag_that_prints_the_config_runs_once_not_once_a_rank(tmp_path, args):
     """``NPROC=2 launch/torchrun_single_node.sh --cfg job parallel.lp=2`` printed the job's config twice, one copy a
-    rank run together: not one YAML document (a new user, 2026-12-07). It runs in one process; torchrun is a stub
-    that would fail."""
+    rank run together: not one YAML document (a new user, 2026-12-07); so did the flag after the overrides (a
+    review). It runs in one process; torchrun is a stub that would fail."""
     env = {**ENV, "TORCHRUN": "/bin/false", "NPROC": "2", "RUN_DIR": "run"}
-    proc = subprocess.run(["bash", str(REPO / "launch" / "torchrun_single_node.sh"), "--cfg", "job", "parallel.lp=2"],
+    proc = subprocess.run(["bash", str(REPO / "launch" / "torchrun_single_node.sh"), *args],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     config = yaml.safe_load(proc.stdout)  # one document: a key repeated would not load as this
@@ -1174,6 +1175,10 @@ def _own_folder_cases(tmp: Path) -> list:
     (d / "here").mkdir()
     out.append((d.name, Call([f"hydra.run.dir={d / 'elsewhere' / 'a' / 'b'}", "dataset.limit=0"], cwd=str(d / "here")),
                 "dataset.limit=0 is not allowed; it must be >= 1"))
+    d = _folder(tmp, "refused_run_dir_in_an_empty_folder")  # a folder of the user's 3 levels down, empty: kept
+    (d / "a" / "b" / "c").mkdir(parents=True)
+    out.append((d.name, Call(["hydra.run.dir=a/b/c/run", "dataset.limit=0"], cwd=str(d)),
+                "dataset.limit=0 is not allowed; it must be >= 1"))
     d = _folder(tmp, "refused_setting")
     out.append((d.name, Call(["decoding.window_size=-1"], cwd=str(d)),
                 "decoding.window_size=-1 is negative; W must be >= 0"))
@@ -1497,6 +1502,9 @@ def test_refusal_leaves_no_new_folder_above_a_run_folder_outside_the_working_one
     """hydra.run.dir=/tmp/x/a/b refused: b was removed and the new /tmp/x/a left (a new user, 2026-12-07)."""
     folder = _check(bad_input, "refused_run_dir_elsewhere")
     assert [p.name for p in folder.iterdir()] == ["here"] and not list((folder / "here").iterdir())
+    # an empty folder of the user's above hydra.run.dir was removed with the run's (a review, 2026-12-07)
+    folder = _check(bad_input, "refused_run_dir_in_an_empty_folder")
+    assert [str(p.relative_to(folder)) for p in sorted(folder.rglob("*"))] == ["a", "a/b", "a/b/c"]
 
 
 @pytest.mark.parametrize("case", ["unknown_key", "refused_setting", "refused_bench", "bench_list_by_name",

@@ -542,13 +542,13 @@ def test_a_refused_sweeps_folder_is_removed_only_when_it_holds_nothing_else(tmp_
             (tmp_path / name / f).write_text("x")
         return tmp_path / name
     allowed = lambda rel, p: rel == "multirun.yaml" or rel.split("/")[0] == ".submitit"  # noqa: E731
-    cli._remove_made(made("a/b/sweep", "multirun.yaml", ".submitit/x.pkl"), allowed)
+    cli._remove_made(made("a/b/sweep", "multirun.yaml", ".submitit/x.pkl"), None, allowed)
     assert not (tmp_path / "a").exists()  # and the empty folders above it that the run made
-    cli._remove_made(made("old", "multirun.yaml", ".submitit/x.pkl", "0/answers.jsonl"), allowed)
+    cli._remove_made(made("old", "multirun.yaml", ".submitit/x.pkl", "0/answers.jsonl"), None, allowed)
     assert (tmp_path / "old" / "0" / "answers.jsonl").exists() and (tmp_path / "old" / "multirun.yaml").exists()
     before = made("before", "multirun.yaml")
     os.utime(before, (cli._STARTED - 60, cli._STARTED - 60))
-    cli._remove_made(before, allowed)
+    cli._remove_made(before, None, allowed)
     assert (before / "multirun.yaml").exists()
 
 
