@@ -78,11 +78,15 @@ def check_output_path(path: Path, *, key: str = "output.path") -> None:
             raise OutputError(f"{name} is not writable ({why})")
         existed = path.exists()
         try:
-            open(path, "a", encoding="utf-8").close()
+            try:
+                open(path, "a", encoding="utf-8").close()
+            except FileNotFoundError:  # a run started at the same time removed the folder its check had made
+                path.parent.mkdir(parents=True, exist_ok=True)
+                open(path, "a", encoding="utf-8").close()
         except OSError as e:
             raise OutputError(f"{name} is not writable: {e.strerror}") from None
         if not existed:
-            path.unlink()
+            path.unlink(missing_ok=True)  # that run's check may have removed it first
     finally:
         for folder in made:  # only folders this check made, and only if still empty
             with contextlib.suppress(OSError):
@@ -203,7 +207,11 @@ class AnswersLock:
         self._made = [p for p in self.path.parents if not p.exists()]  # innermost first
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # a run started at the same time removed the folder its check had made
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

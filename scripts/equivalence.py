@@ -181,7 +181,8 @@ def main() -> int:
                     for kind in sorted(set(old.get(part, {})) | set(result.get(part, {})))
                     for key in sorted(set(old.get(part, {}).get(kind, {})) | set(result.get(part, {}).get(kind, {})))
                     if old.get(part, {}).get(kind, {}).get(key) != result.get(part, {}).get(kind, {}).get(key)]
-            print(f"DIFFERENT from {args.compare}: {len(diff)} runs differ: {diff[:20]}", file=sys.stderr)
+            shown = ", ".join(diff[:20]) + (f", ... ({len(diff) - 20} more)" if len(diff) > 20 else "")
+            print(f"DIFFERENT from {args.compare}: {len(diff)} runs differ: {shown}", file=sys.stderr)
             return 1
         print(f"identical to {args.compare}")
     return 0
