@@ -362,7 +362,7 @@ def _check_answer(record: Any, where: str, path: Path, advice: str) -> None:
         raise OutputError(f"{where} is {what} (an answer line has question_id and choices[0] with "
                           f"{', '.join(ANSWER_KEYS)}), so {path} is not an answers file; {advice}")
     qid = record["question_id"]  # as a question file's: true would answer question 81 again beside it
-    if isinstance(qid, bool) or not isinstance(qid, (int, str)) or (isinstance(qid, str) and data.is_blank(qid)):
+    if not data.is_question_id(qid):
         raise OutputError(f"{where}: question_id is {data.short(qid)}, not an int or a non-blank string; the file was "
                           f"changed by hand: restore that line or remove it (its question is answered again), or "
                           f"{advice}")

@@ -329,10 +329,10 @@ def check_stop_strings(value: Any, key: str = "generation.stop_strings") -> list
     _check(all(value), f"{key}={list(value)!r} contains an empty string, which every text ends with (a run would "
                        f"stop after its first token); give non-empty strings, e.g. " + (
                            "generation.stop_strings=[hello]" if cli else 'stop_strings=["\\n\\n"]'))
-    bad = next((s for s in value if lone_surrogate(s) is not None), None)  # a decoded text never holds one
-    _check(bad is None, f"{key}={list(value)!r}: {bad!r} holds a lone UTF-16 surrogate at character "
-                        f"{lone_surrogate(bad or '')}, which no generated text holds (the stop would never match); "
-                        "give valid Unicode text")
+    bad = next(((s, at) for s in value if (at := lone_surrogate(s)) is not None), None)  # no decoded text has one
+    _check(bad is None, f"{key}={list(value)!r}: {bad and bad[0]!r} holds a lone UTF-16 surrogate at character "
+                        f"{bad and bad[1]}, which no generated text holds (the stop would never match); give valid "
+                        "Unicode text")
     return list(value)
 
 

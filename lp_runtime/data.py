@@ -183,9 +183,9 @@ def _parse_row(row: Any, where: str) -> Question:
     if "question_id" not in row:
         raise DatasetError(f"{where}: field 'question_id' is missing; it must be an int or a string")
     qid = row["question_id"]
-    if isinstance(qid, bool) or not isinstance(qid, (int, str)):
+    if not is_question_id(qid) and not isinstance(qid, str):
         raise DatasetError(f"{where}: field 'question_id' is {short(qid)}; it must be an int or a string")
-    if isinstance(qid, str) and is_blank(qid):
+    if not is_question_id(qid):
         raise DatasetError(f"{where}: field 'question_id' is {short(qid)}, blank; it must name the question (an int "
                            "or a non-blank string: answers are matched to questions by it)")
     category = row.get("category")  # left out, or null (Python's json.dump of None): no category
@@ -226,6 +226,12 @@ def invisible(text: str) -> list[str]:
     """``U+XXXX`` of each distinct ``_hidden`` character in ``text``, in order (zero-width space U+200B, byte order
     mark U+FEFF, NUL U+0000, ...)."""
     return list(dict.fromkeys(f"U+{ord(c):04X}" for c in text if _hidden(c)))
+
+
+def is_question_id(qid: Any) -> bool:
+    """Whether ``qid`` can name a question (in a question file and in an answers file): an int or a non-blank
+    string."""
+    return (isinstance(qid, int) and not isinstance(qid, bool)) or (isinstance(qid, str) and not is_blank(qid))
 
 
 def is_blank(text: str) -> bool:

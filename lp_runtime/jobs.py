@@ -385,11 +385,11 @@ def check_printed_config(argv: list[str]) -> None:
     with open_dict(cfg):
         del cfg["hydra"]
     run = check_job(cfg, overrides)
-    try:
-        if not chdir:
+    if not chdir:
+        try:
             answers.check_summary_target(run)  # as the run checks it (answers.check_summary_path)
-    except answers.OutputError as e:  # the same line as a run's (cli.main's ConfigError)
-        raise ConfigError(str(e)) from None
+        except answers.OutputError as e:  # the same line as a run's (cli.main's ConfigError)
+            raise ConfigError(str(e)) from None
 
 
 TORCHRUN_SWEEP = ("sweeps (-m/--multirun) and torchrun do not mix: every rank would run the whole sweep; launch "
