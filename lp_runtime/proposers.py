@@ -136,11 +136,14 @@ class SuffixProposer:
         index_history: match over the accepted sequence too (``pool_from_prompt``); False: n-grams only.
         store: an ``AnswerStore`` matched after this sequence's sources (weight ``store_weight``) in greedy calls,
             and in sampled calls too when ``store_when_sampling``; every finished output is added to it.
+        store_min_key: the shortest suffix (tokens) looked up in the store; shorter ones match the sequence's
+            own sources only (above ``max_key``: the store is never matched).
         ngram_keys: "all" (every k-gram of an n-gram; docs/benchmarks.md 6b) or "head" (its first k tokens, as
             the paper's pool).
         chain: chain (module docstring); tree: False = each root-to-leaf path as its own chain.
 
-    Raises ``ValueError`` for N < 2, G < 0, max_key < 1 or an unknown ``ranking`` / ``ngram_keys``.
+    Raises ``ValueError`` for N < 2, G < 0, max_key < 1, store_min_key < 1 or an unknown ``ranking`` /
+    ``ngram_keys``.
     """
 
     topk = 0
@@ -148,11 +151,11 @@ class SuffixProposer:
     def __init__(self, ngram_size: int, num_leaves: int, *, max_nodes: Optional[int] = None, max_depth: int = 10,
                  max_key: int = 4, ranking: str = "counts", max_occurrences: int = 64,
                  index_history: bool = True, store: Optional[AnswerStore] = None, store_weight: float = STORE_WEIGHT,
-                 store_when_sampling: bool = False, ngram_keys: str = "all", chain: bool = True,
-                 tree: bool = True) -> None:
-        if ngram_size < 2 or num_leaves < 0 or max_key < 1:
-            raise ValueError(f"ngram_size={ngram_size}, num_leaves={num_leaves}, max_key={max_key}: "
-                             "need N >= 2, G >= 0, max_key >= 1")
+                 store_when_sampling: bool = False, store_min_key: int = 1, ngram_keys: str = "all",
+                 chain: bool = True, tree: bool = True) -> None:
+        if ngram_size < 2 or num_leaves < 0 or max_key < 1 or store_min_key < 1:
+            raise ValueError(f"ngram_size={ngram_size}, num_leaves={num_leaves}, max_key={max_key}, "
+                             f"store_min_key={store_min_key}: need N >= 2, G >= 0, max_key >= 1, store_min_key >= 1")
         if ranking not in ("counts", "recency") or ngram_keys not in ("all", "head"):
             raise ValueError(f"ranking={ranking!r}, ngram_keys={ngram_keys!r}; use ranking 'counts' or 'recency', "
                              "ngram_keys 'all' or 'head'")
@@ -161,6 +164,7 @@ class SuffixProposer:
         self.max_nodes = max(num_leaves * (ngram_size - 1), self.max_depth) if max_nodes is None else max_nodes
         self.max_occurrences, self.index_history, self.ngram_keys = max_occurrences, index_history, ngram_keys
         self.store, self.store_weight, self.store_when_sampling = store, store_weight, store_when_sampling
+        self.store_min_key = store_min_key
         self.chain, self.tree = chain, tree
         self.begin((), do_sample=False)
 
@@ -248,7 +252,7 @@ class SuffixProposer:
                 out.append((doc, end, m, stamp))
                 if len(out) >= self.max_occurrences:
                     return out
-            if store is not None:
+            if store is not None and m >= self.store_min_key:
                 for d, end in reversed(store.index.get(key, ())):
                     if (-1 - d, end) in seen or end + 1 >= len(store.docs[d]):
                         continue

@@ -686,9 +686,12 @@ def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
 # first 16 of a row tried per node under LP but 8 in one process (at one process's budget wider rows crowd out
 # deeper chains); under LP one token table per rank (``RankTables``).
 TABLE_CONTEXT, TABLE_TOPK, TABLE_WIDTH, TABLE_WIDTH_ONE_PROCESS = 2, 16, 16, 8
+# Beside the table, earlier answers (the answer store) are looked up only by a 4-token suffix: shorter matches in
+# other answers (chat text while decoding code) took the large tree's leaves from better candidates (6d, 2026-12-07).
+TABLE_STORE_MIN_KEY = 4
 # A small tree (at most SMALL_TREE nodes) in one process: the token table, its top 8, and the prompt's rows at
 # prefill in its empty rows. Never under LP: a rank's prefill rows do not travel in the step's all-gather.
-SMALL_TREE, SMALL_TABLE = 32, dict(context=1, k=8, width=8, prefill=True)
+SMALL_TREE, SMALL_TABLE = 32, dict(context=1, k=8, width=8, prefill=True, store_min_key=1)
 
 
 def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1, budget: Optional[int] = None,
@@ -705,7 +708,8 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
             lever); None = as ``decoding.successors_on(lp_size)`` says (``Decoder``'s default); False = never.
         levers: ``SuccessorProposer`` arguments replacing the product's (``TABLE_*``, ``k`` at most the vocabulary,
             ``lp_size`` = K, ``rank_budget`` = ``budget``, ``rank_tables`` when K > 1, no prefill; ``SMALL_TABLE``
-            in one process with a budget of at most ``SMALL_TREE`` nodes), for measurements.
+            in one process with a budget of at most ``SMALL_TREE`` nodes), for measurements; ``store_min_key``
+            is the suffix proposer's (``TABLE_STORE_MIN_KEY``; 1 in ``SMALL_TABLE``).
 
     Plain greedy, ``decoding=paper`` and G = 0 keep ``proposers_for``'s (no suffix proposer to join). Every LP rank
     builds the same proposer, so every rank grows the same tree and holds the same table. ``ValueError`` when the
@@ -713,10 +717,12 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
 
         >>> from lp_runtime.config import DecodingConfig
         >>> look = DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10)
-        >>> [(p.budget, p.rank_budget, p.width, p.context) for p in successor_proposers(look, 96, lp_size=8)]
-        [(88, 11, 16, 2)]
-        >>> [(p.budget, p.k, p.context, p.prefill_topk) for p in successor_proposers(look, 96)]  # one process, 11 nodes
-        [(11, 8, 1, 8)]
+        >>> [(p.budget, p.rank_budget, p.width, p.context, p.suffix.store_min_key)
+        ...  for p in successor_proposers(look, 96, lp_size=8)]
+        [(88, 11, 16, 2, 4)]
+        >>> [(p.budget, p.k, p.context, p.prefill_topk, p.suffix.store_min_key)
+        ...  for p in successor_proposers(look, 96)]  # one process, 11 nodes
+        [(11, 8, 1, 8, 1)]
         >>> successor_proposers(look, 96, table=None)[0].__class__.__name__   # successors "auto", one process: off
         'SuffixProposer'
     """
@@ -731,10 +737,13 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
                                  "(checks.vocab_size(model) gave None)")
             per_rank = p.max_nodes + 1 if budget is None else budget
             product = dict(context=TABLE_CONTEXT, k=TABLE_TOPK, lp_size=lp_size, rank_budget=per_rank, prefill=False,
-                           width=TABLE_WIDTH if lp_size > 1 else TABLE_WIDTH_ONE_PROCESS, rank_tables=lp_size > 1)
+                           width=TABLE_WIDTH if lp_size > 1 else TABLE_WIDTH_ONE_PROCESS, rank_tables=lp_size > 1,
+                           store_min_key=TABLE_STORE_MIN_KEY)
             if lp_size == 1 and per_rank <= SMALL_TREE:
                 product.update(SMALL_TABLE)
             product["k"] = min(product["k"], vocab_size)
-            p = SuccessorProposer(vocab_size, lp_size * per_rank, suffix=p, **{**product, **levers})
+            args = {**product, **levers}
+            p.store_min_key = args.pop("store_min_key")  # the suffix proposer's, built above by proposers_for
+            p = SuccessorProposer(vocab_size, lp_size * per_rank, suffix=p, **args)
         out.append(p)
     return out

@@ -173,6 +173,24 @@ def test_store_matches_earlier_answers_after_their_prompt_tail():
     assert SuffixProposer(3, 2, max_key=2).propose().tokens == []  # no store: nothing
 
 
+@pytest.mark.parametrize("min_key, tokens", [(1, [b, c, d]), (2, []), (3, [])])
+def test_store_matched_only_from_store_min_key_tokens(min_key, tokens):
+    store = AnswerStore(max_key=2)
+    store.add([h, g, a], [b, c, d])  # stored as (g, a, b, c, d)
+    lk = SuffixProposer(3, 2, max_key=2, store=store, store_min_key=min_key)
+    lk.extend([e, f, a])  # only "a" (1 token) is in the store: matched when store_min_key is 1
+    assert lk.propose().tokens == tokens
+    lk = SuffixProposer(3, 2, max_key=2, store=store, store_min_key=min_key)
+    lk.extend([e, g, a])  # "g a" (2 tokens) is: matched unless store_min_key is above it (3 > max_key: never)
+    assert lk.propose().tokens == ([] if min_key > 2 else [b, c, d])
+
+
+def test_suffix_proposer_refuses_a_store_min_key_below_1():
+    with pytest.raises(ValueError, match=r"^ngram_size=3, num_leaves=2, max_key=4, store_min_key=0: need N >= 2, "
+                                         r"G >= 0, max_key >= 1, store_min_key >= 1$"):
+        SuffixProposer(3, 2, store_min_key=0)
+
+
 @pytest.mark.parametrize("weight, first", [(STORE_WEIGHT, b), (8.0, c)])
 def test_store_weight_against_own_text(weight, first):
     store = AnswerStore(max_key=2)

@@ -446,6 +446,8 @@ def test_product_table_levers_and_greedy():
     look = DecodingConfig(method="lookahead", ngram_size=5, guess_set_size=15, max_depth=10, successors=True)
     (p,) = successor_proposers(look, 96, lp_size=8, budget=79, width=8, rank_budget=None)
     assert (p.budget, p.rank_budget, p.width, p.suffix.num_leaves, p.suffix.max_depth) == (632, None, 8, 15, 10)
+    assert p.suffix.store_min_key == 4  # TABLE_STORE_MIN_KEY beside a large tree; a lever sets another
+    assert successor_proposers(look, 96, lp_size=8, store_min_key=1)[0].suffix.store_min_key == 1
     assert successor_proposers(DecodingConfig(method="greedy", successors=True), 96, lp_size=8) == []
     assert successor_proposers(look, 8, lp_size=2)[0].k == 8  # a vocabulary smaller than the top-16
     with pytest.raises(ValueError, match=r"^successor_proposers: the successor table needs the model's vocabulary "
