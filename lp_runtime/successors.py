@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .config import is_int
 from .tree import CandidateTree, children
 from .policy import AcceptanceCalibration
 
@@ -713,7 +714,8 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
 
     Plain greedy, ``decoding=paper`` and G = 0 keep ``proposers_for``'s (no suffix proposer to join). Every LP rank
     builds the same proposer, so every rank grows the same tree and holds the same table. ``ValueError`` when the
-    table is on and ``vocab_size`` is None, or (from ``SuccessorProposer``) for a budget or lever it refuses.
+    table is on and ``vocab_size`` is None or ``store_min_key`` is not an int >= 1, or (from ``SuccessorProposer``)
+    for a budget or lever it refuses.
 
         >>> from lp_runtime.config import DecodingConfig
         >>> look = DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10)
@@ -744,6 +746,8 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
             product["k"] = min(product["k"], vocab_size)
             args = {**product, **levers}
             p.store_min_key = args.pop("store_min_key")  # the suffix proposer's, built above by proposers_for
+            if not (is_int(p.store_min_key) and p.store_min_key >= 1):
+                raise ValueError(f"successor_proposers: store_min_key={p.store_min_key!r}; need an int >= 1")
             p = SuccessorProposer(vocab_size, lp_size * per_rank, suffix=p, **args)
         out.append(p)
     return out

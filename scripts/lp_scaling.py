@@ -15,7 +15,7 @@ per node when K > 1 and 8 at K = 1) whose node budget is K x (``--budget`` - 1),
 ``LocalGroup`` that records, for every step, the tokens each of K ranks would feed under ``parallel.tree_plan``
 (pending + row 0 prefix + levels x columns + nodes, an ancestor chain counted on every rank that repeats it).
 ``--context``, ``--topk``, ``--width``, ``--max-depth`` and ``--rank-cap`` override the product's values, ``--set``
-passes other ``SuccessorProposer`` arguments (JSON), and ``--stops`` records where each step's acceptance stopped
+passes other ``SuccessorProposer`` arguments and the suffix lookup's ``store_min_key`` (JSON), and ``--stops`` records where each step's acceptance stopped
 (``StopProbe``; ``OUT/stops_k{K}.json``).
 
 ``--prompts``: a question file in the Spec-Bench / FastChat format (``{"question_id", "category", "turns"}``
@@ -237,7 +237,8 @@ def main() -> None:
                     "to OUT/trees_kK.jsonl")
     ap.add_argument("--stops", action="store_true", help="record where each step's acceptance stopped and whether "
                     "the bonus token was in a table row there (OUT/stops_kK.json)")
-    ap.add_argument("--set", default="{}", help="other SuccessorProposer arguments as JSON (measurement levers)")
+    ap.add_argument("--set", default="{}", help="other SuccessorProposer arguments, and the suffix lookup's "
+                    "store_min_key, as JSON (measurement levers)")
     ap.add_argument("--out", default="results/lp_scaling")
     args = ap.parse_args()
     if min(args.ks) < 1 or args.budget < 2 or args.max_new_tokens < 1 or args.guess < 1:

@@ -185,6 +185,15 @@ def test_store_matched_only_from_store_min_key_tokens(min_key, tokens):
     assert lk.propose().tokens == ([] if min_key > 2 else [b, c, d])
 
 
+def test_store_min_key_leaves_the_own_text_matched_by_any_key():
+    store = AnswerStore(max_key=2)
+    store.add([], [a, c, d])
+    lk = SuffixProposer(3, 1, max_key=2, store=store, store_min_key=2)
+    lk.extend([a, b, f, a])  # own "a -> b f" (1-token key) proposed; the store's "a -> c d" needs 2 tokens
+    assert lk.propose().tokens[:2] == [b, f]
+    assert c not in lk.propose().tokens
+
+
 def test_suffix_proposer_refuses_a_store_min_key_below_1():
     with pytest.raises(ValueError, match=r"^ngram_size=3, num_leaves=2, max_key=4, store_min_key=0: need N >= 2, "
                                          r"G >= 0, max_key >= 1, store_min_key >= 1$"):

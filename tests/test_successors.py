@@ -393,24 +393,26 @@ class _Ranks(LocalGroup):  # the LP degree, as Decoder.__init__ reads a group (d
 
 
 def _table_of(proposers) -> tuple:
-    """(class, budget, rank_budget, width, context, k, prefill_topk, rank_tables) of a decoder's single proposer."""
+    """(class, budget, rank_budget, width, context, k, prefill_topk, rank_tables, the suffix proposer's
+    store_min_key) of a decoder's single proposer."""
     (p,) = proposers
     if not isinstance(p, SuccessorProposer):
         return (type(p).__name__,)
-    return type(p).__name__, p.budget, p.rank_budget, p.width, p.context, p.k, p.prefill_topk, p.rank_tables
+    return (type(p).__name__, p.budget, p.rank_budget, p.width, p.context, p.k, p.prefill_topk, p.rank_tables,
+            p.suffix.store_min_key)
 
 
 @pytest.mark.parametrize("setting, lp, expected", [
     # decoding=lookahead (0, 4, 2): one rank feeds the suffix proposer's 10-node cap + 1 = 11 tree nodes
     (dict(method="lookahead"), 1, ("SuffixProposer",)),                           # auto, one process: off
-    (dict(method="lookahead"), 2, ("SuccessorProposer", 22, 11, 16, 2, 16, 0, True)),  # auto under LP: K x 11 nodes
-    (dict(method="lookahead"), 8, ("SuccessorProposer", 88, 11, 16, 2, 16, 0, True)),
+    (dict(method="lookahead"), 2, ("SuccessorProposer", 22, 11, 16, 2, 16, 0, True, 4)),  # auto under LP: K x 11 nodes
+    (dict(method="lookahead"), 8, ("SuccessorProposer", 88, 11, 16, 2, 16, 0, True, 4)),
     (dict(method="lookahead", successors=False), 8, ("SuffixProposer",)),
     # one process, a small tree: the token table, top 8, width 8, with the prompt's rows at prefill
-    (dict(method="lookahead", successors=True), 1, ("SuccessorProposer", 11, 11, 8, 1, 8, 8, False)),
-    (dict(method="auto", window_size=0, successors=True), 1, ("SuccessorProposer", 25, 25, 8, 1, 8, 8, False)),
+    (dict(method="lookahead", successors=True), 1, ("SuccessorProposer", 11, 11, 8, 1, 8, 8, False, 1)),
+    (dict(method="auto", window_size=0, successors=True), 1, ("SuccessorProposer", 25, 25, 8, 1, 8, 8, False, 1)),
     # decoding=auto (0, 6, 4), max_depth 24: 25 nodes a rank, the cost policy feeds what pays of them
-    (dict(method="auto", window_size=0), 4, ("SuccessorProposer", 100, 25, 16, 2, 16, 0, True)),
+    (dict(method="auto", window_size=0), 4, ("SuccessorProposer", 100, 25, 16, 2, 16, 0, True, 4)),
     (dict(method="auto", window_size=0), 1, ("SuffixProposer",)),
     (dict(method="paper"), 8, ("PoolProposer",)),                                 # the published algorithm
 ])
@@ -448,6 +450,11 @@ def test_product_table_levers_and_greedy():
     assert (p.budget, p.rank_budget, p.width, p.suffix.num_leaves, p.suffix.max_depth) == (632, None, 8, 15, 10)
     assert p.suffix.store_min_key == 4  # TABLE_STORE_MIN_KEY beside a large tree; a lever sets another
     assert successor_proposers(look, 96, lp_size=8, store_min_key=1)[0].suffix.store_min_key == 1
+    # one process: SMALL_TABLE's 1 up to SMALL_TREE (32) nodes a step, TABLE_STORE_MIN_KEY above
+    assert [successor_proposers(look, 96, budget=b)[0].suffix.store_min_key for b in (32, 33)] == [1, 4]
+    for bad in (0, "4", None, 2.5):
+        with pytest.raises(ValueError, match=rf"^successor_proposers: store_min_key={bad!r}; need an int >= 1$"):
+            successor_proposers(look, 96, lp_size=8, store_min_key=bad)
     assert successor_proposers(DecodingConfig(method="greedy", successors=True), 96, lp_size=8) == []
     assert successor_proposers(look, 8, lp_size=2)[0].k == 8  # a vocabulary smaller than the top-16
     with pytest.raises(ValueError, match=r"^successor_proposers: the successor table needs the model's vocabulary "
