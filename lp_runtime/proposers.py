@@ -2,7 +2,8 @@
 each proposing a ``tree.CandidateTree``; ``proposers_for(decoding)`` builds the product's. Pure Python, no torch.
 
 * ``SuffixProposer`` (the product's): a suffix match (SuffixDecoding, arXiv 2411.04975; prompt-lookup decoding)
-  over the accepted sequence, the Jacobi window's n-grams and an ``AnswerStore`` of earlier answers;
+  over the accepted sequence, the Jacobi window's n-grams and an ``AnswerStore`` of earlier answers (looked up by
+  suffixes of at least ``store_min_key`` tokens: 1 here, 3 beside a large successor-table tree);
 * ``PoolProposer`` (``decoding=paper``): the paper's n-gram pool.
 
 The suffix lookup: every document (the accepted sequence, each harvested n-gram) is indexed by its k-token keys,

@@ -687,9 +687,10 @@ def accepted_path(tree: CandidateTree, accepted: Sequence[int]) -> list[int]:
 # first 16 of a row tried per node under LP but 8 in one process (at one process's budget wider rows crowd out
 # deeper chains); under LP one token table per rank (``RankTables``).
 TABLE_CONTEXT, TABLE_TOPK, TABLE_WIDTH, TABLE_WIDTH_ONE_PROCESS = 2, 16, 16, 8
-# Beside the table, earlier answers (the answer store) are looked up only by a 4-token suffix: shorter matches in
-# other answers (chat text while decoding code) took the large tree's leaves from better candidates (6d, 2026-12-07).
-TABLE_STORE_MIN_KEY = 4
+# Beside the table, earlier answers (the answer store) are looked up only by a suffix of 3 or more tokens: shorter
+# matches in other answers (chat text while decoding code) took a large tree's leaves from better candidates
+# (docs/benchmarks.md 6d, "The answer store matched only by long suffixes", 2026-12-07).
+TABLE_STORE_MIN_KEY = 3
 # A small tree (at most SMALL_TREE nodes) in one process: the token table, its top 8, and the prompt's rows at
 # prefill in its empty rows. Never under LP: a rank's prefill rows do not travel in the step's all-gather.
 SMALL_TREE, SMALL_TABLE = 32, dict(context=1, k=8, width=8, prefill=True, store_min_key=1)
@@ -721,7 +722,7 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
         >>> look = DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10)
         >>> [(p.budget, p.rank_budget, p.width, p.context, p.suffix.store_min_key)
         ...  for p in successor_proposers(look, 96, lp_size=8)]
-        [(88, 11, 16, 2, 4)]
+        [(88, 11, 16, 2, 3)]
         >>> [(p.budget, p.k, p.context, p.prefill_topk, p.suffix.store_min_key)
         ...  for p in successor_proposers(look, 96)]  # one process, 11 nodes
         [(11, 8, 1, 8, 1)]

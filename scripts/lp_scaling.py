@@ -15,8 +15,8 @@ per node when K > 1 and 8 at K = 1) whose node budget is K x (``--budget`` - 1),
 ``LocalGroup`` that records, for every step, the tokens each of K ranks would feed under ``parallel.tree_plan``
 (pending + row 0 prefix + levels x columns + nodes, an ancestor chain counted on every rank that repeats it).
 ``--context``, ``--topk``, ``--width``, ``--max-depth`` and ``--rank-cap`` override the product's values, ``--set``
-passes other ``SuccessorProposer`` arguments and the suffix lookup's ``store_min_key`` (JSON), and ``--stops`` records where each step's acceptance stopped
-(``StopProbe``; ``OUT/stops_k{K}.json``).
+passes other ``SuccessorProposer`` arguments and the suffix lookup's ``store_min_key`` (JSON), and ``--stops``
+records where each step's acceptance stopped (``StopProbe``; ``OUT/stops_k{K}.json``).
 
 ``--prompts``: a question file in the Spec-Bench / FastChat format (``{"question_id", "category", "turns"}``
 per line); first turns, chat template (``data.build_prompt``); SmolLM2-135M float32 greedy. Every output is

@@ -405,14 +405,14 @@ def _table_of(proposers) -> tuple:
 @pytest.mark.parametrize("setting, lp, expected", [
     # decoding=lookahead (0, 4, 2): one rank feeds the suffix proposer's 10-node cap + 1 = 11 tree nodes
     (dict(method="lookahead"), 1, ("SuffixProposer",)),                           # auto, one process: off
-    (dict(method="lookahead"), 2, ("SuccessorProposer", 22, 11, 16, 2, 16, 0, True, 4)),  # auto under LP: K x 11 nodes
-    (dict(method="lookahead"), 8, ("SuccessorProposer", 88, 11, 16, 2, 16, 0, True, 4)),
+    (dict(method="lookahead"), 2, ("SuccessorProposer", 22, 11, 16, 2, 16, 0, True, 3)),  # auto under LP: K x 11 nodes
+    (dict(method="lookahead"), 8, ("SuccessorProposer", 88, 11, 16, 2, 16, 0, True, 3)),
     (dict(method="lookahead", successors=False), 8, ("SuffixProposer",)),
     # one process, a small tree: the token table, top 8, width 8, with the prompt's rows at prefill
     (dict(method="lookahead", successors=True), 1, ("SuccessorProposer", 11, 11, 8, 1, 8, 8, False, 1)),
     (dict(method="auto", window_size=0, successors=True), 1, ("SuccessorProposer", 25, 25, 8, 1, 8, 8, False, 1)),
     # decoding=auto (0, 6, 4), max_depth 24: 25 nodes a rank, the cost policy feeds what pays of them
-    (dict(method="auto", window_size=0), 4, ("SuccessorProposer", 100, 25, 16, 2, 16, 0, True, 4)),
+    (dict(method="auto", window_size=0), 4, ("SuccessorProposer", 100, 25, 16, 2, 16, 0, True, 3)),
     (dict(method="auto", window_size=0), 1, ("SuffixProposer",)),
     (dict(method="paper"), 8, ("PoolProposer",)),                                 # the published algorithm
 ])
@@ -448,10 +448,10 @@ def test_product_table_levers_and_greedy():
     look = DecodingConfig(method="lookahead", ngram_size=5, guess_set_size=15, max_depth=10, successors=True)
     (p,) = successor_proposers(look, 96, lp_size=8, budget=79, width=8, rank_budget=None)
     assert (p.budget, p.rank_budget, p.width, p.suffix.num_leaves, p.suffix.max_depth) == (632, None, 8, 15, 10)
-    assert p.suffix.store_min_key == 4  # TABLE_STORE_MIN_KEY beside a large tree; a lever sets another
+    assert p.suffix.store_min_key == 3  # TABLE_STORE_MIN_KEY beside a large tree; a lever sets another
     assert successor_proposers(look, 96, lp_size=8, store_min_key=1)[0].suffix.store_min_key == 1
     # one process: SMALL_TABLE's 1 up to SMALL_TREE (32) nodes a step, TABLE_STORE_MIN_KEY above
-    assert [successor_proposers(look, 96, budget=b)[0].suffix.store_min_key for b in (32, 33)] == [1, 4]
+    assert [successor_proposers(look, 96, budget=b)[0].suffix.store_min_key for b in (32, 33)] == [1, 3]
     for bad in (0, "4", None, 2.5):
         with pytest.raises(ValueError, match=rf"^successor_proposers: store_min_key={bad!r}; need an int >= 1$"):
             successor_proposers(look, 96, lp_size=8, store_min_key=bad)
