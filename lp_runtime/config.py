@@ -159,7 +159,7 @@ class DecodingConfig:
     model's own predictions (``successors.SuccessorProposer``; docs/benchmarks.md 6d) joins the suffix lookup in one
     tree (``successors_on``). "auto" = on when the LP degree K > 1 (K ranks verify K times the tree for one rank's
     tokens), off in one process unless ``decoding=auto``'s calibration expects it to pay (``auto.resolve_auto``).
-    "paper" refuses "true"; greedy and G = 0 have no tree to join.
+    "paper" refuses "true"; greedy has no tree to join; with G = 0 the table is the only candidate source.
 
     W, N, G, max_depth and successors left None take the method's ``PRESETS`` (as conf/decoding/<method>.yaml):
     the default is ``decoding=auto``'s (W=0, N=6, G=4, max_depth=24); ``DecodingConfig(method="lookahead")`` is
@@ -387,6 +387,8 @@ class PeerFailure(RuntimeError):
 
 
 MAX_TIMEOUT_S = 604800  # parallel.timeout_s: a collective's timeout must fit torch.distributed's (a week)
+# ... and leave the ranks' rendezvous time to meet: 0.001 s ended in a 140-line DistStoreError (a new user, 2026-12-07)
+MIN_TIMEOUT_S = 1
 
 
 @dataclass
@@ -403,9 +405,9 @@ class ParallelConfig:
         _check(self.lp >= 1, f"parallel.lp={self.lp} is not allowed; it must be >= 1")
         _check_choice("parallel.backend", self.backend, ("auto", "gloo", "nccl"))
         _check(isinstance(self.timeout_s, numbers.Real) and not isinstance(self.timeout_s, bool)
-               and 0 < self.timeout_s <= MAX_TIMEOUT_S,
+               and MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S,
                f"parallel.timeout_s={self.timeout_s!r} is not allowed; it must be "
-               f"a number of seconds > 0 and <= {MAX_TIMEOUT_S} (a week)")
+               f"a number of seconds >= {MIN_TIMEOUT_S} and <= {MAX_TIMEOUT_S} (a week)")
 
 
 @dataclass

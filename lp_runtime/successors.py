@@ -696,6 +696,18 @@ TABLE_STORE_MIN_KEY = 3
 SMALL_TREE, SMALL_TABLE = 32, dict(context=1, k=8, width=8, prefill=True, store_min_key=1)
 
 
+def _product_table(lp_size: int, per_rank: int, vocab_size: int) -> dict:
+    """The product's ``SuccessorProposer`` arguments, and its suffix proposer's ``store_min_key``, for K =
+    ``lp_size`` ranks feeding ``per_rank`` tree nodes each (``successor_proposers``)."""
+    product = dict(context=TABLE_CONTEXT, k=TABLE_TOPK, lp_size=lp_size, rank_budget=per_rank, prefill=False,
+                   width=TABLE_WIDTH if lp_size > 1 else TABLE_WIDTH_ONE_PROCESS, rank_tables=lp_size > 1,
+                   store_min_key=TABLE_STORE_MIN_KEY)
+    if lp_size == 1 and per_rank <= SMALL_TREE:
+        product.update(SMALL_TABLE)
+    product["k"] = min(product["k"], vocab_size)
+    return product
+
+
 def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1, budget: Optional[int] = None,
                         table: Optional[bool] = True, **levers) -> list:
     """The product's proposers for ``decoding`` at LP degree ``lp_size`` (K): ``proposers.proposers_for``'s, with
@@ -713,8 +725,9 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
             in one process with a budget of at most ``SMALL_TREE`` nodes), for measurements; ``store_min_key``
             is the suffix proposer's (``TABLE_STORE_MIN_KEY``; 1 in ``SMALL_TABLE``).
 
-    Plain greedy, ``decoding=paper`` and G = 0 keep ``proposers_for``'s (no suffix proposer to join). Every LP rank
-    builds the same proposer, so every rank grows the same tree and holds the same table. ``ValueError`` when the
+    Plain greedy and ``decoding=paper`` keep ``proposers_for``'s; with G = 0 (no suffix proposer to join) the table
+    is on alone, at a default budget of ``decoding.candidate_depth`` + 1 nodes a rank. Every LP rank builds the same
+    proposer, so every rank grows the same tree and holds the same table. ``ValueError`` when the
     table is on and ``vocab_size`` is None or ``store_min_key`` is not an int >= 1, or (from ``SuccessorProposer``)
     for a budget or lever it refuses.
 
@@ -732,23 +745,23 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
     from .proposers import SuffixProposer, proposers_for
 
     on = decoding.successors_on(lp_size) if table is None else table
+    found = proposers_for(decoding)
+    if on and not found and decoding.method in ("lookahead", "auto"):  # G = 0: the table alone
+        found = [None]
     out = []
-    for p in proposers_for(decoding):
-        if on and isinstance(p, SuffixProposer):
+    for p in found:
+        if on and (p is None or isinstance(p, SuffixProposer)):
             if vocab_size is None:
                 raise ValueError("successor_proposers: the successor table needs the model's vocabulary size "
                                  "(checks.vocab_size(model) gave None)")
-            per_rank = p.max_nodes + 1 if budget is None else budget
-            product = dict(context=TABLE_CONTEXT, k=TABLE_TOPK, lp_size=lp_size, rank_budget=per_rank, prefill=False,
-                           width=TABLE_WIDTH if lp_size > 1 else TABLE_WIDTH_ONE_PROCESS, rank_tables=lp_size > 1,
-                           store_min_key=TABLE_STORE_MIN_KEY)
-            if lp_size == 1 and per_rank <= SMALL_TREE:
-                product.update(SMALL_TABLE)
-            product["k"] = min(product["k"], vocab_size)
-            args = {**product, **levers}
-            p.store_min_key = args.pop("store_min_key")  # the suffix proposer's, built above by proposers_for
-            if not (is_int(p.store_min_key) and p.store_min_key >= 1):
-                raise ValueError(f"successor_proposers: store_min_key={p.store_min_key!r}; need an int >= 1")
+            cap = decoding.candidate_depth if p is None else p.max_nodes  # G = 0: a SuffixProposer's cap, max_depth
+            per_rank = cap + 1 if budget is None else budget
+            args = {**_product_table(lp_size, per_rank, vocab_size), **levers}
+            min_key = args.pop("store_min_key")  # the suffix proposer's, built above by proposers_for
+            if not (is_int(min_key) and min_key >= 1):
+                raise ValueError(f"successor_proposers: store_min_key={min_key!r}; need an int >= 1")
+            if p is not None:
+                p.store_min_key = min_key
             p = SuccessorProposer(vocab_size, lp_size * per_rank, suffix=p, **args)
         out.append(p)
     return out

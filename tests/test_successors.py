@@ -582,6 +582,34 @@ def test_tree_plan_splits_a_heavy_subtree_repeating_its_ancestor_chain():
         [100, 100], [1, 1], [11, 11], [20, 20], [31, 31], [42, 42]]
 
 
+@pytest.mark.parametrize("setting, lp, budget", [
+    (dict(method="auto", guess_set_size=0, successors=True), 1, 25),                  # max_depth 24 + 1, one process
+    (dict(method="lookahead", window_size=3, guess_set_size=0, successors=True), 1, 11),
+    (dict(method="lookahead", window_size=3, guess_set_size=0), 2, 22),                # auto under LP: K x 11
+])
+def test_g0_with_the_table_on_is_the_table_alone(setting, lp, budget):
+    """decoding.guess_set_size=0 with decoding.successors=true: the config's message offers it as 'the successor
+    table alone', but no proposer was built, so it decoded as plain greedy (a new user, 2026-12-07)."""
+    from lp_runtime.config import DecodingConfig
+    from lp_runtime.successors import successor_proposers
+
+    (p,) = successor_proposers(DecodingConfig(**setting), 96, lp_size=lp, table=None)
+    assert (type(p).__name__, p.suffix, p.budget) == ("SuccessorProposer", None, budget)
+
+
+def test_g0_table_alone_decodes_as_greedy_and_proposes():
+    from fakes import llama
+    from lp_runtime.decoder import Decoder
+
+    model = llama()
+    plain = Decoder(model, lookahead(method="greedy")).generate([5, 9, 5, 9, 5], max_new_tokens=24).output_ids
+    dec = Decoder(model, lookahead(window_size=2, ngram_size=3, guess_set_size=0, successors=True))
+    (p,) = dec.proposers
+    out = dec.generate([5, 9, 5, 9, 5], max_new_tokens=24)
+    assert out.output_ids == plain and p.suffix is None
+    assert out.decoding_steps < len(plain)  # the table (and the window) found accepted tokens
+
+
 def test_rank_tables_take_an_empty_update_and_a_one_token_prompt_with_prefill_rows():
     """A one-token prompt has no prefill rows: RankTables.update([]) raised 'cannot reshape array of size 0' (a
     review, 2026-12-04); now it changes nothing, and the decode equals one without the table's prefill."""
