@@ -159,9 +159,9 @@ def stop_summary(stops: list) -> dict:
             "stop_depth_mean": sum(x["depth"] for x in stops) / n, "expected_mean": sum(x["expected"] for x in stops) / n, "stop_kids_mean": sum(x["kids"] for x in stops) / n}
 
 
-def proposer_for(model, k, args):
+def proposer_for(vocab, k, args):
     """The product's proposer for K = ``k`` ranks at a per-rank budget of ``--budget`` - 1 nodes, the flags given
-    replacing its values (``successors.successor_proposers``)."""
+    replacing its values (``successors.successor_proposers``); ``vocab``: the model's vocabulary size."""
     decoding = DecodingConfig(method="lookahead", window_size=args.window * k, ngram_size=args.ngram,
                               guess_set_size=args.guess * k, max_depth=10, successors="true")
     levers = {name: value for name, value in (("context", args.context), ("k", args.topk), ("width", args.width),
@@ -169,13 +169,13 @@ def proposer_for(model, k, args):
     if args.rank_cap is not None:
         levers["rank_budget"] = args.rank_cap or None
     levers.update(args.levers)
-    (prop,) = successor_proposers(decoding, vocab_size(model), lp_size=k, budget=args.budget - 1, **levers)
+    (prop,) = successor_proposers(decoding, vocab, lp_size=k, budget=args.budget - 1, **levers)
     return decoding, prop
 
 
 def run_k(model, tok, eos, questions, refs, k, args):
     probe = RankProbe(k, open(Path(args.out) / f"trees_k{k}.jsonl", "w") if args.trees else None)
-    decoding, prop = proposer_for(model, k, args)
+    decoding, prop = proposer_for(vocab_size(model), k, args)
     if args.stops:
         prop = StopProbe(prop)
     dec = Decoder(model, decoding, eos_token_ids=eos, tokenizer=tok, lp=probe, proposers=[prop], copy_kv=False)
@@ -216,6 +216,17 @@ def summary(rows, k):
             "identical": all(r["identical"] for r in rows), "prompts": len(rows)}
 
 
+def check_levers(vocab: int, args) -> str:
+    """Why the flags and ``--set`` levers build no proposer for some K of ``--ks`` ("" when they all do): checked
+    before any reference is computed or ``--out`` is made, so a bad lever costs one line, not a traceback."""
+    for k in args.ks:
+        try:
+            proposer_for(vocab, k, args)
+        except (TypeError, ValueError, MemoryError) as e:  # ConfigError is a ValueError
+            return f"K = {k}: {type(e).__name__}: {e}"
+    return ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", required=True, help="question file (JSONL, Spec-Bench format); first turns")
@@ -241,8 +252,13 @@ def main() -> None:
                     "store_min_key, as JSON (measurement levers)")
     ap.add_argument("--out", default="results/lp_scaling")
     args = ap.parse_args()
-    if min(args.ks) < 1 or args.budget < 2 or args.max_new_tokens < 1 or args.guess < 1:
-        ap.error("--ks >= 1, --budget >= 2, --max-new-tokens >= 1 and --guess >= 1")
+    small = [(name, value, least) for name, value, least in (
+        ("--ks", min(args.ks), 1), ("--budget", args.budget, 2), ("--max-new-tokens", args.max_new_tokens, 1),
+        ("--guess", args.guess, 1), ("--window", args.window, 0), ("--ngram", args.ngram, 2),
+        ("--topk", args.topk, 1), ("--width", args.width, 1), ("--max-depth", args.max_depth, 1),
+        ("--rank-cap", args.rank_cap, 0)) if value is not None and value < least]
+    if small:
+        ap.error("; ".join(f"{name} {value} is too small (at least {least})" for name, value, least in small))
     try:
         levers = json.loads(args.set)
         questions = load_questions(DatasetConfig(name="jsonl", path=args.prompts, first_turn_only=True))
@@ -256,11 +272,17 @@ def main() -> None:
     if blocked is not None:
         ap.error(f"--out {args.out}: {blocked} is a file; give a folder")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    out.mkdir(parents=True, exist_ok=True)
     model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"), weight_bars=False)
+    why = check_levers(vocab_size(model), args)
+    if why:
+        ap.error(f"the flags and --set {args.set!r} build no proposer: {why}")
+    out.mkdir(parents=True, exist_ok=True)
     eos = eos_token_ids(model, tok, None)
     ref_path = out / "refs.json"
-    cached = json.loads(ref_path.read_text()) if ref_path.exists() else {}
+    try:
+        cached = json.loads(ref_path.read_text()) if ref_path.exists() else {}
+    except json.JSONDecodeError as e:
+        ap.error(f"{ref_path} is not valid JSON ({e}); delete it and its references are computed again")
     # the file's content in the key: another file of the same name, or this one edited, gets its own references
     digest = hashlib.sha256(Path(args.prompts).read_bytes()).hexdigest()[:16]
     key = f"{Path(args.prompts).name}:{digest}:{args.max_new_tokens}"
@@ -274,13 +296,15 @@ def main() -> None:
         groups = {name: summary(part, k) for name, part in category_groups(rows).items()}
         results.append({**summary(rows, k), "groups": groups, "budget_per_rank": args.budget,
                         "window_per_rank": args.window, "ngram": args.ngram, "guess_per_rank": args.guess, **table,
+                        "levers": args.levers,
                         "max_new_tokens": args.max_new_tokens, "prompts_file": args.prompts,
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows})
         (out / "lp_scaling.json").write_text(json.dumps(results, indent=1) + "\n")
-    print("\n| K | group | S | S / S(K=1) | tokens/step (1 process) | per-rank tokens/step | busiest rank | bytes/step "
-          "| identical |")
+    first = next((r for r in results if r["k"] == 1), results[0])  # S against K = 1, or the first K given
+    print(f"\n| K | group | S | S / S(K={first['k']}) | tokens/step (1 process) | per-rank tokens/step | busiest rank "
+          "| bytes/step | identical |")
     print("|---|---|---|---|---|---|---|---|---|")
-    base = {g: r["groups"][g]["S"] for r in results[:1] for g in r["groups"]}
+    base = {g: s["S"] for g, s in first["groups"].items()}
     for r in results:
         for g, s in r["groups"].items():
             ranks = "[" + ", ".join(f"{t:.0f}" for t in s["per_rank_tokens"]) + "]"

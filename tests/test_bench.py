@@ -482,6 +482,28 @@ def test_lp_scaling_groups_a_question_without_a_category_as_chat():
     assert category_groups(rows[:1]) == {"mt_bench": rows[:1]}
 
 
+@pytest.mark.parametrize("levers, ks, why", [
+    ({}, [1, 8], ""),
+    ({"store_min_key": 0}, [1], "K = 1: ValueError: successor_proposers: store_min_key=0; need an int >= 1"),
+    ({"nosuchkey": 1}, [1], "K = 1: TypeError: SuccessorProposer.__init__() got an unexpected keyword argument "
+                            "'nosuchkey'"),
+    ({"lp_size": 3}, [2], "K = 2: TypeError: lp_runtime.successors.successor_proposers() got multiple values for "
+                          "keyword argument 'lp_size'"),
+    ({"context": 3}, [1, 2], "K = 1: ValueError: SuccessorProposer(budget=79, context=3, lp_size=1, rank_budget=79): "
+                             "need a node budget >= 0, context 1 or 2, lp_size >= 1 and rank_budget None or >= 1"),
+])
+def test_lp_scaling_refuses_a_bad_lever_before_any_work(levers, ks, why):
+    """A bad --set lever gave a traceback after the references were computed and --out was made (a new user,
+    2026-12-07); check_levers names it, for main's one error line."""
+    import argparse
+
+    from scripts.lp_scaling import check_levers
+
+    args = argparse.Namespace(ks=ks, window=0, ngram=5, guess=15, budget=80, context=None, topk=None, width=None,
+                              max_depth=None, rank_cap=None, levers=levers)
+    assert check_levers(96, args) == why
+
+
 def test_a_new_bench_run_keeps_the_stopped_runs_rows(tmp_path, capsys):
     """A re-run into the same output_dir deleted the stopped run's rows_partial.jsonl before measuring anything (a
     new user, 2026-12-07); it is moved aside to the next free rows_partial-N.jsonl."""
