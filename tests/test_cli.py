@@ -812,7 +812,7 @@ BAD_CONFIGS = [
      "dict, and Hydra would keep only its last value; give each key once"),
     (["decoding.ngram_size=1"], "decoding.ngram_size=1 is too small; N must be >= 2"),
     # inf passed the check and crashed every rank in timedelta() under torchrun (a new user, 2026-12-03)
-    (["parallel.timeout_s=inf"], "parallel.timeout_s=inf is not allowed; it must be a number of seconds > 0 and "
+    (["parallel.timeout_s=inf"], "parallel.timeout_s=inf is not allowed; it must be a number of seconds >= 1 and "
                                  "<= 604800 (a week)"),
     # an integer too large for a float: OmegaConf's OverflowError, a traceback (a new user, 2026-12-05)
     (["sampling.temperature=1" + "0" * 400], "sampling.temperature is given an integer too large for a float; it "

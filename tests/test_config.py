@@ -142,8 +142,11 @@ def test_greedy_runs_ignore_successors():
     (lambda: ParallelConfig(debug_check=None), "parallel.debug_check=None is not allowed; it must be True or False"),
     # a second pass (2026-12-04): tracebacks from comparisons, values taken through str(), groups given as strings
     (lambda: ParallelConfig(lp="2"), "parallel.lp='2' is not allowed; it must be an integer"),
-    (lambda: ParallelConfig(timeout_s=None), "parallel.timeout_s=None is not allowed; it must be a number of seconds > "
-     "0 and <= 604800 (a week)"),
+    (lambda: ParallelConfig(timeout_s=None), "parallel.timeout_s=None is not allowed; it must be a number of seconds "
+     ">= 1 and <= 604800 (a week)"),
+    # 0.001 s passed and ended in a 140-line DistStoreError at the ranks' rendezvous (a new user, 2026-12-07)
+    (lambda: ParallelConfig(timeout_s=0.001), "parallel.timeout_s=0.001 is not allowed; it must be a number of "
+     "seconds >= 1 and <= 604800 (a week)"),
     (lambda: DatasetConfig(limit=2.5), "dataset.limit=2.5 is not allowed; it must be an integer (or None)"),
     (lambda: SamplingConfig(suppress_tokens=[-1]),
      "sampling.suppress_tokens=[-1] is not allowed; it must be a list of token ids >= 0"),
