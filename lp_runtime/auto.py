@@ -212,16 +212,19 @@ SLOWER_ADVICE = ("; below 1x, lookahead is not expected to pay here: decoding=gr
 
 def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: dict, lp_size: int = 1) -> str:
     """``resolve_auto``'s line; an expected speedup that shows as below 1.00x ends with ``SLOWER_ADVICE``; under
-    LP (``lp_size`` > 1) the table shows as on whenever ``decoding.successors`` turns it on there."""
+    LP (``lp_size`` > 1) the table shows as on whenever ``decoding.successors`` turns it on there, and the expected
+    speedup says it is one process's, with or without the table as calibrated (LP itself is not calibrated)."""
     lat = LatencyCurve(curve_of(profile))
     how = "cached" if profile["reused"] else f"measured now in {profile.get('measure_seconds', 0.0):.0f} s"
     if profile.get("provisional"):  # latency.model_profile: the budget stopped a busy machine's measuring
         done = complete_rounds(profile.get("rounds_s", ()))
         how += f"; provisional, {done} of {ROUNDS} rounds: more at the next start"
     table = " + successor table" if d.successors_on(lp_size) else ""
+    # a new user saw 1.33x under LP with successors=auto (calibrated without the table) and 1.31x with true
+    one = f" in one process {'with' if d.successors_on(1) else 'without'} the table" if lp_size > 1 else ""
     return (f"decoding=auto: {name}, cost policy{table}, (W, N, G) <= ({d.window_size}, {d.ngram_size}, "
             f"{d.guess_set_size}), {dtype} on {profile['device']}, step latency {1e3 * lat(1):.1f} ms (q=1) / "
-            f"{1e3 * lat(8):.1f} ms (q=8); expected speedup over greedy {calib['expected_speedup']:.2f}x (per "
+            f"{1e3 * lat(8):.1f} ms (q=8); expected speedup over greedy{one} {calib['expected_speedup']:.2f}x (per "
             f"prompt {calib['low']:.2f}-{calib['high']:.2f}x; S {calib['tokens'] / max(calib['steps'], 1):.2f} at "
             f"{calib['mean_step_tokens']:.1f} tokens/step over {calib['prompts']} calibration prompts of up to "
             f"{calib['max_new_tokens']} tokens); profile {profile['path']} ({how})"

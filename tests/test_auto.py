@@ -257,6 +257,20 @@ def test_the_run_prints_the_latency_curve_short_and_keeps_it_whole_in_the_summar
     assert json.loads(Path(cfg.output.resolved_summary_path).read_text())["auto_decoding"] == entry
 
 
+@pytest.mark.parametrize("successors, lp, said", [("auto", 2, " in one process without the table 1.20x"),
+                                                   ("true", 2, " in one process with the table 1.20x"),
+                                                   ("auto", 1, " 1.20x"), ("true", 1, " 1.20x")])
+def test_start_line_under_lp_says_the_expected_speedup_is_one_processs(successors, lp, said):
+    """Under LP the line said '+ successor table' beside a speedup calibrated without it (successors=auto: 1.33x)
+    and another with it (true: 1.31x), for runs that decode the same (a new user, 2026-12-07)."""
+    profile = {"latency_s": {"1": 0.05, "8": 0.06}, "device": "cpu-2t", "path": "/c/p.json", "reused": True}
+    calib = {"expected_speedup": 1.2, "low": 1.1, "high": 1.3, "tokens": 120, "steps": 100,
+             "mean_step_tokens": 3.0, "prompts": 2, "max_new_tokens": 128}
+    line = auto._start_line("m", DecodingConfig(method="auto", successors=successors), "float32", profile, calib, lp)
+    assert f"; expected speedup over greedy{said} (per prompt 1.10-1.30x;" in line
+    assert (", cost policy + successor table, " in line) == (successors == "true" or lp > 1)
+
+
 def test_start_line_names_a_provisional_profile():
     """A profile the measuring budget cut short (latency.model_profile) is measured again at the next start:
     the line says so, with the rounds it holds."""
