@@ -521,7 +521,8 @@ class SuccessorProposer:
     (``step.StepRows``, every LP rank's, so every rank writes the same table), learns the calibrations from the fed
     nodes (a trial: its parent is the root or was accepted) and writes the rows in time order, the accepted path's
     rows (the truest context) last. The tables live across the decoder's prompts; ``reset`` empties them.
-    ``ValueError`` for a negative budget, a context other than 1 or 2, lp_size < 1 or rank_budget < 1.
+    ``ValueError`` for a negative budget, a context other than 1 or 2, lp_size < 1, rank_budget < 1, or k, width
+    or max_depth not an integer >= 1 (k at most ``vocab_size``).
     """
 
     def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = 16,
@@ -531,6 +532,9 @@ class SuccessorProposer:
             raise ValueError(f"SuccessorProposer(budget={budget}, context={context}, lp_size={lp_size}, "
                              f"rank_budget={rank_budget}): need a node budget >= 0, context 1 or 2, lp_size >= 1 "
                              "and rank_budget None or >= 1")
+        if not all(is_int(v) and 1 <= v for v in (k, width, max_depth)) or k > vocab_size:
+            raise ValueError(f"SuccessorProposer(k={k!r}, width={width!r}, max_depth={max_depth!r}): need integers "
+                             f">= 1, k at most the vocabulary ({vocab_size})")
         self.lp_size, self.rank_budget = int(lp_size), rank_budget
         self.rank_tables = bool(rank_tables) and self.lp_size > 1
         self.vocab_size, self.k, self.context = int(vocab_size), int(k), int(context)

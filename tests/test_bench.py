@@ -482,6 +482,22 @@ def test_lp_scaling_groups_a_question_without_a_category_as_chat():
     assert category_groups(rows[:1]) == {"mt_bench": rows[:1]}
 
 
+@pytest.mark.parametrize("levers", [{"k": 10 ** 6}, {"k": 2.5}, {"width": 0}, {"width": -1}, {"max_depth": 0}])
+def test_lp_scaling_refuses_odd_table_levers(levers):
+    """k=10**6 ended in a 183 GiB MemoryError; k=2.5, width 0 or -1 and max_depth 0 were taken silently (a new user,
+    2026-12-07)."""
+    import argparse
+
+    from scripts.lp_scaling import check_levers
+
+    args = argparse.Namespace(ks=[1], window=0, ngram=5, guess=15, budget=80, context=None, topk=None, width=None,
+                              max_depth=None, rank_cap=None, levers=levers)
+    shown = {"k": 16, "width": 8, "max_depth": 16, **levers}
+    assert check_levers(96, args) == (
+        f"K = 1: ValueError: SuccessorProposer(k={shown['k']!r}, width={shown['width']!r}, max_depth="
+        f"{shown['max_depth']!r}): need integers >= 1, k at most the vocabulary (96)")
+
+
 @pytest.mark.parametrize("levers, ks, why", [
     ({}, [1, 8], ""),
     ({"store_min_key": 0}, [1], "K = 1: ValueError: successor_proposers: store_min_key=0; need an int >= 1"),
