@@ -192,11 +192,11 @@ class DecodingConfig:
         _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")
         _check(self.guess_set_size >= 0, f"decoding.guess_set_size={self.guess_set_size} is negative; G must be >= 0")
         _check(self.method != "auto" or self.guess_set_size > 0 or self.successors == "true",
-               "decoding.guess_set_size=0 leaves decoding=auto nothing to propose (its window is W = 0; its suffix "
-               "lookup proposes G n-grams); set G > 0, decoding.successors=true (the successor table alone), or use "
-               "decoding=greedy")
+               "decoding.guess_set_size=0 leaves decoding=auto nothing to propose (its suffix lookup proposes G "
+               "n-grams, and the window's n-grams are verified only as candidates); set G > 0, "
+               "decoding.successors=true (the successor table alone), or use decoding=greedy")
         if self.method in ("lookahead", "paper"):
-            _check(self.guess_set_size > 0 or self.window_size > 0,
+            _check(self.guess_set_size > 0 or self.window_size > 0 or self.successors == "true",
                    "decoding.window_size=0 and decoding.guess_set_size=0 leave lookahead decoding nothing to do; "
                    "set W > 0 or G > 0, or use decoding=greedy")
             _check(self.window_size > 0 or self.pool_from_prompt,

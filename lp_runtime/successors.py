@@ -499,6 +499,9 @@ def _grow_arrays(root_token: int, suffix, kids: dict, table, pair, budget: int, 
                      none(nodes["r1"][take], nodes["r1"][take] < 0), none(nodes["r2"][take], nodes["r2"][take] < 0))
 
 
+TABLE_MAX_DEPTH = 16  # SuccessorProposer's deepest node by default (grow_tree's max_depth)
+
+
 class SuccessorProposer:
     """A ``proposers.Proposer``: one tree grown from a suffix proposer's tree and the successor table.
 
@@ -525,7 +528,7 @@ class SuccessorProposer:
     or max_depth not an integer >= 1 (k at most ``vocab_size``).
     """
 
-    def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = 16,
+    def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = TABLE_MAX_DEPTH,
                  width: int = 8, context: int = 1, table_when_sampling: bool = False, prefill: bool = False,
                  lp_size: int = 1, rank_budget: Optional[int] = None, rank_tables: bool = False) -> None:
         if budget < 0 or context not in (1, 2) or lp_size < 1 or (rank_budget is not None and rank_budget < 1):
@@ -766,6 +769,8 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
                 raise ValueError(f"successor_proposers: store_min_key={min_key!r}; need an int >= 1")
             if p is not None:
                 p.store_min_key = min_key
+            else:  # as deep as a suffix proposer would make it: its max_depth is decoding.candidate_depth
+                args["max_depth"] = max(args.get("max_depth", TABLE_MAX_DEPTH), decoding.candidate_depth)
             p = SuccessorProposer(vocab_size, lp_size * per_rank, suffix=p, **args)
         out.append(p)
     return out

@@ -1,7 +1,9 @@
 """The successor table and the tree grown from every source (lp_runtime/successors.py), with hand-written ids."""
+import re
+
 import numpy as np
-import torch
 import pytest
+import torch
 
 from lp_runtime.parallel import LocalGroup
 from lp_runtime.tree import CandidateTree
@@ -582,19 +584,37 @@ def test_tree_plan_splits_a_heavy_subtree_repeating_its_ancestor_chain():
         [100, 100], [1, 1], [11, 11], [20, 20], [31, 31], [42, 42]]
 
 
-@pytest.mark.parametrize("setting, lp, budget", [
-    (dict(method="auto", guess_set_size=0, successors=True), 1, 25),                  # max_depth 24 + 1, one process
-    (dict(method="lookahead", window_size=3, guess_set_size=0, successors=True), 1, 11),
-    (dict(method="lookahead", window_size=3, guess_set_size=0), 2, 22),                # auto under LP: K x 11
+@pytest.mark.parametrize("setting, lp, budget, depth", [
+    (dict(method="auto", guess_set_size=0, successors=True), 1, 25, 24),              # max_depth 24 + 1, one process
+    (dict(method="auto", guess_set_size=0, successors=True, max_depth=40), 1, 41, 40),  # as deep as a suffix lookup
+    (dict(method="lookahead", window_size=3, guess_set_size=0, successors=True), 1, 11, 16),
+    (dict(method="lookahead", window_size=0, guess_set_size=0, successors=True), 1, 11, 16),  # was "nothing to do"
+    (dict(method="lookahead", window_size=3, guess_set_size=0), 2, 22, 16),            # auto under LP: K x 11
 ])
-def test_g0_with_the_table_on_is_the_table_alone(setting, lp, budget):
+def test_g0_with_the_table_on_is_the_table_alone(setting, lp, budget, depth):
     """decoding.guess_set_size=0 with decoding.successors=true: the config's message offers it as 'the successor
     table alone', but no proposer was built, so it decoded as plain greedy (a new user, 2026-12-07)."""
     from lp_runtime.config import DecodingConfig
     from lp_runtime.successors import successor_proposers
 
     (p,) = successor_proposers(DecodingConfig(**setting), 96, lp_size=lp, table=None)
-    assert (type(p).__name__, p.suffix, p.budget) == ("SuccessorProposer", None, budget)
+    assert (type(p).__name__, p.suffix, p.budget, p.max_depth) == ("SuccessorProposer", None, budget, depth)
+
+
+@pytest.mark.parametrize("method, table", [("lookahead", ", decoding.successors=true"), ("paper", "")])
+def test_g0_with_the_table_off_is_refused_not_plain_greedy(method, table):
+    """decoding=lookahead / paper with W > 0 and G = 0 in one process decoded as plain greedy without a word: the
+    window's n-grams are verified only as candidates (a review, 2026-12-07)."""
+    from fakes import llama
+    from lp_runtime.config import ConfigError
+    from lp_runtime.decoder import Decoder
+
+    with pytest.raises(ConfigError, match=re.escape(
+            f"decoding.guess_set_size=0 with the successor table off leaves decoding={method} nothing to verify (the "
+            "window's n-grams reach the output only as candidates), so it would decode as plain greedy; set G > 0"
+            f"{table}, or use decoding=greedy")):
+        Decoder(llama(), lookahead(method=method, window_size=2, ngram_size=3, guess_set_size=0))
+    Decoder(llama(), lookahead(method=method, window_size=2, ngram_size=3, guess_set_size=0), proposers=[])  # own
 
 
 def test_g0_table_alone_decodes_as_greedy_and_proposes():
