@@ -281,8 +281,10 @@ def main() -> None:
     ref_path = out / "refs.json"
     try:
         cached = json.loads(ref_path.read_text()) if ref_path.exists() else {}
-    except json.JSONDecodeError as e:
-        ap.error(f"{ref_path} is not valid JSON ({e}); delete it and its references are computed again")
+        if not isinstance(cached, dict):
+            raise ValueError(f"a JSON {type(cached).__name__}, not an object")
+    except ValueError as e:  # json.JSONDecodeError too
+        ap.error(f"{ref_path} is not a JSON object of references ({e}); delete it and they are computed again")
     # the file's content in the key: another file of the same name, or this one edited, gets its own references
     digest = hashlib.sha256(Path(args.prompts).read_bytes()).hexdigest()[:16]
     key = f"{Path(args.prompts).name}:{digest}:{args.max_new_tokens}"
