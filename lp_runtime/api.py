@@ -99,6 +99,7 @@ class LookaheadGenerator:
         self.generation, self.sampling = generation or GenerationConfig(), sampling
         decoding = decoding or DecodingConfig()
         _check_configs(decoding, self.generation, sampling)
+        decoding.check_candidates(1)
         check_limits(model, decoding, sampling, generation=self.generation)
         eos = eos_token_ids(model, tokenizer, self.generation.eos_token_ids)
         policy = None

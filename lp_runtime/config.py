@@ -203,6 +203,15 @@ class DecodingConfig:
                    "decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty; "
                    "set W > 0 or pool_from_prompt=true")
 
+    def check_candidates(self, lp_size: int) -> None:
+        """``ConfigError`` when a lookahead method verifies nothing at LP degree ``lp_size``: G = 0 with the successor
+        table off decodes as plain greedy (the window's n-grams reach the output only as candidates)."""
+        _check(self.method == "greedy" or self.guess_set_size > 0 or self.successors_on(lp_size),
+               f"decoding.guess_set_size=0 with the successor table off leaves decoding={self.method} nothing to "
+               "verify (the window's n-grams reach the output only as candidates), so it would decode as plain "
+               "greedy; set G > 0" + (", decoding.successors=true" if self.method != "paper" else "")
+               + ", or use decoding=greedy")
+
     def successors_on(self, lp_size: int) -> bool:
         """Whether the successor table joins the candidates at LP degree ``lp_size`` (never for paper or greedy)."""
         if self.method in ("paper", "greedy"):

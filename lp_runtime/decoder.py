@@ -131,8 +131,9 @@ class Decoder:
             (``ConfigError`` otherwise; ``auto.auto_policy``). Under LP a ``CostPolicy`` priced for one process is
             priced by the busiest rank's tokens (``CostPolicy.price_lp``).
         proposers: ``proposers.Proposer`` objects; default the product's for ``decoding`` at this LP degree
-            (``successors.successor_proposers(..., table=None)``; ``ConfigError`` when that gives none for a
-            lookahead method: G = 0 with the table off would decode as plain greedy).
+            (``successors.successor_proposers(..., table=None)``; none for G = 0 with the table off: the window's
+            n-grams are then never verified, which the job and ``LookaheadGenerator`` refuse through
+            ``DecodingConfig.check_candidates``).
         step: the model step (``step.EagerStep``'s methods); default ``EagerStep(model)``.
         copy_kv: keep the accepted candidates' KV so the next step feeds one token (default: True except for
             ``method="paper"``, which re-feeds); LP always re-feeds (the KV lives on one rank).
@@ -167,12 +168,6 @@ class Decoder:
         self.ngram_size = decoding.ngram_size
         self.proposers = list(successor_proposers(decoding, checks.vocab_size(model), lp_size=self.lp.size, table=None)
                               if proposers is None else proposers)
-        if proposers is None and decoding.method != "greedy" and not self.proposers:  # G = 0, the table off
-            raise ConfigError(f"decoding.guess_set_size=0 with the successor table off leaves decoding="
-                              f"{decoding.method} nothing to verify (the window's n-grams reach the output only as "
-                              "candidates), so it would decode as plain greedy; set G > 0"
-                              + (", decoding.successors=true" if decoding.method != "paper" else "")
-                              + ", or use decoding=greedy")
         copy = decoding.method != "paper" if copy_kv is None else bool(copy_kv)
         self.copy_kv = copy and self.lp.size == 1
         if self.lp.size > 1 and getattr(self.step_policy, "lp_size", None) == 1:

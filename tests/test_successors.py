@@ -604,17 +604,23 @@ def test_g0_with_the_table_on_is_the_table_alone(setting, lp, budget, depth):
 @pytest.mark.parametrize("method, table", [("lookahead", ", decoding.successors=true"), ("paper", "")])
 def test_g0_with_the_table_off_is_refused_not_plain_greedy(method, table):
     """decoding=lookahead / paper with W > 0 and G = 0 in one process decoded as plain greedy without a word: the
-    window's n-grams are verified only as candidates (a review, 2026-12-07)."""
+    window's n-grams are verified only as candidates (a review, 2026-12-07). The job and LookaheadGenerator check
+    it; a Decoder still takes it (tests of the window's mechanics under LP use it)."""
     from fakes import llama
+    from lp_runtime.api import LookaheadGenerator
     from lp_runtime.config import ConfigError
-    from lp_runtime.decoder import Decoder
 
-    with pytest.raises(ConfigError, match=re.escape(
-            f"decoding.guess_set_size=0 with the successor table off leaves decoding={method} nothing to verify (the "
-            "window's n-grams reach the output only as candidates), so it would decode as plain greedy; set G > 0"
-            f"{table}, or use decoding=greedy")):
-        Decoder(llama(), lookahead(method=method, window_size=2, ngram_size=3, guess_set_size=0))
-    Decoder(llama(), lookahead(method=method, window_size=2, ngram_size=3, guess_set_size=0), proposers=[])  # own
+    message = (f"decoding.guess_set_size=0 with the successor table off leaves decoding={method} nothing to verify "
+               "(the window's n-grams reach the output only as candidates), so it would decode as plain greedy; set "
+               f"G > 0{table}, or use decoding=greedy")
+    cfg = lookahead(method=method, window_size=2, ngram_size=3, guess_set_size=0)
+    for lp in (1, 2):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            cfg.check_candidates(lp if method == "paper" else 1)
+    if method == "lookahead":
+        cfg.check_candidates(2)  # successors=auto under LP: the table alone
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        LookaheadGenerator(llama(), None, cfg, progress=False)
 
 
 def test_g0_table_alone_decodes_as_greedy_and_proposes():
