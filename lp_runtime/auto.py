@@ -221,10 +221,11 @@ def _start_line(name: str, d: DecodingConfig, dtype: str, profile: dict, calib: 
         how += f"; provisional, {done} of {ROUNDS} rounds: more at the next start"
     table = " + successor table" if d.successors_on(lp_size) else ""
     # a new user saw 1.33x under LP with successors=auto (calibrated without the table) and 1.31x with true
-    one = f" in one process {'with' if d.successors_on(1) else 'without'} the table" if lp_size > 1 else ""
+    one = (f" for one process {'with' if d.successors_on(1) else 'without'} the table, LP itself not estimated"
+           if lp_size > 1 else "")
     return (f"decoding=auto: {name}, cost policy{table}, (W, N, G) <= ({d.window_size}, {d.ngram_size}, "
             f"{d.guess_set_size}), {dtype} on {profile['device']}, step latency {1e3 * lat(1):.1f} ms (q=1) / "
-            f"{1e3 * lat(8):.1f} ms (q=8); expected speedup over greedy{one} {calib['expected_speedup']:.2f}x (per "
+            f"{1e3 * lat(8):.1f} ms (q=8); expected speedup over greedy {calib['expected_speedup']:.2f}x{one} (per "
             f"prompt {calib['low']:.2f}-{calib['high']:.2f}x; S {calib['tokens'] / max(calib['steps'], 1):.2f} at "
             f"{calib['mean_step_tokens']:.1f} tokens/step over {calib['prompts']} calibration prompts of up to "
             f"{calib['max_new_tokens']} tokens); profile {profile['path']} ({how})"

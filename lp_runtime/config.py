@@ -191,14 +191,16 @@ class DecodingConfig:
         _check(self.window_size >= 0, f"decoding.window_size={self.window_size} is negative; W must be >= 0")
         _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")
         _check(self.guess_set_size >= 0, f"decoding.guess_set_size={self.guess_set_size} is negative; G must be >= 0")
-        _check(self.method != "auto" or self.guess_set_size > 0 or self.successors == "true",
-               "decoding.guess_set_size=0 leaves decoding=auto nothing to propose (its suffix lookup proposes G "
-               "n-grams, and the window's n-grams are verified only as candidates); set G > 0, "
-               "decoding.successors=true (the successor table alone), or use decoding=greedy")
+        # successors=auto: the table is on under LP only, which check_candidates(lp) decides (the job, --cfg job)
+        _check(self.method != "auto" or self.guess_set_size > 0 or self.successors != "false",
+               "decoding.guess_set_size=0 with decoding.successors=false leaves decoding=auto nothing to propose (its "
+               "suffix lookup proposes G n-grams, and the window's n-grams are verified only as candidates); set "
+               "G > 0, decoding.successors=true (the successor table alone), or use decoding=greedy")
         if self.method in ("lookahead", "paper"):
-            _check(self.guess_set_size > 0 or self.window_size > 0 or self.successors == "true",
+            _check(self.guess_set_size > 0 or self.window_size > 0 or self.successors != "false",
                    "decoding.window_size=0 and decoding.guess_set_size=0 leave lookahead decoding nothing to do; "
-                   "set W > 0 or G > 0, or use decoding=greedy")
+                   "set G > 0" + (", decoding.successors=true" if self.method != "paper" else "")
+                   + ", or use decoding=greedy")
             _check(self.window_size > 0 or self.pool_from_prompt,
                    "decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty; "
                    "set W > 0 or pool_from_prompt=true")

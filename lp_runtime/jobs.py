@@ -385,6 +385,7 @@ def check_printed_config(argv: list[str]) -> None:
     with open_dict(cfg):
         del cfg["hydra"]
     run = check_job(cfg, overrides)
+    run.decoding.check_candidates(run.parallel.lp)  # as the job checks it, once the LP degree is known
     if not chdir:
         try:
             answers.check_summary_target(run)  # as the run checks it (answers.check_summary_path)

@@ -1236,6 +1236,12 @@ def _own_folder_cases(tmp: Path) -> list:
         ("cfg_job_summary_is_the_answers", ["--cfg", "job", "output.path=o/a.jsonl", "output.summary_path=o/a.jsonl"],
          "output.summary_path=o/a.jsonl is the answers file (output.path); the summary would overwrite it: give "
          "another file, e.g. output.summary_path=o/a.summary.json"),
+        # G = 0 with the table off: printed with exit 0, refused by the run (a new user, 2026-12-07)
+        ("cfg_job_g0_table_off", ["--cfg", "job", "decoding=lookahead", "decoding.window_size=3",
+                                  "decoding.guess_set_size=0"],
+         "decoding.guess_set_size=0 with the successor table off leaves decoding=lookahead nothing to verify (the "
+         "window's n-grams reach the output only as candidates), so it would decode as plain greedy; set G > 0, "
+         "decoding.successors=true, or use decoding=greedy"),
         ("cfg_job_with_multirun", ["--cfg", "job", "-m", "decoding=greedy,lookahead"],  # was Hydra's traceback
          "--cfg prints the config of one run and -m/--multirun runs a sweep: give only one of them"),
         ("cfg_job_good", ["--cfg", "job", "decoding=lookahead", "decoding.window_size=3",
@@ -1515,7 +1521,7 @@ def test_refusal_leaves_no_new_folder(bad_input, case):
 
 
 @pytest.mark.parametrize("case", ["cfg_job_bad_value", "info_config_bad_value", "cfg_all_unknown_key",
-                                  "cfg_job_with_multirun", "cfg_job_summary_is_the_answers"])
+                                  "cfg_job_with_multirun", "cfg_job_summary_is_the_answers", "cfg_job_g0_table_off"])
 def test_printed_config_is_checked_as_a_run_would_check_it(bad_input, case):
     assert _tree(_check(bad_input, case)) == []
 

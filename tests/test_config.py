@@ -73,7 +73,8 @@ def test_successors_from_the_command_line_and_the_paper_preset():
      "decoding.successors=true is not allowed with decoding=paper (the paper's algorithm as published has no successor "
      "table); use decoding=lookahead or decoding=auto with it, or decoding.successors=false"),
     # decoding=auto with G = 0 decoded plain greedy without a word (a new user, 2026-12-04); the table alone is a choice
-    (dict(guess_set_size=0), "decoding.guess_set_size=0 leaves decoding=auto nothing to propose (its suffix lookup "
+    (dict(guess_set_size=0, successors=False), "decoding.guess_set_size=0 with decoding.successors=false leaves "
+     "decoding=auto nothing to propose (its suffix lookup "
      "proposes G n-grams, and the window's n-grams are verified only as candidates); set G > 0, "
      "decoding.successors=true (the successor table alone), or use decoding=greedy"),
 ])

@@ -623,6 +623,21 @@ def test_g0_with_the_table_off_is_refused_not_plain_greedy(method, table):
         LookaheadGenerator(llama(), None, cfg, progress=False)
 
 
+@pytest.mark.parametrize("setting", [dict(method="auto", guess_set_size=0),
+                                     dict(method="lookahead", window_size=0, guess_set_size=0)])
+def test_g0_with_successors_auto_is_the_table_alone_under_lp_only(setting):
+    """successors=auto turns the table on under LP: G = 0 there is the table alone (README), and one process is
+    refused by check_candidates, not by the config, which does not know the LP degree (a new user, 2026-12-07)."""
+    from lp_runtime.config import ConfigError, DecodingConfig
+
+    cfg = DecodingConfig(**setting)
+    cfg.check_candidates(2)
+    with pytest.raises(ConfigError, match=r"^decoding.guess_set_size=0 with the successor table off leaves decoding="
+                                          r"\w+ nothing to verify .*; set G > 0, decoding.successors=true, or use "
+                                          r"decoding=greedy$"):
+        cfg.check_candidates(1)
+
+
 def test_g0_table_alone_decodes_as_greedy_and_proposes():
     from fakes import llama
     from lp_runtime.decoder import Decoder
