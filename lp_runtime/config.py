@@ -191,7 +191,7 @@ class DecodingConfig:
         _check(self.window_size >= 0, f"decoding.window_size={self.window_size} is negative; W must be >= 0")
         _check(self.ngram_size >= 2, f"decoding.ngram_size={self.ngram_size} is too small; N must be >= 2")
         _check(self.guess_set_size >= 0, f"decoding.guess_set_size={self.guess_set_size} is negative; G must be >= 0")
-        # successors=auto: the table is on under LP only, which check_candidates(lp) decides (the job, --cfg job)
+        # successors=auto: the table is on under LP only, which check_candidates(lp) decides (jobs.check_job)
         _check(self.method != "auto" or self.guess_set_size > 0 or self.successors != "false",
                "decoding.guess_set_size=0 with decoding.successors=false leaves decoding=auto nothing to propose (its "
                "suffix lookup proposes G n-grams, and the window's n-grams are verified only as candidates); set "
@@ -199,8 +199,7 @@ class DecodingConfig:
         if self.method in ("lookahead", "paper"):
             _check(self.guess_set_size > 0 or self.window_size > 0 or self.successors != "false",
                    "decoding.window_size=0 and decoding.guess_set_size=0 leave lookahead decoding nothing to do; "
-                   "set G > 0" + (", decoding.successors=true" if self.method != "paper" else "")
-                   + ", or use decoding=greedy")
+                   + self._g0_advice())
             _check(self.window_size > 0 or self.pool_from_prompt,
                    "decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty; "
                    "set W > 0 or pool_from_prompt=true")
@@ -211,8 +210,12 @@ class DecodingConfig:
         _check(self.method == "greedy" or self.guess_set_size > 0 or self.successors_on(lp_size),
                f"decoding.guess_set_size=0 with the successor table off leaves decoding={self.method} nothing to "
                "verify (the window's n-grams reach the output only as candidates), so it would decode as plain "
-               "greedy; set G > 0" + (", decoding.successors=true" if self.method != "paper" else "")
-               + ", or use decoding=greedy")
+               "greedy; " + self._g0_advice())
+
+    def _g0_advice(self) -> str:
+        """What to set instead of G = 0 with the table off (``decoding=paper`` has no table)."""
+        table = ", decoding.successors=true" if self.method != "paper" else ""
+        return f"set G > 0{table}, or use decoding=greedy"
 
     def successors_on(self, lp_size: int) -> bool:
         """Whether the successor table joins the candidates at LP degree ``lp_size`` (never for paper or greedy)."""

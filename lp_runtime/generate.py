@@ -175,7 +175,6 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     path = compiled.chosen_path(model, cfg.model.compile, None, log)  # the prompts checked against its cache
     check_prompts(model, tokenizer, todo, cfg.generation.max_new_tokens, compiled.static_capacity(model, path))
     eos = checks.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)
-    cfg.decoding.check_candidates(ctx.lp_group.size)
     decoding, policy, extra = cfg.decoding, None, {}
     step = compiled.step_for(model, cfg.model.compile, log=log, path=path)
     if decoding.method == "auto":  # rank 0 reads (or measures) the latency profile; every rank takes its setting

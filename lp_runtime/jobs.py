@@ -129,6 +129,7 @@ def check_job(dict_cfg: Any, overrides: list[str]) -> Any:
     check_ignored_keys(dict_cfg, {override_key(o) for o in overrides})
     check_model_sampling_keys(dict_cfg, overrides)
     assert isinstance(cfg, RunConfig)
+    cfg.decoding.check_candidates(cfg.parallel.lp)  # the LP degree decides whether successors=auto's table is on
     return cfg
 
 
@@ -385,7 +386,6 @@ def check_printed_config(argv: list[str]) -> None:
     with open_dict(cfg):
         del cfg["hydra"]
     run = check_job(cfg, overrides)
-    run.decoding.check_candidates(run.parallel.lp)  # as the job checks it, once the LP degree is known
     if not chdir:
         try:
             answers.check_summary_target(run)  # as the run checks it (answers.check_summary_path)
