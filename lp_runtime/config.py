@@ -43,12 +43,35 @@ def is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def check_arguments(owner: str, *, ints: tuple = (), bools: tuple = (), choices: tuple = ()) -> None:
+    """``ValueError`` naming every bad argument of ``owner`` in one message (``SuccessorProposer: context=3 (need
+    one of 1, 2)``): ``ints`` are (name, value, least) for an int (not a bool) >= least, or None where least is
+    given as ``(least, None)``; ``bools`` (name, value) for True or False; ``choices`` (name, value, allowed).
+
+        >>> check_arguments("f", ints=(("k", 2.5, 1), ("cap", None, (1, None))), bools=(("on", "no"),))
+        Traceback (most recent call last):
+        ...
+        ValueError: f: k=2.5 (need an int >= 1); on='no' (need True or False)
+    """
+    bad = []
+    for name, value, least in ints:
+        optional = isinstance(least, tuple)
+        least = least[0] if optional else least
+        if not ((optional and value is None) or (is_int(value) and value >= least)):
+            bad.append(f"{name}={value!r} (need {'None or ' if optional else ''}an int >= {least})")
+    bad += [f"{name}={value!r} (need True or False)" for name, value in bools if not is_bool(value)]
+    bad += [f"{name}={value!r} (need one of {', '.join(map(repr, allowed))})" for name, value, allowed in choices
+            if not any(is_int(a) == is_int(value) and not is_bool(value) and value == a for a in allowed)]
+    if bad:
+        raise ValueError(f"{owner}: " + "; ".join(bad))
+
+
 def _is_id_list(value: Any) -> bool:
     """A list or tuple of integer token ids >= 0."""
     return isinstance(value, (list, tuple)) and all(is_int(t) and t >= 0 for t in value)
 
 
-def _is_real(value: Any) -> bool:
+def is_real(value: Any) -> bool:
     """A finite number that converts to a float, numpy's included; not a bool (``10**400``: no)."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         return False
@@ -82,7 +105,7 @@ def _check_types(section: str, obj: Any, ints: tuple = (), reals: tuple = (), bo
         v = getattr(obj, name)
         if v is None and name in optional:
             continue
-        _check(is_int(v) if name in ints else _is_real(v), f"{key(name)}={v!r} is not allowed; it must be "
+        _check(is_int(v) if name in ints else is_real(v), f"{key(name)}={v!r} is not allowed; it must be "
                                                             f"{'an integer' if name in ints else 'a finite number'}"
                                                             f"{' (or None)' if name in optional else ''}")
         setattr(obj, name, int(v) if name in ints else v if isinstance(v, int) else float(v))  # numpy's: Python's
@@ -293,7 +316,7 @@ class SamplingConfig:
                f"sampling.category_temperature={table!r} is not allowed; give null or {{category: temperature}}, "
                "e.g. sampling.category_temperature='{writing: 0.7, math: 0}'")
         for cat, t in (table or {}).items():  # the bad entry named, not the whole table (a preset's has 8)
-            _check(_is_real(t), f"sampling.category_temperature[{cat!r}]={t!r} is not allowed; a temperature is a "
+            _check(is_real(t), f"sampling.category_temperature[{cat!r}]={t!r} is not allowed; a temperature is a "
                    f"finite number: 0 (greedy) or >= {MIN_TEMPERATURE}")
             _check(t >= 0 and not 0 < t < MIN_TEMPERATURE, f"sampling.category_temperature[{cat!r}]={t} is not "
                    f"allowed; it must be 0 (greedy) or >= {MIN_TEMPERATURE}")

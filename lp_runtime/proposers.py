@@ -29,6 +29,7 @@ import heapq
 import itertools
 from typing import Optional, Protocol, Sequence
 
+from .config import is_real, check_arguments
 from .ngram_pool import NGramPool
 from .tree import CandidateTree
 
@@ -143,8 +144,9 @@ class SuffixProposer:
             the paper's pool).
         chain: chain (module docstring); tree: False = each root-to-leaf path as its own chain.
 
-    Raises ``ValueError`` for N < 2, G < 0, max_key < 1, store_min_key < 1 or an unknown ``ranking`` /
-    ``ngram_keys``.
+    Raises ``ValueError`` (``config.check_arguments``: every bad one named) for N not an int >= 2, G or max_nodes
+    not an int >= 0, max_depth, max_key, max_occurrences or store_min_key not an int >= 1, a flag not True or
+    False, an unknown ``ranking`` / ``ngram_keys``, or a store_weight not a number >= 0.
     """
 
     topk = 0
@@ -154,12 +156,15 @@ class SuffixProposer:
                  index_history: bool = True, store: Optional[AnswerStore] = None, store_weight: float = STORE_WEIGHT,
                  store_when_sampling: bool = False, store_min_key: int = 1, ngram_keys: str = "all",
                  chain: bool = True, tree: bool = True) -> None:
-        if ngram_size < 2 or num_leaves < 0 or max_key < 1 or store_min_key < 1:
-            raise ValueError(f"ngram_size={ngram_size}, num_leaves={num_leaves}, max_key={max_key}, "
-                             f"store_min_key={store_min_key}: need N >= 2, G >= 0, max_key >= 1, store_min_key >= 1")
-        if ranking not in ("counts", "recency") or ngram_keys not in ("all", "head"):
-            raise ValueError(f"ranking={ranking!r}, ngram_keys={ngram_keys!r}; use ranking 'counts' or 'recency', "
-                             "ngram_keys 'all' or 'head'")
+        check_arguments("SuffixProposer", ints=(
+            ("ngram_size", ngram_size, 2), ("num_leaves", num_leaves, 0), ("max_nodes", max_nodes, (0, None)),
+            ("max_depth", max_depth, 1), ("max_key", max_key, 1), ("max_occurrences", max_occurrences, 1),
+            ("store_min_key", store_min_key, 1)), choices=(("ranking", ranking, ("counts", "recency")),
+                                                           ("ngram_keys", ngram_keys, ("all", "head"))),
+            bools=(("index_history", index_history), ("store_when_sampling", store_when_sampling), ("chain", chain),
+                   ("tree", tree)))
+        if not (is_real(store_weight) and store_weight >= 0):
+            raise ValueError(f"SuffixProposer: store_weight={store_weight!r} (need a number >= 0)")
         self.ngram_size, self.num_leaves, self.max_key, self.ranking = ngram_size, num_leaves, max_key, ranking
         self.max_depth = max(max_depth, ngram_size - 1)
         self.max_nodes = max(num_leaves * (ngram_size - 1), self.max_depth) if max_nodes is None else max_nodes

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .config import is_int
+from .config import check_arguments
 from .tree import CandidateTree, children
 from .policy import AcceptanceCalibration
 
@@ -524,20 +524,20 @@ class SuccessorProposer:
     (``step.StepRows``, every LP rank's, so every rank writes the same table), learns the calibrations from the fed
     nodes (a trial: its parent is the root or was accepted) and writes the rows in time order, the accepted path's
     rows (the truest context) last. The tables live across the decoder's prompts; ``reset`` empties them.
-    ``ValueError`` for a negative budget, a context other than 1 or 2, lp_size < 1, rank_budget < 1, or k, width
-    or max_depth not an integer >= 1 (k at most ``vocab_size``).
+    ``ValueError`` (``config.check_arguments``: every bad one named) for a budget not an int >= 0, a context other
+    than 1 or 2, lp_size, k, width or max_depth not an int >= 1, rank_budget neither None nor an int >= 1, a flag
+    not True or False, or k above ``vocab_size``.
     """
 
     def __init__(self, vocab_size: int, budget: int, *, suffix=None, k: int = 8, max_depth: int = TABLE_MAX_DEPTH,
                  width: int = 8, context: int = 1, table_when_sampling: bool = False, prefill: bool = False,
                  lp_size: int = 1, rank_budget: Optional[int] = None, rank_tables: bool = False) -> None:
-        if budget < 0 or context not in (1, 2) or lp_size < 1 or (rank_budget is not None and rank_budget < 1):
-            raise ValueError(f"SuccessorProposer(budget={budget}, context={context}, lp_size={lp_size}, "
-                             f"rank_budget={rank_budget}): need a node budget >= 0, context 1 or 2, lp_size >= 1 "
-                             "and rank_budget None or >= 1")
-        if not all(is_int(v) and 1 <= v for v in (k, width, max_depth)) or k > vocab_size:
-            raise ValueError(f"SuccessorProposer(k={k!r}, width={width!r}, max_depth={max_depth!r}): need integers "
-                             f">= 1, k at most the vocabulary ({vocab_size})")
+        check_arguments("SuccessorProposer", ints=(
+            ("budget", budget, 0), ("lp_size", lp_size, 1), ("rank_budget", rank_budget, (1, None)), ("k", k, 1),
+            ("width", width, 1), ("max_depth", max_depth, 1)), choices=(("context", context, (1, 2)),),
+            bools=(("table_when_sampling", table_when_sampling), ("prefill", prefill), ("rank_tables", rank_tables)))
+        if k > vocab_size:
+            raise ValueError(f"SuccessorProposer: k={k} (need at most the vocabulary, {vocab_size})")
         self.lp_size, self.rank_budget = int(lp_size), rank_budget
         self.rank_tables = bool(rank_tables) and self.lp_size > 1
         self.vocab_size, self.k, self.context = int(vocab_size), int(k), int(context)
@@ -765,8 +765,7 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
             per_rank = cap + 1 if budget is None else budget
             args = {**_product_table(lp_size, per_rank, vocab_size), **levers}
             min_key = args.pop("store_min_key")  # the suffix proposer's, built above by proposers_for
-            if not (is_int(min_key) and min_key >= 1):
-                raise ValueError(f"successor_proposers: store_min_key={min_key!r}; need an int >= 1")
+            check_arguments("successor_proposers", ints=(("store_min_key", min_key, 1),))
             if p is not None:
                 p.store_min_key = min_key
             else:  # as deep as a suffix proposer would make it: its max_depth is decoding.candidate_depth

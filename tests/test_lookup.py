@@ -2,6 +2,8 @@
 
 Hand-written token ids (letters as small ints) and exact expected trees.
 """
+import re
+
 import pytest
 
 from lp_runtime.policy import FeedAll, StepChoice
@@ -107,7 +109,7 @@ def test_pool_lookup_and_feed_all():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="ranking='size'"):
         SuffixProposer(3, 2, ranking="size")
-    with pytest.raises(ValueError, match="need N >= 2"):
+    with pytest.raises(ValueError, match=r"ngram_size=1 \(need an int >= 2\)"):
         SuffixProposer(1, 2)
     assert len(lookup([a, a, a], leaves=0).propose()) == 0
 
@@ -194,10 +196,17 @@ def test_store_min_key_leaves_the_own_text_matched_by_any_key():
     assert c not in lk.propose().tokens
 
 
-def test_suffix_proposer_refuses_a_store_min_key_below_1():
-    with pytest.raises(ValueError, match=r"^ngram_size=3, num_leaves=2, max_key=4, store_min_key=0: need N >= 2, "
-                                         r"G >= 0, max_key >= 1, store_min_key >= 1$"):
-        SuffixProposer(3, 2, store_min_key=0)
+@pytest.mark.parametrize("kwargs, why", [
+    (dict(store_min_key=0), "store_min_key=0 (need an int >= 1)"),
+    (dict(ngram_size=1, num_leaves=-1), "ngram_size=1 (need an int >= 2); num_leaves=-1 (need an int >= 0)"),
+    (dict(max_key=2.0, chain="yes"), "max_key=2.0 (need an int >= 1); chain='yes' (need True or False)"),
+    (dict(ranking="best"), "ranking='best' (need one of 'counts', 'recency')"),
+    (dict(store_weight=-1.0), "store_weight=-1.0 (need a number >= 0)"),
+])
+def test_suffix_proposer_refuses_bad_arguments(kwargs, why):
+    args = {"ngram_size": 3, "num_leaves": 2, **kwargs}
+    with pytest.raises(ValueError, match=f"^SuffixProposer: {re.escape(why)}$"):
+        SuffixProposer(args.pop("ngram_size"), args.pop("num_leaves"), **args)
 
 
 @pytest.mark.parametrize("weight, first", [(STORE_WEIGHT, b), (8.0, c)])

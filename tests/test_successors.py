@@ -341,13 +341,22 @@ def test_rank_tables_keep_each_ranks_rows_apart_and_the_path_in_all():
         RankTables(20, 1, 0)
 
 
-@pytest.mark.parametrize("budget, context, lp, cap", [(-3, 1, 1, None), (4, 3, 1, None), (4, 1, 0, None),
-                                                      (4, 1, 2, 0)])
-def test_proposer_refuses_bad_arguments(budget, context, lp, cap):
-    with pytest.raises(ValueError, match=rf"SuccessorProposer\(budget={budget}, context={context}, lp_size={lp}, "
-                       rf"rank_budget={cap}\): need a node budget >= 0, context 1 or 2, lp_size >= 1 and "
-                       "rank_budget None or >= 1"):
-        SuccessorProposer(10, budget, context=context, lp_size=lp, rank_budget=cap)
+@pytest.mark.parametrize("kwargs, why", [
+    (dict(budget=-3), "budget=-3 (need an int >= 0)"),
+    (dict(context=3), "context=3 (need one of 1, 2)"),
+    (dict(context=True), "context=True (need one of 1, 2)"),  # True == 1 was taken as the token table
+    (dict(lp_size=0, rank_budget=0), "lp_size=0 (need an int >= 1); rank_budget=0 (need None or an int >= 1)"),
+    (dict(rank_budget=1.5), "rank_budget=1.5 (need None or an int >= 1)"),
+    (dict(k=2.5, width="8"), "k=2.5 (need an int >= 1); width='8' (need an int >= 1)"),
+    (dict(prefill="false"), "prefill='false' (need True or False)"),  # a truthy string turned prefill on
+    (dict(k=11), "k=11 (need at most the vocabulary, 10)"),
+])
+def test_proposer_refuses_bad_arguments(kwargs, why):
+    """Wrong types were taken silently through lp_scaling's --set (context true, rank_budget 1.5, "false"; a new
+    user, 2026-12-07): every bad argument is named, with what is allowed."""
+    args = {"budget": 4, **kwargs}
+    with pytest.raises(ValueError, match=f"^SuccessorProposer: {re.escape(why)}$"):
+        SuccessorProposer(10, args.pop("budget"), **args)
 
 
 def test_rank_cap_keeps_the_longest_prefix_within_every_ranks_budget():
@@ -455,7 +464,7 @@ def test_product_table_levers_and_greedy():
     # one process: SMALL_TABLE's 1 up to SMALL_TREE (32) nodes a step, TABLE_STORE_MIN_KEY above
     assert [successor_proposers(look, 96, budget=b)[0].suffix.store_min_key for b in (32, 33)] == [1, 3]
     for bad in (0, "4", None, 2.5):
-        with pytest.raises(ValueError, match=rf"^successor_proposers: store_min_key={bad!r}; need an int >= 1$"):
+        with pytest.raises(ValueError, match=rf"^successor_proposers: store_min_key={re.escape(repr(bad))} \(need an int >= 1\)$"):
             successor_proposers(look, 96, lp_size=8, store_min_key=bad)
     assert successor_proposers(DecodingConfig(method="greedy", successors=True), 96, lp_size=8) == []
     assert successor_proposers(look, 8, lp_size=2)[0].k == 8  # a vocabulary smaller than the top-16
