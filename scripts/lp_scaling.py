@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -227,6 +228,30 @@ def check_levers(vocab: int, args) -> str:
     return ""
 
 
+def out_files(args) -> list[str]:
+    """The files a run writes in ``--out``."""
+    per_k = ["partial_k{}.json"] + ["trees_k{}.jsonl"] * args.trees + ["stops_k{}.json"] * args.stops
+    return ["refs.json", "lp_scaling.json"] + [name.format(k) for k in args.ks for name in per_k]
+
+
+def check_out(out: Path, args) -> str:
+    """Why ``out`` cannot take this run's files ("" when it can): made if missing, then probed with a file of
+    its own (a read-only or unwritable place, or a folder where a result file goes, gave a traceback after the
+    references were computed; a new user, 2026-12-07)."""
+    try:
+        blocked = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+        if blocked is not None:
+            return f"{blocked} is a file; give a folder"
+        taken = [name for name in out_files(args) if (out / name).exists() and not (out / name).is_file()]
+        if taken:
+            return f"{out / taken[0]} is a folder where the run writes a file; move it away"
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as e:
+        return f"cannot write there ({e.strerror or e})"
+    return ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", required=True, help="question file (JSONL, Spec-Bench format); first turns")
@@ -267,16 +292,19 @@ def main() -> None:
     if not isinstance(levers, dict):
         ap.error(f"--set {args.set!r} is not a JSON object of SuccessorProposer arguments")
     args.levers = levers
+    repeated = sorted({k for k in args.ks if args.ks.count(k) > 1})
+    if repeated:
+        ap.error(f"--ks {' '.join(map(str, args.ks))} gives K = {', '.join(map(str, repeated))} more than once; "
+                 "give each K once")
     out = Path(args.out)
-    blocked = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
-    if blocked is not None:
-        ap.error(f"--out {args.out}: {blocked} is a file; give a folder")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"), weight_bars=False)
     why = check_levers(vocab_size(model), args)
     if why:
         ap.error(f"the flags and --set {args.set!r} build no proposer: {why}")
-    out.mkdir(parents=True, exist_ok=True)
+    why = check_out(out, args)
+    if why:
+        ap.error(f"--out {args.out}: {why}")
     eos = eos_token_ids(model, tok, None)
     ref_path = out / "refs.json"
     try:

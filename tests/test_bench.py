@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,8 @@ from lp_runtime.report import format_table
 from scripts.bench import (TABLE_COLUMNS, Method, Prompt, Result, aggregate, check_partings, is_rounding_tie,
                               run_benchmark)
 from fakes import llama, lookahead
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------------------------------- harness metrics
@@ -519,6 +523,36 @@ def test_lp_scaling_refuses_a_bad_lever_before_any_work(levers, ks, why):
     args = argparse.Namespace(ks=ks, window=0, ngram=5, guess=15, budget=80, context=None, topk=None, width=None,
                               max_depth=None, rank_cap=None, levers=levers)
     assert check_levers(96, args) == why
+
+
+def test_lp_scaling_checks_its_output_folder_before_any_reference(tmp_path):
+    """A folder where a result file goes, or a place that cannot be written, gave a traceback after the references
+    were computed (a new user, 2026-12-07)."""
+    import argparse
+
+    from scripts.lp_scaling import check_out, out_files
+
+    args = argparse.Namespace(ks=[1, 8], trees=True, stops=False)
+    assert out_files(args) == ["refs.json", "lp_scaling.json", "partial_k1.json", "trees_k1.jsonl", "partial_k8.json",
+                               "trees_k8.jsonl"]
+    assert check_out(tmp_path / "new" / "run", args) == "" and (tmp_path / "new" / "run").is_dir()
+    (tmp_path / "new" / "run" / "trees_k8.jsonl").mkdir()
+    assert check_out(tmp_path / "new" / "run", args) == (
+        f"{tmp_path / 'new' / 'run' / 'trees_k8.jsonl'} is a folder where the run writes a file; move it away")
+    assert check_out(tmp_path / ("x" * 300), args) == "cannot write there (File name too long)"
+    (tmp_path / "afile").write_text("")
+    assert check_out(tmp_path / "afile" / "sub", args) == f"{tmp_path / 'afile'} is a file; give a folder"
+
+
+def test_lp_scaling_refuses_a_repeated_k(tmp_path):
+    """--ks 2 2 ran K = 2 twice and wrote it twice into lp_scaling.json (a new user, 2026-12-07)."""
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "writing", "turns": ["Hi"]}\n')
+    run = subprocess.run([sys.executable, "scripts/lp_scaling.py", "--prompts", str(prompts), "--ks", "2", "1", "2",
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 2 and not (tmp_path / "out").exists()
+    assert run.stderr.splitlines()[-1] == ("lp_scaling.py: error: --ks 2 1 2 gives K = 2 more than once; give each K "
+                                           "once")
 
 
 def test_a_new_bench_run_keeps_the_stopped_runs_rows(tmp_path, capsys):
