@@ -223,17 +223,28 @@ class DecodingConfig:
             _check(self.guess_set_size > 0 or self.window_size > 0 or self.successors != "false",
                    "decoding.window_size=0 and decoding.guess_set_size=0 leave lookahead decoding nothing to do; "
                    + self._g0_advice())
-            _check(self.window_size > 0 or self.pool_from_prompt,
-                   "decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty; "
-                   "set W > 0 or pool_from_prompt=true")
+            # the successor table alone still proposes; successors=auto waits for check_candidates(lp)
+            _check(self.successors != "false" and self.method != "paper" or not self._empty_pool(),
+                   self._empty_pool_message())
 
     def check_candidates(self, lp_size: int) -> None:
         """``ConfigError`` when a lookahead method verifies nothing at LP degree ``lp_size``: G = 0 with the successor
-        table off decodes as plain greedy (the window's n-grams reach the output only as candidates)."""
+        table off decodes as plain greedy (the window's n-grams reach the output only as candidates), and W = 0 with
+        ``pool_from_prompt`` false and the table off leaves the suffix lookup nothing to match."""
         _check(self.method == "greedy" or self.guess_set_size > 0 or self.successors_on(lp_size),
                f"decoding.guess_set_size=0 with the successor table off leaves decoding={self.method} nothing to "
                "verify (the window's n-grams reach the output only as candidates), so it would decode as plain "
                "greedy; " + self._g0_advice())
+        _check(self.successors_on(lp_size) or not self._empty_pool(), self._empty_pool_message())
+
+    def _empty_pool(self) -> bool:
+        """Whether the suffix lookup has nothing to match: no window (W = 0) and not the prompt's text either."""
+        return self.method in ("lookahead", "paper") and self.window_size == 0 and not self.pool_from_prompt
+
+    def _empty_pool_message(self) -> str:
+        table = ", decoding.successors=true (the successor table alone)" if self.method != "paper" else ""
+        return ("decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty and the "
+                f"successor table off; set W > 0, decoding.pool_from_prompt=true{table}, or use decoding=greedy")
 
     def _g0_advice(self) -> str:
         """What to set instead of G = 0 with the table off (``decoding=paper`` has no table)."""

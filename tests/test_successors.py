@@ -647,6 +647,46 @@ def test_g0_with_successors_auto_is_the_table_alone_under_lp_only(setting):
         cfg.check_candidates(1)
 
 
+EMPTY_POOL = ("decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty and the successor "
+              "table off; set W > 0, decoding.pool_from_prompt=true{table}, or use decoding=greedy")
+
+
+@pytest.mark.parametrize("method, successors, refused_at", [
+    ("lookahead", "false", "config"), ("paper", "false", "config"),
+    ("lookahead", "auto", "one process"),  # the table is on under LP only
+    ("lookahead", "true", None)])          # the table alone (was refused by the config: a new user, 2026-12-07)
+def test_w0_without_the_prompts_text_needs_the_table(method, successors, refused_at):
+    from lp_runtime.config import ConfigError, DecodingConfig
+
+    message = EMPTY_POOL.format(table=", decoding.successors=true (the successor table alone)" if method != "paper"
+                                else "")
+    setting = dict(method=method, window_size=0, guess_set_size=2, pool_from_prompt=False, successors=successors)
+    if refused_at == "config":
+        with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+            DecodingConfig(**setting)
+        return
+    cfg = DecodingConfig(**setting)
+    cfg.check_candidates(2)
+    if refused_at == "one process":
+        with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+            cfg.check_candidates(1)
+    else:
+        cfg.check_candidates(1)
+
+
+def test_table_alone_without_the_prompts_text_decodes_as_greedy():
+    from fakes import llama
+    from lp_runtime.decoder import Decoder
+
+    model = llama()
+    plain = Decoder(model, lookahead(method="greedy")).generate([5, 9, 5, 9, 5], max_new_tokens=24).output_ids
+    dec = Decoder(model, lookahead(window_size=0, ngram_size=3, guess_set_size=2, pool_from_prompt=False,
+                                   successors=True))
+    out = dec.generate([5, 9, 5, 9, 5], max_new_tokens=24)
+    assert out.output_ids == plain and not dec.proposers[0].suffix.index_history
+    assert out.decoding_steps < len(plain)  # the table found accepted tokens
+
+
 def test_g0_table_alone_decodes_as_greedy_and_proposes():
     from fakes import llama
     from lp_runtime.decoder import Decoder
