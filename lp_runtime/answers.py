@@ -14,10 +14,12 @@ import re
 import shlex
 import socket
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from lp_runtime import data
 from lp_runtime.config import MODEL_TAKEN, PRESETS, DecodingConfig, RunConfig, is_int, jsonl_base
+
+T = TypeVar("T")
 
 
 class OutputError(ValueError):
@@ -78,11 +80,7 @@ def check_output_path(path: Path, *, key: str = "output.path") -> None:
             raise OutputError(f"{name} is not writable ({why})")
         existed = path.exists()
         try:
-            try:
-                open(path, "a", encoding="utf-8").close()
-            except FileNotFoundError:  # a run started at the same time removed the folder its check had made
-                path.parent.mkdir(parents=True, exist_ok=True)
-                open(path, "a", encoding="utf-8").close()
+            _making_folder(path, lambda: open(path, "a", encoding="utf-8")).close()
         except OSError as e:
             raise OutputError(f"{name} is not writable: {e.strerror}") from None
         if not existed:
@@ -91,6 +89,16 @@ def check_output_path(path: Path, *, key: str = "output.path") -> None:
         for folder in made:  # only folders this check made, and only if still empty
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def _making_folder(path: Path, create: Callable[[], T]) -> T:
+    """``create()`` (which makes ``path``), again after making its folder when that folder is gone: a run started
+    at the same time removes the folders its own output check made (``check_output_path``)."""
+    try:
+        return create()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return create()
 
 
 def _check_link(path: Path, name: str, key: str) -> None:
@@ -207,11 +215,7 @@ class AnswersLock:
         self._made = [p for p in self.path.parents if not p.exists()]  # innermost first
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except FileNotFoundError:  # a run started at the same time removed the folder its check had made
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                continue
+            fd = _making_folder(self.path, lambda: os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

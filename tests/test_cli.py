@@ -88,6 +88,23 @@ def test_lock_names_its_holder_and_is_released(tmp_path):
         pass
 
 
+def test_a_folder_removed_between_check_and_open_is_made_again(tmp_path):
+    """A run started at the same time removes the folders its own output check made; the lock and the check make
+    the folder again and open once more (answers._making_folder), and a second failure is the caller's."""
+    from lp_runtime.answers import _making_folder
+
+    path, calls = tmp_path / "gone" / "answers.lock", []
+
+    def create():
+        calls.append(path.parent.is_dir())
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    os.close(_making_folder(path, create))
+    assert calls == [False, True] and path.is_file()
+    with pytest.raises(FileNotFoundError):
+        _making_folder(path, lambda: open(tmp_path / "other" / "deeper" / "x", "a"))
+
+
 def test_an_output_in_use_stops_every_rank_at_once(tmp_path, tiny_model_dir):
     """Two ranks started as a launcher that does not stop the others when one fails starts them (lp_local's tasks;
     torchrun's variables), their answers file held by another run: rank 0 refused at once, and rank 1 waited in the
