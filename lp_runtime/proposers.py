@@ -29,7 +29,7 @@ import heapq
 import itertools
 from typing import Optional, Protocol, Sequence
 
-from .config import is_real, check_arguments
+from .config import check_arguments, is_real
 from .ngram_pool import NGramPool
 from .tree import CandidateTree
 
