@@ -61,7 +61,7 @@ def check_arguments(owner: str, *, ints: tuple = (), bools: tuple = (), choices:
             bad.append(f"{name}={value!r} (need {'None or ' if optional else ''}an int >= {least})")
     bad += [f"{name}={value!r} (need True or False)" for name, value in bools if not is_bool(value)]
     bad += [f"{name}={value!r} (need one of {', '.join(map(repr, allowed))})" for name, value, allowed in choices
-            if not any(is_int(a) == is_int(value) and not is_bool(value) and value == a for a in allowed)]
+            if not any(is_bool(a) == is_bool(value) and is_int(a) == is_int(value) and value == a for a in allowed)]
     if bad:
         raise ValueError(f"{owner}: " + "; ".join(bad))
 

@@ -751,6 +751,8 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
     """
     from .proposers import SuffixProposer, proposers_for
 
+    check_arguments("successor_proposers", ints=(("lp_size", lp_size, 1), ("budget", budget, (1, None))),
+                    choices=(("table", table, (True, None, False)),))
     on = decoding.successors_on(lp_size) if table is None else table
     found = proposers_for(decoding)
     if on and not found and decoding.method in ("lookahead", "auto"):  # G = 0: the table alone

@@ -466,6 +466,12 @@ def test_product_table_levers_and_greedy():
     for bad in (0, "4", None, 2.5):
         with pytest.raises(ValueError, match=rf"^successor_proposers: store_min_key={re.escape(repr(bad))} \(need an int >= 1\)$"):
             successor_proposers(look, 96, lp_size=8, store_min_key=bad)
+    for bad, why in ((dict(lp_size="2"), "lp_size='2' (need an int >= 1)"),
+                     (dict(budget=1.5), "budget=1.5 (need None or an int >= 1)"),
+                     (dict(table="yes", lp_size=0), "lp_size=0 (need an int >= 1); table='yes' (need one of True, "
+                                                    "None, False)")):
+        with pytest.raises(ValueError, match=f"^successor_proposers: {re.escape(why)}$"):
+            successor_proposers(look, 96, **bad)
     assert successor_proposers(DecodingConfig(method="greedy", successors=True), 96, lp_size=8) == []
     assert successor_proposers(look, 8, lp_size=2)[0].k == 8  # a vocabulary smaller than the top-16
     with pytest.raises(ValueError, match=r"^successor_proposers: the successor table needs the model's vocabulary "
