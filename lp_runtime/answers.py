@@ -589,6 +589,16 @@ def check_settings(answers_path: Path, settings_path: Path, current: dict[str, A
             f"{_resume_how(diffs)} to resume it, or write to a new output path ({hint})")
 
 
+def recorded_dtype(answers_path: Path, settings_path: Path) -> Optional[str]:
+    """The dtype a file with answers was made in (``model.resolved_dtype`` of its record), or None (no answers, no
+    readable record, or a record from before the key): what ``model.dtype=auto`` resumes it in, as its choice can
+    differ between runs (a machine under load when the dtypes were first timed)."""
+    if not has_answers(answers_path) or not settings_path.is_file():
+        return None
+    dtype = (read_settings(settings_path) or {}).get("model.resolved_dtype")
+    return dtype if dtype in ("float32", "bfloat16", "float16") else None
+
+
 def _written(key: str, current: dict[str, Any]) -> bool:
     """Whether this version of lp_runtime writes ``key`` into a settings record (``run_settings``, the keys known
     once the model is loaded, an entry of a table setting) or did once (``RETIRED``)."""

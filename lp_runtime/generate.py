@@ -18,7 +18,7 @@ import json
 import os
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -119,7 +119,7 @@ def _run_held(cfg: RunConfig, ctx: Any) -> dict:
     answers_path, settings_path = Path(cfg.output.path), Path(cfg.output.resolved_settings_path)
     questions = data.load_questions(cfg.dataset)
     check_category_keys(cfg.sampling.category_temperature, questions)
-    models.check_model_files(cfg.model)  # an empty folder or a missing model.gguf_file: before the fingerprint
+    models.check_model_config(cfg.model)  # a bad value named as such, not as a setting the file differs in
     fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
     current = answers.run_settings(cfg, model_fingerprint=fingerprint, world_size=ctx.world_size)
     recorded = answers.load_answers(answers_path, trim=False)  # read only: a corrupt file is named first
@@ -155,9 +155,15 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     from lp_runtime.policy import CostPolicy
     from lp_runtime.sampling import model_sampling
 
+    model_cfg = cfg.model
+    resumed = answers.recorded_dtype(Path(cfg.output.path), Path(cfg.output.resolved_settings_path))
+    if model_cfg.dtype == "auto" and resumed:  # every rank reads the same record, so every rank loads the same
+        (print if is_main else lambda line: None)(
+            f"model.dtype=auto: {resumed}, the dtype {cfg.output.path} was made in (a resume keeps it)")
+        model_cfg = replace(model_cfg, dtype=resumed)
     # transformers' per-tensor "Loading weights" bars never (every rank printed them); downloads and the GGUF
     # conversion's bar as the job shows bars
-    model, tokenizer = models.load_model(cfg.model, progress=cfg.progress and is_main, weight_bars=False)
+    model, tokenizer = models.load_model(model_cfg, progress=cfg.progress and is_main, weight_bars=False)
     current["model.fingerprint"] = fingerprint = models.model_fingerprint(cfg.model)  # a download may fill it
     # model.dtype=auto's choice can differ between runs (a machine under load, two sweep jobs timing at once): a
     # resumed file keeps one dtype

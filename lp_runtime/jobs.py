@@ -151,7 +151,7 @@ def validate_sweep(config: Any) -> None:
     """``check_job`` every job of the sweep ``config`` describes, before any runs, then what the jobs would write
     (``_check_distinct``, ``_check_own_files``) and the files each finds (``_check_resumable``); ``ConfigError``
     naming the first bad job's number and overrides (both jobs' for two that clash)."""
-    from lp_runtime.models import check_local_path, check_model_files  # torch: the sweep's jobs import it too
+    from lp_runtime.models import check_model_config  # torch: the sweep's jobs import it too
 
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     launcher = config.hydra.get("launcher") or {}
@@ -169,8 +169,7 @@ def validate_sweep(config: Any) -> None:
                     raise ConfigError(f"parallel.lp={run_cfg.parallel.lp} does not divide the {world} rank(s) of "
                                       f"each job ({ranks}); set hydra.launcher.tasks_per_node (hydra/launcher="
                                       "lp_local or lp_slurm) to a multiple of it")
-                check_local_path(run_cfg.model.path)  # a missing model folder (was found only when its job loaded)
-                check_model_files(run_cfg.model)
+                check_model_config(run_cfg.model)  # a missing model folder (was found only when its job loaded)
                 checked.append((run_cfg, job_cfg.hydra))
     finally:
         HydraConfig.instance().set_config(config)

@@ -49,9 +49,7 @@ def load_model(cfg: ModelConfig, *, step_seconds: Optional[Callable[[PreTrainedM
 
     Raises ``ConfigError`` for an unknown device, ``ModelLoadError`` naming the path when it cannot be loaded or
     its weights do not fit the device's free memory (checked before anything loads)."""
-    check_device(cfg.device)
-    check_attn_implementation(cfg.attn_implementation)
-    check_model_files(cfg)
+    check_model_config(cfg)
     device = resolve_device(cfg.device)
     if cfg.dtype == "auto":
         cfg = dataclasses.replace(cfg, dtype=_auto_dtype(cfg, device, step_seconds, free_bytes, progress,
@@ -98,6 +96,16 @@ def _progress_bars(weights: bool, downloads: bool):
     finally:
         (hf_logging.enable_progress_bar if was_on else hf_logging.disable_progress_bar)()  # the hub's too
         (hub.disable_progress_bars if hub_off else hub.enable_progress_bars)()
+
+
+def check_model_config(cfg: ModelConfig) -> None:
+    """What can be checked of ``cfg`` without loading the model (``ConfigError`` / ``ModelLoadError``): the device,
+    the attention implementation, a local ``model.path`` that is no folder, the model's files. A run checks it
+    before it compares a resumed file's settings, so a bad value is named as bad, not as another setting."""
+    check_device(cfg.device)
+    check_attn_implementation(cfg.attn_implementation)
+    check_local_path(cfg.path)
+    check_model_files(cfg)
 
 
 def check_attn_implementation(name: str) -> None:

@@ -330,13 +330,14 @@ def plot(rows: Sequence[dict], out_dir: str) -> Optional[str]:
 
 
 def shared_note(rows: list[dict]) -> str:
-    """The line under the table naming the runs that share only some questions with the baseline, or none
-    ('-' in their cells); "" when every run shares all of its questions."""
+    """The line under the table naming the runs that share only some questions with the baseline (fewer than the
+    run or the baseline answered: tok/s and ms/step then count other questions than speedup does), or none ('-'
+    in their cells); "" when every run shares all of its and the baseline's questions."""
     base = next(r for r in rows if r["baseline"])
-    some = [r["run"] for r in rows if not r["baseline"] and 0 < r["shared"] < r["questions"]]
+    some = [r["run"] for r in rows if not r["baseline"] and 0 < r["shared"] < max(r["questions"], base["questions"])]
     none = [r["run"] for r in rows if not r["baseline"] and not r["shared"]]
-    parts = ([f"fewer than all for {', '.join(some)}"] if some else []) + (
-        [f"none for {', '.join(none)} ('-')"] if none else [])
+    parts = ([f"fewer than all for {', '.join(some)} (tok/s and ms/step count all of a run's questions)"]
+             if some else []) + ([f"none for {', '.join(none)} ('-')"] if none else [])
     return (f"speedup and identical count only the questions a run shares with the baseline {base['run']} (the same "
             f"dataset, question id, dataset.first_turn_only and generation.max_new_tokens): {'; '.join(parts)}"
             ) if parts else ""

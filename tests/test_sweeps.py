@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lp_runtime import answers, jobs, models
-from lp_runtime.config import (DatasetConfig, GenerationConfig, ModelConfig, OutputConfig,
+from lp_runtime.config import (ConfigError, DatasetConfig, GenerationConfig, ModelConfig, OutputConfig,
                                RunConfig)
 from fakes import lookahead
 
@@ -118,14 +118,16 @@ def test_report_speedup_counts_only_the_questions_shared_with_the_baseline():
     assert [identical_cell(r) for r in rows] == ["2/2", "1/1", "-", "-"]  # none compared: '-', not "0/0"
     assert [(r["speedup"], r["shared"], r["identical"], r["compared"]) for r in rows] == [
         (1.0, 2, 2, 2), (2.0, 1, 1, 1), (None, 0, 0, 0), (None, 0, 0, 0)]  # over all of base: 20 tok / 11 s"
-    # the line under the table: which runs share fewer than all, which none (it said "fewer than all" for both)
+    # the line under the table: which runs share fewer than all, which none (it said "fewer than all" for both);
+    # fast shares 1 of the baseline's 2 (it was not named: its tok/s counted question 81 and its speedup too, but
+    # the baseline's tok/s both; a new user's report showed 2.3x the baseline's tok/s beside a speedup of 0.49)
     names = [r["run"] for r in rows]
     assert shared_note(rows) == (
         f"speedup and identical count only the questions a run shares with the baseline {names[0]} (the same "
-        f"dataset, question id, dataset.first_turn_only and generation.max_new_tokens): none for {names[2]}, "
-        f"{names[3]} ('-')")
-    rows[1]["questions"] = 2  # as if it had answered one more question, not shared
-    assert shared_note(rows).endswith(f": fewer than all for {names[1]}; none for {names[2]}, {names[3]} ('-')")
+        f"dataset, question id, dataset.first_turn_only and generation.max_new_tokens): fewer than all for "
+        f"{names[1]} (tok/s and ms/step count all of a run's questions); none for {names[2]}, {names[3]} ('-')")
+    rows[0]["questions"] = 1  # as if the baseline had answered 81 only: fast shares all
+    assert shared_note(rows).endswith(f": none for {names[2]}, {names[3]} ('-')")
     assert shared_note(build_table([base, base], 0)[0]) == ""
     # no greedy run: the first run is the baseline, its speedup 1.000 over itself (a sampled or lookahead run's
     # report said nothing of it); a greedy baseline or one chosen with --baseline needs no line
@@ -194,10 +196,12 @@ def _cfg(model_dir: Path, tmp: Path, **decoding) -> RunConfig:
     )
 
 
-def test_a_resume_where_dtype_auto_chooses_another_dtype_is_refused(tiny_model_dir, tmp_path, monkeypatch):
+def test_a_resume_under_dtype_auto_keeps_the_files_dtype(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """model.dtype=auto in two sweep jobs timed at once on a loaded machine chose bfloat16 in one and float32 in
     the other, and the settings recorded "auto" only: a resume could mix dtypes in one answers file (a new user,
-    2026-12-03). The loaded dtype is recorded and compared once the model is loaded; nothing is written."""
+    2026-12-03). Then a resume where auto chose again was refused, so "the same command resumes" depended on the
+    load when the dtypes were first timed (a new user, 2026-12-07): it now loads the dtype the file was made in.
+    Another dtype given is refused before the model loads; a bad value is named as bad, not as a difference."""
     from lp_runtime import latency
     from lp_runtime.generate import run
 
@@ -217,23 +221,27 @@ def test_a_resume_where_dtype_auto_chooses_another_dtype_is_refused(tiny_model_d
     out = tmp_path / "out"
     settings = json.loads((out / "answers.settings.json").read_text())["settings"]
     assert (settings["model.dtype"], settings["model.resolved_dtype"]) == ("auto", "bfloat16")
-    files = {p.name: p.read_bytes() for p in out.iterdir()}
-    timed(0.030, 0.090)
+    timed(0.030, 0.090)  # auto would choose float32 now
     cfg.dataset.limit = None
+    capsys.readouterr()
+    assert run(cfg)["num_questions"] == 2 and len((out / "answers.jsonl").read_text().splitlines()) == 2
+    assert (f"model.dtype=auto: bfloat16, the dtype {out / 'answers.jsonl'} was made in (a resume keeps it)"
+            in capsys.readouterr().out.splitlines())
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    cfg.model.dtype = "float32"  # refused before the model loads
     with pytest.raises(answers.SettingsMismatchError) as e:
         run(cfg)
     assert str(e.value) == (
         f"{out / 'answers.jsonl'} was made with other settings ({out / 'answers.settings.json'}): "
         "model.resolved_dtype: 'bfloat16' in the file, 'float32' now; re-run with model.dtype=bfloat16 to resume "
         f"it, or write to a new output path (output.path={out / 'answers-2.jsonl'})")
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == files
-    cfg.model.dtype = "bfloat16"  # as the message says: resumes
-    assert run(cfg)["num_questions"] == 2 and len((out / "answers.jsonl").read_text().splitlines()) == 2
-    cfg.model.dtype = "float32"  # refused before the model loads
-    cfg.model.path = "/nonexistent"
-    with pytest.raises(answers.SettingsMismatchError, match="model.resolved_dtype: 'bfloat16' in the file, "
-                                                            "'float32' now; re-run with model.dtype=bfloat16"):
+    cfg.model.dtype, cfg.model.path = "auto", "/nonexistent"
+    with pytest.raises(models.ModelLoadError, match=r"^model.path='/nonexistent' is not an existing folder"):
         run(cfg)
+    cfg.model.path, cfg.model.attn_implementation = str(tiny_model_dir), "bogus"
+    with pytest.raises(ConfigError, match=r"^model.attn_implementation='bogus' is not allowed"):
+        run(cfg)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files
 
 
 def test_changed_settings_refuse_before_loading_and_same_settings_resume(tiny_model_dir, tmp_path):
@@ -250,17 +258,16 @@ def test_changed_settings_refuse_before_loading_and_same_settings_resume(tiny_mo
     assert "progress" not in recorded and "output.path" not in recorded
 
     changed = _cfg(tiny_model_dir, tmp_path, window_size=2)
-    changed.model.path = "/nonexistent"  # would fail to load: the refusal must come first
     changed.generation.max_new_tokens = 4
     with pytest.raises(answers.SettingsMismatchError) as e:
         run(changed)
-    fp_new = models.model_fingerprint(changed.model)
     assert str(e.value) == (
         f"{out / 'answers.jsonl'} was made with other settings ({out / 'answers.settings.json'}): "
-        f"decoding.window_size: 0 in the file, 2 now; generation.max_new_tokens: 8 in the file, 4 now; "
-        f"model.fingerprint: {recorded['model.fingerprint']!r} in the file, {fp_new!r} now; "
-        f"model.path: {str(tiny_model_dir)!r} in the file, '/nonexistent' now; re-run with the file's settings to "
-        f"resume it, or write to a new output path (output.path={out / 'answers-2.jsonl'})")
+        f"decoding.window_size: 0 in the file, 2 now; generation.max_new_tokens: 8 in the file, 4 now; re-run with "
+        f"the file's settings to resume it, or write to a new output path (output.path={out / 'answers-2.jsonl'})")
+    changed.model.path = "/nonexistent"  # a bad value is named as bad (test_a_resume_under_dtype_auto_...), first
+    with pytest.raises(models.ModelLoadError, match=r"^model.path='/nonexistent' is not an existing folder"):
+        run(changed)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == files  # byte-identical
 
     # Same settings (a display setting and the question count may change): resumes with the second question.
