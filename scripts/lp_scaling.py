@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -46,13 +47,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from lp_runtime.checks import vocab_size  # noqa: E402
-from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig  # noqa: E402
+from lp_runtime.config import DatasetConfig, DecodingConfig, ModelConfig, is_int  # noqa: E402
 from lp_runtime.data import DatasetError, build_prompt, load_questions  # noqa: E402
 from lp_runtime.decoder import Decoder  # noqa: E402
 from lp_runtime.checks import eos_token_ids  # noqa: E402
 from lp_runtime.models import load_model  # noqa: E402
 from lp_runtime.parallel import LocalGroup, tree_plan  # noqa: E402
-from lp_runtime.successors import accepted_path, successor_proposers  # noqa: E402
+from lp_runtime.successors import SuccessorProposer, accepted_path, successor_proposers  # noqa: E402
 from s_table import hf_greedy  # noqa: E402
 
 
@@ -228,6 +229,41 @@ def check_levers(vocab: int, args) -> str:
     return ""
 
 
+# the --set levers that a flag also sets
+FLAG_LEVERS = {"context": ("--context", "context"), "k": ("--topk", "topk"), "width": ("--width", "width"),
+               "max_depth": ("--max-depth", "max_depth"), "rank_budget": ("--rank-cap", "rank_cap")}
+
+
+def parse_levers(text: str, args) -> dict:
+    """``--set``'s JSON object of levers: ``SuccessorProposer`` arguments (not those the script sets: vocab_size,
+    budget, suffix, lp_size) and the suffix lookup's store_min_key. ``ValueError`` for text that is not a JSON
+    object, a key given twice, a key that is no lever (the levers listed), or one whose flag is given too (which
+    one wins was silent: --set; new users, 2026-12-07)."""
+    def no_repeats(pairs: list) -> dict:
+        keys = [k for k, _ in pairs]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"--set {text!r} gives {', '.join(map(repr, twice))} more than once; give each once")
+        return dict(pairs)
+
+    try:
+        levers = json.loads(text, object_pairs_hook=no_repeats)
+    except json.JSONDecodeError:
+        raise ValueError(f"--set {text!r} is not a JSON object") from None
+    if not isinstance(levers, dict):
+        raise ValueError(f"--set {text!r} is not a JSON object of SuccessorProposer arguments")
+    known = sorted({*inspect.signature(SuccessorProposer).parameters} - {"vocab_size", "budget", "suffix", "lp_size"}
+                   | {"store_min_key"})
+    unknown = [k for k in levers if k not in known]
+    if unknown:
+        raise ValueError(f"--set {text!r}: {', '.join(map(repr, unknown))} is no lever; the levers: {', '.join(known)}")
+    both = [f"{key!r} and {flag}" for key, (flag, attr) in FLAG_LEVERS.items()
+            if key in levers and getattr(args, attr) is not None]
+    if both:
+        raise ValueError(f"--set {text!r} and a flag set the same lever ({'; '.join(both)}); give it once")
+    return levers
+
+
 def out_files(args) -> list[str]:
     """The files a run writes in ``--out``."""
     per_k = ["partial_k{}.json"] + ["trees_k{}.jsonl"] * args.trees + ["stops_k{}.json"] * args.stops
@@ -266,7 +302,8 @@ def main() -> None:
     ap.add_argument("--topk", type=int, default=None, help="successors kept per table row (default: the product's, 16)")
     ap.add_argument("--width", type=int, default=None, help="successors of a row tried per tree node (default: the "
                     "product's, 16 when K > 1, 8 at K = 1)")
-    ap.add_argument("--max-depth", type=int, default=None, help="deepest tree node (default: the product's, 16)")
+    ap.add_argument("--max-depth", type=int, default=None, help="deepest node of the successor tree (SuccessorProposer's max_depth, "
+                    "not decoding.max_depth; default: the product's, 16)")
     ap.add_argument("--rank-cap", type=int, default=None, help="most tree nodes a rank feeds (repeated ancestor "
                     "chains included; SuccessorProposer(rank_budget=...)); default --budget - 1, 0 = no cap")
     ap.add_argument("--trees", action="store_true", help="write every step's (pending, columns, levels, parents) "
@@ -285,13 +322,10 @@ def main() -> None:
     if small:
         ap.error("; ".join(f"{name} {value} is too small (at least {least})" for name, value, least in small))
     try:
-        levers = json.loads(args.set)
+        args.levers = parse_levers(args.set, args)
         questions = load_questions(DatasetConfig(name="jsonl", path=args.prompts, first_turn_only=True))
     except (ValueError, DatasetError) as e:  # a bad --set, a missing or malformed --prompts file
-        ap.error(f"--set {args.set!r} is not a JSON object" if isinstance(e, json.JSONDecodeError) else str(e))
-    if not isinstance(levers, dict):
-        ap.error(f"--set {args.set!r} is not a JSON object of SuccessorProposer arguments")
-    args.levers = levers
+        ap.error(str(e))
     repeated = sorted({k for k in args.ks if args.ks.count(k) > 1})
     if repeated:
         ap.error(f"--ks {' '.join(map(str, args.ks))} gives K = {', '.join(map(str, repeated))} more than once; "
@@ -311,11 +345,15 @@ def main() -> None:
         cached = json.loads(ref_path.read_text()) if ref_path.exists() else {}
         if not isinstance(cached, dict):
             raise ValueError(f"a JSON {type(cached).__name__}, not an object")
+        # the file's content in the key: another file of the same name, or this one edited, gets its own references
+        digest = hashlib.sha256(Path(args.prompts).read_bytes()).hexdigest()[:16]
+        key = f"{Path(args.prompts).name}:{digest}:{args.max_new_tokens}"
+        found = cached.get(key, [])
+        if not (isinstance(found, list) and all(isinstance(r, list) and all(is_int(t) and t >= 0 for t in r)
+                                                for r in found)):
+            raise ValueError(f"its entry {key!r} is not a list of token id lists")
     except ValueError as e:  # json.JSONDecodeError too
         ap.error(f"{ref_path} is not a JSON object of references ({e}); delete it and they are computed again")
-    # the file's content in the key: another file of the same name, or this one edited, gets its own references
-    digest = hashlib.sha256(Path(args.prompts).read_bytes()).hexdigest()[:16]
-    key = f"{Path(args.prompts).name}:{digest}:{args.max_new_tokens}"
     if len(cached.get(key, [])) != len(questions):
         cached[key] = [hf_greedy(model, build_prompt(tok, q, []), args.max_new_tokens, eos) for q in questions]
         ref_path.write_text(json.dumps(cached) + "\n")
@@ -340,6 +378,10 @@ def main() -> None:
             ranks = "[" + ", ".join(f"{t:.0f}" for t in s["per_rank_tokens"]) + "]"
             print(f"| {r['k']} | {g} | {s['S']:.2f} | {s['S'] / base[g]:.2f} | {s['tokens_per_step']:.0f} | {ranks} | "
                   f"{s['max_rank_tokens']:.0f} | {s['bytes_per_step']:.0f} | {s['identical']} |")
+    parted = [f"K = {r['k']}: {row['id']}" for r in results for row in r["rows"] if not row["identical"]]
+    if parted:  # the figures are kept, but a scripted run must see that greedy was not reproduced
+        sys.exit(f"error: {len(parted)} output(s) differ from transformers' greedy ({', '.join(parted[:8])}"
+                 f"{', ...' if len(parted) > 8 else ''}); {out / 'lp_scaling.json'} holds the rows")
 
 
 if __name__ == "__main__":

@@ -544,6 +544,63 @@ def test_lp_scaling_checks_its_output_folder_before_any_reference(tmp_path):
     assert check_out(tmp_path / "afile" / "sub", args) == f"{tmp_path / 'afile'} is a file; give a folder"
 
 
+@pytest.mark.parametrize("text, flags, why", [
+    ('{"context": 1}', {}, ""),
+    ('{"context": 1}', {"context": 2}, "--set '{\"context\": 1}' and a flag set the same lever ('context' and "
+                                       "--context); give it once"),
+    ('{"k": 8, "rank_budget": null}', {"topk": 8, "rank_cap": 0}, "--set '{\"k\": 8, \"rank_budget\": null}' "
+     "and a flag set the same lever ('k' and --topk; 'rank_budget' and --rank-cap); give it once"),
+    ('{"context": 1, "context": 2}', {}, "--set '{\"context\": 1, \"context\": 2}' gives 'context' more than once; "
+                                         "give each once"),
+    ('{"topk": 8}', {}, "--set '{\"topk\": 8}': 'topk' is no lever; the levers: context, k, max_depth, prefill, "
+                        "rank_budget, rank_tables, store_min_key, table_when_sampling, width"),
+    ("[1]", {}, "--set '[1]' is not a JSON object of SuccessorProposer arguments"),
+    ("nope", {}, "--set 'nope' is not a JSON object"),
+])
+def test_lp_scaling_set_names_each_lever_once(text, flags, why):
+    """--set '{"context": 1}' --context 2 ran with 1 and said nothing; a key given twice took the last; "topk" (the
+    flag's name) gave a TypeError listing nothing (new users, 2026-12-07)."""
+    import argparse
+
+    from scripts.lp_scaling import parse_levers
+
+    args = argparse.Namespace(**{"context": None, "topk": None, "width": None, "max_depth": None, "rank_cap": None,
+                                 **flags})
+    if not why:
+        assert parse_levers(text, args) == json.loads(text)
+        return
+    with pytest.raises(ValueError) as e:
+        parse_levers(text, args)
+    assert str(e.value) == why
+
+
+def test_lp_scaling_checks_its_references_and_fails_when_greedy_is_not_reproduced(tmp_path):
+    """A refs.json whose entry was damaged ("x" for a reference) ran, printed "identical False" everywhere and
+    exited 0, and a run whose outputs differ from greedy exited 0 too (a new user, 2026-12-07)."""
+    import hashlib
+
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "writing", "turns": ["Hi"]}\n')
+    key = f"q.jsonl:{hashlib.sha256(prompts.read_bytes()).hexdigest()[:16]}:2"
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def run_with(refs):
+        (out / "refs.json").write_text(json.dumps({key: refs}))
+        return subprocess.run([sys.executable, "scripts/lp_scaling.py", "--prompts", str(prompts), "--ks", "1",
+                               "--max-new-tokens", "2", "--out", str(out)], capture_output=True, text=True, cwd=REPO,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    bad = run_with(["x"])
+    assert bad.returncode == 2 and bad.stderr.splitlines()[-1] == (
+        f"lp_scaling.py: error: {out / 'refs.json'} is not a JSON object of references (its entry {key!r} is not a "
+        "list of token id lists); delete it and they are computed again")
+    wrong = run_with([[0, 0]])  # well formed, but not what greedy gives
+    assert wrong.returncode == 1 and (out / "lp_scaling.json").is_file()
+    assert wrong.stderr.splitlines()[-1] == (f"error: 1 output(s) differ from transformers' greedy (K = 1: 1); "
+                                             f"{out / 'lp_scaling.json'} holds the rows")
+
+
 def test_lp_scaling_refuses_a_repeated_k(tmp_path):
     """--ks 2 2 ran K = 2 twice and wrote it twice into lp_scaling.json (a new user, 2026-12-07)."""
     prompts = tmp_path / "q.jsonl"
