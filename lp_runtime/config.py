@@ -231,10 +231,11 @@ class DecodingConfig:
         """``ConfigError`` when a lookahead method verifies nothing at LP degree ``lp_size``: G = 0 with the successor
         table off decodes as plain greedy (the window's n-grams reach the output only as candidates), and W = 0 with
         ``pool_from_prompt`` false and the table off leaves the suffix lookup nothing to match."""
+        table_off = "with the successor table off " if self.method != "paper" else ""  # paper has none
         _check(self.method == "greedy" or self.guess_set_size > 0 or self.successors_on(lp_size),
-               f"decoding.guess_set_size=0 with the successor table off leaves decoding={self.method} nothing to "
-               "verify (the window's n-grams reach the output only as candidates), so it would decode as plain "
-               "greedy; " + self._g0_advice())
+               f"decoding.guess_set_size=0 {table_off}leaves decoding={self.method} nothing to verify (the window's "
+               "n-grams reach the output only as candidates), so it would decode as plain greedy; "
+               + self._g0_advice())
         _check(self.successors_on(lp_size) or not self._empty_pool(), self._empty_pool_message())
 
     def _empty_pool(self) -> bool:

@@ -181,8 +181,12 @@ def test_setup_parallel_single_process(monkeypatch):
     assert (ctx.dp_rank, ctx.dp_size, ctx.rank, ctx.world_size, ctx.is_writer) == (0, 1, 0, 1, True)
     assert ctx.device == torch.device("cpu")
     ctx.teardown()
-    with pytest.raises(ConfigError, match="parallel.lp=2 does not divide the world size 1"):
+    with pytest.raises(ConfigError) as e:  # a new user ran parallel=lp2 without torchrun (2026-12-07)
         setup_parallel(ParallelConfig(lp=2, backend="gloo"))
+    assert str(e.value) == (
+        "parallel.lp=2 does not divide the world size 1; start a multiple of 2 ranks (world = dp x lp) (one process "
+        "was started: launch it with torchrun --nproc-per-node=2 -m lp_runtime.generate ..., or "
+        "launch/torchrun_single_node.sh) or choose parallel.lp among the divisors of 1")
 
 
 def test_shard_questions_and_state_hash():

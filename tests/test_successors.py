@@ -617,7 +617,7 @@ def test_g0_with_the_table_on_is_the_table_alone(setting, lp, budget, depth):
 
 
 @pytest.mark.parametrize("method, table", [("lookahead", ", decoding.successors=true"), ("paper", "")])
-def test_g0_with_the_table_off_is_refused_not_plain_greedy(method, table):
+def test_g0_with_the_table_off_is_refused_not_plain_greedy(method, table):  # paper: no "with the table off"
     """decoding=lookahead / paper with W > 0 and G = 0 in one process decoded as plain greedy without a word: the
     window's n-grams are verified only as candidates (a review, 2026-12-07). The job and LookaheadGenerator check
     it; a Decoder still takes it (tests of the window's mechanics under LP use it)."""
@@ -625,7 +625,8 @@ def test_g0_with_the_table_off_is_refused_not_plain_greedy(method, table):
     from lp_runtime.api import LookaheadGenerator
     from lp_runtime.config import ConfigError
 
-    message = (f"decoding.guess_set_size=0 with the successor table off leaves decoding={method} nothing to verify "
+    off = "with the successor table off " if method == "lookahead" else ""
+    message = (f"decoding.guess_set_size=0 {off}leaves decoding={method} nothing to verify "
                "(the window's n-grams reach the output only as candidates), so it would decode as plain greedy; set "
                f"G > 0{table}, or use decoding=greedy")
     cfg = lookahead(method=method, window_size=2, ngram_size=3, guess_set_size=0)

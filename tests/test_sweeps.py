@@ -939,3 +939,19 @@ def test_a_submitit_job_stops_on_sigterm_as_a_single_run():
     proc = subprocess.run([sys.executable, "-c", SUBMITIT_JOB_GETS_SIGTERM], env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.stdout == "stopped\n", proc.stdout + proc.stderr
+
+
+def test_report_plot_of_a_run_named_in_a_script_the_font_lacks_warns_nothing(tmp_path):
+    """A run named 'ä 日本' printed four matplotlib "Glyph ... missing from font(s)" warnings with their source lines
+    on stderr (a new user, 2026-12-07); the figure is written, without them."""
+    import warnings
+
+    pytest.importorskip("matplotlib")
+    from lp_runtime.report import plot
+
+    rows = [{"run": "ä 日本", "step_compression": 1.5, "speedup": 1.2}, {"run": "b", "step_compression": 1.0,
+                                                                        "speedup": None}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plot(rows, str(tmp_path)) == str(tmp_path / "report.png")
+    assert (tmp_path / "report.png").stat().st_size > 0
