@@ -607,7 +607,7 @@ def _written(key: str, current: dict[str, Any]) -> bool:
 
 
 def _resume_how(diffs: list[tuple[str, Any, Any]]) -> str:
-    """What a resume needs: model.dtype=X where ``model.dtype=auto`` chose another dtype this time, the
+    """What a resume needs: model.dtype=X where another dtype was given (``model.dtype=auto`` loads the file's), the
     ``MKL_CBWR`` value where only MKL's mode differs, the version that made the file where a setting it
     recorded is gone (``RETIRED``), else the file's settings."""
     recorded = {key: old for key, old, _ in diffs}

@@ -43,10 +43,12 @@ def is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_arguments(owner: str, *, ints: tuple = (), bools: tuple = (), choices: tuple = ()) -> None:
+def check_arguments(owner: str, *, ints: tuple = (), reals: tuple = (), bools: tuple = (),
+                    choices: tuple = ()) -> None:
     """``ValueError`` naming every bad argument of ``owner`` in one message (``SuccessorProposer: context=3 (need
     one of 1, 2)``): ``ints`` are (name, value, least) for an int (not a bool) >= least, or None where least is
-    given as ``(least, None)``; ``bools`` (name, value) for True or False; ``choices`` (name, value, allowed).
+    given as ``(least, None)``; ``reals`` (name, value, least) for a finite number >= least; ``bools`` (name, value)
+    for True or False; ``choices`` (name, value, allowed).
 
         >>> check_arguments("f", ints=(("k", 2.5, 1), ("cap", None, (1, None))), bools=(("on", "no"),))
         Traceback (most recent call last):
@@ -59,6 +61,8 @@ def check_arguments(owner: str, *, ints: tuple = (), bools: tuple = (), choices:
         least = least[0] if optional else least
         if not ((optional and value is None) or (is_int(value) and value >= least)):
             bad.append(f"{name}={value!r} (need {'None or ' if optional else ''}an int >= {least})")
+    bad += [f"{name}={value!r} (need a number >= {least})" for name, value, least in reals
+            if not (is_real(value) and value >= least)]
     bad += [f"{name}={value!r} (need True or False)" for name, value in bools if not is_bool(value)]
     bad += [f"{name}={value!r} (need one of {', '.join(map(repr, allowed))})" for name, value, allowed in choices
             if not any(is_bool(a) == is_bool(value) and is_int(a) == is_int(value) and value == a for a in allowed)]
@@ -243,9 +247,11 @@ class DecodingConfig:
         return self.method in ("lookahead", "paper") and self.window_size == 0 and not self.pool_from_prompt
 
     def _empty_pool_message(self) -> str:
-        table = ", decoding.successors=true (the successor table alone)" if self.method != "paper" else ""
-        return ("decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty and the "
-                f"successor table off; set W > 0, decoding.pool_from_prompt=true{table}, or use decoding=greedy")
+        paper = self.method == "paper"  # no successor table there
+        table = "" if paper else ", decoding.successors=true (the successor table alone)"
+        return (f"decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty"
+                f"{'' if paper else ' and the successor table off'}; set W > 0, decoding.pool_from_prompt=true{table}, "
+                "or use decoding=greedy")
 
     def _g0_advice(self) -> str:
         """What to set instead of G = 0 with the table off (``decoding=paper`` has no table)."""

@@ -56,11 +56,13 @@ def resolve_backend(backend: str) -> str:
 def validate(world_size: int, lp: int, backend: str, local_rank: int, num_gpus: int) -> None:
     """``ConfigError`` naming the numbers unless ``lp`` (>= 1, checked by ``ParallelConfig``) divides ``world_size``
     and, with ``nccl``, every local rank has its own of the ``num_gpus`` GPUs visible here."""
+    if world_size == 1 and lp > 1:  # one process started: a new user ran parallel=lp2 without torchrun
+        raise ConfigError(f"parallel.lp={lp} needs {lp} ranks and one process was started; launch it with torchrun "
+                          f"--nproc-per-node={lp} -m lp_runtime.generate ... or NPROC={lp} "
+                          f"launch/torchrun_single_node.sh parallel.lp={lp} ... (README, Usage)")
     if world_size % lp != 0:
-        how = (f" (one process was started: launch it with torchrun --nproc-per-node={lp} -m lp_runtime.generate "
-               "..., or launch/torchrun_single_node.sh)") if world_size == 1 else ""
         raise ConfigError(f"parallel.lp={lp} does not divide the world size {world_size}; start a multiple of {lp} "
-                          f"ranks (world = dp x lp){how} or choose parallel.lp among the divisors of {world_size}")
+                          f"ranks (world = dp x lp) or choose parallel.lp among the divisors of {world_size}")
     if backend == "nccl" and num_gpus == 0:
         raise ConfigError("parallel.backend=nccl needs CUDA GPUs and none is visible on this machine; use "
                           "parallel.backend=gloo (CPU)")

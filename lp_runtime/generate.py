@@ -155,12 +155,14 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     from lp_runtime.policy import CostPolicy
     from lp_runtime.sampling import model_sampling
 
+    log = print if is_main else lambda line: None
     model_cfg = cfg.model
-    resumed = answers.recorded_dtype(Path(cfg.output.path), Path(cfg.output.resolved_settings_path))
-    if model_cfg.dtype == "auto" and resumed:  # every rank reads the same record, so every rank loads the same
-        (print if is_main else lambda line: None)(
-            f"model.dtype=auto: {resumed}, the dtype {cfg.output.path} was made in (a resume keeps it)")
-        model_cfg = replace(model_cfg, dtype=resumed)
+    if model_cfg.dtype == "auto":  # rank 0 reads the record, so every rank loads the same dtype
+        resumed = distributed.from_rank0(lambda: answers.recorded_dtype(
+            Path(cfg.output.path), Path(cfg.output.resolved_settings_path)))
+        if resumed:
+            log(f"model.dtype=auto: {resumed}, the dtype {cfg.output.path} was made in (a resume keeps it)")
+            model_cfg = replace(model_cfg, dtype=resumed)
     # transformers' per-tensor "Loading weights" bars never (every rank printed them); downloads and the GGUF
     # conversion's bar as the job shows bars
     model, tokenizer = models.load_model(model_cfg, progress=cfg.progress and is_main, weight_bars=False)
@@ -177,7 +179,6 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     answers.check_settings(Path(cfg.output.path), Path(cfg.output.resolved_settings_path), current, _sweep_hint())
     label = models.model_label(cfg.model, fingerprint)
     checks.check_limits(model, cfg.decoding, cfg.sampling, cfg.generation)  # ids in the vocabulary, a step fits
-    log = print if is_main else lambda line: None
     path = compiled.chosen_path(model, cfg.model.compile, None, log)  # the prompts checked against its cache
     check_prompts(model, tokenizer, todo, cfg.generation.max_new_tokens, compiled.static_capacity(model, path))
     eos = checks.eos_token_ids(model, tokenizer, cfg.generation.eos_token_ids)

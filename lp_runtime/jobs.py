@@ -151,7 +151,8 @@ def validate_sweep(config: Any) -> None:
     """``check_job`` every job of the sweep ``config`` describes, before any runs, then what the jobs would write
     (``_check_distinct``, ``_check_own_files``) and the files each finds (``_check_resumable``); ``ConfigError``
     naming the first bad job's number and overrides (both jobs' for two that clash)."""
-    from lp_runtime.models import check_model_config  # torch: the sweep's jobs import it too
+    from lp_runtime.models import check_model_config  # torch (and transformers for an unusual attention): the
+    # sweep's jobs import them too
 
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     launcher = config.hydra.get("launcher") or {}
@@ -169,7 +170,9 @@ def validate_sweep(config: Any) -> None:
                     raise ConfigError(f"parallel.lp={run_cfg.parallel.lp} does not divide the {world} rank(s) of "
                                       f"each job ({ranks}); set hydra.launcher.tasks_per_node (hydra/launcher="
                                       "lp_local or lp_slurm) to a multiple of it")
-                check_model_config(run_cfg.model)  # a missing model folder (was found only when its job loaded)
+                # a missing model folder or a bad attention implementation (found only when its job loaded); not
+                # the device: the jobs may run elsewhere (lp_slurm's GPU nodes), and each job checks its own
+                check_model_config(run_cfg.model, device=False)
                 checked.append((run_cfg, job_cfg.hydra))
     finally:
         HydraConfig.instance().set_config(config)

@@ -98,11 +98,13 @@ def _progress_bars(weights: bool, downloads: bool):
         (hub.disable_progress_bars if hub_off else hub.enable_progress_bars)()
 
 
-def check_model_config(cfg: ModelConfig) -> None:
-    """What can be checked of ``cfg`` without loading the model (``ConfigError`` / ``ModelLoadError``): the device,
-    the attention implementation, a local ``model.path`` that is no folder, the model's files. A run checks it
-    before it compares a resumed file's settings, so a bad value is named as bad, not as another setting."""
-    check_device(cfg.device)
+def check_model_config(cfg: ModelConfig, *, device: bool = True) -> None:
+    """What can be checked of ``cfg`` without loading the model (``ConfigError`` / ``ModelLoadError``): the device
+    (unless ``device`` is False: a sweep's jobs may run on other machines, e.g. Slurm's GPU nodes), the attention
+    implementation, a local ``model.path`` that is no folder, the model's files. A run checks it before it compares
+    a resumed file's settings, so a bad value is named as bad, not as another setting."""
+    if device:
+        check_device(cfg.device)
     check_attn_implementation(cfg.attn_implementation)
     check_local_path(cfg.path)
     check_model_files(cfg)
@@ -111,6 +113,8 @@ def check_model_config(cfg: ModelConfig) -> None:
 def check_attn_implementation(name: str) -> None:
     """``ConfigError`` unless ``name`` is "eager", in transformers' ``AttentionInterface`` or a hub kernel
     ("org/repo")."""
+    if name in ("sdpa", "eager"):  # the usual ones: no transformers import (a refused resume stays fast)
+        return
     from transformers import AttentionInterface
 
     known = ["eager", *AttentionInterface().valid_keys()]

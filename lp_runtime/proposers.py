@@ -29,7 +29,7 @@ import heapq
 import itertools
 from typing import Optional, Protocol, Sequence
 
-from .config import check_arguments, is_real
+from .config import check_arguments
 from .ngram_pool import NGramPool
 from .tree import CandidateTree
 
@@ -159,12 +159,10 @@ class SuffixProposer:
         check_arguments("SuffixProposer", ints=(
             ("ngram_size", ngram_size, 2), ("num_leaves", num_leaves, 0), ("max_nodes", max_nodes, (0, None)),
             ("max_depth", max_depth, 1), ("max_key", max_key, 1), ("max_occurrences", max_occurrences, 1),
-            ("store_min_key", store_min_key, 1)), choices=(("ranking", ranking, ("counts", "recency")),
-                                                           ("ngram_keys", ngram_keys, ("all", "head"))),
+            ("store_min_key", store_min_key, 1)), reals=(("store_weight", store_weight, 0),),
+            choices=(("ranking", ranking, ("counts", "recency")), ("ngram_keys", ngram_keys, ("all", "head"))),
             bools=(("index_history", index_history), ("store_when_sampling", store_when_sampling), ("chain", chain),
                    ("tree", tree)))
-        if not (is_real(store_weight) and store_weight >= 0):
-            raise ValueError(f"SuffixProposer: store_weight={store_weight!r} (need a number >= 0)")
         self.ngram_size, self.num_leaves, self.max_key, self.ranking = ngram_size, num_leaves, max_key, ranking
         self.max_depth = max(max_depth, ngram_size - 1)
         self.max_nodes = max(num_leaves * (ngram_size - 1), self.max_depth) if max_nodes is None else max_nodes

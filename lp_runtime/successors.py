@@ -734,9 +734,9 @@ def successor_proposers(decoding, vocab_size: Optional[int], *, lp_size: int = 1
 
     Plain greedy and ``decoding=paper`` keep ``proposers_for``'s; with G = 0 (no suffix proposer to join) the table
     is on alone, at a default budget of ``decoding.candidate_depth`` + 1 nodes a rank. Every LP rank builds the same
-    proposer, so every rank grows the same tree and holds the same table. ``ValueError`` when the
-    table is on and ``vocab_size`` is None or ``store_min_key`` is not an int >= 1, or (from ``SuccessorProposer``)
-    for a budget or lever it refuses.
+    proposer, so every rank grows the same tree and holds the same table. ``ValueError`` for ``lp_size`` not an int
+    >= 1, ``budget`` neither None nor an int >= 1 or ``table`` not True, None or False; when the table is on, for
+    ``vocab_size`` None, ``store_min_key`` not an int >= 1, or (from ``SuccessorProposer``) a lever it refuses.
 
         >>> from lp_runtime.config import DecodingConfig
         >>> look = DecodingConfig(method="lookahead", window_size=0, ngram_size=4, guess_set_size=2, max_depth=10)

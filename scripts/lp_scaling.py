@@ -161,15 +161,19 @@ def stop_summary(stops: list) -> dict:
             "stop_depth_mean": sum(x["depth"] for x in stops) / n, "expected_mean": sum(x["expected"] for x in stops) / n, "stop_kids_mean": sum(x["kids"] for x in stops) / n}
 
 
+# the --set levers that a flag also sets
+FLAG_LEVERS = {"context": ("--context", "context"), "k": ("--topk", "topk"), "width": ("--width", "width"),
+               "max_depth": ("--max-depth", "max_depth"), "rank_budget": ("--rank-cap", "rank_cap")}
+
+
 def proposer_for(vocab, k, args):
     """The product's proposer for K = ``k`` ranks at a per-rank budget of ``--budget`` - 1 nodes, the flags given
     replacing its values (``successors.successor_proposers``); ``vocab``: the model's vocabulary size."""
     decoding = DecodingConfig(method="lookahead", window_size=args.window * k, ngram_size=args.ngram,
                               guess_set_size=args.guess * k, max_depth=10, successors="true")
-    levers = {name: value for name, value in (("context", args.context), ("k", args.topk), ("width", args.width),
-                                              ("max_depth", args.max_depth)) if value is not None}
+    levers = {name: getattr(args, attr) for name, (_, attr) in FLAG_LEVERS.items() if getattr(args, attr) is not None}
     if args.rank_cap is not None:
-        levers["rank_budget"] = args.rank_cap or None
+        levers["rank_budget"] = args.rank_cap or None  # 0 = no cap
     levers.update(args.levers)
     (prop,) = successor_proposers(decoding, vocab, lp_size=k, budget=args.budget - 1, **levers)
     return decoding, prop
@@ -227,11 +231,6 @@ def check_levers(vocab: int, args) -> str:
         except (TypeError, ValueError, MemoryError) as e:  # ConfigError is a ValueError
             return f"K = {k}: {type(e).__name__}: {e}"
     return ""
-
-
-# the --set levers that a flag also sets
-FLAG_LEVERS = {"context": ("--context", "context"), "k": ("--topk", "topk"), "width": ("--width", "width"),
-               "max_depth": ("--max-depth", "max_depth"), "rank_budget": ("--rank-cap", "rank_cap")}
 
 
 def parse_levers(text: str, args) -> dict:
@@ -302,8 +301,8 @@ def main() -> None:
     ap.add_argument("--topk", type=int, default=None, help="successors kept per table row (default: the product's, 16)")
     ap.add_argument("--width", type=int, default=None, help="successors of a row tried per tree node (default: the "
                     "product's, 16 when K > 1, 8 at K = 1)")
-    ap.add_argument("--max-depth", type=int, default=None, help="deepest node of the successor tree (SuccessorProposer's max_depth, "
-                    "not decoding.max_depth; default: the product's, 16)")
+    ap.add_argument("--max-depth", type=int, default=None, help="deepest node of the successor tree "
+                    "(SuccessorProposer's max_depth, not decoding.max_depth; default: the product's, 16)")
     ap.add_argument("--rank-cap", type=int, default=None, help="most tree nodes a rank feeds (repeated ancestor "
                     "chains included; SuccessorProposer(rank_budget=...)); default --budget - 1, 0 = no cap")
     ap.add_argument("--trees", action="store_true", help="write every step's (pending, columns, levels, parents) "
@@ -331,14 +330,14 @@ def main() -> None:
         ap.error(f"--ks {' '.join(map(str, args.ks))} gives K = {', '.join(map(str, repeated))} more than once; "
                  "give each K once")
     out = Path(args.out)
+    why = check_out(out, args)  # before the model loads: it needs only the flags
+    if why:
+        ap.error(f"--out {args.out}: {why}")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     model, tok = load_model(ModelConfig(path="bundled:smollm2", dtype="float32", device="cpu"), weight_bars=False)
     why = check_levers(vocab_size(model), args)
     if why:
         ap.error(f"the flags and --set {args.set!r} build no proposer: {why}")
-    why = check_out(out, args)
-    if why:
-        ap.error(f"--out {args.out}: {why}")
     eos = eos_token_ids(model, tok, None)
     ref_path = out / "refs.json"
     try:

@@ -184,9 +184,8 @@ def test_setup_parallel_single_process(monkeypatch):
     with pytest.raises(ConfigError) as e:  # a new user ran parallel=lp2 without torchrun (2026-12-07)
         setup_parallel(ParallelConfig(lp=2, backend="gloo"))
     assert str(e.value) == (
-        "parallel.lp=2 does not divide the world size 1; start a multiple of 2 ranks (world = dp x lp) (one process "
-        "was started: launch it with torchrun --nproc-per-node=2 -m lp_runtime.generate ..., or "
-        "launch/torchrun_single_node.sh) or choose parallel.lp among the divisors of 1")
+        "parallel.lp=2 needs 2 ranks and one process was started; launch it with torchrun --nproc-per-node=2 -m "
+        "lp_runtime.generate ... or NPROC=2 launch/torchrun_single_node.sh parallel.lp=2 ... (README, Usage)")
 
 
 def test_shard_questions_and_state_hash():

@@ -464,7 +464,8 @@ def test_product_table_levers_and_greedy():
     # one process: SMALL_TABLE's 1 up to SMALL_TREE (32) nodes a step, TABLE_STORE_MIN_KEY above
     assert [successor_proposers(look, 96, budget=b)[0].suffix.store_min_key for b in (32, 33)] == [1, 3]
     for bad in (0, "4", None, 2.5):
-        with pytest.raises(ValueError, match=rf"^successor_proposers: store_min_key={re.escape(repr(bad))} \(need an int >= 1\)$"):
+        with pytest.raises(ValueError,
+                           match=rf"^successor_proposers: store_min_key={re.escape(repr(bad))} \(need an int >= 1\)$"):
             successor_proposers(look, 96, lp_size=8, store_min_key=bad)
     for bad, why in ((dict(lp_size="2"), "lp_size='2' (need an int >= 1)"),
                      (dict(budget=1.5), "budget=1.5 (need None or an int >= 1)"),
@@ -654,8 +655,8 @@ def test_g0_with_successors_auto_is_the_table_alone_under_lp_only(setting):
         cfg.check_candidates(1)
 
 
-EMPTY_POOL = ("decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty and the successor "
-              "table off; set W > 0, decoding.pool_from_prompt=true{table}, or use decoding=greedy")
+EMPTY_POOL = ("decoding.window_size=0 with decoding.pool_from_prompt=false leaves the n-gram pool empty{off}; set "
+              "W > 0, decoding.pool_from_prompt=true{table}, or use decoding=greedy")
 
 
 @pytest.mark.parametrize("method, successors, refused_at", [
@@ -665,8 +666,9 @@ EMPTY_POOL = ("decoding.window_size=0 with decoding.pool_from_prompt=false leave
 def test_w0_without_the_prompts_text_needs_the_table(method, successors, refused_at):
     from lp_runtime.config import ConfigError, DecodingConfig
 
-    message = EMPTY_POOL.format(table=", decoding.successors=true (the successor table alone)" if method != "paper"
-                                else "")
+    paper = method == "paper"  # it has no successor table
+    message = EMPTY_POOL.format(off="" if paper else " and the successor table off",
+                                table="" if paper else ", decoding.successors=true (the successor table alone)")
     setting = dict(method=method, window_size=0, guess_set_size=2, pool_from_prompt=False, successors=successors)
     if refused_at == "config":
         with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):

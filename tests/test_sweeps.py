@@ -258,13 +258,20 @@ def test_changed_settings_refuse_before_loading_and_same_settings_resume(tiny_mo
     assert "progress" not in recorded and "output.path" not in recorded
 
     changed = _cfg(tiny_model_dir, tmp_path, window_size=2)
+    broken = tmp_path / "broken_model"  # passes the checks before loading, cannot load: the refusal must come first
+    shutil.copytree(tiny_model_dir, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    changed.model.path = str(broken)
     changed.generation.max_new_tokens = 4
     with pytest.raises(answers.SettingsMismatchError) as e:
         run(changed)
+    fp_new = models.model_fingerprint(changed.model)
     assert str(e.value) == (
         f"{out / 'answers.jsonl'} was made with other settings ({out / 'answers.settings.json'}): "
-        f"decoding.window_size: 0 in the file, 2 now; generation.max_new_tokens: 8 in the file, 4 now; re-run with "
-        f"the file's settings to resume it, or write to a new output path (output.path={out / 'answers-2.jsonl'})")
+        f"decoding.window_size: 0 in the file, 2 now; generation.max_new_tokens: 8 in the file, 4 now; "
+        f"model.fingerprint: {recorded['model.fingerprint']!r} in the file, {fp_new!r} now; "
+        f"model.path: {str(tiny_model_dir)!r} in the file, {str(broken)!r} now; re-run with the file's settings to "
+        f"resume it, or write to a new output path (output.path={out / 'answers-2.jsonl'})")
     changed.model.path = "/nonexistent"  # a bad value is named as bad (test_a_resume_under_dtype_auto_...), first
     with pytest.raises(models.ModelLoadError, match=r"^model.path='/nonexistent' is not an existing folder"):
         run(changed)
