@@ -119,10 +119,10 @@ def _run_held(cfg: RunConfig, ctx: Any) -> dict:
     answers_path, settings_path = Path(cfg.output.path), Path(cfg.output.resolved_settings_path)
     questions = data.load_questions(cfg.dataset)
     check_category_keys(cfg.sampling.category_temperature, questions)
+    recorded = answers.load_answers(answers_path, trim=False)  # read only: a corrupt file is named first
     models.check_model_config(cfg.model)  # a bad value named as such, not as a setting the file differs in
     fingerprint = models.model_fingerprint(cfg.model)  # from the files: the model is not loaded yet
     current = answers.run_settings(cfg, model_fingerprint=fingerprint, world_size=ctx.world_size)
-    recorded = answers.load_answers(answers_path, trim=False)  # read only: a corrupt file is named first
     answers.check_settings(answers_path, settings_path, current, _sweep_hint())  # before anything touches the file
     check_unchanged(recorded, questions, answers_path, cfg)
     records = answers.load_answers(answers_path, trim=is_main)
