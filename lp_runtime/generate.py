@@ -156,10 +156,10 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     from lp_runtime.sampling import model_sampling
 
     log = print if is_main else lambda line: None
+    answers_path, settings_path = Path(cfg.output.path), Path(cfg.output.resolved_settings_path)
     model_cfg = cfg.model
     if model_cfg.dtype == "auto":  # rank 0 reads the record, so every rank loads the same dtype
-        resumed = distributed.from_rank0(lambda: answers.recorded_dtype(
-            Path(cfg.output.path), Path(cfg.output.resolved_settings_path)))
+        resumed = distributed.from_rank0(lambda: answers.recorded_dtype(answers_path, settings_path))
         if resumed:
             log(f"model.dtype=auto: {resumed}, the dtype {cfg.output.path} was made in (a resume keeps it)")
             model_cfg = replace(model_cfg, dtype=resumed)
@@ -176,7 +176,7 @@ def _load(cfg: RunConfig, ctx: Any, todo: list, current: dict, is_main: bool) ->
     mkl = blas.mkl_mode() if model.device.type == "cpu" else None  # MKL's mode changes a CPU's numerics too
     if mkl is not None:
         current["model.mkl_mode"] = mkl or "default"
-    answers.check_settings(Path(cfg.output.path), Path(cfg.output.resolved_settings_path), current, _sweep_hint())
+    answers.check_settings(answers_path, settings_path, current, _sweep_hint())
     label = models.model_label(cfg.model, fingerprint)
     checks.check_limits(model, cfg.decoding, cfg.sampling, cfg.generation)  # ids in the vocabulary, a step fits
     path = compiled.chosen_path(model, cfg.model.compile, None, log)  # the prompts checked against its cache

@@ -151,8 +151,7 @@ def validate_sweep(config: Any) -> None:
     """``check_job`` every job of the sweep ``config`` describes, before any runs, then what the jobs would write
     (``_check_distinct``, ``_check_own_files``) and the files each finds (``_check_resumable``); ``ConfigError``
     naming the first bad job's number and overrides (both jobs' for two that clash)."""
-    from lp_runtime.models import check_model_config  # torch (and transformers for an unusual attention): the
-    # sweep's jobs import them too
+    from lp_runtime.models import check_model_config  # torch: the sweep's jobs import it too
 
     jobs, swept = sweep_jobs(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     launcher = config.hydra.get("launcher") or {}

@@ -353,7 +353,7 @@ def main() -> None:
             raise ValueError(f"its entry {key!r} is not a list of token id lists")
     except ValueError as e:  # json.JSONDecodeError too
         ap.error(f"{ref_path} is not a JSON object of references ({e}); delete it and they are computed again")
-    if len(cached.get(key, [])) != len(questions):
+    if len(found) != len(questions):
         cached[key] = [hf_greedy(model, build_prompt(tok, q, []), args.max_new_tokens, eos) for q in questions]
         ref_path.write_text(json.dumps(cached) + "\n")
     refs = cached[key]
